@@ -1,0 +1,70 @@
+"""seqtrans: sequence transduction with the Transformer and task plugins.
+
+The public API, the same operations as the command line::
+
+    import seqtrans
+    config = seqtrans.resolve_config("copy", overrides=["train.max_steps=500"])
+    metrics = seqtrans.run(config, "runs/copy")
+    model = seqtrans.load("runs/copy")
+    for line in seqtrans.predict(model, ["3 1 4 1 5"]):
+        print(line)
+    seqtrans.evaluate("runs/copy", split="test")
+    seqtrans.average(["a.pt", "b.pt"], "avg.pt")
+    seqtrans.tasks.installed()
+
+Names are imported on first use, so ``import seqtrans`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_API = {
+    "resolve_config": "seqtrans.pipeline",
+    "run": "seqtrans.pipeline",
+    "load": "seqtrans.pipeline",
+    "evaluate": "seqtrans.pipeline",
+    "predict": "seqtrans.pipeline",
+    "average": "seqtrans.pipeline",
+    "Loaded": "seqtrans.pipeline",
+    "RunConfig": "seqtrans.config",
+    "ModelConfig": "seqtrans.config",
+    "TrainConfig": "seqtrans.config",
+    "DecodeConfig": "seqtrans.config",
+    "Transformer": "seqtrans.model",
+    "build_model": "seqtrans.model",
+    "Vocab": "seqtrans.vocab",
+    "Vocabularies": "seqtrans.vocab",
+    "Example": "seqtrans.tasks.protocol",
+    "Task": "seqtrans.tasks.protocol",
+    "Constraint": "seqtrans.decoding.constraints",
+    "Hypothesis": "seqtrans.decoding.search",
+    "SeqtransError": "seqtrans.errors",
+    "ConfigError": "seqtrans.errors",
+    "DataError": "seqtrans.errors",
+    "UsageError": "seqtrans.errors",
+}
+
+__all__ = sorted([*_API, "tasks", "__version__"])
+
+if TYPE_CHECKING:
+    from seqtrans import tasks
+    from seqtrans.config import DecodeConfig, ModelConfig, RunConfig, TrainConfig
+    from seqtrans.decoding.constraints import Constraint
+    from seqtrans.decoding.search import Hypothesis
+    from seqtrans.errors import ConfigError, DataError, SeqtransError, UsageError
+    from seqtrans.model import Transformer, build_model
+    from seqtrans.pipeline import Loaded, average, evaluate, load, predict, resolve_config, run
+    from seqtrans.tasks.protocol import Example, Task
+    from seqtrans.vocab import Vocab, Vocabularies
+
+
+def __getattr__(name: str) -> Any:
+    if name == "tasks":
+        return importlib.import_module("seqtrans.tasks")
+    if name in _API:
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'seqtrans' has no attribute {name!r}")

@@ -1,0 +1,5 @@
+import sys
+
+from seqtrans.cli import main
+
+sys.exit(main())

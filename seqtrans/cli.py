@@ -1,0 +1,211 @@
+"""The ``seqtrans`` command line.
+
+Exit status: 0 on success, 2 on usage or configuration errors, 1 on data or
+checkpoint errors (a one-line message naming the file and line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from seqtrans import __version__
+from seqtrans.errors import SeqtransError, UsageError
+
+log = logging.getLogger("seqtrans")
+
+SET_HELP = ("Override config keys, dotted: --set model.d_model=256 train.max_minutes=5. "
+            "Takes several pairs and may be repeated; values are cast to the key's type. "
+            "'seqtrans config TASK' lists every key with its help.")
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("task", help="Task name (see 'seqtrans tasks').")
+    p.add_argument("--preset", help="A named preset of the task (or 'base', 'big').")
+    p.add_argument("--config", dest="config_file", metavar="FILE",
+                   help="A JSON or TOML file of config sections, e.g. a run's config.json.")
+    p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
+                   metavar="KEY=VALUE", help=SET_HELP)
+
+
+def _add_device(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                   help="Where to run: cuda if available (auto), or as named.")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="seqtrans",
+        description="Sequence transduction with the Transformer: train, decode and score task plugins.",
+    )
+    parser.add_argument("--version", action="version", version=f"seqtrans {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true", help="Log warnings only, no progress bars.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("tasks", help="List installed tasks with their distribution, version and load status.",
+                   description="List the tasks registered under the 'seqtrans.tasks' entry-point group.")
+
+    p = sub.add_parser(
+        "run", help="Train a task end to end and score its test split.",
+        description="Prepare data, build the vocabulary, train, average the last checkpoints, decode "
+                    "the test split with the task's decoding settings and score it. Writes "
+                    "DIR/metrics.json, DIR/predictions/test.txt, DIR/config.json and DIR/checkpoints/. "
+                    "An existing DIR is continued from its newest checkpoint.")
+    _add_config_args(p)
+    p.add_argument("--out", metavar="DIR", type=Path,
+                   help="Run directory (default: runs/TASK-YYYYMMDD-HHMMSS).")
+    _add_device(p)
+
+    p = sub.add_parser("config", help="Print the resolved configuration with each key's help.",
+                       description="Resolve a run's configuration as 'seqtrans run' would and print "
+                                   "every key, its value and its help (or JSON with --json).")
+    _add_config_args(p)
+    p.add_argument("--json", action="store_true", help="Print the config as JSON instead.")
+
+    p = sub.add_parser("predict", help="Decode lines from stdin with a trained model.",
+                       description="Read inputs from stdin, one per line, and write each output to "
+                                   "stdout as soon as it is decoded.")
+    p.add_argument("model", metavar="RUN_DIR_OR_CHECKPOINT")
+    p.add_argument("--beam", type=int, help="Beam size (default: the run's decode.beam).")
+    p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
+                   metavar="KEY=VALUE", help="Override decode.* (or data.*) keys.")
+    _add_device(p)
+
+    p = sub.add_parser("evaluate", help="Decode and score a split with a trained model.",
+                       description="Decode one split of the model's task and print its metrics as JSON.")
+    p.add_argument("model", metavar="RUN_DIR_OR_CHECKPOINT")
+    p.add_argument("--split", default="test", choices=["train", "dev", "test"])
+    p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
+                   metavar="KEY=VALUE", help="Override decode.* (or data.*) keys.")
+    _add_device(p)
+
+    p = sub.add_parser("average", help="Average checkpoints into one model.",
+                       description="Write the element-wise mean of the checkpoints' parameters.")
+    p.add_argument("checkpoints", nargs="+", metavar="CKPT", type=Path)
+    p.add_argument("--out", required=True, metavar="FILE", type=Path)
+    return parser
+
+
+def _cmd_tasks(args: argparse.Namespace) -> int:
+    from seqtrans import tasks
+    from seqtrans.tasks.discovery import load_entry
+
+    found = tasks.installed()
+    if not found:
+        print("no tasks installed (pip install a plugin such as plugins/copy)")
+        return 0
+    rows = [("TASK", "DISTRIBUTION", "VERSION", "STATUS")]
+    for name in sorted(found):
+        for entry in found[name]:
+            if len(found[name]) > 1:
+                status = "error: name offered by several distributions"
+            else:
+                try:
+                    load_entry(entry)
+                    status = "ok"
+                except SeqtransError as exc:
+                    status = f"error: {exc}"
+            rows.append((name, entry.distribution, entry.version, status))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        print("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+    return 0
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    from seqtrans.config import describe, to_dict
+    from seqtrans.pipeline import resolve_config
+
+    config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
+                            overrides=args.overrides)
+    if args.json:
+        print(json.dumps(to_dict(config), indent=2))
+        return 0
+    for key, type_name, value, help_text in describe(config):
+        print(f"{key} = {json.dumps(to_dict(value))}  ({type_name})")
+        if help_text:
+            print(f"    {help_text}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from seqtrans.pipeline import resolve_config, run
+
+    config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
+                            overrides=args.overrides)
+    out = args.out or Path("runs") / f"{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(out / "run.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    log.info("run directory: %s", out)
+    metrics = run(config, out, device=args.device, progress=_progress(args))
+    print(json.dumps(metrics, indent=2, sort_keys=True))
+    print(f"run directory: {out}", file=sys.stderr)
+    return 0
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from seqtrans.pipeline import load, predict
+
+    overrides = list(args.overrides)
+    if args.beam is not None:
+        overrides.append(f"decode.beam={args.beam}")
+    loaded = load(args.model, overrides=overrides, device=args.device)
+    for line in predict(loaded, sys.stdin):
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from seqtrans.pipeline import evaluate
+
+    metrics = evaluate(args.model, split=args.split, overrides=args.overrides, device=args.device,
+                       progress=_progress(args))
+    print(json.dumps(metrics, indent=2, sort_keys=True))
+    return 0
+
+
+def _cmd_average(args: argparse.Namespace) -> int:
+    from seqtrans.pipeline import average
+
+    path = average(args.checkpoints, args.out)
+    print(f"averaged {len(args.checkpoints)} checkpoints into {path}")
+    return 0
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    return not args.quiet and sys.stderr.isatty()
+
+
+COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "run": _cmd_run, "predict": _cmd_predict,
+            "evaluate": _cmd_evaluate, "average": _cmd_average}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return COMMANDS[args.command](args)
+    except UsageError as exc:
+        print(f"seqtrans {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except SeqtransError as exc:
+        print(f"seqtrans {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("seqtrans: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Examples as id sequences, padding, and token-based batching by length.
+
+Sources end with EOS; targets are fed as ``BOS y`` and predicted as ``y EOS``.
+Shapes: B sentences, S source length, T target length.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from seqtrans.vocab import BOS, EOS, PAD, Vocabularies
+
+if TYPE_CHECKING:
+    from seqtrans.tasks.protocol import Example, Task
+
+log = logging.getLogger(__name__)
+
+
+def pad_batch(seqs: Sequence[Sequence[int]], *, pad: int = PAD) -> Tensor:
+    """[[ids], ...] -> [B, longest], right-padded."""
+    out = torch.full((len(seqs), max(len(s) for s in seqs)), pad, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out
+
+
+@dataclass
+class Batch:
+    src: Tensor  # [B, S]
+    tgt_in: Tensor  # [B, T]: BOS y
+    tgt_out: Tensor  # [B, T]: y EOS
+
+    @property
+    def target_tokens(self) -> int:
+        return int(self.tgt_out.ne(PAD).sum())
+
+    @property
+    def source_tokens(self) -> int:
+        return int(self.src.ne(PAD).sum())
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(self.src.to(device, non_blocking=True), self.tgt_in.to(device, non_blocking=True),
+                     self.tgt_out.to(device, non_blocking=True))
+
+
+@dataclass
+class Pairs:
+    """Encoded parallel data: ``src[i]`` ends with EOS, ``tgt[i]`` has neither BOS nor EOS."""
+
+    src: list[list[int]]
+    tgt: list[list[int]]
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def batch(self, indices: Sequence[int]) -> Batch:
+        tgt = [self.tgt[i] for i in indices]
+        return Batch(
+            pad_batch([self.src[i] for i in indices]),
+            pad_batch([[BOS, *t] for t in tgt]),
+            pad_batch([[*t, EOS] for t in tgt]),
+        )
+
+
+def encode_pairs(task: Task, vocabs: Vocabularies, examples: Iterable[Example], *,
+                 max_length: int | None = None, what: str = "examples") -> Pairs:
+    """Map examples to ids through the task's tokenization.
+
+    With ``max_length``, pairs whose source or target (with its end symbol) is longer
+    are dropped, and the number dropped is logged.
+    """
+    src, tgt = [], []
+    dropped = 0
+    for ex in examples:
+        s = vocabs.source.encode(task.source_tokens(ex.source)) + [EOS]
+        t = vocabs.target.encode(task.target_tokens(ex.target))
+        if max_length is not None and (len(s) > max_length or len(t) + 1 > max_length):
+            dropped += 1
+            continue
+        src.append(s)
+        tgt.append(t)
+    if dropped:
+        log.warning("dropped %d of %d %s longer than %d tokens (train.max_length)",
+                    dropped, dropped + len(src), what, max_length)
+    return Pairs(src, tgt)
+
+
+def token_batches(src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_tokens: int, *,
+                  seed: int, epoch: int, shuffle: bool = True) -> list[list[int]]:
+    """Batches of about ``max_tokens`` source and ``max_tokens`` target tokens, padding included.
+
+    Examples are sorted by length (ties in a random order) and cut into batches, so
+    each batch holds similar lengths; with ``shuffle`` the batches come in a random
+    order. The result depends only on the lengths, ``seed`` and ``epoch``. A single
+    example longer than ``max_tokens`` forms a batch of its own.
+    """
+    n = len(src_lengths)
+    if n == 0:
+        return []
+    rng = np.random.default_rng([seed, epoch])
+    src = np.asarray(src_lengths)
+    tgt = np.asarray(tgt_lengths) + 1  # the target side is fed with BOS / predicted with EOS
+    tiebreak = rng.permutation(n) if shuffle else np.arange(n)
+    order = np.lexsort((tiebreak, tgt, src))
+    batches: list[list[int]] = []
+    start, max_s, max_t = 0, 0, 0
+    for pos, i in enumerate(order.tolist()):
+        ms, mt = max(max_s, src[i]), max(max_t, tgt[i])
+        count = pos - start + 1
+        if count > 1 and (ms * count > max_tokens or mt * count > max_tokens):
+            batches.append(order[start:pos].tolist())
+            start, ms, mt = pos, src[i], tgt[i]
+        max_s, max_t = ms, mt
+    batches.append(order[start:].tolist())
+    if shuffle:
+        perm = rng.permutation(len(batches))
+        batches = [batches[j] for j in perm]
+    return batches

@@ -1,0 +1,155 @@
+"""Batched beam search and greedy search: thin loops around :mod:`seqtrans.decoding.search`.
+
+A sentence leaves the batch as soon as it is finished, so the remaining ones decode
+on a smaller batch; nothing a sentence computes depends on its batch-mates.
+
+Shapes: B sentences still decoding, K beam, N = B*K hypotheses, V vocabulary,
+L longest output allowed.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seqtrans.decoding.constraints import Constraint, apply_constraint
+from seqtrans.decoding.search import (
+    NEG_INF,
+    Hypothesis,
+    cannot_improve,
+    length_penalty,
+    mask_log_probs,
+    merge_finished,
+    split_finished,
+    top_candidates,
+)
+from seqtrans.model import DecoderState, Transformer
+from seqtrans.vocab import BOS, EOS, PAD
+
+
+def _next_log_probs(model: Transformer, history: Tensor, step: int, state: DecoderState, *,
+                    max_len: Tensor, rows: Tensor, constraint: Constraint | None) -> Tensor:
+    """Log-probabilities of every hypothesis's next token, masked.  -> [N, V] (float32)"""
+    logits = model.decode(history[:, step : step + 1], state=state)[:, -1]  # [N, V]
+    log_probs = F.log_softmax(logits.float(), dim=-1)
+    remaining = max_len[rows] - step  # tokens still allowed before the end symbol
+    log_probs = mask_log_probs(log_probs, force_eos=remaining <= 0)
+    return apply_constraint(log_probs, constraint, history[:, 1 : step + 1], rows=rows,
+                            remaining=remaining + 1)
+
+
+@torch.inference_mode()
+def beam_search(model: Transformer, src: Tensor, *, beam: int, alpha: float, max_len: Tensor,
+                nbest: int = 1, constraint: Constraint | None = None) -> list[list[Hypothesis]]:
+    """The ``nbest`` best outputs of each source by ``log P(Y|X) / lp(Y)``.
+
+    src [B, S] (PAD-padded, each ending in EOS); max_len [B]: the most tokens each
+    output may have before its end symbol. A sentence stops as soon as no live
+    hypothesis can beat its n-th finished one, which never changes the result.
+    """
+    model.eval()
+    b0, k, device = src.size(0), beam, src.device
+    max_len = max_len.to(device)
+    longest = int(max_len.max())
+    state = model.start(model.encode(src), beam=k, capacity=longest + 1)
+    history = torch.full((b0 * k, longest + 2), PAD, dtype=torch.long, device=device)  # [N, L+2]
+    history[:, 0] = BOS
+    scores = torch.full((b0, k), NEG_INF, device=device)  # [B, K]
+    scores[:, 0] = 0.0  # one live hypothesis per sentence at the start
+    kept = torch.full((b0, nbest), NEG_INF, device=device)  # [B, M] normalised scores
+    kept_raw = torch.full((b0, nbest), NEG_INF, device=device)  # [B, M] log-probs
+    kept_tokens = torch.full((b0, nbest, longest + 1), PAD, dtype=torch.long, device=device)
+    active = torch.arange(b0, device=device)  # original index of each sentence still decoding
+    results: list[list[Hypothesis]] = [[] for _ in range(b0)]
+
+    for step in range(longest + 1):
+        b = active.numel()
+        sent_of_row = active.repeat_interleave(k)  # [N]
+        log_probs = _next_log_probs(model, history, step, state, max_len=max_len,
+                                    rows=sent_of_row, constraint=constraint)
+        cand, src_beam, token = top_candidates(scores, log_probs.view(b, k, -1))  # [B, C]
+        ends, go_on = split_finished(cand, token, k)
+
+        # finished: normalise and merge into the kept n-best
+        rows_c = torch.arange(b, device=device).unsqueeze(1) * k + src_beam  # [B, C] row in history
+        new_norm = torch.where(ends, cand / length_penalty(float(step + 1), alpha), NEG_INF)
+        kept, pick = merge_finished(kept, new_norm)  # [B, M]
+        from_new = pick >= nbest
+        new_idx = (pick - nbest).clamp(min=0)
+        old_idx = pick.clamp(max=nbest - 1)
+        kept_raw = torch.where(from_new, cand.gather(1, new_idx), kept_raw.gather(1, old_idx))
+        new_tok = history[rows_c.gather(1, new_idx).flatten()].view(b, nbest, -1)  # [B, M, L+2]
+        new_tok = new_tok[:, :, 1:].clone()  # drop BOS -> [B, M, L+1]
+        new_tok[:, :, step] = EOS
+        old_tok = kept_tokens.gather(1, old_idx.unsqueeze(-1).expand_as(kept_tokens))
+        kept_tokens = torch.where(from_new.unsqueeze(-1), new_tok, old_tok)
+
+        # live: the K best candidates that go on
+        scores = cand.gather(1, go_on)  # [B, K]
+        scores = scores.masked_fill(ends.gather(1, go_on), NEG_INF)
+        rows = rows_c.gather(1, go_on)  # [B, K]
+        history = history[rows.flatten()]
+        history[:, step + 1] = token.gather(1, go_on).flatten()
+
+        done = cannot_improve(scores.max(dim=1).values, kept[:, -1], max_len[active] + 1, alpha)
+        done |= ~torch.isfinite(scores).any(dim=1)
+        keep = None
+        if bool(done.any()):
+            for i in done.nonzero().flatten().tolist():
+                results[int(active[i])] = _hypotheses(kept_tokens[i], kept_raw[i], kept[i])
+            keep = (~done).nonzero().flatten()
+            if keep.numel() == 0:
+                break
+            active, scores, kept, kept_raw, kept_tokens = (
+                t[keep] for t in (active, scores, kept, kept_raw, kept_tokens))
+            rows = rows[keep]
+            history = history.view(b, k, -1)[keep].view(-1, history.size(1))
+        # the decoding state follows: rows are indices into the previous step's hypotheses
+        state.reorder(rows.flatten(), keep)
+    return results
+
+
+def _hypotheses(tokens: Tensor, raw: Tensor, norm: Tensor) -> list[Hypothesis]:
+    out = []
+    for toks, lp, score in zip(tokens.tolist(), raw.tolist(), norm.tolist()):
+        if score == NEG_INF:
+            continue
+        out.append(Hypothesis(toks[: toks.index(EOS)], lp, score))
+    return out
+
+
+@torch.inference_mode()
+def greedy_search(model: Transformer, src: Tensor, *, max_len: Tensor,
+                  constraint: Constraint | None = None) -> list[list[Hypothesis]]:
+    """The most probable next token at every step, until the end symbol or ``max_len``."""
+    model.eval()
+    b0, device = src.size(0), src.device
+    max_len = max_len.to(device)
+    longest = int(max_len.max())
+    state = model.start(model.encode(src), beam=1, capacity=longest + 1)
+    history = torch.full((b0, longest + 2), PAD, dtype=torch.long, device=device)  # [B, L+2]
+    history[:, 0] = BOS
+    total = torch.zeros(b0, device=device)
+    active = torch.arange(b0, device=device)
+    results: list[list[Hypothesis]] = [[] for _ in range(b0)]
+    for step in range(longest + 1):
+        log_probs = _next_log_probs(model, history, step, state, max_len=max_len, rows=active,
+                                    constraint=constraint)
+        best, token = log_probs.max(dim=1)  # [B]
+        total = total + best
+        history[:, step + 1] = token
+        done = token.eq(EOS) | ~torch.isfinite(best)
+        if not bool(done.any()):
+            continue
+        for i in done.nonzero().flatten().tolist():
+            toks = history[i, 1 : step + 2].tolist()
+            ended = toks[-1] == EOS
+            score = float(total[i])
+            results[int(active[i])] = [Hypothesis(toks[:-1], score, score)] if ended else []
+        keep = (~done).nonzero().flatten()
+        if keep.numel() == 0:
+            break
+        active, history, total = active[keep], history[keep], total[keep]
+        state.reorder(keep, keep)
+    return results

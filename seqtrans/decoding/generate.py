@@ -1,0 +1,69 @@
+"""Decoding many inputs: batches of similar length, results back in input order."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+from tqdm import tqdm
+
+from seqtrans.config import DecodeConfig
+from seqtrans.data import pad_batch
+from seqtrans.decoding.beam import beam_search, greedy_search
+from seqtrans.decoding.constraints import Constraint
+from seqtrans.decoding.search import Hypothesis
+from seqtrans.model import Transformer
+
+ConstraintFactory = Callable[[list[int]], "Constraint | None"]
+
+
+def max_output_length(source_length: int, config: DecodeConfig, *, limit: int | None = None) -> int:
+    """a * |x| + b tokens before the end symbol; |x| excludes the source's end symbol."""
+    length = int(math.floor(config.max_len_a * source_length + config.max_len_b))
+    return max(1, min(length, limit) if limit is not None else length)
+
+
+def length_batches(lengths: Sequence[int], max_tokens: int) -> Iterator[list[int]]:
+    """Indices grouped by similar length, each group with at most ``max_tokens`` padded tokens
+    (a longer single input still forms its own group)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batch: list[int] = []
+    longest = 0
+    for i in order:
+        longest_if_added = max(longest, lengths[i])
+        if batch and longest_if_added * (len(batch) + 1) > max_tokens:
+            yield batch
+            batch, longest_if_added = [], lengths[i]
+        batch.append(i)
+        longest = longest_if_added
+    if batch:
+        yield batch
+
+
+def generate(model: Transformer, sources: Sequence[list[int]], config: DecodeConfig, *,
+             device: torch.device, constraints: ConstraintFactory | None = None,
+             position_limit: int | None = None, progress: bool = False) -> list[list[Hypothesis]]:
+    """The n-best hypotheses of every source (ids ending in EOS), in input order.
+
+    ``constraints(indices)`` returns the task's constraint for the sources at those indices
+    (its ``rows`` are positions in that list). ``position_limit`` caps output lengths
+    (learned positions).
+    """
+    results: list[list[Hypothesis]] = [[] for _ in sources]
+    bar = tqdm(total=len(sources), desc="decode", unit="sent", disable=not progress, leave=False)
+    for idx in length_batches([len(s) for s in sources], config.batch_tokens):
+        src = pad_batch([sources[i] for i in idx]).to(device)
+        max_len = torch.tensor([max_output_length(len(sources[i]) - 1, config, limit=position_limit)
+                                for i in idx])
+        constraint = constraints(idx) if constraints is not None and config.constrained else None
+        if config.beam == 1:
+            out = greedy_search(model, src, max_len=max_len, constraint=constraint)
+        else:
+            out = beam_search(model, src, beam=config.beam, alpha=config.alpha, max_len=max_len,
+                              nbest=config.nbest, constraint=constraint)
+        for i, hyps in zip(idx, out):
+            results[i] = hyps
+        bar.update(len(idx))
+    bar.close()
+    return results

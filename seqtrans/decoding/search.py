@@ -1,0 +1,95 @@
+"""The pure math of beam search, apart from the loop that calls the model.
+
+Shapes: B sentences, K beam, V vocabulary, C candidates (2K), M kept finished
+hypotheses (n-best), L longest output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from seqtrans.vocab import BOS, EOS, PAD
+
+NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One output: target ids without the end symbol, its total log-probability and
+    its length-normalised score (what the search ranks by)."""
+
+    tokens: list[int]
+    log_prob: float
+    score: float
+
+
+def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha, |Y| counting the end symbol (Wu et al. 2016)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def mask_log_probs(log_probs: Tensor, *, force_eos: Tensor) -> Tensor:
+    """Never emit padding or the start symbol; rows in ``force_eos`` [N] may only end.
+
+    [N, V] -> [N, V]
+    """
+    log_probs[:, PAD] = NEG_INF
+    log_probs[:, BOS] = NEG_INF
+    if bool(force_eos.any()):
+        eos = log_probs[:, EOS].clone()
+        log_probs[force_eos] = NEG_INF
+        log_probs[:, EOS] = eos
+    return log_probs
+
+
+def top_candidates(scores: Tensor, log_probs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The best extensions of every hypothesis of every sentence.
+
+    scores [B, K] (log-prob so far, -inf for an empty slot), log_probs [B, K, V] ->
+    (candidate scores, source beam, token), each [B, C] with C = min(2K, K*V), best first.
+    Twice the beam is enough: at most K candidates end, so at least K go on.
+    """
+    b, k, v = log_probs.shape
+    total = (scores.unsqueeze(-1) + log_probs).view(b, k * v)  # [B, K*V]
+    best, index = total.topk(min(2 * k, k * v), dim=1)  # [B, C]
+    return best, torch.div(index, v, rounding_mode="floor"), index % v
+
+
+def split_finished(cand_scores: Tensor, cand_tokens: Tensor, beam: int) -> tuple[Tensor, Tensor]:
+    """Which candidates end here, and the K best that go on.
+
+    -> (ends [B, C] bool, continuing [B, K] indices into C, best first). Where fewer
+    than K candidates go on, the rest of the K slots point at candidates the caller
+    must treat as empty (their ``ends`` is True or their score -inf).
+    """
+    c = cand_scores.size(1)
+    ends = cand_tokens.eq(EOS) & torch.isfinite(cand_scores)
+    rank = torch.arange(c, device=cand_scores.device).expand_as(cand_scores)
+    # candidates that go on keep their order; ending ones move behind them
+    rank = rank + ends.long() * c
+    continuing = rank.argsort(dim=1)[:, :beam]  # [B, K]
+    return ends, continuing
+
+
+def merge_finished(kept_scores: Tensor, new_scores: Tensor) -> tuple[Tensor, Tensor]:
+    """The M best of the kept finished hypotheses and the new ones.
+
+    kept_scores [B, M], new_scores [B, C] (-inf where no hypothesis ended) ->
+    (scores [B, M], index [B, M] into the concatenation [kept; new]).
+    """
+    m = kept_scores.size(1)
+    return torch.cat([kept_scores, new_scores], dim=1).topk(m, dim=1)
+
+
+def cannot_improve(best_live: Tensor, worst_kept: Tensor, max_length: Tensor, alpha: float) -> Tensor:
+    """True where no live hypothesis can still beat the M-th best finished one.
+
+    A live hypothesis's log-probability can only fall, and for alpha >= 0 its score
+    is highest if it ends at the longest length allowed; so
+    ``best_live / lp(max_length)`` bounds every score it may reach. [B] -> [B] bool.
+    """
+    bound = best_live / length_penalty(max_length.to(best_live.dtype), alpha)
+    return torch.isfinite(worst_kept) & (bound <= worst_kept)

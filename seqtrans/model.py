@@ -1,0 +1,247 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al. 2017), section 3.
+
+``encode()`` and ``decode()`` are separate steps: search encodes once, then calls
+``decode()`` one token at a time with a :class:`DecoderState` holding the
+self-attention key/value caches and the encoder-decoder keys/values computed once
+per source.
+
+Shapes: B sentences, K hypotheses per sentence, N = B*K rows, S source length,
+T target length (this call), D d_model, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqtrans.attention import CrossAttention, CrossState, KVCache, SelfAttention
+from seqtrans.config import ModelConfig
+from seqtrans.masks import padding_mask
+from seqtrans.vocab import PAD, Vocabularies
+
+
+class Positions(nn.Module):
+    """Sinusoidal (paper, section 3.5) or learned (Table 3, row E) position encodings."""
+
+    inv_freq: Tensor
+
+    def __init__(self, kind: str, d_model: int, max_positions: int) -> None:
+        super().__init__()
+        self.kind = kind
+        self.max_positions = max_positions
+        if kind == "learned":
+            self.table = nn.Embedding(max_positions, d_model)
+            nn.init.normal_(self.table.weight, std=d_model**-0.5)
+        else:
+            # PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...)
+            inv_freq = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+            self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, length: int, *, offset: int = 0, device: torch.device) -> Tensor:
+        """The encodings of positions offset .. offset+length-1.  -> [T, D]"""
+        if self.kind == "learned":
+            if offset + length > self.max_positions:
+                raise ValueError(
+                    f"position {offset + length - 1} is beyond model.max_positions="
+                    f"{self.max_positions} of the learned position embeddings"
+                )
+            return self.table(torch.arange(offset, offset + length, device=device))
+        pos = torch.arange(offset, offset + length, device=device, dtype=torch.float32)
+        angles = pos[:, None] * self.inv_freq[None, :]  # [T, D/2]
+        return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # [T, D] interleaved
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3)."""
+
+    def __init__(self, d_model: int, d_ff: int, *, dropout: float) -> None:
+        super().__init__()
+        self.inner = nn.Linear(d_model, d_ff)
+        self.outer = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+        for lin in (self.inner, self.outer):
+            nn.init.xavier_uniform_(lin.weight)
+            nn.init.zeros_(lin.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.outer(self.dropout(F.relu(self.inner(x))))
+
+
+class Residual(nn.Module):
+    """Dropout, residual connection and LayerNorm around one sub-layer: post-norm
+    ``LN(x + drop(f(x)))`` as in the paper, or pre-norm ``x + drop(f(LN(x)))``."""
+
+    def __init__(self, d_model: int, *, dropout: float, pre_norm: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def forward(self, x: Tensor, sublayer_out: Tensor) -> Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer_out)
+        return self.norm(x + self.dropout(sublayer_out))
+
+    def input(self, x: Tensor) -> Tensor:
+        """What the sub-layer reads: LN(x) for pre-norm, x itself for post-norm."""
+        return self.norm(x) if self.pre_norm else x
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, c: ModelConfig) -> None:
+        super().__init__()
+        pre = c.norm == "pre"
+        self.self_attn = SelfAttention(c.d_model, c.heads, dropout=c.attention_dropout)
+        self.ffn = FeedForward(c.d_model, c.d_ff, dropout=c.activation_dropout)
+        self.r1 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
+        self.r2 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        """x [B, S, D], mask [B, S] -> [B, S, D]"""
+        x = self.r1(x, self.self_attn(self.r1.input(x), mask=mask))
+        return self.r2(x, self.ffn(self.r2.input(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c: ModelConfig) -> None:
+        super().__init__()
+        pre = c.norm == "pre"
+        self.self_attn = SelfAttention(c.d_model, c.heads, dropout=c.attention_dropout)
+        self.cross_attn = CrossAttention(c.d_model, c.heads, dropout=c.attention_dropout)
+        self.ffn = FeedForward(c.d_model, c.d_ff, dropout=c.activation_dropout)
+        self.r1 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
+        self.r2 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
+        self.r3 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
+
+    def forward(self, x: Tensor, cross: CrossState, *, cache: KVCache | None = None) -> Tensor:
+        """x [N, T, D] -> [N, T, D]"""
+        x = self.r1(x, self.self_attn(self.r1.input(x), causal=True, cache=cache))
+        x = self.r2(x, self.cross_attn(self.r2.input(x), cross))
+        return self.r3(x, self.ffn(self.r3.input(x)))
+
+
+@dataclass
+class Encoded:
+    """The encoder's output for a batch of sources."""
+
+    memory: Tensor  # [B, S, D]
+    mask: Tensor  # [B, S], True at real tokens
+
+
+@dataclass
+class DecoderState:
+    """Everything incremental decoding keeps between steps, for N = B*K hypotheses."""
+
+    caches: list[KVCache]  # per layer: self-attention keys/values so far
+    cross: list[CrossState]  # per layer: encoder keys/values, per sentence
+    length: int = 0  # target positions decoded so far
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Follow the search: keep hypotheses ``rows`` [N'] and sentences ``sentences`` [B']."""
+        for cache, cross in zip(self.caches, self.cross):
+            cache.reorder(rows, sentences)
+            cross.reorder(rows, sentences)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer.
+
+    ``forward(src [B, S], tgt_in [B, T]) -> logits [B, T, V]`` for training;
+    ``encode`` / ``start`` / ``decode`` for search.
+    """
+
+    def __init__(self, config: ModelConfig, *, source_vocab_size: int, target_vocab_size: int,
+                 shared_vocab: bool) -> None:
+        super().__init__()
+        c = self.config = config
+        self.scale = math.sqrt(c.d_model)
+        self.target_embed = nn.Embedding(target_vocab_size, c.d_model, padding_idx=PAD)
+        nn.init.normal_(self.target_embed.weight, std=c.d_model**-0.5)
+        nn.init.zeros_(self.target_embed.weight[PAD])
+        if shared_vocab and c.share_embeddings:
+            self.source_embed = self.target_embed
+        else:
+            self.source_embed = nn.Embedding(source_vocab_size, c.d_model, padding_idx=PAD)
+            nn.init.normal_(self.source_embed.weight, std=c.d_model**-0.5)
+            nn.init.zeros_(self.source_embed.weight[PAD])
+        self.positions = Positions(c.positions, c.d_model, c.max_positions)
+        self.dropout = nn.Dropout(c.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
+        pre = c.norm == "pre"
+        # pre-norm leaves the stacks' outputs unnormalised: one final LayerNorm each
+        self.encoder_norm = nn.LayerNorm(c.d_model) if pre else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(c.d_model) if pre else nn.Identity()
+        self.output: nn.Linear | None = None
+        if not c.tie_output:
+            self.output = nn.Linear(c.d_model, target_vocab_size, bias=False)
+            nn.init.normal_(self.output.weight, std=c.d_model**-0.5)
+
+    @property
+    def decoder_layers(self) -> list[DecoderLayer]:
+        return cast(list[DecoderLayer], list(self.decoder))
+
+    def num_parameters(self) -> int:
+        """Distinct trainable parameters (a shared embedding counts once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def _embed(self, embed: nn.Embedding, tokens: Tensor, offset: int) -> Tensor:
+        x = embed(tokens) * self.scale  # [N, T, D]
+        x = x + self.positions(tokens.size(1), offset=offset, device=tokens.device).to(x.dtype)
+        return self.dropout(x)
+
+    def encode(self, src: Tensor) -> Encoded:
+        """src [B, S] (padded with PAD) -> memory [B, S, D]"""
+        mask = padding_mask(src, PAD)  # [B, S]
+        x = self._embed(self.source_embed, src, 0)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return Encoded(self.encoder_norm(x), mask)
+
+    def start(self, encoded: Encoded, *, beam: int = 1, capacity: int = 64) -> DecoderState:
+        """A fresh decoding state for ``beam`` hypotheses per source, room for ``capacity`` tokens."""
+        rows = encoded.memory.size(0) * beam
+        return DecoderState(
+            caches=[layer.self_attn.new_cache(rows, capacity, like=encoded.memory)
+                    for layer in self.decoder_layers],
+            cross=[layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers],
+        )
+
+    def decode(self, tokens: Tensor, encoded: Encoded | None = None, *,
+               state: DecoderState | None = None) -> Tensor:
+        """Next-token logits.  tokens [N, T] -> [N, T, V]
+
+        Without ``state``, ``tokens`` is a whole (shifted) target and ``encoded`` its
+        sources (training). With ``state``, ``tokens`` are the next tokens of each
+        hypothesis after those already in the state, which is updated in place.
+        """
+        if state is None:
+            if encoded is None:
+                raise ValueError("decode() needs the encoder output or a decoding state")
+            cross = [layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers]
+            caches: list[KVCache | None] = [None] * len(self.decoder)
+            offset = 0
+        else:
+            cross, caches, offset = state.cross, list(state.caches), state.length
+            state.length += tokens.size(1)
+        x = self._embed(self.target_embed, tokens, offset)
+        for layer, cross_state, cache in zip(self.decoder, cross, caches):
+            x = layer(x, cross_state, cache=cache)
+        x = self.decoder_norm(x)
+        weight = self.output.weight if self.output is not None else self.target_embed.weight
+        return F.linear(x, weight)  # [N, T, V]
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """src [B, S], tgt_in [B, T] -> logits [B, T, V]"""
+        return self.decode(tgt_in, self.encode(src))
+
+
+def build_model(config: ModelConfig, vocabs: Vocabularies) -> Transformer:
+    """The model for a config and its task's vocabularies (embeddings shared when they are)."""
+    return Transformer(config, source_vocab_size=len(vocabs.source),
+                       target_vocab_size=len(vocabs.target), shared_vocab=vocabs.shared)

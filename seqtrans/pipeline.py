@@ -1,0 +1,276 @@
+"""The operations behind the CLI, as functions: run, evaluate, predict, average.
+
+A run directory holds ``config.json``, ``vocab/`` (the task's files),
+``checkpoints/`` (step checkpoints and ``average.pt``), ``predictions/test.txt``,
+``metrics.json`` and ``train.jsonl`` (log records).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seqtrans import config as cfg
+from seqtrans import tasks
+from seqtrans.config import DecodeConfig, RunConfig
+from seqtrans.data import encode_pairs
+from seqtrans.decoding import Hypothesis, generate
+from seqtrans.errors import CheckpointError, UsageError
+from seqtrans.model import Transformer, build_model
+from seqtrans.tasks.protocol import Example, Task
+from seqtrans.training import checkpoint
+from seqtrans.training.loop import Trainer
+from seqtrans.vocab import EOS, Vocabularies
+
+log = logging.getLogger(__name__)
+
+AVERAGE = "average.pt"
+
+
+def resolve_config(task: str, *, preset: str | None = None, config_file: str | Path | None = None,
+                   overrides: Iterable[str] = ()) -> RunConfig:
+    """The fully resolved configuration of a run of ``task`` (see :mod:`seqtrans.config`)."""
+    task_cls = tasks.load(task)
+    return cfg.resolve(task, data_cls=task_cls.Config, task_defaults=task_cls.defaults,
+                       task_presets=task_cls.presets, preset=preset, config_file=config_file,
+                       overrides=overrides)
+
+
+def select_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available")
+    if name not in ("cpu", "cuda"):
+        raise UsageError(f"--device must be auto, cpu or cuda, got {name!r}")
+    return torch.device(name)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _read_assets(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+@dataclass
+class Loaded:
+    """A trained model with its task and vocabularies, ready to decode."""
+
+    config: RunConfig
+    task: Task
+    vocabs: Vocabularies
+    model: Transformer
+    device: torch.device
+    _assets_dir: Any = field(default=None, repr=False)  # keeps a temporary directory alive
+
+    def decode(self, sources: Sequence[Any], *, decode: DecodeConfig | None = None,
+               progress: bool = False) -> tuple[list[Any], list[list[Hypothesis]]]:
+        """Predictions (task objects) and the n-best hypotheses of ``sources``, in order."""
+        return decode_sources(self.model, self.task, self.vocabs, sources,
+                              decode or self.config.decode, device=self.device, progress=progress)
+
+
+def decode_sources(model: Transformer, task: Task, vocabs: Vocabularies, sources: Sequence[Any],
+                   decode: DecodeConfig, *, device: torch.device,
+                   progress: bool = False) -> tuple[list[Any], list[list[Hypothesis]]]:
+    ids = [vocabs.source.encode(task.source_tokens(s)) + [EOS] for s in sources]
+    limit = model.config.max_positions - 1 if model.config.positions == "learned" else None
+
+    def constraints(idx: list[int]) -> Any:
+        return task.constraint([sources[i] for i in idx], vocabs)
+
+    hyps = generate(model, ids, decode, device=device, constraints=constraints,
+                    position_limit=limit, progress=progress)
+    preds = [task.prediction(vocabs.target.decode(h[0].tokens) if h else [], s)
+             for h, s in zip(hyps, sources)]
+    return preds, hyps
+
+
+def _seed(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _check_resumable(out: Path, config: RunConfig) -> None:
+    saved_path = out / "config.json"
+    if not saved_path.exists():
+        return
+    saved = json.loads(saved_path.read_text(encoding="utf-8"))
+    new = cfg.to_dict(config)
+    for key in ("task", "seed", "model", "data"):
+        if saved.get(key) != new.get(key):
+            raise UsageError(
+                f"{out} holds a run with different '{key}' settings; choose a new --out "
+                "(only train and decode settings may change when continuing a run)"
+            )
+
+
+def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "auto",
+        progress: bool = False) -> dict[str, float]:
+    """Prepare data, build the vocabulary, train, average checkpoints, decode and score
+    the test split. Continues a run already in ``out``. Returns the metrics."""
+    out = Path(out)
+    dev_ = device if isinstance(device, torch.device) else select_device(device)
+    task: Task = tasks.load(config.task)(config.data)
+    _check_resumable(out, config)
+    for sub in ("checkpoints", "predictions"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    _write_json(out / "config.json", cfg.to_dict(config))
+    _seed(config.seed)
+
+    train_examples = list(task.read("train"))
+    vocab_dir = out / "vocab"
+    if vocab_dir.is_dir() and any(vocab_dir.iterdir()):
+        vocabs = task.vocabulary(vocab_dir, None)
+    else:
+        vocab_dir.mkdir(exist_ok=True)
+        vocabs = task.vocabulary(vocab_dir, train_examples)
+    log.info("vocabulary: %d source / %d target symbols%s", len(vocabs.source), len(vocabs.target),
+             " (shared)" if vocabs.shared else "")
+    train = encode_pairs(task, vocabs, train_examples, max_length=config.train.max_length,
+                         what="training pairs")
+    dev_examples = list(task.read("dev"))
+    dev = encode_pairs(task, vocabs, dev_examples, max_length=config.train.max_length,
+                       what="dev pairs (dev loss only; all are decoded)")
+    log.info("data: %d training pairs, %d dev examples", len(train), len(dev_examples))
+
+    model = build_model(config.model, vocabs)
+    params = model.num_parameters()
+    log.info("model: %s parameters (%.1f M)", f"{params:,}", params / 1e6)
+
+    valid_decode = _valid_decode(config)
+    valid_examples = dev_examples[: config.train.valid_max_examples or None]
+
+    def validate(m: Transformer) -> dict[str, float]:
+        if not valid_examples:
+            return {}
+        preds, _ = decode_sources(m, task, vocabs, [e.source for e in valid_examples], valid_decode,
+                                  device=dev_)
+        return task.score(preds, valid_examples)
+
+    trainer = Trainer(model, config, train, directory=out / "checkpoints", device=dev_, dev=dev,
+                      validate=validate, metric=task.metric, assets=_read_assets(vocab_dir),
+                      progress_bar=progress, log_file=out / "train.jsonl")
+    result = trainer.fit()
+
+    found = checkpoint.list_checkpoints(out / "checkpoints")[-config.train.average_last :]
+    final = checkpoint.average(found, out / "checkpoints" / AVERAGE)
+    log.info("averaged %d checkpoint(s) into %s", len(found), final)
+    model.load_state_dict(checkpoint.load(final)["model"])
+
+    test_examples = list(task.read("test"))
+    started = time.perf_counter()
+    preds, _ = decode_sources(model, task, vocabs, [e.source for e in test_examples], config.decode,
+                              device=dev_, progress=progress)
+    decode_seconds = time.perf_counter() - started
+    (out / "predictions" / "test.txt").write_text(
+        "".join(task.format(p) + "\n" for p in preds), encoding="utf-8")
+    metrics: dict[str, float] = dict(task.score(preds, test_examples))
+    metrics.update({
+        "params": params,
+        "train_tokens_per_s": round(result.tokens_per_second, 1),
+        "decode_sentences_per_s": round(len(test_examples) / max(decode_seconds, 1e-9), 2),
+        "train_steps": result.progress.step,
+        "train_minutes": round(result.progress.seconds / 60, 3),
+        "test_sentences": len(test_examples),
+    })
+    _write_json(out / "metrics.json", metrics)
+    log.info("test: %s", ", ".join(f"{k} {v:g}" for k, v in metrics.items()))
+    return metrics
+
+
+def _valid_decode(config: RunConfig) -> DecodeConfig:
+    beam = config.train.valid_beam or config.decode.beam
+    return cfg.from_dict(DecodeConfig, {**cfg.to_dict(config.decode), "beam": beam,
+                                        "nbest": min(config.decode.nbest, beam)})
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """A checkpoint file, or the final model of a run directory (the average, else the newest)."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    for directory in (path / "checkpoints", path):
+        if (directory / AVERAGE).is_file():
+            return directory / AVERAGE
+        found = checkpoint.list_checkpoints(directory)
+        if found:
+            return found[-1]
+    raise CheckpointError(f"{path}: neither a checkpoint file nor a run directory with checkpoints")
+
+
+def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch.device = "auto") -> Loaded:
+    """Load a run directory or checkpoint for decoding; ``overrides`` may change the
+    ``decode`` (and ``data``) settings, e.g. ``["decode.beam=8"]``."""
+    ckpt_path = find_checkpoint(path)
+    payload = checkpoint.load(ckpt_path)
+    saved = payload["config"]
+    task_cls = tasks.load(saved["task"])
+    tree = cfg.merge(saved, cfg.parse_overrides(overrides, data_cls=task_cls.Config))
+    for section in ("model", "task", "seed"):
+        if tree.get(section) != saved.get(section):
+            raise UsageError(f"--set cannot change '{section}' of a trained model")
+    config = cfg.from_dict(RunConfig, tree, data_cls=task_cls.Config)
+    task = task_cls(config.data)
+    holder = tempfile.TemporaryDirectory(prefix="seqtrans-assets-")
+    for name, data in payload.get("assets", {}).items():
+        (Path(holder.name) / name).write_bytes(data)
+    vocabs = task.vocabulary(Path(holder.name), None)
+    dev_ = device if isinstance(device, torch.device) else select_device(device)
+    model = build_model(config.model, vocabs)
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as exc:
+        raise CheckpointError(f"{ckpt_path}: weights do not fit the model of its config: {exc}") from None
+    model.to(dev_).eval()
+    return Loaded(config, task, vocabs, model, dev_, holder)
+
+
+def evaluate(path: str | Path, *, split: str = "test", overrides: Iterable[str] = (),
+             device: str | torch.device = "auto", progress: bool = False) -> dict[str, float]:
+    """Decode and score one split with a trained model."""
+    if split not in tasks.SPLITS:
+        raise UsageError(f"unknown split '{split}'; choose one of {', '.join(tasks.SPLITS)}")
+    loaded = load(path, overrides=overrides, device=device)
+    examples: list[Example] = list(loaded.task.read(split))
+    started = time.perf_counter()
+    preds, _ = loaded.decode([e.source for e in examples], progress=progress)
+    seconds = time.perf_counter() - started
+    metrics = dict(loaded.task.score(preds, examples))
+    metrics["decode_sentences_per_s"] = round(len(examples) / max(seconds, 1e-9), 2)
+    return metrics
+
+
+def predict(loaded: Loaded, lines: Iterable[str]) -> Iterator[str]:
+    """One output per input line, as each is decoded. With ``decode.nbest`` > 1, each
+    input gives ``nbest`` lines ``rank<TAB>score<TAB>output`` and an empty line."""
+    nbest = loaded.config.decode.nbest
+    for line in lines:
+        source = loaded.task.parse_source(line.rstrip("\n"))
+        preds, hyps = loaded.decode([source])
+        if nbest == 1:
+            yield loaded.task.format(preds[0])
+            continue
+        for rank, hyp in enumerate(hyps[0], 1):
+            pred = loaded.task.prediction(loaded.vocabs.target.decode(hyp.tokens), source)
+            yield f"{rank}\t{hyp.score:.4f}\t{loaded.task.format(pred)}"
+        yield ""
+
+
+def average(paths: Sequence[str | Path], out: str | Path) -> Path:
+    """Average checkpoints into one model-only checkpoint."""
+    return checkpoint.average([Path(p) for p in paths], out)

@@ -1,0 +1,99 @@
+"""Finding task plugins through the ``seqtrans.tasks`` entry-point group.
+
+Entry points are the registry: listing reads the installed distributions' metadata
+without importing anything; a task's module is imported only when it is used. A
+plugin that fails to import is reported with its name and distribution and does not
+affect the others. Two distributions offering the same task name is an error for
+that name, never a silent shadow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import entrypoints
+
+from seqtrans.errors import TaskError
+from seqtrans.tasks.protocol import REQUIRED_ATTRIBUTES, Task
+
+GROUP = "seqtrans.tasks"
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    """One installed task, as its distribution's metadata describes it."""
+
+    name: str
+    distribution: str
+    version: str
+    target: str  # "module:object"
+
+    @property
+    def label(self) -> str:
+        return f"'{self.name}' (from {self.distribution} {self.version})"
+
+
+def installed(path: Sequence[str] | None = None) -> dict[str, list[TaskEntry]]:
+    """Every task name with the entries offering it (more than one means a clash).
+
+    ``path`` defaults to ``sys.path``; tests pass their own.
+    """
+    found: dict[str, list[TaskEntry]] = {}
+    for ep in entrypoints.get_group_all(GROUP, path=list(path) if path is not None else None):
+        distro = ep.distro
+        entry = TaskEntry(
+            name=ep.name,
+            distribution=getattr(distro, "name", None) or "<unknown distribution>",
+            version=getattr(distro, "version", None) or "?",
+            target=f"{ep.module_name}:{ep.object_name}" if ep.object_name else ep.module_name,
+        )
+        entries = found.setdefault(ep.name, [])
+        if entry not in entries:  # the same distribution seen twice on the path
+            entries.append(entry)
+    return found
+
+
+def find(name: str, path: Sequence[str] | None = None) -> TaskEntry:
+    """The entry of task ``name``; an error lists the available names or the clash."""
+    tasks = installed(path)
+    if name not in tasks:
+        available = ", ".join(sorted(tasks)) or "none (install a plugin such as seqtrans-copy)"
+        raise TaskError(f"unknown task '{name}'; installed tasks: {available}")
+    entries = tasks[name]
+    if len(entries) > 1:
+        offered = ", ".join(f"{e.distribution} {e.version} ({e.target})" for e in entries)
+        raise TaskError(
+            f"task name '{name}' is offered by {len(entries)} distributions: {offered}; "
+            "uninstall or rename one"
+        )
+    return entries[0]
+
+
+def load(name: str, path: Sequence[str] | None = None) -> type[Task]:
+    """Import and check the task class registered as ``name``."""
+    entry = find(name, path)
+    return load_entry(entry)
+
+
+def load_entry(entry: TaskEntry) -> type[Task]:
+    module_name, _, object_name = entry.target.partition(":")
+    ep = entrypoints.EntryPoint(entry.name, module_name, object_name or None)
+    try:
+        task = ep.load()
+    except Exception as exc:  # a broken plugin must not take the engine down with it
+        raise TaskError(
+            f"task {entry.label} failed to load from {entry.target}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    missing = [a for a in REQUIRED_ATTRIBUTES if not hasattr(task, a)]
+    if missing:
+        raise TaskError(
+            f"task {entry.label}: {entry.target} does not implement the Task protocol; "
+            f"missing: {', '.join(missing)}"
+        )
+    if task.name != entry.name:
+        raise TaskError(
+            f"task {entry.label}: registered as '{entry.name}' but its class is named '{task.name}'"
+        )
+    return task

@@ -1,0 +1,1 @@
+"""Training: the loop, label-smoothed loss, the learning-rate schedule, checkpoints."""

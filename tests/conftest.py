@@ -1,0 +1,38 @@
+"""Shared fixtures: tiny seeded models and the location of the shared data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqtrans.config import ModelConfig
+from seqtrans.model import Transformer
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def tiny_model(*, vocab: int = 11, seed: int = 0, **overrides: object) -> Transformer:
+    """A 2-layer, width-16 model in eval mode, deterministic for ``seed``."""
+    torch.manual_seed(seed)
+    options = {"encoder_layers": 2, "decoder_layers": 2, "d_model": 16, "d_ff": 32, "heads": 4,
+               "dropout": 0.0, **overrides}
+    model = Transformer(ModelConfig(**options), source_vocab_size=vocab, target_vocab_size=vocab,
+                        shared_vocab=True)
+    return model.eval()
+
+
+@pytest.fixture
+def model() -> Transformer:
+    return tiny_model()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

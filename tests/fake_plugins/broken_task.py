@@ -1,0 +1,1 @@
+import missing_dependency_of_broken_task  # noqa: F401  (the failure under test)

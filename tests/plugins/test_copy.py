@@ -1,0 +1,60 @@
+"""The built-in copy task: its data, its contract, its constraint, and that it learns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from seqtrans import pipeline, tasks
+from seqtrans.tasks.contract import check_task
+from seqtrans_copy import CopyConfig, CopyTask
+
+
+def test_sequences_are_seeded_uniform_in_length_and_split_apart() -> None:
+    task = CopyTask(CopyConfig(max_length=10, train_size=5000, test_size=5000))
+    train = list(task.read("train"))
+    assert train == list(task.read("train"))  # deterministic
+    lengths = [len(e.source) for e in train]
+    assert min(lengths) == 1 and max(lengths) == 10
+    assert all(abs(lengths.count(n) / 5000 - 0.1) < 0.03 for n in range(1, 11))
+    assert {s for e in train for s in e.source} == set(range(20))
+    assert [e.source for e in train[:50]] != [e.source for e in list(task.read("test"))[:50]]
+    assert all(e.target == e.source for e in train)
+    rev = CopyTask(CopyConfig(reverse=True))
+    assert all(e.target == e.source[::-1] for e in rev.read("dev"))
+
+
+@pytest.mark.parametrize("options", [{}, {"reverse": True, "constrain": True}])
+def test_copy_keeps_the_plugin_contract(tmp_path: Path, options: dict) -> None:
+    scores = check_task(CopyTask(CopyConfig(**options)), tmp_path)
+    assert scores["exact_match"] == 1.0
+
+
+def test_the_constraint_makes_every_output_a_permutation_of_its_source(tmp_path: Path) -> None:
+    from conftest import tiny_model
+    from seqtrans.config import DecodeConfig
+
+    task = CopyTask(CopyConfig(constrain=True, vocab_size=7))
+    vocabs = task.vocabulary(tmp_path, list(task.read("train")))
+    model = tiny_model(vocab=len(vocabs.source), seed=3)
+    sources = [[1, 2, 2, 5], [6], [0, 0, 0]]
+    preds, _ = pipeline.decode_sources(model, task, vocabs, sources, DecodeConfig(beam=3, max_len_b=5),
+                                       device=pipeline.select_device("cpu"))
+    for src, pred in zip(sources, preds):
+        assert sorted(pred) == sorted(src)
+
+
+@pytest.mark.slow
+def test_copy_learns_length_10_to_095_exact_match(tmp_path: Path) -> None:
+    config = pipeline.resolve_config("copy", overrides=[
+        "data.max_length=10", "data.test_size=500", "train.max_minutes=0", "train.max_steps=1200",
+        "train.eval_every=400", "data.dev_size=200"])
+    metrics = pipeline.run(config, tmp_path, device="cpu")
+    print(json.dumps(metrics))
+    assert metrics["exact_match"] >= 0.95
+
+
+def test_the_task_is_found_by_name() -> None:
+    assert tasks.load("copy") is CopyTask

@@ -1,0 +1,143 @@
+"""The command-line contract, checked as written: commands, files, exit status, messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fake_plugins import install
+
+TINY = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64",
+        "model.heads=2", "data.train_size=300", "data.dev_size=20", "data.test_size=30",
+        "data.max_length=6", "train.max_steps=12", "train.eval_every=6", "train.checkpoint_every=4",
+        "train.log_every=4", "train.max_tokens=256", "train.keep_checkpoints=3", "train.average_last=2",
+        "train.max_minutes=0"]
+
+
+def seqtrans(*args: str, stdin: str | None = None, env: dict[str, str] | None = None,
+             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "seqtrans", *args], input=stdin, capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, cwd=cwd, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cli") / "run"
+    done = seqtrans("run", "copy", "--out", str(out), "--device", "cpu", "--set", *TINY[:6],
+                    "--set", *TINY[6:])
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_run_writes_the_documented_files(run_dir: Path) -> None:
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    for key in ("exact_match", "params", "train_tokens_per_s", "decode_sentences_per_s"):
+        assert isinstance(metrics[key], (int, float)), key
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["task"] == "copy" and config["model"]["d_model"] == 32
+    assert config["train"]["adam_betas"] == [0.9, 0.98] and config["data"]["test_size"] == 30
+    assert len((run_dir / "predictions" / "test.txt").read_text().splitlines()) == 30
+    names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert names == ["average.pt", "checkpoint_00000004.pt", "checkpoint_00000008.pt",
+                     "checkpoint_00000012.pt"]
+
+
+def test_predict_reads_stdin_and_writes_one_line_per_input(run_dir: Path) -> None:
+    done = seqtrans("predict", str(run_dir), "--device", "cpu", stdin="1 2 3\n\n4 4\n")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("\n")
+    assert len(lines) == 4 and lines[-1] == ""  # three outputs, the empty input included
+    assert all(tok.isdigit() or tok == "<unk>" for line in lines for tok in line.split())
+    done = seqtrans("predict", str(run_dir / "checkpoints" / "average.pt"), "--beam", "3",
+                    "--set", "decode.nbest=2", stdin="1 2 3\n")
+    rank_lines = [line.split("\t") for line in done.stdout.splitlines() if line]
+    assert [r[0] for r in rank_lines] == ["1", "2"] and float(rank_lines[0][1]) >= float(rank_lines[1][1])
+
+
+def test_evaluate_prints_the_metrics(run_dir: Path) -> None:
+    done = seqtrans("evaluate", str(run_dir), "--split", "dev", "--device", "cpu")
+    assert done.returncode == 0, done.stderr
+    assert 0.0 <= json.loads(done.stdout)["exact_match"] <= 1.0
+
+
+def test_average_writes_a_loadable_checkpoint(run_dir: Path, tmp_path: Path) -> None:
+    ckpts = sorted((run_dir / "checkpoints").glob("checkpoint_*.pt"))
+    done = seqtrans("average", *map(str, ckpts), "--out", str(tmp_path / "avg.pt"))
+    assert done.returncode == 0, done.stderr
+    done = seqtrans("predict", str(tmp_path / "avg.pt"), stdin="5 6\n")
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 1
+
+
+def test_tasks_lists_copy_with_its_distribution() -> None:
+    done = seqtrans("tasks")
+    assert done.returncode == 0
+    row = next(line.split() for line in done.stdout.splitlines() if line.startswith("copy "))
+    assert row[1].replace("_", "-") == "seqtrans-copy" and row[2] == "0.1.0" and row[3] == "ok"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["run", "copy", "--set", "model.d_modle=4"], "model.d_modle"),
+    (["run", "copy", "--set", "train.max_steps=many"], "train.max_steps"),
+    (["run", "copy", "--set", "nokey"], "key=value"),
+    (["run", "copy", "--preset", "enormous"], "unknown preset 'enormous'"),
+    (["run", "nosuchtask"], "installed tasks: copy"),
+    (["run"], "usage:"),
+    (["config", "copy", "--config", "/nonexistent/c.toml"], "cannot read config file"),
+])
+def test_usage_and_config_errors_exit_with_status_2(args: list[str], words: str) -> None:
+    done = seqtrans(*args)
+    assert done.returncode == 2
+    assert words in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_data_error_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
+    install(tmp_path / "site", "lines_plugin", "1.0", {"lines": "lines_task:LinesTask"})
+    good = tmp_path / "good.tsv"
+    good.write_text("a b\tb a\nc\tc\n")
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("a b\tb a\nno tab here\n")
+    env = {"PYTHONPATH": str(tmp_path / "site")}
+    done = seqtrans("run", "lines", "--preset", "tiny", "--out", str(tmp_path / "run"), "--set",
+                    f"data.train={bad}", f"data.dev={good}", f"data.test={good}", env=env)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        f"{bad}:2: expected source<TAB>target, found 1 field(s)")
+    assert "Traceback" not in done.stderr
+
+
+def test_a_third_party_plugin_runs_end_to_end(tmp_path: Path) -> None:
+    install(tmp_path / "site", "lines_plugin", "1.0", {"lines": "lines_task:LinesTask"})
+    data = tmp_path / "d.tsv"
+    data.write_text("a b\tb a\nc d\td c\n")
+    env = {"PYTHONPATH": str(tmp_path / "site")}
+    done = seqtrans("tasks", env=env)
+    assert any(line.split()[:2] == ["lines", "lines_plugin"] for line in done.stdout.splitlines())
+    done = seqtrans("run", "lines", "--preset", "tiny", "--out", str(tmp_path / "run"), "--set",
+                    f"data.train={data}", f"data.dev={data}", f"data.test={data}", "train.max_steps=3",
+                    "train.eval_every=3", "train.checkpoint_every=3", "train.average_last=1",
+                    "train.keep_checkpoints=1", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["decode"]["beam"] == 2  # task default
+
+
+def test_config_prints_every_key_with_help() -> None:
+    done = seqtrans("config", "copy", "--set", "model.d_model=64")
+    assert done.returncode == 0
+    assert "model.d_model = 64  (int)" in done.stdout
+    assert "Model width d_model" in done.stdout
+    done = seqtrans("config", "copy", "--preset", "base", "--json")
+    assert json.loads(done.stdout)["model"]["d_model"] == 512
+
+
+def test_help_describes_every_command() -> None:
+    done = seqtrans("--help")
+    for command in ("tasks", "run", "predict", "evaluate", "average", "config"):
+        assert command in done.stdout
+    done = seqtrans("run", "--help")
+    assert "--preset" in done.stdout and "--set" in done.stdout and "--device" in done.stdout

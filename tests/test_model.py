@@ -1,0 +1,139 @@
+"""The Transformer: causality, padding independence, the cache, shapes and sizes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import tiny_model
+from seqtrans.config import PRESETS, ModelConfig
+from seqtrans.model import Transformer
+from seqtrans.vocab import BOS, EOS, PAD
+
+
+@pytest.fixture(autouse=True)
+def _no_grad():
+    with torch.no_grad():
+        yield
+
+
+def src_batch() -> torch.Tensor:
+    return torch.tensor([[5, 6, 7, 8, EOS], [9, 4, EOS, PAD, PAD]])
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+def test_future_target_tokens_do_not_change_earlier_outputs(norm: str, positions: str) -> None:
+    model = tiny_model(norm=norm, positions=positions)
+    src = src_batch()
+    tgt = torch.tensor([[BOS, 4, 5, 6, 7], [BOS, 8, 9, 10, 4]])
+    base = model(src, tgt)
+    for t in range(1, tgt.size(1)):
+        changed = tgt.clone()
+        changed[:, t:] = torch.randint(4, 11, changed[:, t:].shape)
+        out = model(src, changed)
+        torch.testing.assert_close(out[:, :t], base[:, :t], atol=1e-6, rtol=0)
+        assert not torch.allclose(out[:, t:], base[:, t:])  # the change itself is seen
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_padding_and_batch_mates_do_not_change_a_sentence(norm: str) -> None:
+    model = tiny_model(norm=norm)
+    src = torch.tensor([[5, 6, EOS]])
+    tgt = torch.tensor([[BOS, 7, 8]])
+    alone = model(src, tgt)
+    # the same sentence padded, beside a longer one
+    src2 = torch.tensor([[5, 6, EOS, PAD, PAD, PAD], [4, 5, 6, 7, 8, EOS]])
+    tgt2 = torch.tensor([[BOS, 7, 8, PAD, PAD], [BOS, 9, 9, 9, 9]])
+    together = model(src2, tgt2)
+    torch.testing.assert_close(together[0, :3], alone[0], atol=1e-5, rtol=1e-5)
+    enc_alone = model.encode(src).memory
+    enc_together = model.encode(src2).memory
+    torch.testing.assert_close(enc_together[0, :3], enc_alone[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+def test_incremental_decoding_with_cache_equals_full_recomputation(positions: str) -> None:
+    model = tiny_model(positions=positions)
+    src = src_batch()
+    tgt = torch.tensor([[BOS, 4, 5, 6, 7, 8], [BOS, 8, 9, 10, 4, 5]])
+    full = model(src, tgt)
+    state = model.start(model.encode(src), beam=1, capacity=2)  # grows past its capacity
+    steps = [model.decode(tgt[:, t : t + 1], state=state) for t in range(tgt.size(1))]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    # several tokens at once with a cache (prefix forcing) agree too
+    state = model.start(model.encode(src), beam=1, capacity=8)
+    first = model.decode(tgt[:, :3], state=state)
+    rest = model.decode(tgt[:, 3:], state=state)
+    torch.testing.assert_close(torch.cat([first, rest], dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_cache_follows_reordered_and_dropped_hypotheses() -> None:
+    model = tiny_model()
+    src = src_batch()  # 2 sentences, beam 3 -> 6 rows
+    encoded = model.encode(src)
+    state = model.start(encoded, beam=3, capacity=8)
+    hist = torch.tensor([[BOS, 4], [BOS, 5], [BOS, 6], [BOS, 7], [BOS, 8], [BOS, 9]])
+    model.decode(hist[:, :1], state=state)
+    model.decode(hist[:, 1:2], state=state)
+    rows = torch.tensor([2, 0, 0, 5, 3, 4])  # hypotheses stay within their sentence
+    state.reorder(rows)
+    hist = torch.cat([hist[rows], torch.full((6, 1), 10)], dim=1)
+    step = model.decode(hist[:, 2:3], state=state)
+    full = model(src.repeat_interleave(3, dim=0), hist)
+    torch.testing.assert_close(step[:, 0], full[:, 2], atol=1e-5, rtol=1e-5)
+    # sentence 0 finishes: keep only sentence 1's rows
+    state.reorder(torch.tensor([3, 4, 5]), torch.tensor([1]))
+    hist = torch.cat([hist[3:], torch.full((3, 1), 4)], dim=1)
+    step = model.decode(hist[:, 3:4], state=state)
+    full = model(src[1:].repeat_interleave(3, dim=0), hist)
+    torch.testing.assert_close(step[:, 0], full[:, 3], atol=1e-5, rtol=1e-5)
+
+
+def test_shared_vocabulary_ties_embeddings_and_output() -> None:
+    model = tiny_model()
+    assert model.source_embed is model.target_embed
+    assert model.output is None  # logits use the target embedding matrix
+    untied = Transformer(ModelConfig(d_model=16, d_ff=32, heads=4, encoder_layers=1, decoder_layers=1,
+                                     tie_output=False),
+                         source_vocab_size=9, target_vocab_size=7, shared_vocab=False)
+    assert untied.source_embed is not untied.target_embed
+    assert untied.output is not None and untied.output.weight.shape == (7, 16)
+
+
+def test_embeddings_are_scaled_by_sqrt_d_model() -> None:
+    model = tiny_model(encoder_layers=1, decoder_layers=1)
+    tokens = torch.tensor([[5, 6]])
+    x = model._embed(model.source_embed, tokens, 0)
+    expected = model.source_embed.weight[tokens] * 4.0 + model.positions(2, device=tokens.device)
+    torch.testing.assert_close(x, expected)
+
+
+def test_sinusoidal_positions_match_the_paper_formula() -> None:
+    model = tiny_model(encoder_layers=1, decoder_layers=1)
+    pe = model.positions(5, offset=3, device=torch.device("cpu"))
+    for pos in range(3, 8):
+        for i in range(8):
+            angle = pos / 10000 ** (2 * i / 16)
+            assert pe[pos - 3, 2 * i].item() == pytest.approx(torch.tensor(angle).sin().item(), abs=1e-5)
+            assert pe[pos - 3, 2 * i + 1].item() == pytest.approx(torch.tensor(angle).cos().item(), abs=1e-5)
+
+
+def test_learned_positions_refuse_positions_beyond_their_table() -> None:
+    model = tiny_model(positions="learned", max_positions=4)
+    with pytest.raises(ValueError, match="max_positions"):
+        model.encode(torch.tensor([[5, 6, 7, 8, EOS]]))
+
+
+def test_base_preset_has_the_papers_parameter_count() -> None:
+    # Table 3: 65M for base with a shared 37,000-token vocabulary (biases and norms included).
+    base = ModelConfig(**PRESETS["base"]["model"])
+    with torch.device("meta"):
+        model = Transformer(base, source_vocab_size=37000, target_vocab_size=37000, shared_vocab=True)
+    params = model.num_parameters()
+    print(f"base model, shared 37,000 vocabulary: {params:,} parameters")
+    assert 63_000_000 <= params <= 65_000_000
+    big = ModelConfig(**PRESETS["big"]["model"])
+    with torch.device("meta"):
+        model = Transformer(big, source_vocab_size=37000, target_vocab_size=37000, shared_vocab=True)
+    assert 209_000_000 <= model.num_parameters() <= 215_000_000  # Table 3: 213M

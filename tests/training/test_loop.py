@@ -1,0 +1,89 @@
+"""The training loop: exact resumption, gradient accumulation, stopping rules."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqtrans.config import ModelConfig, RunConfig, TrainConfig
+from seqtrans.data import Pairs
+from seqtrans.model import Transformer
+from seqtrans.training import checkpoint
+from seqtrans.training.loop import Trainer
+
+MODEL = ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2, dropout=0.2)
+
+
+def copy_pairs(n: int, seed: int = 0) -> Pairs:
+    rng = random.Random(seed)
+    seqs = [[rng.randrange(4, 12) for _ in range(rng.randint(1, 8))] for _ in range(n)]
+    return Pairs([s + [2] for s in seqs], seqs)
+
+
+def trainer(tmp: Path, *, data: Pairs, seed: int = 0, **train: object) -> Trainer:
+    options = {"max_tokens": 64, "warmup": 10, "checkpoint_every": 5, "eval_every": 1000,
+               "keep_checkpoints": 5, "average_last": 1, "log_every": 1000, **train}
+    config = RunConfig(task="test", model=MODEL, train=TrainConfig(**options), seed=3)
+    torch.manual_seed(seed)  # a different initialisation each time: resume must overwrite it
+    model = Transformer(MODEL, source_vocab_size=12, target_vocab_size=12, shared_vocab=True)
+    return Trainer(model, config, data, directory=tmp, device=torch.device("cpu"))
+
+
+def test_an_interrupted_and_resumed_run_gives_the_same_losses(tmp_path: Path) -> None:
+    data = copy_pairs(40)  # a few batches per epoch, so the run crosses epoch boundaries
+    whole = trainer(tmp_path / "whole", data=data, max_steps=14).fit()
+    assert whole.progress.epoch > 2
+    first = trainer(tmp_path / "split", data=data, max_steps=7).fit()
+    second = trainer(tmp_path / "split", data=data, seed=99, max_steps=14).fit()
+    assert first.losses + second.losses == whole.losses
+    assert second.progress.step == 14
+    a = checkpoint.load(checkpoint.list_checkpoints(tmp_path / "whole")[-1])["model"]
+    b = checkpoint.load(checkpoint.list_checkpoints(tmp_path / "split")[-1])["model"]
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_batches_are_deterministic_for_a_seed(tmp_path: Path) -> None:
+    data = copy_pairs(40)
+    one = trainer(tmp_path / "a", data=data, max_steps=5).fit()
+    two = trainer(tmp_path / "b", data=data, max_steps=5).fit()
+    assert one.losses == two.losses
+
+
+def test_accumulated_batches_give_the_gradient_of_their_union(tmp_path: Path) -> None:
+    data = copy_pairs(8)
+    t = trainer(tmp_path, data=data, max_steps=1, accumulate=2)
+    t.model.eval()  # no dropout, so both ways see the same function
+    t.model.train = lambda mode=True: t.model  # type: ignore[method-assign]
+    before = {k: v.clone() for k, v in t.model.state_dict().items()}
+    t._update([data.batch([0, 1, 2]), data.batch([3, 4, 5, 6, 7])])
+    accumulated = {n: p.grad.clone() for n, p in t.model.named_parameters()}
+    t.model.load_state_dict(before)
+    t._update([data.batch(list(range(8)))])
+    for n, p in t.model.named_parameters():
+        torch.testing.assert_close(p.grad, accumulated[n], atol=1e-6, rtol=1e-4)
+
+
+def test_max_epochs_and_time_budget_stop_training(tmp_path: Path) -> None:
+    data = copy_pairs(20)
+    result = trainer(tmp_path / "e", data=data, max_steps=1000, max_epochs=2).fit()
+    assert result.progress.epoch == 2 and "2 epochs" in result.progress.stop_reason
+    assert checkpoint.list_checkpoints(tmp_path / "e")  # ends with a checkpoint
+    result = trainer(tmp_path / "t", data=data, max_steps=100000, max_minutes=0.002).fit()
+    assert "time budget" in result.progress.stop_reason
+    assert result.progress.seconds == pytest.approx(0.12, abs=0.5)
+
+
+def test_early_stopping_on_the_task_metric(tmp_path: Path) -> None:
+    data = copy_pairs(20)
+    t = trainer(tmp_path, data=data, max_steps=1000, eval_every=2, patience=3)
+    values = iter([0.5, 0.6, 0.6, 0.55, 0.59, 0.9])
+    t.validate = lambda model: {"acc": next(values)}
+    t.metric = "acc"
+    result = t.fit()
+    assert result.progress.step == 10  # validations at 2, 4 (best), 6, 8, 10: three without gain
+    assert [v["dev_acc"] for v in result.validations] == [0.5, 0.6, 0.6, 0.55, 0.59]
+    assert "no better dev acc" in result.progress.stop_reason

@@ -1,0 +1,23 @@
+"""The learning rate of section 5.3 at hand-computed points."""
+
+from __future__ import annotations
+
+import pytest
+
+from seqtrans.training.schedule import inverse_sqrt_lr
+
+
+def test_learning_rate_at_steps_1_4000_and_16000() -> None:
+    lr = lambda step: inverse_sqrt_lr(step, d_model=512, warmup=4000)  # noqa: E731
+    # 512^-0.5 * 1 * 4000^-1.5 = 0.0441942 * 3.95285e-6
+    assert lr(1) == pytest.approx(1.746928e-07, rel=1e-6)
+    # the peak: 512^-0.5 * 4000^-0.5
+    assert lr(4000) == pytest.approx(6.987712e-04, rel=1e-6)
+    # decay: 512^-0.5 * 16000^-0.5, half the peak
+    assert lr(16000) == pytest.approx(3.493856e-04, rel=1e-6)
+    assert lr(2000) == pytest.approx(lr(4000) / 2)  # linear warm-up
+
+
+def test_scale_factor_multiplies_the_rate() -> None:
+    assert inverse_sqrt_lr(100, d_model=256, warmup=50, scale=2.0) == pytest.approx(
+        2 * 256**-0.5 * 100**-0.5)
