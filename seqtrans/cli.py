@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "every key, its value and its help (or JSON with --json).")
     _add_config_args(p)
     p.add_argument("--json", action="store_true", help="Print the config as JSON instead.")
+    p.add_argument("--markdown", action="store_true", help="Print a Markdown table instead.")
 
     p = sub.add_parser("predict", help="Decode lines from stdin with a trained model.",
                        description="Read inputs from stdin, one per line, and write each output to "
@@ -118,13 +119,16 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from seqtrans.config import describe, to_dict
+    from seqtrans.config import describe, markdown_table, to_dict
     from seqtrans.pipeline import resolve_config
 
     config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
                             overrides=args.overrides)
     if args.json:
         print(json.dumps(to_dict(config), indent=2))
+        return 0
+    if args.markdown:
+        print(markdown_table(config), end="")
         return 0
     for key, type_name, value, help_text in describe(config):
         print(f"{key} = {json.dumps(to_dict(value))}  ({type_name})")

@@ -462,3 +462,12 @@ def describe(config: Any, *, prefix: str = "") -> list[tuple[str, str, Any, str]
         else:
             rows.append((prefix + f.name, _type_name(tp), value, f.metadata.get("help", "")))
     return rows
+
+
+def markdown_table(config: Any, *, prefix: str = "") -> str:
+    """A Markdown table of every option of ``config``: key, type, value, help."""
+    lines = ["| key | type | default | help |", "|---|---|---|---|"]
+    for key, type_name, value, help_text in describe(config, prefix=prefix):
+        shown = json.dumps(to_dict(value))
+        lines.append(f"| `{key}` | {type_name.replace('|', '/')} | `{shown}` | {help_text} |")
+    return "\n".join(lines) + "\n"

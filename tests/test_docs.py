@@ -1,0 +1,40 @@
+"""The README, CI and docs say what the code does."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import ROOT
+from seqtrans.cli import COMMANDS
+from seqtrans.config import RunConfig, markdown_table
+from seqtrans_copy import CopyConfig
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    command = ci.strip().splitlines()[-1]
+    assert command.startswith("pip install -r requirements-dev.txt")
+    assert f"\n{command}\n" in readme
+    assert "\npip install ./ ./plugins/copy && seqtrans run copy\n" in readme
+
+
+def test_the_configuration_reference_is_generated_from_the_code() -> None:
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    assert markdown_table(RunConfig()) in doc
+    copy_doc = (ROOT / "docs" / "tasks" / "copy.md").read_text()
+    assert markdown_table(CopyConfig(), prefix="data.") in copy_doc
+
+
+def test_every_page_in_the_docs_navigation_exists() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text()
+    pages = re.findall(r":\s*([\w/]+\.md)", nav)
+    assert pages
+    for page in pages:
+        assert (ROOT / "docs" / page).is_file(), page
+
+
+def test_the_readme_lists_every_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for command in COMMANDS:
+        assert f"`seqtrans {command}" in readme, command
