@@ -2,6 +2,10 @@
 
 Exit status: 0 on success, 2 on usage or configuration errors, 1 on data or
 checkpoint errors (a one-line message naming the file and line).
+
+Plugins may add commands through the ``seqtrans.commands`` entry-point group: the
+entry point names a callable ``main(argv: list[str]) -> int`` that parses its own
+arguments; ``seqtrans NAME ARGS...`` calls it with ``ARGS``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 
 from seqtrans import __version__
 from seqtrans.errors import SeqtransError, UsageError
+from seqtrans.tasks.discovery import COMMAND_GROUP, TaskEntry, installed, load_object
 
 log = logging.getLogger("seqtrans")
 
@@ -38,9 +43,20 @@ def _add_device(p: argparse.ArgumentParser) -> None:
                    help="Where to run: cuda if available (auto), or as named.")
 
 
+def _plugin_commands() -> dict[str, list[TaskEntry]]:
+    return {name: entries for name, entries in installed(group=COMMAND_GROUP).items()
+            if name not in COMMANDS}
+
+
 def build_parser() -> argparse.ArgumentParser:
+    plugin_commands = _plugin_commands()
+    epilog = None
+    if plugin_commands:
+        epilog = "commands from plugins: " + ", ".join(
+            f"{name} ({entries[0].distribution})" for name, entries in sorted(plugin_commands.items())
+        ) + " (run 'seqtrans NAME --help')"
     parser = argparse.ArgumentParser(
-        prog="seqtrans",
+        prog="seqtrans", epilog=epilog,
         description="Sequence transduction with the Transformer: train, decode and score task plugins.",
     )
     parser.add_argument("--version", action="version", version=f"seqtrans {__version__}")
@@ -192,7 +208,36 @@ COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "run": _cmd_run, "predic
             "evaluate": _cmd_evaluate, "average": _cmd_average}
 
 
+def _run_plugin_command(argv: list[str]) -> int | None:
+    """Run ``seqtrans NAME ARGS`` when NAME is a plugin's command; None when it is not."""
+    first = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+    if first is None or argv[first] in COMMANDS:
+        return None
+    name = argv[first]
+    entries = installed(group=COMMAND_GROUP).get(name)
+    if not entries:
+        return None
+    try:
+        if len(entries) > 1:
+            offered = ", ".join(f"{e.distribution} {e.version}" for e in entries)
+            raise UsageError(f"command name '{name}' is offered by several distributions: {offered}")
+        command = load_object(entries[0], kind="command")
+        if not callable(command):
+            raise UsageError(f"command {entries[0].label} is not callable")
+        return int(command(argv[first + 1 :]) or 0)
+    except UsageError as exc:
+        print(f"seqtrans {name}: error: {exc}", file=sys.stderr)
+        return 2
+    except SeqtransError as exc:
+        print(f"seqtrans {name}: error: {exc}", file=sys.stderr)
+        return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    code = _run_plugin_command(argv)
+    if code is not None:
+        return code
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

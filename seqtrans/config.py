@@ -149,6 +149,10 @@ class DecodeConfig:
     nbest: int = option(1, "Hypotheses returned per input (at most the beam size).")
     batch_tokens: int = option(8000, "Source tokens (padding included) per decoding batch.")
     constrained: bool = option(True, "Apply the task's constraint on next tokens, where it has one.")
+    compare_unconstrained: bool = option(
+        False, "Also decode the test split without the task's constraint and report those metrics "
+        "with the prefix 'unconstrained_'."
+    )
 
     def __post_init__(self) -> None:
         for key in ("beam", "nbest", "batch_tokens"):

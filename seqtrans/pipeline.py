@@ -7,6 +7,7 @@ A run directory holds ``config.json``, ``vocab/`` (the task's files),
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -173,17 +174,13 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     model.load_state_dict(checkpoint.load(final)["model"])
 
     test_examples = list(task.read("test"))
-    started = time.perf_counter()
-    preds, _ = decode_sources(model, task, vocabs, [e.source for e in test_examples], config.decode,
-                              device=dev_, progress=progress)
-    decode_seconds = time.perf_counter() - started
+    preds, metrics = score_examples(model, task, vocabs, test_examples, config.decode, device=dev_,
+                                    progress=progress)
     (out / "predictions" / "test.txt").write_text(
         "".join(task.format(p) + "\n" for p in preds), encoding="utf-8")
-    metrics: dict[str, float] = dict(task.score(preds, test_examples))
     metrics.update({
         "params": params,
         "train_tokens_per_s": round(result.tokens_per_second, 1),
-        "decode_sentences_per_s": round(len(test_examples) / max(decode_seconds, 1e-9), 2),
         "train_steps": result.progress.step,
         "train_minutes": round(result.progress.seconds / 60, 3),
         "test_sentences": len(test_examples),
@@ -191,6 +188,24 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     _write_json(out / "metrics.json", metrics)
     log.info("test: %s", ", ".join(f"{k} {v:g}" for k, v in metrics.items()))
     return metrics
+
+
+def score_examples(model: Transformer, task: Task, vocabs: Vocabularies, examples: Sequence[Example],
+                   decode: DecodeConfig, *, device: torch.device,
+                   progress: bool = False) -> tuple[list[Any], dict[str, float]]:
+    """Decode and score ``examples``: the predictions and the task's metrics, plus
+    ``decode_sentences_per_s`` (and ``unconstrained_*`` with ``decode.compare_unconstrained``)."""
+    sources = [e.source for e in examples]
+    started = time.perf_counter()
+    preds, _ = decode_sources(model, task, vocabs, sources, decode, device=device, progress=progress)
+    seconds = time.perf_counter() - started
+    metrics = {k: float(v) for k, v in task.score(preds, examples).items()}
+    metrics["decode_sentences_per_s"] = round(len(examples) / max(seconds, 1e-9), 2)
+    if decode.compare_unconstrained and decode.constrained:
+        free = dataclasses.replace(decode, constrained=False)
+        free_preds, _ = decode_sources(model, task, vocabs, sources, free, device=device)
+        metrics.update({f"unconstrained_{k}": float(v) for k, v in task.score(free_preds, examples).items()})
+    return preds, metrics
 
 
 def _valid_decode(config: RunConfig) -> DecodeConfig:
@@ -247,11 +262,8 @@ def evaluate(path: str | Path, *, split: str = "test", overrides: Iterable[str] 
         raise UsageError(f"unknown split '{split}'; choose one of {', '.join(tasks.SPLITS)}")
     loaded = load(path, overrides=overrides, device=device)
     examples: list[Example] = list(loaded.task.read(split))
-    started = time.perf_counter()
-    preds, _ = loaded.decode([e.source for e in examples], progress=progress)
-    seconds = time.perf_counter() - started
-    metrics = dict(loaded.task.score(preds, examples))
-    metrics["decode_sentences_per_s"] = round(len(examples) / max(seconds, 1e-9), 2)
+    _, metrics = score_examples(loaded.model, loaded.task, loaded.vocabs, examples, loaded.config.decode,
+                                device=loaded.device, progress=progress)
     return metrics
 
 

@@ -141,3 +141,14 @@ def test_help_describes_every_command() -> None:
         assert command in done.stdout
     done = seqtrans("run", "--help")
     assert "--preset" in done.stdout and "--set" in done.stdout and "--device" in done.stdout
+
+
+def test_plugins_can_add_commands(tmp_path: Path) -> None:
+    install(tmp_path, "shout_plugin", "0.1", {"shout": "shout_command:main"}, group="seqtrans.commands")
+    env = {"PYTHONPATH": str(tmp_path)}
+    done = seqtrans("shout", "hello", "world", env=env)
+    assert done.returncode == 0 and done.stdout == "HELLO WORLD\n"
+    done = seqtrans("-q", "shout", "--fail", env=env)
+    assert done.returncode == 1
+    assert done.stderr.strip() == "seqtrans shout: error: words.txt:3: not loud enough"
+    assert "shout (shout_plugin)" in seqtrans("--help", env=env).stdout

@@ -1,4 +1,5 @@
-"""Finding task plugins through the ``seqtrans.tasks`` entry-point group.
+"""Finding plugins through entry points: tasks in ``seqtrans.tasks``, extra
+command-line commands in ``seqtrans.commands``.
 
 Entry points are the registry: listing reads the installed distributions' metadata
 without importing anything; a task's module is imported only when it is used. A
@@ -18,11 +19,13 @@ from seqtrans.errors import TaskError
 from seqtrans.tasks.protocol import REQUIRED_ATTRIBUTES, Task
 
 GROUP = "seqtrans.tasks"
+COMMAND_GROUP = "seqtrans.commands"
 
 
 @dataclass(frozen=True)
 class TaskEntry:
-    """One installed task, as its distribution's metadata describes it."""
+    """One installed plugin object (a task, or a command), as its distribution's
+    metadata describes it."""
 
     name: str
     distribution: str
@@ -34,13 +37,13 @@ class TaskEntry:
         return f"'{self.name}' (from {self.distribution} {self.version})"
 
 
-def installed(path: Sequence[str] | None = None) -> dict[str, list[TaskEntry]]:
-    """Every task name with the entries offering it (more than one means a clash).
+def installed(path: Sequence[str] | None = None, *, group: str = GROUP) -> dict[str, list[TaskEntry]]:
+    """Every name in ``group`` with the entries offering it (more than one means a clash).
 
     ``path`` defaults to ``sys.path``; tests pass their own.
     """
     found: dict[str, list[TaskEntry]] = {}
-    for ep in entrypoints.get_group_all(GROUP, path=list(path) if path is not None else None):
+    for ep in entrypoints.get_group_all(group, path=list(path) if path is not None else None):
         distro = ep.distro
         entry = TaskEntry(
             name=ep.name,
@@ -76,16 +79,21 @@ def load(name: str, path: Sequence[str] | None = None) -> type[Task]:
     return load_entry(entry)
 
 
-def load_entry(entry: TaskEntry) -> type[Task]:
+def load_object(entry: TaskEntry, *, kind: str = "task") -> object:
+    """Import the object an entry names; a failure names the plugin and its distribution."""
     module_name, _, object_name = entry.target.partition(":")
     ep = entrypoints.EntryPoint(entry.name, module_name, object_name or None)
     try:
-        task = ep.load()
+        return ep.load()
     except Exception as exc:  # a broken plugin must not take the engine down with it
         raise TaskError(
-            f"task {entry.label} failed to load from {entry.target}: "
+            f"{kind} {entry.label} failed to load from {entry.target}: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
+
+
+def load_entry(entry: TaskEntry) -> type[Task]:
+    task: type[Task] = load_object(entry)  # type: ignore[assignment]
     missing = [a for a in REQUIRED_ATTRIBUTES if not hasattr(task, a)]
     if missing:
         raise TaskError(

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from seqtrans.decoding.constraints import Constraint
 from seqtrans.vocab import Vocabularies
+
+if TYPE_CHECKING:
+    from seqtrans.decoding.constraints import Constraint
 
 SPLITS = ("train", "dev", "test")
 
