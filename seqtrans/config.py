@@ -146,6 +146,7 @@ class DecodeConfig:
     alpha: float = option(0.6, "Length penalty alpha of lp(Y) = ((5 + |Y|) / 6)^alpha; 0 disables.")
     max_len_a: float = option(1.0, "Maximum output length a * |x| + b: the a.")
     max_len_b: int = option(50, "Maximum output length a * |x| + b: the b.")
+    min_len: int = option(0, "Minimum output length in tokens, where the maximum allows it.")
     nbest: int = option(1, "Hypotheses returned per input (at most the beam size).")
     batch_tokens: int = option(8000, "Source tokens (padding included) per decoding batch.")
     constrained: bool = option(True, "Apply the task's constraint on next tokens, where it has one.")
@@ -160,8 +161,9 @@ class DecodeConfig:
                 raise ConfigError(f"decode.{key}", f"must be at least 1, got {getattr(self, key)}")
         if self.nbest > self.beam:
             raise ConfigError("decode.nbest", f"nbest {self.nbest} exceeds the beam size {self.beam}")
-        if self.alpha < 0 or self.max_len_a < 0 or self.max_len_b < 0:
-            raise ConfigError("decode", "alpha, max_len_a and max_len_b must not be negative")
+        for key in ("alpha", "max_len_a", "max_len_b", "min_len"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"decode.{key}", f"must not be negative, got {getattr(self, key)}")
 
 
 @dataclass(frozen=True)

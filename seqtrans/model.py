@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from seqtrans.attention import CrossAttention, CrossState, KVCache, SelfAttention
 from seqtrans.config import ModelConfig
+from seqtrans.kernels import Linear, linear
 from seqtrans.masks import padding_mask
 from seqtrans.vocab import PAD, Vocabularies
 
@@ -61,8 +62,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, *, dropout: float) -> None:
         super().__init__()
-        self.inner = nn.Linear(d_model, d_ff)
-        self.outer = nn.Linear(d_ff, d_model)
+        self.inner = Linear(d_model, d_ff)
+        self.outer = Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
         for lin in (self.inner, self.outer):
             nn.init.xavier_uniform_(lin.weight)
@@ -212,6 +213,11 @@ class Transformer(nn.Module):
             cross=[layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers],
         )
 
+    @property
+    def output_weight(self) -> Tensor:
+        """The pre-softmax projection [V, D] (the target embeddings when tied)."""
+        return self.output.weight if self.output is not None else self.target_embed.weight
+
     def decode(self, tokens: Tensor, encoded: Encoded | None = None, *,
                state: DecoderState | None = None) -> Tensor:
         """Next-token logits.  tokens [N, T] -> [N, T, V]
@@ -220,6 +226,12 @@ class Transformer(nn.Module):
         sources (training). With ``state``, ``tokens`` are the next tokens of each
         hypothesis after those already in the state, which is updated in place.
         """
+        hidden = self.decode_hidden(tokens, encoded, state=state)  # [N, T, D]
+        return linear(hidden, self.output_weight, allow_copy=True)
+
+    def decode_hidden(self, tokens: Tensor, encoded: Encoded | None = None, *,
+                      state: DecoderState | None = None) -> Tensor:
+        """The decoder's last hidden states, before the output projection.  [N, T] -> [N, T, D]"""
         if state is None:
             if encoded is None:
                 raise ValueError("decode() needs the encoder output or a decoding state")
@@ -232,13 +244,15 @@ class Transformer(nn.Module):
         x = self._embed(self.target_embed, tokens, offset)
         for layer, cross_state, cache in zip(self.decoder, cross, caches):
             x = layer(x, cross_state, cache=cache)
-        x = self.decoder_norm(x)
-        weight = self.output.weight if self.output is not None else self.target_embed.weight
-        return F.linear(x, weight)  # [N, T, V]
+        return self.decoder_norm(x)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """src [B, S], tgt_in [B, T] -> logits [B, T, V]"""
         return self.decode(tgt_in, self.encode(src))
+
+    def hidden(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """src [B, S], tgt_in [B, T] -> the decoder's last hidden states [B, T, D]"""
+        return self.decode_hidden(tgt_in, self.encode(src))
 
 
 def build_model(config: ModelConfig, vocabs: Vocabularies) -> Transformer:

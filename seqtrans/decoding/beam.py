@@ -10,7 +10,6 @@ L longest output allowed.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from seqtrans.decoding.constraints import Constraint, apply_constraint
@@ -18,6 +17,7 @@ from seqtrans.decoding.search import (
     NEG_INF,
     Hypothesis,
     cannot_improve,
+    extend,
     length_penalty,
     mask_log_probs,
     merge_finished,
@@ -28,25 +28,29 @@ from seqtrans.model import DecoderState, Transformer
 from seqtrans.vocab import BOS, EOS, PAD
 
 
-def _next_log_probs(model: Transformer, history: Tensor, step: int, state: DecoderState, *,
-                    max_len: Tensor, rows: Tensor, constraint: Constraint | None) -> Tensor:
-    """Log-probabilities of every hypothesis's next token, masked.  -> [N, V] (float32)"""
+def _extended_scores(model: Transformer, history: Tensor, step: int, state: DecoderState, *,
+                     prefix: Tensor, max_len: Tensor, min_len: int, rows: Tensor,
+                     constraint: Constraint | None) -> Tensor:
+    """``prefix`` [N] plus the log-probability of each next token of each hypothesis,
+    -inf where the token is not allowed.  -> [N, V] (float32)"""
     logits = model.decode(history[:, step : step + 1], state=state)[:, -1]  # [N, V]
-    log_probs = F.log_softmax(logits.float(), dim=-1)
+    log_probs = extend(logits, prefix)
     remaining = max_len[rows] - step  # tokens still allowed before the end symbol
-    log_probs = mask_log_probs(log_probs, force_eos=remaining <= 0)
+    log_probs = mask_log_probs(log_probs, force_eos=remaining <= 0, forbid_eos=step < min_len)
     return apply_constraint(log_probs, constraint, history[:, 1 : step + 1], rows=rows,
                             remaining=remaining + 1)
 
 
 @torch.inference_mode()
 def beam_search(model: Transformer, src: Tensor, *, beam: int, alpha: float, max_len: Tensor,
-                nbest: int = 1, constraint: Constraint | None = None) -> list[list[Hypothesis]]:
+                min_len: int = 0, nbest: int = 1,
+                constraint: Constraint | None = None) -> list[list[Hypothesis]]:
     """The ``nbest`` best outputs of each source by ``log P(Y|X) / lp(Y)``.
 
     src [B, S] (PAD-padded, each ending in EOS); max_len [B]: the most tokens each
-    output may have before its end symbol. A sentence stops as soon as no live
-    hypothesis can beat its n-th finished one, which never changes the result.
+    output may have before its end symbol (``min_len``: the fewest, where the maximum
+    allows). A sentence stops as soon as no live hypothesis can beat its n-th finished
+    one, which never changes the result.
     """
     model.eval()
     b0, k, device = src.size(0), beam, src.device
@@ -66,9 +70,9 @@ def beam_search(model: Transformer, src: Tensor, *, beam: int, alpha: float, max
     for step in range(longest + 1):
         b = active.numel()
         sent_of_row = active.repeat_interleave(k)  # [N]
-        log_probs = _next_log_probs(model, history, step, state, max_len=max_len,
-                                    rows=sent_of_row, constraint=constraint)
-        cand, src_beam, token = top_candidates(scores, log_probs.view(b, k, -1))  # [B, C]
+        total = _extended_scores(model, history, step, state, prefix=scores.view(-1), max_len=max_len,
+                                 min_len=min_len, rows=sent_of_row, constraint=constraint)
+        cand, src_beam, token = top_candidates(total.view(b, k, -1))  # [B, C]
         ends, go_on = split_finished(cand, token, k)
 
         # finished: normalise and merge into the kept n-best
@@ -120,7 +124,7 @@ def _hypotheses(tokens: Tensor, raw: Tensor, norm: Tensor) -> list[Hypothesis]:
 
 
 @torch.inference_mode()
-def greedy_search(model: Transformer, src: Tensor, *, max_len: Tensor,
+def greedy_search(model: Transformer, src: Tensor, *, max_len: Tensor, min_len: int = 0,
                   constraint: Constraint | None = None) -> list[list[Hypothesis]]:
     """The most probable next token at every step, until the end symbol or ``max_len``."""
     model.eval()
@@ -131,11 +135,12 @@ def greedy_search(model: Transformer, src: Tensor, *, max_len: Tensor,
     history = torch.full((b0, longest + 2), PAD, dtype=torch.long, device=device)  # [B, L+2]
     history[:, 0] = BOS
     total = torch.zeros(b0, device=device)
+    zeros = torch.zeros(b0, device=device)
     active = torch.arange(b0, device=device)
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
     for step in range(longest + 1):
-        log_probs = _next_log_probs(model, history, step, state, max_len=max_len, rows=active,
-                                    constraint=constraint)
+        log_probs = _extended_scores(model, history, step, state, prefix=zeros[: active.numel()],
+                                     max_len=max_len, min_len=min_len, rows=active, constraint=constraint)
         best, token = log_probs.max(dim=1)  # [B]
         total = total + best
         history[:, step + 1] = token

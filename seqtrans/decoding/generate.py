@@ -58,10 +58,10 @@ def generate(model: Transformer, sources: Sequence[list[int]], config: DecodeCon
                                 for i in idx])
         constraint = constraints(idx) if constraints is not None and config.constrained else None
         if config.beam == 1:
-            out = greedy_search(model, src, max_len=max_len, constraint=constraint)
+            out = greedy_search(model, src, max_len=max_len, min_len=config.min_len, constraint=constraint)
         else:
             out = beam_search(model, src, beam=config.beam, alpha=config.alpha, max_len=max_len,
-                              nbest=config.nbest, constraint=constraint)
+                              min_len=config.min_len, nbest=config.nbest, constraint=constraint)
         for i, hyps in zip(idx, out):
             results[i] = hyps
         bar.update(len(idx))

@@ -31,13 +31,16 @@ def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def mask_log_probs(log_probs: Tensor, *, force_eos: Tensor) -> Tensor:
-    """Never emit padding or the start symbol; rows in ``force_eos`` [N] may only end.
+def mask_log_probs(log_probs: Tensor, *, force_eos: Tensor, forbid_eos: bool = False) -> Tensor:
+    """Never emit padding or the start symbol; rows in ``force_eos`` [N] may only end;
+    with ``forbid_eos`` (shorter than the minimum length) no row may end.
 
     [N, V] -> [N, V]
     """
     log_probs[:, PAD] = NEG_INF
     log_probs[:, BOS] = NEG_INF
+    if forbid_eos:
+        log_probs[:, EOS] = NEG_INF
     if bool(force_eos.any()):
         eos = log_probs[:, EOS].clone()
         log_probs[force_eos] = NEG_INF
@@ -45,16 +48,27 @@ def mask_log_probs(log_probs: Tensor, *, force_eos: Tensor) -> Tensor:
     return log_probs
 
 
-def top_candidates(scores: Tensor, log_probs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The best extensions of every hypothesis of every sentence.
+def extend(logits: Tensor, prefix: Tensor) -> Tensor:
+    """The log-probability of every hypothesis extended by every token:
+    ``prefix + log_softmax(logits)`` in one pass over the logits.
 
-    scores [B, K] (log-prob so far, -inf for an empty slot), log_probs [B, K, V] ->
+    logits [N, V] (any layout), prefix [N] (-inf for an empty slot) -> [N, V] float32, contiguous
+    """
+    logits = logits.float()
+    lse = torch.logsumexp(logits, dim=-1)  # [N]
+    out = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)  # contiguous
+    return torch.add(logits, (prefix - lse).unsqueeze(1), out=out)
+
+
+def top_candidates(total: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The best extensions of every sentence's hypotheses.
+
+    total [B, K, V] (log-probability of each hypothesis extended by each token) ->
     (candidate scores, source beam, token), each [B, C] with C = min(2K, K*V), best first.
     Twice the beam is enough: at most K candidates end, so at least K go on.
     """
-    b, k, v = log_probs.shape
-    total = (scores.unsqueeze(-1) + log_probs).view(b, k * v)  # [B, K*V]
-    best, index = total.topk(min(2 * k, k * v), dim=1)  # [B, C]
+    b, k, v = total.shape
+    best, index = total.view(b, k * v).topk(min(2 * k, k * v), dim=1)  # [B, C]
     return best, torch.div(index, v, rounding_mode="floor"), index % v
 
 

@@ -21,7 +21,7 @@ from seqtrans.data import Batch, Pairs, token_batches
 from seqtrans.errors import CheckpointError
 from seqtrans.model import Transformer
 from seqtrans.training import checkpoint
-from seqtrans.training.loss import label_smoothed_loss
+from seqtrans.training.loss import projected_label_smoothed_loss
 from seqtrans.training.schedule import inverse_sqrt_lr
 
 log = logging.getLogger(__name__)
@@ -178,8 +178,7 @@ class Trainer:
         total = 0.0
         for batch in group:
             batch = batch.to(self.device)
-            logits = self.model(batch.src, batch.tgt_in)  # [B, T, V]
-            loss, _ = label_smoothed_loss(logits, batch.tgt_out, smoothing=self.c.label_smoothing)
+            loss, _ = self._loss(batch)
             (loss / tokens).backward()
             total += float(loss.detach())
         if self.c.clip_norm > 0:
@@ -191,6 +190,12 @@ class Trainer:
         self.state.step += 1
         return total / tokens, tokens
 
+    def _loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed label-smoothed loss and NLL of a batch (on the device)."""
+        hidden = self.model.hidden(batch.src, batch.tgt_in)  # [B, T, D]
+        return projected_label_smoothed_loss(hidden, self.model.output_weight, batch.tgt_out,
+                                             smoothing=self.c.label_smoothing)
+
     @torch.inference_mode()
     def dev_loss(self) -> dict[str, float]:
         """Label-smoothed loss and perplexity per target token on the dev set."""
@@ -201,8 +206,7 @@ class Trainer:
         for idx in token_batches([len(s) for s in self.dev.src], [len(t) for t in self.dev.tgt],
                                  self.c.max_tokens, seed=0, epoch=0, shuffle=False):
             batch = self.dev.batch(idx).to(self.device)
-            loss, nll = label_smoothed_loss(self.model(batch.src, batch.tgt_in), batch.tgt_out,
-                                            smoothing=self.c.label_smoothing)
+            loss, nll = self._loss(batch)
             loss_sum += float(loss)
             nll_sum += float(nll)
             tokens += batch.target_tokens

@@ -2,15 +2,31 @@
 
 The target distribution puts 1 - eps on the reference token and spreads eps uniformly
 over the whole vocabulary (as ``torch.nn.CrossEntropyLoss(label_smoothing=eps)``);
-padding positions contribute nothing.
+padding positions contribute nothing:
+
+    loss = sum_t (1 - eps) * -log p(y_t) + eps * mean_v -log p(v)
+
+:func:`label_smoothed_loss` takes logits. :func:`projected_label_smoothed_loss` takes
+the decoder's last hidden states and the output projection instead, and computes the
+logits a chunk of positions at a time together with their gradients, so the
+``[tokens, V]`` logits are never held in memory (the same arithmetic as projecting and
+then calling :func:`label_smoothed_loss`).
+
+Shapes: B batch, T target length, M non-padding target positions, D model, V vocabulary.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from seqtrans.vocab import PAD
+
+#: Logit elements computed at once by the projected loss (64 MB in float32).
+CHUNK_ELEMENTS = 1 << 24
 
 
 def label_smoothed_loss(logits: Tensor, target: Tensor, *, smoothing: float,
@@ -18,11 +34,70 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, *, smoothing: float,
     """Summed smoothed loss and summed negative log-likelihood over non-pad positions.
 
     logits [B, T, V], target [B, T] -> (loss [], nll [])
-    loss = sum_t (1 - eps) * -log p(y_t) + eps / V * sum_v -log p(v)
     """
     log_probs = F.log_softmax(logits.float(), dim=-1)  # [B, T, V]
     keep = target.ne(ignore_index)  # [B, T]
     nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # [B, T]
-    uniform = -log_probs.mean(dim=-1)  # [B, T]: eps/V * sum_v -log p(v), before eps
+    uniform = -log_probs.mean(dim=-1)  # [B, T]
     loss = (1.0 - smoothing) * nll + smoothing * uniform
     return loss[keep].sum(), nll[keep].sum()
+
+
+class _ProjectedLoss(torch.autograd.Function):
+    """Loss of ``hidden @ weight.T`` computed chunk by chunk; the gradients are formed in
+    the forward pass, where each chunk's probabilities are at hand, and scaled in backward."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float,
+                chunk: int) -> tuple[Tensor, Tensor]:
+        m, v = hidden.size(0), weight.size(0)
+        ctx.weight_dtype = weight.dtype
+        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        w = weight.to(hidden.dtype)
+        grad_hidden = torch.empty_like(hidden) if need_grad else None
+        grad_weight = (torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+                       if need_grad else None)
+        loss = hidden.new_zeros((), dtype=torch.float32)
+        nll_sum = hidden.new_zeros((), dtype=torch.float32)
+        for start in range(0, m, chunk):
+            h = hidden[start : start + chunk]  # [c, D]
+            t = target[start : start + chunk]  # [c]
+            logits = (h @ w.t()).float()  # [c, V]
+            lse = torch.logsumexp(logits, dim=-1)  # [c]
+            nll = lse - logits.gather(1, t.unsqueeze(1)).squeeze(1)  # [c]
+            uniform = lse - logits.mean(dim=-1)  # [c]: mean_v -log p(v)
+            loss += ((1.0 - smoothing) * nll + smoothing * uniform).sum()
+            nll_sum += nll.sum()
+            if need_grad:
+                # d loss / d logits = softmax - ((1 - eps) onehot + eps / V)
+                grad = logits.sub_(lse.unsqueeze(1)).exp_().sub_(smoothing / v)  # [c, V]
+                grad[torch.arange(t.numel(), device=t.device), t] -= 1.0 - smoothing
+                grad = grad.to(hidden.dtype)
+                grad_hidden[start : start + chunk] = grad @ w  # type: ignore[index]
+                grad_weight.addmm_(grad.t().float(), h.float())  # type: ignore[union-attr]
+        ctx.mark_non_differentiable(nll_sum)
+        if need_grad:
+            ctx.save_for_backward(grad_hidden, grad_weight)
+        return loss, nll_sum
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor | None, ...]:
+        grad_hidden, grad_weight = ctx.saved_tensors
+        scale = grad_loss.float()
+        return ((grad_hidden.float() * scale).to(grad_hidden.dtype),
+                (grad_weight * scale).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None,
+                None, None, None)
+
+
+def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor, *, smoothing: float,
+                                  ignore_index: int = PAD) -> tuple[Tensor, Tensor]:
+    """:func:`label_smoothed_loss` of ``hidden @ weight.T`` without materialising the logits.
+
+    hidden [B, T, D], weight [V, D], target [B, T] -> (loss [], nll [])
+    """
+    keep = target.ne(ignore_index)  # [B, T]
+    h = hidden[keep]  # [M, D]
+    t = target[keep]  # [M]
+    chunk = max(1, CHUNK_ELEMENTS // weight.size(0))
+    loss, nll = _ProjectedLoss.apply(h, weight, t, smoothing, chunk)
+    return loss, nll

@@ -46,3 +46,37 @@ def test_no_smoothing_is_plain_cross_entropy() -> None:
     assert float(loss) == pytest.approx(float(nll))
     assert float(nll) == pytest.approx(float(F.cross_entropy(logits.view(-1, 7), target.view(-1),
                                                              reduction="sum")), rel=1e-6)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_projected_loss_equals_projecting_first_with_the_same_gradients(smoothing: float,
+                                                                        monkeypatch) -> None:
+    from seqtrans.training import loss as loss_module
+
+    monkeypatch.setattr(loss_module, "CHUNK_ELEMENTS", 3 * 11)  # several chunks of 3 rows
+    torch.manual_seed(2)
+    hidden = torch.randn(2, 5, 8, requires_grad=True)
+    weight = torch.randn(11, 8, requires_grad=True)
+    target = torch.tensor([[4, 5, 6, 2, PAD], [7, 2, PAD, PAD, PAD]])
+    ref_loss, ref_nll = label_smoothed_loss(hidden @ weight.t(), target, smoothing=smoothing)
+    (ref_loss * 0.5).backward()
+    ref_grads = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    loss, nll = loss_module.projected_label_smoothed_loss(hidden, weight, target, smoothing=smoothing)
+    (loss * 0.5).backward()
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-6)
+    assert nll.item() == pytest.approx(ref_nll.item(), rel=1e-6)
+    torch.testing.assert_close(hidden.grad, ref_grads[0], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(weight.grad, ref_grads[1], atol=1e-6, rtol=1e-5)
+
+
+def test_projected_loss_without_gradients() -> None:
+    from seqtrans.training.loss import projected_label_smoothed_loss
+
+    torch.manual_seed(3)
+    hidden, weight = torch.randn(3, 4, 8), torch.randn(9, 8)
+    target = torch.randint(1, 9, (3, 4))
+    with torch.no_grad():
+        loss, nll = projected_label_smoothed_loss(hidden, weight, target, smoothing=0.1)
+    ref, ref_nll = label_smoothed_loss(hidden @ weight.t(), target, smoothing=0.1)
+    assert float(loss) == pytest.approx(float(ref), rel=1e-6) and float(nll) == pytest.approx(float(ref_nll))

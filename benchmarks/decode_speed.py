@@ -1,0 +1,200 @@
+"""Decoding speed: seqtrans against Hugging Face ``MarianMTModel.generate``.
+
+Both models have the same shape (layers, d_model, heads, d_ff, shared vocabulary) and
+random weights, decode the same source batch, and produce exactly ``--out-len`` tokens
+per output (minimum = maximum length), so they do the same work. Prints target tokens
+per second of both and the ratio, and each system's model FLOP/s as a fraction of the
+machine's fp32 (and bf16) matrix-multiply peak; writes JSON under benchmarks/results/.
+
+    python benchmarks/decode_speed.py                 # all cases, CPU or CUDA
+    python benchmarks/decode_speed.py --cases base-beam4-b32 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import device_name, gemm_peak, pick_device, timed, write_json  # noqa: E402
+
+from seqtrans.config import ModelConfig  # noqa: E402
+from seqtrans.decoding import beam_search, greedy_search  # noqa: E402
+from seqtrans.model import Transformer  # noqa: E402
+from seqtrans.vocab import BOS, EOS, PAD  # noqa: E402
+
+SHAPES = {
+    "base": {"layers": 6, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 37000},
+    "parsing": {"layers": 4, "d_model": 1024, "d_ff": 4096, "heads": 16, "vocab": 16000},
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    shape: str
+    beam: int
+    batch: int
+
+    @property
+    def name(self) -> str:
+        mode = "greedy" if self.beam == 1 else f"beam{self.beam}"
+        return f"{self.shape}-{mode}-b{self.batch}"
+
+
+CASES = [Case("base", 1, 1), Case("base", 1, 32), Case("base", 4, 1), Case("base", 4, 32),
+         Case("parsing", 21, 1), Case("parsing", 21, 32)]
+
+
+def sources(batch: int, vocab: int, *, seed: int = 0, lengths: tuple[int, int] = (15, 30)) -> torch.Tensor:
+    """Random source sentences of random lengths, each ending in EOS, padded.  -> [B, S]"""
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(lengths[0], lengths[1] + 1, (batch,), generator=g)
+    src = torch.full((batch, int(lens.max()) + 1), PAD, dtype=torch.long)
+    for i, n in enumerate(lens.tolist()):
+        src[i, :n] = torch.randint(4, vocab, (n,), generator=g)
+        src[i, n] = EOS
+    return src
+
+
+def seqtrans_model(shape: dict[str, int], device: torch.device) -> Transformer:
+    torch.manual_seed(0)
+    config = ModelConfig(encoder_layers=shape["layers"], decoder_layers=shape["layers"],
+                         d_model=shape["d_model"], d_ff=shape["d_ff"], heads=shape["heads"], dropout=0.0)
+    model = Transformer(config, source_vocab_size=shape["vocab"], target_vocab_size=shape["vocab"],
+                        shared_vocab=True)
+    return model.to(device).eval()
+
+
+def marian_model(shape: dict[str, int], device: torch.device) -> Any:
+    from transformers import MarianConfig, MarianMTModel
+
+    torch.manual_seed(0)
+    config = MarianConfig(
+        vocab_size=shape["vocab"], d_model=shape["d_model"], encoder_layers=shape["layers"],
+        decoder_layers=shape["layers"], encoder_attention_heads=shape["heads"],
+        decoder_attention_heads=shape["heads"], encoder_ffn_dim=shape["d_ff"],
+        decoder_ffn_dim=shape["d_ff"], activation_function="relu", dropout=0.0, attention_dropout=0.0,
+        activation_dropout=0.0, max_position_embeddings=1024, scale_embedding=True,
+        pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=BOS, forced_eos_token_id=None,
+        share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+    )
+    return MarianMTModel(config).to(device).eval()
+
+
+def model_flops(shape: dict[str, int], src: torch.Tensor, beam: int, out_len: int) -> float:
+    """Matrix-multiply FLOPs of encoding the batch and decoding ``out_len`` tokens per hypothesis."""
+    d, f, v, n_layers = shape["d_model"], shape["d_ff"], shape["vocab"], shape["layers"]
+    lengths = src.ne(PAD).sum(dim=1).float()
+    tokens = float(lengths.sum())
+    encoder = tokens * n_layers * 2 * (4 * d * d + 2 * d * f) + n_layers * 4 * d * float((lengths**2).sum())
+    cross_kv = tokens * n_layers * 2 * 2 * d * d
+    rows = src.size(0) * beam
+    per_row_step = n_layers * 2 * (6 * d * d + 2 * d * f) + 2 * d * v
+    steps = rows * out_len * per_row_step
+    attention = sum(rows * n_layers * 4 * d * (t + 1) for t in range(out_len))
+    attention += beam * n_layers * 4 * d * out_len * tokens  # cross-attention scores and sums
+    return encoder + cross_kv + steps + attention
+
+
+def seqtrans_decoder(case: Case, device: torch.device, src: torch.Tensor,
+                     out_len: int, *, bf16: bool = False) -> Callable[[], None]:
+    """Decoding of ``src`` by a fresh seqtrans model, exactly ``out_len`` tokens each."""
+    model = seqtrans_model(SHAPES[case.shape], device)
+    max_len = torch.full((src.size(0),), out_len)
+
+    def decode() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            search()
+
+    def search() -> None:
+        if case.beam == 1:
+            out = greedy_search(model, src, max_len=max_len, min_len=out_len)
+        else:
+            out = beam_search(model, src, beam=case.beam, alpha=0.6, max_len=max_len, min_len=out_len)
+        assert all(len(h[0].tokens) == out_len for h in out)
+
+    return decode
+
+
+def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, peer: bool,
+             bf16: bool, peak32: float) -> dict[str, Any]:
+    shape = SHAPES[case.shape]
+    src = sources(case.batch, shape["vocab"]).to(device)
+    flops = model_flops(shape, src, case.beam, out_len)
+    out_tokens = case.batch * out_len
+    ours = seqtrans_decoder(case, device, src, out_len)
+
+    row: dict[str, Any] = {"case": case.name, "batch": case.batch, "beam": case.beam, "out_len": out_len,
+                           "model_gflop": round(flops / 1e9, 2)}
+    seconds = timed(ours, device, repeats=repeats)
+    row["seqtrans_tok_s"] = out_tokens / seconds
+    row["seqtrans_mfu_fp32"] = flops / seconds / peak32
+    if bf16:
+        seconds = timed(seqtrans_decoder(case, device, src, out_len, bf16=True), device, repeats=repeats)
+        row["seqtrans_bf16_tok_s"] = out_tokens / seconds
+    if peer:
+        hf = marian_model(shape, device)
+        mask = src.ne(PAD).long()
+
+        def theirs() -> None:
+            with torch.no_grad():
+                out = hf.generate(input_ids=src, attention_mask=mask, num_beams=case.beam,
+                                  max_new_tokens=out_len, min_new_tokens=out_len, length_penalty=0.6,
+                                  do_sample=False, num_return_sequences=1)
+            assert out.size(1) == out_len + 1  # the start symbol and out_len tokens
+
+        seconds = timed(theirs, device, repeats=repeats)
+        row["hf_tok_s"] = out_tokens / seconds
+        row["hf_mfu_fp32"] = flops / seconds / peak32
+        row["ratio"] = row["seqtrans_tok_s"] / row["hf_tok_s"]
+        if bf16:
+            row["bf16_ratio_vs_hf_fp32"] = row["seqtrans_bf16_tok_s"] / row["hf_tok_s"]
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--cases", nargs="+", default=[c.name for c in CASES],
+                        help=f"Some of: {', '.join(c.name for c in CASES)}.")
+    parser.add_argument("--out-len", type=int, default=32, help="Target tokens per output.")
+    parser.add_argument("--repeats", type=int, default=3, help="Timed runs per system (median).")
+    parser.add_argument("--no-peer", action="store_true", help="Skip Hugging Face (seqtrans alone).")
+    parser.add_argument("--bf16", action="store_true", help="Also time seqtrans under bf16 autocast.")
+    args = parser.parse_args(argv)
+    device = pick_device(args.device)
+    torch.set_grad_enabled(False)
+    peak32 = gemm_peak(device, torch.float32)
+    peak16 = gemm_peak(device, torch.bfloat16) if args.bf16 else None
+    print(f"device: {device_name(device)}")
+    print(f"matmul peak: fp32 {peak32 / 1e12:.3f} TFLOP/s"
+          + (f", bf16 {peak16 / 1e12:.3f} TFLOP/s" if peak16 else ""))
+    by_name = {c.name: c for c in CASES}
+    rows = []
+    header = f"{'case':<22}{'seqtrans tok/s':>15}{'HF tok/s':>11}{'ratio':>8}{'MFU ours':>10}{'MFU HF':>8}"
+    print(header)
+    for name in args.cases:
+        row = run_case(by_name[name], device, out_len=args.out_len, repeats=args.repeats,
+                       peer=not args.no_peer, bf16=args.bf16, peak32=peak32)
+        rows.append(row)
+        print(f"{name:<22}{row['seqtrans_tok_s']:>15.1f}{row.get('hf_tok_s', float('nan')):>11.1f}"
+              f"{row.get('ratio', float('nan')):>8.2f}{row['seqtrans_mfu_fp32']:>10.1%}"
+              f"{row.get('hf_mfu_fp32', float('nan')):>8.1%}"
+              + (f"   bf16 {row['seqtrans_bf16_tok_s']:.1f} tok/s" if "seqtrans_bf16_tok_s" in row else ""),
+              flush=True)
+    path = write_json("decode_speed", {"gemm_peak_fp32_flops": peak32, "gemm_peak_bf16_flops": peak16,
+                                       "rows": rows}, device)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        main()
