@@ -24,7 +24,6 @@ import torch
 from torch import Tensor
 
 from seqtrans.vocab import EOS, Vocab
-
 from seqtrans_parsing.linearize import is_close, is_open
 
 __all__ = ["BracketConstraint"]

@@ -186,7 +186,8 @@ class _Line:
     buf_starts: list[int] = field(default_factory=list)  # for DEBUG 2
     buf_ends: list[int] = field(default_factory=list)
     debug: list[str] = field(default_factory=list)
-    results: list[int] = field(default_factory=list)  # per bracket: 0 unmatched, 1 matched, 5 deleted, 9 unset
+    # per bracket: 0 unmatched, 1 matched, 5 deleted, 9 unset
+    results: list[int] = field(default_factory=list)
     tag_results: list[int] = field(default_factory=list)  # per word: 0 wrong tag, 1 right, 9 unset
 
 
@@ -791,11 +792,13 @@ def _dsp_info(gold: _Line, test: _Line, r: SentenceResult) -> str:
     gr, trr = gold.results, test.results
     for i in range(max(len(gold.starts), len(test.starts))):
         if i < len(gold.starts):
-            out.append(f"{i:3d} : {gr[i]:d} : {gold.starts[i]:3d}  {gold.ends[i]:3d}  {gold.labels[i]:<6s}      ")
+            out.append(f"{i:3d} : {gr[i]:d} : {gold.starts[i]:3d}  {gold.ends[i]:3d}  "
+                       f"{gold.labels[i]:<6s}      ")
         else:
             out.append(" " * 32)
         if i < len(test.starts):
-            out.append(f"{i:3d} : {trr[i]:d} : {test.starts[i]:3d}  {test.ends[i]:3d}  {test.labels[i]:<6s}\n")
+            out.append(f"{i:3d} : {trr[i]:d} : {test.starts[i]:3d}  {test.ends[i]:3d}  "
+                       f"{test.labels[i]:<6s}\n")
         else:
             out.append("\n")
     out.append("\n========\n")

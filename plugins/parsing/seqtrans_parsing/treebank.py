@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from seqtrans.errors import ConfigError, DataError
-
 from seqtrans_parsing.trees import Tree, read_trees
 
 log = logging.getLogger(__name__)
@@ -121,7 +120,8 @@ def nltk_fileids(corpus: Any, numbers: list[int]) -> list[str]:
     wanted = set(numbers)
     ids = [f for f in corpus.fileids() if (m := re.search(r"(\d+)", f)) and int(m.group(1)) in wanted]
     if not ids:
-        raise DataError(None, None, f"no file of the NLTK corpus matches the numbers {numbers[0]}..{numbers[-1]}")
+        raise DataError(None, None,
+                        f"no file of the NLTK corpus matches the numbers {numbers[0]}..{numbers[-1]}")
     return ids
 
 

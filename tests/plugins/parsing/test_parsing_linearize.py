@@ -48,7 +48,8 @@ def test_repairs_are_counted_and_the_words_always_come_back() -> None:
         built = to_tree(text.split(), words)
         assert built.repairs == repairs, text
         assert built.tree.leaves() == words, text
-    assert str(to_tree("(NP XX )NP (VP XX XX )VP".split(), words).tree) == "(TOP (NP (XX a)) (VP (XX b) (XX c)))"
+    two_roots = to_tree("(NP XX )NP (VP XX XX )VP".split(), words).tree
+    assert str(two_roots) == "(TOP (NP (XX a)) (VP (XX b) (XX c)))"
     rng = random.Random(0)
     vocab = ["(S", ")S", "(NP", ")NP", "XX", "<unk>"]
     for _ in range(500):
@@ -94,10 +95,11 @@ def test_the_constraint_admits_exactly_the_well_formed_trees_that_fit() -> None:
         constraint = BracketConstraint([n], vocab, placeholder="XX")
         admitted: set[tuple[str, ...]] = set()
 
-        def walk(prefix: list[int]) -> None:
+        def walk(prefix: list[int], constraint: BracketConstraint = constraint, max_len: int = max_len,
+                 admitted: set[tuple[str, ...]] = admitted) -> None:
             remaining = max_len + 1 - len(prefix)  # tokens left, the end symbol included
-            mask = constraint.allowed(torch.tensor([prefix], dtype=torch.long).view(1, len(prefix)),
-                                      rows=torch.tensor([0]), remaining=torch.tensor([remaining]))[0]
+            ids = torch.tensor([prefix], dtype=torch.long).view(1, len(prefix))
+            mask = constraint.allowed(ids, rows=torch.tensor([0]), remaining=torch.tensor([remaining]))[0]
             assert mask.any(), prefix  # never a dead end
             for tok in mask.nonzero().flatten().tolist():
                 if tok == EOS:

@@ -26,7 +26,8 @@ def _nltk_data(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_multi_line_trees_and_one_tree_per_line_read_alike() -> None:
-    text = "\n( (S \n    (NP-SBJ (NNP Vinken) )\n    (VP (VBZ is) )\n    (. .) ))\n\n( (S (NP (PRP It)) (VP (VBD was))))\n"
+    text = ("\n( (S \n    (NP-SBJ (NNP Vinken) )\n    (VP (VBZ is) )\n    (. .) ))\n\n"
+            "( (S (NP (PRP It)) (VP (VBD was))))\n")
     trees = list(read_trees(text))
     assert [line for _, line in trees] == [2, 7]
     assert str(trees[0][0]) == "( (S (NP-SBJ (NNP Vinken)) (VP (VBZ is)) (. .)))"
@@ -44,7 +45,8 @@ def test_multi_line_trees_and_one_tree_per_line_read_alike() -> None:
 def test_malformed_trees_name_the_file_and_line(text: str, line: int, problem: str) -> None:
     with pytest.raises(MalformedTree) as err:
         list(read_trees(text, path="x.mrg"))
-    assert err.value.line == line and problem in str(err.value) and str(err.value).startswith(f"x.mrg:{line}:")
+    assert err.value.line == line and problem in str(err.value)
+    assert str(err.value).startswith(f"x.mrg:{line}:")
 
 
 def test_malformed_trees_can_be_skipped_and_counted() -> None:
