@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from seqtrans_parsing.evalb import Parameters, evalb, parse_parameters
+from seqtrans_parsing.evalb import COLLINS, Parameters, evalb, parse_parameters
 
 _DESCRIPTION = """Score the trees of TEST against those of GOLD (one tree per line) with
 EVALB's algorithm (Sekine and Collins 1997, with the 2006 revision) and print its
@@ -33,9 +33,12 @@ class _InOrder(argparse.Action):
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="seqtrans evalb", description=_DESCRIPTION)
-    p.add_argument("gold", type=Path, help="Gold trees, one per line.")
-    p.add_argument("test", type=Path, help="Test (parser output) trees, one per line, in the same order.")
+    p.add_argument("gold", type=Path, metavar="GOLD", help="Gold trees, one per line.")
+    p.add_argument("test", type=Path, metavar="TEST",
+                   help="Test (parser output) trees, one per line, in the same order.")
     p.add_argument("-p", dest="prm", action=_InOrder, metavar="PRM", help="Parameter file, e.g. COLLINS.prm.")
+    p.add_argument("--collins", dest="collins", action=_InOrder, nargs=0, const=True,
+                   help="The parameters of COLLINS.prm, built in (the task's metric).")
     p.add_argument("-e", dest="max_error", action=_InOrder, type=int, metavar="N",
                    help="Stop after more than N+1 errors (default 10, or MAX_ERROR of the parameter file).")
     p.add_argument("-c", dest="cutoff", action=_InOrder, type=int, metavar="N",
@@ -76,6 +79,8 @@ def main(argv: list[str]) -> int:
             params, warnings = parse_parameters(text, base=params)
             if warnings:
                 _write(sys.stderr, "".join(warnings))
+        elif dest == "collins":
+            params = COLLINS
         elif dest == "max_error":
             params = replace(params, max_error=value)
         elif dest == "cutoff":

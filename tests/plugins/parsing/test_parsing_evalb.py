@@ -32,6 +32,13 @@ def test_the_command_prints_what_the_reference_program_prints(
     assert err == (EVALB / f"{reference}.stderr").read_bytes()
 
 
+def test_the_built_in_collins_parameters(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    assert cli.main(["evalb", "--collins", str(EVALB / "sample.gld"), str(EVALB / "sample.tst")]) == 0
+    out, err = capsysbinary.readouterr()
+    assert out == (EVALB / "sample.out-COLLINS_prm.rsl").read_bytes()
+    assert err == (EVALB / "sample.out-COLLINS_prm.stderr").read_bytes()
+
+
 def _numbers(line: str) -> list[str]:
     return line.split()
 
