@@ -1,0 +1,113 @@
+"""Trees as bracket sequences (Vinyals et al. 2015) and back.
+
+``(S (NP (DT The) (NN dog)) (VP (VBD barked)) (. .))`` becomes
+``(S (NP XX XX )NP (VP XX )VP XX )S``: labelled openings and closings, and one
+placeholder per word; the words come back from the input sentence.
+:func:`to_tree` turns any token sequence into a valid tree over exactly the input's
+words and counts the repairs it needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from seqtrans_parsing.trees import Tree
+
+__all__ = ["PLACEHOLDER", "linearize", "to_tree", "Built", "is_open", "is_close"]
+
+PLACEHOLDER = "XX"
+
+
+def is_open(token: str) -> bool:
+    return len(token) > 1 and token[0] == "("
+
+
+def is_close(token: str) -> bool:
+    return len(token) > 1 and token[0] == ")"
+
+
+def linearize(tree: Tree, *, placeholder: str = PLACEHOLDER) -> list[str]:
+    """The bracket sequence of a tree; preterminals become ``placeholder``."""
+    out: list[str] = []
+
+    def walk(node: Tree) -> None:
+        if node.is_preterminal:
+            out.append(placeholder)
+            return
+        out.append("(" + node.label)
+        for child in node.children:
+            if isinstance(child, Tree):
+                walk(child)
+        out.append(")" + node.label)
+
+    walk(tree)
+    return out
+
+
+@dataclass
+class Built:
+    """A tree rebuilt from decoded tokens. ``repairs`` counts what had to be fixed:
+    unmatched or mislabelled closings, empty constituents, missing or extra
+    placeholders, brackets left open, unknown tokens, more than one root."""
+
+    tree: Tree
+    repairs: int
+
+    @property
+    def malformed(self) -> bool:
+        return self.repairs > 0
+
+
+def to_tree(tokens: Sequence[str], words: Sequence[str], tags: Sequence[str] | None = None, *,
+            placeholder: str = PLACEHOLDER, root: str = "TOP") -> Built:
+    """A valid tree over exactly ``words`` from any token sequence.
+
+    Preterminals take the tags given (the gold tags, for scoring) or the placeholder.
+    A closing bracket closes the innermost open one whatever its label; leftover
+    words join the root at the end; several top-level constituents are put under a
+    ``root`` node.
+    """
+    n = len(words)
+
+    def leaf(i: int) -> Tree:
+        return Tree(tags[i] if tags is not None else placeholder, [words[i]])
+
+    repairs = 0
+    top: list[Tree] = []
+    stack: list[Tree] = []
+    k = 0
+    for tok in tokens:
+        if tok == placeholder:
+            if k >= n:
+                repairs += 1
+                continue
+            (stack[-1].children if stack else top).append(leaf(k))
+            k += 1
+        elif is_open(tok):
+            stack.append(Tree(tok[1:], []))
+        elif is_close(tok):
+            if not stack:
+                repairs += 1
+                continue
+            node = stack.pop()
+            if tok[1:] != node.label:
+                repairs += 1
+            if not node.children:
+                repairs += 1
+                continue
+            (stack[-1].children if stack else top).append(node)
+        else:
+            repairs += 1
+    while stack:
+        repairs += 1
+        node = stack.pop()
+        if node.children:
+            (stack[-1].children if stack else top).append(node)
+    if k < n:
+        repairs += n - k
+        host = top[0].children if len(top) == 1 and not top[0].is_preterminal else top
+        host.extend(leaf(i) for i in range(k, n))
+    if len(top) == 1 and not top[0].is_preterminal:
+        return Built(top[0], repairs)
+    return Built(Tree(root, list(top)), repairs + 1)

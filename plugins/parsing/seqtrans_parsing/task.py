@@ -1,0 +1,265 @@
+"""The ``parsing`` task: English constituency parsing as sequence transduction
+(Vinyals et al. 2015; Vaswani et al. 2017, section 6.3).
+
+Source: the words, encoded with a sentencepiece model trained on the training words.
+Target: the tree's bracket sequence (:mod:`seqtrans_parsing.linearize`). Metric:
+EVALB's bracketing F1 with COLLINS.prm (:mod:`seqtrans_parsing.evalb`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from seqtrans.config import option
+from seqtrans.errors import ConfigError, DataError
+from seqtrans.tasks import Example
+from seqtrans.vocab import Vocab, Vocabularies
+from seqtrans_parsing import treebank
+from seqtrans_parsing.constraint import BracketConstraint
+from seqtrans_parsing.evalb import COLLINS, evalb
+from seqtrans_parsing.linearize import PLACEHOLDER, linearize, to_tree
+from seqtrans_parsing.trees import Tree, preprocess
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ParsingConfig", "ParsingTask", "Sentence", "Parse"]
+
+# The phrase labels of the Penn Treebank (Bies et al. 1995), always in the target
+# vocabulary so that a label rare enough to miss the training data stays a label.
+PTB_LABELS = ("ADJP", "ADVP", "CONJP", "FRAG", "INTJ", "LST", "NAC", "NP", "NX", "PP", "PRN", "PRT",
+              "QP", "RRC", "S", "SBAR", "SBARQ", "SINV", "SQ", "UCP", "VP", "WHADJP", "WHADVP", "WHNP",
+              "WHPP", "X", "TOP")
+
+# Penn Treebank escapes of brackets in words, applied to `predict` input.
+_ESCAPES = {"(": "-LRB-", ")": "-RRB-", "[": "-LSB-", "]": "-RSB-", "{": "-LCB-", "}": "-RCB-"}
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """A source: the words, and the gold part-of-speech tags when they are known."""
+
+    words: tuple[str, ...]
+    tags: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Parse:
+    """A prediction: the tree over the sentence's words (gold tags where known, else the
+    placeholder) and the repairs the decoded sequence needed (0: well formed)."""
+
+    tree: Tree
+    repairs: int
+
+    @property
+    def malformed(self) -> bool:
+        return self.repairs > 0
+
+
+@dataclass(frozen=True)
+class ParsingConfig:
+    """The ``data`` section of a parsing run."""
+
+    corpus: str = option("treebank", "NLTK corpus read by name through nltk.corpus when no WSJ root or "
+                         "files are given (fetched by NLTK's downloader when missing).")
+    train_files: str = option("1-139", "File numbers of the NLTK corpus for training (wsj_0001-wsj_0139).")
+    dev_files: str = option("140-169", "File numbers of the NLTK corpus for development.")
+    test_files: str = option("170-199", "File numbers of the NLTK corpus for testing.")
+    nltk_data: str = option("", "Directory of NLTK data, searched first and downloaded into; empty: "
+                            "NLTK's own search path (NLTK_DATA honoured).")
+    download: bool = option(True, "Fetch the NLTK corpus with nltk.download when it is missing.")
+    wsj_root: str = option("", "Root of the WSJ .mrg layout (sections 00 .. 24 as directories); "
+                           "when set, the sections below replace the NLTK corpus.")
+    train_sections: str = option("02-21", "WSJ sections for training (the standard split).")
+    dev_sections: str = option("22", "WSJ sections for development.")
+    test_sections: str = option("23", "WSJ sections for testing.")
+    train: str = option("", "Training trees: a file (.mrg or one tree per line), a directory or a glob; "
+                        "overrides the corpus and WSJ settings for this split.")
+    dev: str = option("", "Development trees (file, directory or glob); overrides for this split.")
+    test: str = option("", "Test trees (file, directory or glob); overrides for this split.")
+    malformed: Literal["error", "skip"] = option(
+        "error", "A malformed tree is an error naming its file and line ('error'), or is skipped and "
+        "counted ('skip').")
+    vocab_size: int = option(2000, "Sentencepiece vocabulary of the source words (the paper: 16K for WSJ).")
+    sentencepiece_model: Literal["unigram", "bpe"] = option("unigram", "Sentencepiece model type.")
+
+    def __post_init__(self) -> None:
+        if self.vocab_size < 8:
+            raise ConfigError("data.vocab_size", f"must be at least 8, got {self.vocab_size}")
+        for key in ("train_files", "dev_files", "test_files", "train_sections", "dev_sections",
+                    "test_sections"):
+            treebank.parse_range(getattr(self, key), key=f"data.{key}")
+
+
+# The model for the treebank sample (about 3,000 training trees): small and strongly
+# regularised, with small batches for many updates; see docs/tasks/parsing.md.
+_SAMPLE: dict[str, Any] = {
+    "model": {"encoder_layers": 4, "decoder_layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4,
+              "dropout": 0.3, "attention_dropout": 0.1},
+    "train": {"max_tokens": 2048, "warmup": 800, "lr_scale": 1.0, "max_steps": 8000,
+              "eval_every": 1000, "checkpoint_every": 200, "keep_checkpoints": 5, "average_last": 5,
+              "valid_beam": 1, "log_every": 100, "label_smoothing": 0.1},
+    "data": {"vocab_size": 2000},
+}
+
+
+class ParsingTask:
+    """Penn Treebank constituency parsing."""
+
+    name: ClassVar[str] = "parsing"
+    Config: ClassVar[type] = ParsingConfig
+    metric: ClassVar[str] = "f1"
+    defaults: ClassVar[dict[str, Any]] = {
+        # Vaswani et al. 2017, 6.3: beam 21, alpha 0.3, maximum output length input + 300
+        # (|x| counts sentencepiece pieces, at least the words: the limit is never below
+        # the paper's).
+        "decode": {"beam": 21, "alpha": 0.3, "max_len_a": 1.0, "max_len_b": 300,
+                   "compare_unconstrained": True},
+        "model": {"share_embeddings": False},
+    }
+    presets: ClassVar[dict[str, dict[str, Any]]] = {
+        "default": _SAMPLE,
+        # the same model on a 2-core CPU: as many updates as 30 minutes allow
+        "cpu": {**_SAMPLE, "train": {**_SAMPLE["train"], "max_minutes": 30.0, "max_steps": 100000}},
+        "wsj": {
+            "model": {"encoder_layers": 4, "decoder_layers": 4, "d_model": 1024, "d_ff": 4096,
+                      "heads": 16, "dropout": 0.3, "attention_dropout": 0.1},
+            "train": {"max_tokens": 25000, "warmup": 4000, "max_steps": 100000, "eval_every": 2000,
+                      "checkpoint_every": 2000, "valid_max_examples": 500},
+            "data": {"vocab_size": 16000},
+        },
+    }
+
+    def __init__(self, config: ParsingConfig) -> None:
+        self.config = config
+        self._sp: Any = None
+        self.skipped: list[str] = []
+
+    # -------------------------------------------------------------- data
+
+    def trees(self, split: str) -> Iterator[tuple[Tree, str]]:
+        """The raw trees of a split with their origins (``file:line``)."""
+        c = self.config
+        skip = c.malformed == "skip"
+        explicit = {"train": c.train, "dev": c.dev, "test": c.test}[split]
+        if explicit:
+            yield from treebank.read_files(treebank.expand(explicit), skip=skip, skipped=self.skipped)
+        elif c.wsj_root:
+            sections = getattr(c, f"{split}_sections")
+            numbers = treebank.parse_range(sections, key=f"data.{split}_sections")
+            files = treebank.wsj_files(c.wsj_root, numbers)
+            yield from treebank.read_files(files, skip=skip, skipped=self.skipped)
+        else:
+            numbers = treebank.parse_range(getattr(c, f"{split}_files"), key=f"data.{split}_files")
+            yield from treebank.read_nltk(c.corpus, numbers, data_dir=c.nltk_data, download=c.download,
+                                          skip=skip, skipped=self.skipped)
+
+    def read(self, split: str) -> Iterator[Example]:
+        before = len(self.skipped)
+        empty = 0
+        for raw, origin in self.trees(split):
+            tree = preprocess(raw)
+            if tree is None:
+                empty += 1
+                continue
+            tagged = tree.tagged()
+            source = Sentence(tuple(w for _, w in tagged), tuple(t for t, _ in tagged))
+            yield Example(source, tree, origin)
+        skipped = len(self.skipped) - before
+        if skipped:
+            log.warning("%s: skipped %d malformed tree(s) (data.malformed=skip); first: %s", split, skipped,
+                        self.skipped[before])
+        if empty:
+            log.warning("%s: %d tree(s) hold only empty elements and were left out", split, empty)
+
+    # -------------------------------------------------------------- vocabularies
+
+    def vocabulary(self, directory: Path, train: Iterable[Example] | None) -> Vocabularies:
+        import sentencepiece as spm
+
+        model_path = directory / "sentencepiece.model"
+        if train is not None:
+            examples = list(train)
+            if not examples:
+                raise DataError(None, None, "no training trees to build the vocabulary from")
+            sentences = [" ".join(e.source.words) for e in examples]
+            with model_path.open("wb") as out:
+                spm.SentencePieceTrainer.train(
+                    sentence_iterator=iter(sentences), model_writer=out,
+                    vocab_size=self.config.vocab_size, model_type=self.config.sentencepiece_model,
+                    character_coverage=1.0, normalization_rule_name="identity", hard_vocab_limit=False,
+                    split_digits=True, bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0, num_threads=1,
+                    minloglevel=2)
+            sp = spm.SentencePieceProcessor(model_file=str(model_path))
+            source = Vocab(p for p in (sp.id_to_piece(i) for i in range(1, sp.get_piece_size()))
+                           if p and not any(ch.isspace() for ch in p))
+            labels: set[str] = set(PTB_LABELS)
+            for e in examples:
+                labels.update(tok[1:] for tok in linearize(e.target) if tok[0] == "(")
+            target = Vocab([PLACEHOLDER] + [f"{b}{label}" for label in sorted(labels) for b in "()"])
+            source.save(directory / "source.vocab")
+            target.save(directory / "target.vocab")
+        else:
+            try:
+                sp = spm.SentencePieceProcessor(model_file=str(model_path))
+            except (OSError, RuntimeError) as exc:
+                raise DataError(model_path, None, f"cannot load the sentencepiece model: {exc}") from None
+            source = Vocab.load(directory / "source.vocab")
+            target = Vocab.load(directory / "target.vocab")
+        self._sp = sp
+        return Vocabularies(source, target)
+
+    # -------------------------------------------------------------- tokens
+
+    def source_tokens(self, source: Sentence) -> list[str]:
+        if self._sp is None:
+            raise RuntimeError("vocabulary() must be called before source_tokens()")
+        return list(self._sp.encode(" ".join(source.words), out_type=str))
+
+    def target_tokens(self, target: Tree) -> list[str]:
+        return linearize(target)
+
+    def prediction(self, tokens: list[str], source: Sentence) -> Parse:
+        built = to_tree(tokens, source.words, source.tags)
+        return Parse(built.tree, built.repairs)
+
+    def parse_source(self, line: str) -> Sentence:
+        return Sentence(tuple(_ESCAPES.get(w, w) for w in line.split()))
+
+    def format(self, prediction: Parse) -> str:
+        return str(_with_root(prediction.tree))
+
+    # -------------------------------------------------------------- metrics
+
+    def score(self, predictions: Sequence[Parse], examples: Sequence[Example]) -> dict[str, float]:
+        gold = [str(_with_root(e.target)) for e in examples]
+        test = [str(_with_root(p.tree)) for p in predictions]
+        report = evalb(gold, test, COLLINS, limits=False, max_error=-1)
+        a, s = report.all, report.short
+        n = max(len(predictions), 1)
+
+        def num(x: float) -> float:
+            return 0.0 if math.isnan(x) else round(x, 2)
+
+        return {
+            "f1": num(a.fmeasure), "recall": num(a.recall), "precision": num(a.precision),
+            "complete_match": num(a.complete_match), "f1_len40": num(s.fmeasure),
+            "evalb_errors": float(a.errors + a.skips),
+            "malformed": round(sum(p.malformed for p in predictions) / n * 100, 2),
+            "repairs": float(sum(p.repairs for p in predictions)),
+        }
+
+    # -------------------------------------------------------------- constraint
+
+    def constraint(self, sources: Sequence[Sentence], vocabularies: Vocabularies) -> BracketConstraint:
+        return BracketConstraint([len(s.words) for s in sources], vocabularies.target,
+                                 placeholder=PLACEHOLDER)
+
+
+def _with_root(tree: Tree) -> Tree:
+    """The tree under a ``TOP`` root, the convention gold and predictions share for EVALB."""
+    return tree if tree.label == "TOP" else Tree("TOP", [tree])

@@ -1,0 +1,123 @@
+"""Linearization both ways, repairs, and the bracket constraint against brute force."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import torch
+
+from conftest import SHARED_DATA
+from seqtrans.vocab import EOS, Vocab
+from seqtrans_parsing.constraint import BracketConstraint
+from seqtrans_parsing.linearize import linearize, to_tree
+from seqtrans_parsing.trees import Tree, preprocess, read_trees
+
+
+def _test_trees() -> list[Tree]:
+    text = (SHARED_DATA / "ptb-sample" / "test.trees").read_text()
+    return [t for t in (preprocess(raw) for raw, _ in read_trees(text)) if t is not None]
+
+
+def test_linearization_round_trips_every_test_tree() -> None:
+    trees = _test_trees()
+    for tree in trees:
+        tagged = tree.tagged()
+        built = to_tree(linearize(tree), [w for _, w in tagged], [t for t, _ in tagged])
+        assert built.repairs == 0 and str(built.tree) == str(tree)
+    tree = trees[0]
+    tokens = linearize(tree)
+    assert tokens[0] == "(S" and tokens[-1] == ")S" and tokens.count("XX") == len(tree.leaves())
+
+
+def test_repairs_are_counted_and_the_words_always_come_back() -> None:
+    words = ["a", "b", "c"]
+    cases = {
+        "(S XX XX XX )S": 0,
+        "(S XX (NP XX XX )VP )S": 1,  # wrong closing label
+        "(S XX XX XX": 1,  # left open
+        "(S XX XX )S )S XX": 2,  # extra closing, a word outside the root
+        "(S (NP )NP XX XX XX )S": 1,  # empty constituent
+        "(S XX XX XX XX )S": 1,  # one placeholder too many
+        "(S XX )S": 2,  # two words missing
+        "(NP XX )NP (VP XX XX )VP": 1,  # two roots
+        "<unk> (S XX XX XX )S": 1,
+        "": 4,
+    }
+    for text, repairs in cases.items():
+        built = to_tree(text.split(), words)
+        assert built.repairs == repairs, text
+        assert built.tree.leaves() == words, text
+    two_roots = to_tree("(NP XX )NP (VP XX XX )VP".split(), words).tree
+    assert str(two_roots) == "(TOP (NP (XX a)) (VP (XX b) (XX c)))"
+    rng = random.Random(0)
+    vocab = ["(S", ")S", "(NP", ")NP", "XX", "<unk>"]
+    for _ in range(500):
+        n = rng.randint(1, 6)
+        ws = [f"w{i}" for i in range(n)]
+        built = to_tree([rng.choice(vocab) for _ in range(rng.randint(0, 15))], ws)
+        assert built.tree.leaves() == ws
+
+
+def _well_formed(tokens: list[str], n: int) -> bool:
+    """An independent recursive-descent check: one constituent, labels matching,
+    no empty constituents, exactly n placeholders."""
+    pos = 0
+    count = 0
+
+    def node() -> bool:
+        nonlocal pos, count
+        if pos < len(tokens) and tokens[pos] == "XX":
+            pos += 1
+            count += 1
+            return True
+        if pos >= len(tokens) or not tokens[pos].startswith("("):
+            return False
+        label = tokens[pos][1:]
+        pos += 1
+        children = 0
+        while pos < len(tokens) and not tokens[pos].startswith(")"):
+            if not node():
+                return False
+            children += 1
+        if pos >= len(tokens) or tokens[pos] != ")" + label or children == 0:
+            return False
+        pos += 1
+        return True
+
+    return bool(tokens) and tokens[0].startswith("(") and node() and pos == len(tokens) and count == n
+
+
+def test_the_constraint_admits_exactly_the_well_formed_trees_that_fit() -> None:
+    vocab = Vocab(["XX", "(A", ")A", "(B", ")B"])
+    symbols = list(vocab.symbols[4:])
+    for n, max_len in ((1, 5), (2, 7), (3, 8)):
+        constraint = BracketConstraint([n], vocab, placeholder="XX")
+        admitted: set[tuple[str, ...]] = set()
+
+        def walk(prefix: list[int], constraint: BracketConstraint = constraint, max_len: int = max_len,
+                 admitted: set[tuple[str, ...]] = admitted) -> None:
+            remaining = max_len + 1 - len(prefix)  # tokens left, the end symbol included
+            ids = torch.tensor([prefix], dtype=torch.long).view(1, len(prefix))
+            mask = constraint.allowed(ids, rows=torch.tensor([0]), remaining=torch.tensor([remaining]))[0]
+            assert mask.any(), prefix  # never a dead end
+            for tok in mask.nonzero().flatten().tolist():
+                if tok == EOS:
+                    admitted.add(tuple(vocab.symbols[i] for i in prefix))
+                else:
+                    walk([*prefix, tok])
+
+        walk([])
+        valid = {seq for length in range(1, max_len + 1) for seq in itertools.product(symbols, repeat=length)
+                 if _well_formed(list(seq), n)}
+        assert admitted == valid and valid
+
+
+def test_the_constraint_state_is_computed_per_row_in_one_batch() -> None:
+    vocab = Vocab(["XX", "(A", ")A", "(B", ")B"])
+    c = BracketConstraint([2, 1], vocab, placeholder="XX")
+    ids = {s: vocab.index(s) for s in vocab.symbols}
+    prefixes = torch.tensor([[ids["(A"], ids["(B"], ids["XX"]], [ids["(B"], ids["XX"], ids[")B"]]])
+    mask = c.allowed(prefixes, rows=torch.tensor([0, 1]), remaining=torch.tensor([10, 10]))
+    allowed = [{vocab.symbols[i] for i in row.nonzero().flatten().tolist()} for row in mask]
+    assert allowed == [{"XX", "(A", "(B", ")B"}, {"</s>"}]

@@ -1,0 +1,102 @@
+"""The parsing task: the plugin contract, constrained decoding, a tiny end-to-end run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import SHARED_DATA
+from seqtrans import pipeline, tasks
+from seqtrans.config import DecodeConfig, ModelConfig
+from seqtrans.model import build_model
+from seqtrans.tasks import Example
+from seqtrans.tasks.contract import check_task
+from seqtrans.vocab import Vocabularies
+from seqtrans_parsing import ParsingConfig, ParsingTask
+from seqtrans_parsing.trees import read_trees
+
+NLTK_DATA = SHARED_DATA / "nltk_data"
+SAMPLE = SHARED_DATA / "ptb-sample"
+
+
+@pytest.fixture(autouse=True)
+def _nltk_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NLTK_DATA", str(NLTK_DATA))
+    import nltk
+
+    if str(NLTK_DATA) not in nltk.data.path:
+        monkeypatch.setattr(nltk.data, "path", [str(NLTK_DATA), *nltk.data.path])
+
+
+def test_the_task_is_found_by_name_and_keeps_the_contract(tmp_path: Path) -> None:
+    assert tasks.load("parsing") is ParsingTask
+    scores = check_task(ParsingTask(ParsingConfig(vocab_size=300)), tmp_path)
+    assert scores["f1"] == 100.0 and scores["malformed"] == 0.0 and scores["evalb_errors"] == 0.0
+
+
+def test_the_paper_decoding_defaults_and_the_presets() -> None:
+    config = pipeline.resolve_config("parsing")
+    assert (config.decode.beam, config.decode.alpha, config.decode.max_len_a, config.decode.max_len_b) \
+        == (21, 0.3, 1.0, 300)
+    wsj = pipeline.resolve_config("parsing", preset="wsj")
+    assert (wsj.model.encoder_layers, wsj.model.d_model, wsj.data.vocab_size) == (4, 1024, 16000)
+    assert pipeline.resolve_config("parsing", preset="cpu").train.max_minutes == 30
+
+
+def _small_task(tmp_path: Path) -> tuple[ParsingTask, Vocabularies, list[Example]]:
+    task = ParsingTask(ParsingConfig(vocab_size=200, train=str(SAMPLE / "dev.trees")))
+    train = list(task.read("train"))
+    vocabs = task.vocabulary(tmp_path, train)
+    return task, vocabs, train
+
+
+def test_constrained_outputs_are_well_formed_and_unconstrained_ones_are_repaired(tmp_path: Path) -> None:
+    task, vocabs, train = _small_task(tmp_path)
+    torch.manual_seed(1)
+    model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
+                                    dropout=0.0, share_embeddings=False), vocabs).eval()
+    sources = sorted((e.source for e in train), key=lambda s: len(s.words))[:6:2]
+    device = pipeline.select_device("cpu")
+    for beam in (1, 3):
+        decode = DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=10)
+        preds, _ = pipeline.decode_sources(model, task, vocabs, sources, decode, device=device)
+        assert all(p.repairs == 0 for p in preds)
+        assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
+        free_decode = DecodeConfig(beam=beam, max_len_b=10, constrained=False)
+        free, _ = pipeline.decode_sources(model, task, vocabs, sources, free_decode, device=device)
+        assert sum(p.repairs for p in free) > 0
+        assert [p.tree.leaves() for p in free] == [list(s.words) for s in sources]
+
+
+def _first_trees(path: Path, n: int, out: Path) -> Path:
+    out.write_text("".join(path.read_text().splitlines(keepends=True)[:n]))
+    return out
+
+
+def test_a_tiny_run_end_to_end_and_predict(tmp_path: Path) -> None:
+    train = _first_trees(SAMPLE / "dev.trees", 200, tmp_path / "train.trees")
+    dev = _first_trees(SAMPLE / "dev.trees", 5, tmp_path / "dev.trees")
+    test = _first_trees(SAMPLE / "test.trees", 12, tmp_path / "test.trees")
+    config = pipeline.resolve_config("parsing", overrides=[
+        f"data.train={train}", f"data.dev={dev}", f"data.test={test}", "data.vocab_size=200",
+        "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16", "model.d_ff=32",
+        "model.heads=2", "train.max_steps=3", "train.eval_every=3", "train.checkpoint_every=3",
+        "train.average_last=1", "train.keep_checkpoints=1", "train.valid_max_examples=5",
+        "decode.beam=2", "decode.max_len_b=10"])
+    metrics = pipeline.run(config, tmp_path / "run", device="cpu")
+    expected = {"f1", "recall", "precision", "malformed", "unconstrained_malformed", "unconstrained_f1"}
+    assert expected <= set(metrics)
+    assert metrics["malformed"] == 0.0 and metrics["evalb_errors"] == 0.0
+    assert all(isinstance(v, float | int) for v in metrics.values())
+    lines = (tmp_path / "run" / "predictions" / "test.txt").read_text().splitlines()
+    assert len(lines) == 12 and all(line.startswith("(TOP ") for line in lines)
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["test_sentences"] == 12
+
+    loaded = pipeline.load(tmp_path / "run", device="cpu")
+    (out,) = list(pipeline.predict(loaded, ["The dog ( barked ) ."]))
+    assert out.startswith("(TOP ") and "(XX -LRB-)" in out
+    ((tree, _),) = read_trees(out)
+    assert tree.leaves() == ["The", "dog", "-LRB-", "barked", "-RRB-", "."]
