@@ -16,9 +16,11 @@ DOCS = Path(__file__).resolve().parent
 
 def tables() -> dict[Path, str]:
     from seqtrans_copy import CopyConfig
+    from seqtrans_translation import TranslationConfig
 
     out = {DOCS / "configuration.md": markdown_table(RunConfig()),
-           DOCS / "tasks" / "copy.md": markdown_table(CopyConfig(), prefix="data.")}
+           DOCS / "tasks" / "copy.md": markdown_table(CopyConfig(), prefix="data."),
+           DOCS / "tasks" / "translation.md": markdown_table(TranslationConfig(), prefix="data.")}
     return out
 
 
