@@ -35,10 +35,13 @@ SAMPLES = ["A man is riding a bicycle.", "Two dogs are playing in the snow.",
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="cpu")
-    parser.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--out", type=Path, help="run directory (default: runs/bench-translation-PRESET[-TAG])")
+    parser.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
+                        metavar="KEY=VALUE")
+    parser.add_argument("--out", type=Path,
+                        help="run directory (default: runs/bench-translation-PRESET[-TAG])")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
     parser.add_argument("--tag", default="", help="suffix of the run directory and the results file")
     args = parser.parse_args()

@@ -38,6 +38,11 @@ class TranslationConfig:
     test_tgt: str = option("", "Local test reference file.")
     test_tsv: str = option("", "Local test pairs, tab-separated.")
     max_train_examples: int = option(0, "Use only the first N training pairs; 0 uses all.")
+    max_train_words: int = option(
+        0, "Skip training pairs with more words (white-space separated) on a side; 0 keeps all.")
+    max_train_ratio: float = option(
+        0.0, "Skip training pairs whose longer side has more than this many times the words of the "
+        "shorter; 0 keeps all.")
     subword_model: Literal["bpe", "unigram"] = option(
         "bpe", "sentencepiece model type of the shared source-target subword vocabulary.")
     vocab_size: int = option(
@@ -81,7 +86,7 @@ class TranslationConfig:
         if self.vocab_size < 300:
             raise ConfigError("data.vocab_size", f"must be at least 300 (256 byte pieces and the "
                               f"characters), got {self.vocab_size}")
-        for key in ("max_train_examples", "subword_sample"):
+        for key in ("max_train_examples", "subword_sample", "max_train_words", "max_train_ratio"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"data.{key}", f"must not be negative, got {getattr(self, key)}")
         if not 0.0 < self.character_coverage <= 1.0:

@@ -70,16 +70,26 @@ class TranslationTask:
         return itertools.chain.from_iterable(read_parallel(src, tgt) for src, tgt in files)
 
     def _training(self, examples: Iterator[Example]) -> Iterator[Example]:
-        limit = self.config.max_train_examples
-        read = empty = 0
-        for ex in itertools.islice(examples, limit or None):
+        c = self.config
+        read = empty = cleaned = 0
+        for ex in itertools.islice(examples, c.max_train_examples or None):
             read += 1
             if not ex.source.strip() or not ex.target.strip():
                 empty += 1
                 continue
+            if c.max_train_words or c.max_train_ratio:
+                n_src, n_tgt = len(ex.source.split()), len(ex.target.split())
+                if (c.max_train_words and max(n_src, n_tgt) > c.max_train_words) or \
+                        (c.max_train_ratio and max(n_src, n_tgt) > c.max_train_ratio * min(n_src, n_tgt)):
+                    cleaned += 1
+                    continue
             yield ex
         if empty:
             log.warning("skipped %d of %d training pairs with an empty source or target", empty, read)
+        if cleaned:
+            log.warning("skipped %d of %d training pairs longer than data.max_train_words=%d words or "
+                        "with a length ratio above data.max_train_ratio=%g", cleaned, read,
+                        c.max_train_words, c.max_train_ratio)
 
     # -------------------------------------------------------------- subwords
 

@@ -71,6 +71,20 @@ def test_training_pairs_are_limited_and_empty_ones_skipped_but_test_lines_never(
     assert [e.source for e in limited.read("train")] == ["a"]
 
 
+def test_training_pairs_can_be_cleaned_by_length_and_ratio(tmp_path: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "s").write_text("a b c\na b c d e f g\na\na b c d\n")
+    (tmp_path / "t").write_text("A B C D\nA B C D E F G\nA B\nA\n")
+    files = {f"{split}_{side}": str(tmp_path / side[0]) for split in ("train", "test")
+             for side in ("src", "tgt")}
+    task = TranslationTask(TranslationConfig(dataset="none", max_train_words=6, max_train_ratio=1.5,
+                                             **files))  # type: ignore[arg-type]
+    # 3:4 words is kept; 7 words, 1:2 and 4:1 are not
+    assert [e.source for e in task.read("train")] == ["a b c"]
+    assert "skipped 3 of 4 training pairs longer than data.max_train_words=6" in caplog.text
+    assert len(list(task.read("test"))) == 4
+
+
 @pytest.mark.parametrize(("overrides", "key"), [
     (["data.train_src=x"], "data.train_tgt"),
     (["data.dataset=wmt15"], "data.dataset"),
@@ -103,6 +117,7 @@ def test_presets_follow_the_paper_and_the_budget() -> None:
     base = pipeline.resolve_config("translation", preset="base")
     assert (base.model.d_model, base.model.d_ff, base.model.heads, base.model.dropout) == (512, 2048, 8, 0.1)
     assert (base.data.dataset, base.data.vocab_size, base.train.average_last) == ("wmt14-en-de", 37000, 5)
+    assert (base.data.max_train_words, base.data.max_train_ratio) == (250, 1.5)
     assert base.train.max_tokens == 25000 and base.train.warmup == 4000 and base.train.max_steps == 100000
     big = pipeline.resolve_config("translation", preset="big")
     assert (big.model.d_model, big.model.dropout, big.train.average_last, big.train.max_steps) == \
@@ -153,3 +168,25 @@ def test_run_predict_and_evaluate_end_to_end(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     evaluated = json.loads(done.stdout)
     assert evaluated["bleu"] == pytest.approx(metrics["bleu"]) and "bleu_signature" in evaluated
+
+
+@pytest.mark.slow
+def test_a_small_model_learns_its_training_sentences(tmp_path: Path) -> None:
+    # 200 Multi30k pairs, learnt by heart by a small model in a few hundred updates:
+    # decoding, detokenization and sacreBLEU must then agree with the references
+    src = _lines(MULTI30K / "train.en.gz", 200)
+    tgt = _lines(MULTI30K / "train.de.gz", 200)
+    for name, lines in [("train.en", src), ("train.de", tgt), ("test.en", src[:50]), ("test.de", tgt[:50])]:
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    files = [f"data.{split}_{side}={tmp_path / f'{split_file}.{lang}'}"
+             for split, split_file in [("train", "train"), ("dev", "test"), ("test", "test")]
+             for side, lang in [("src", "en"), ("tgt", "de")]]
+    config = pipeline.resolve_config("translation", preset="cpu", overrides=[
+        "data.dataset=none", *files, "data.vocab_size=1000", "model.encoder_layers=2",
+        "model.decoder_layers=2", "model.d_model=64", "model.d_ff=256", "model.dropout=0.0",
+        "train.max_tokens=1024", "train.warmup=100", "train.lr_scale=0.2", "train.label_smoothing=0.0",
+        "train.max_steps=250", "train.max_minutes=0", "train.checkpoint_every=250",
+        "train.keep_checkpoints=1", "train.average_last=1", "decode.beam=2"])
+    metrics = pipeline.run(config, tmp_path / "run", device="cpu")
+    print(json.dumps(metrics))
+    assert float(metrics["bleu"]) >= 60.0
