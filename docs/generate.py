@@ -17,10 +17,12 @@ DOCS = Path(__file__).resolve().parent
 def tables() -> dict[Path, str]:
     from seqtrans_copy import CopyConfig
     from seqtrans_parsing import ParsingConfig
+    from seqtrans_translation import TranslationConfig
 
     out = {DOCS / "configuration.md": markdown_table(RunConfig()),
            DOCS / "tasks" / "copy.md": markdown_table(CopyConfig(), prefix="data."),
-           DOCS / "tasks" / "parsing.md": markdown_table(ParsingConfig(), prefix="data.")}
+           DOCS / "tasks" / "parsing.md": markdown_table(ParsingConfig(), prefix="data."),
+           DOCS / "tasks" / "translation.md": markdown_table(TranslationConfig(), prefix="data.")}
     return out
 
 

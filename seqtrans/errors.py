@@ -46,3 +46,7 @@ class TaskError(UsageError):
 
 class CheckpointError(SeqtransError):
     """A checkpoint file is missing, unreadable or does not match the run."""
+
+
+class DownloadError(SeqtransError):
+    """A download failed or did not match its published checksum; names the URL."""

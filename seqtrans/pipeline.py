@@ -14,7 +14,7 @@ import os
 import random
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from seqtrans.data import encode_pairs
 from seqtrans.decoding import Hypothesis, generate
 from seqtrans.errors import CheckpointError, UsageError
 from seqtrans.model import Transformer, build_model
-from seqtrans.tasks.protocol import Example, Task
+from seqtrans.tasks.protocol import Example, Metric, Task
 from seqtrans.training import checkpoint
 from seqtrans.training.loop import Trainer
 from seqtrans.vocab import EOS, Vocabularies
@@ -121,7 +121,7 @@ def _check_resumable(out: Path, config: RunConfig) -> None:
 
 
 def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "auto",
-        progress: bool = False) -> dict[str, float]:
+        progress: bool = False) -> dict[str, Metric]:
     """Prepare data, build the vocabulary, train, average checkpoints, decode and score
     the test split. Continues a run already in ``out``. Returns the metrics."""
     out = Path(out)
@@ -161,7 +161,7 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
             return {}
         preds, _ = decode_sources(m, task, vocabs, [e.source for e in valid_examples], valid_decode,
                                   device=dev_)
-        return task.score(preds, valid_examples)
+        return numeric(task.score(preds, valid_examples))
 
     trainer = Trainer(model, config, train, directory=out / "checkpoints", device=dev_, dev=dev,
                       validate=validate, metric=task.metric, assets=_read_assets(vocab_dir),
@@ -186,26 +186,37 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
         "test_sentences": len(test_examples),
     })
     _write_json(out / "metrics.json", metrics)
-    log.info("test: %s", ", ".join(f"{k} {v:g}" for k, v in metrics.items()))
+    log.info("test: %s", ", ".join(f"{k} {v}" for k, v in metrics.items()))
     return metrics
 
 
 def score_examples(model: Transformer, task: Task, vocabs: Vocabularies, examples: Sequence[Example],
                    decode: DecodeConfig, *, device: torch.device,
-                   progress: bool = False) -> tuple[list[Any], dict[str, float]]:
+                   progress: bool = False) -> tuple[list[Any], dict[str, Metric]]:
     """Decode and score ``examples``: the predictions and the task's metrics, plus
     ``decode_sentences_per_s`` (and ``unconstrained_*`` with ``decode.compare_unconstrained``)."""
     sources = [e.source for e in examples]
     started = time.perf_counter()
     preds, _ = decode_sources(model, task, vocabs, sources, decode, device=device, progress=progress)
     seconds = time.perf_counter() - started
-    metrics = {k: float(v) for k, v in task.score(preds, examples).items()}
+    metrics = _metrics(task.score(preds, examples))
     metrics["decode_sentences_per_s"] = round(len(examples) / max(seconds, 1e-9), 2)
     if decode.compare_unconstrained and decode.constrained:
         free = dataclasses.replace(decode, constrained=False)
         free_preds, _ = decode_sources(model, task, vocabs, sources, free, device=device)
-        metrics.update({f"unconstrained_{k}": float(v) for k, v in task.score(free_preds, examples).items()})
+        free_scores = _metrics(task.score(free_preds, examples))
+        metrics.update({f"unconstrained_{k}": v for k, v in free_scores.items()})
     return preds, metrics
+
+
+def _metrics(scores: Mapping[str, Metric]) -> dict[str, Metric]:
+    """Numbers as floats; strings (signatures) kept as they are."""
+    return {k: v if isinstance(v, str) else float(v) for k, v in scores.items()}
+
+
+def numeric(scores: Mapping[str, Metric]) -> dict[str, float]:
+    """The numeric metrics only: what validation and early stopping compare."""
+    return {k: float(v) for k, v in scores.items() if not isinstance(v, str)}
 
 
 def _valid_decode(config: RunConfig) -> DecodeConfig:
@@ -256,7 +267,7 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
 
 
 def evaluate(path: str | Path, *, split: str = "test", overrides: Iterable[str] = (),
-             device: str | torch.device = "auto", progress: bool = False) -> dict[str, float]:
+             device: str | torch.device = "auto", progress: bool = False) -> dict[str, Metric]:
     """Decode and score one split with a trained model."""
     if split not in tasks.SPLITS:
         raise UsageError(f"unknown split '{split}'; choose one of {', '.join(tasks.SPLITS)}")

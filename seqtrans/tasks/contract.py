@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from seqtrans import config as cfg
-from seqtrans.tasks.protocol import REQUIRED_ATTRIBUTES, SPLITS, Example, Task
+from seqtrans.tasks.protocol import REQUIRED_ATTRIBUTES, SPLITS, Example, Metric, Task
 from seqtrans.vocab import EOS
 
 
@@ -46,7 +46,7 @@ def check_class(task_cls: type) -> None:
     cfg.describe(cfg.resolve(task_cls.name, data_cls=task_cls.Config))  # type: ignore[attr-defined]
 
 
-def check_task(task: Task, directory: Path, *, examples: int = 50) -> dict[str, float]:
+def check_task(task: Task, directory: Path, *, examples: int = 50) -> dict[str, Metric]:
     """Run the contract checks on a configured task instance; returns the metrics of the
     references scored against themselves."""
     check_class(type(task))
@@ -72,6 +72,10 @@ def check_task(task: Task, directory: Path, *, examples: int = 50) -> dict[str, 
         _require("\n" not in line, "format() must return a single line")
     scores = task.score(preds, refs)
     _require(task.metric in scores, f"score() lacks the metric '{task.metric}'")
+    _require(isinstance(scores[task.metric], (int, float)), f"the metric '{task.metric}' must be a number")
+    for key, value in scores.items():
+        _require(isinstance(value, (int, float, str)), f"score() value of '{key}' is neither a number "
+                                                       "nor a string")
 
     constraint = task.constraint([ex.source for ex in refs], vocabs)
     if constraint is not None:

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 SPLITS = ("train", "dev", "test")
 
+#: A value of :meth:`Task.score`: a number, or a string describing one (a signature).
+Metric = float | str
+
 
 @dataclass(frozen=True)
 class Example:
@@ -91,8 +94,10 @@ class Task(Protocol):
         """One line of output for a prediction (no newline)."""
         ...
 
-    def score(self, predictions: Sequence[Any], examples: Sequence[Example]) -> dict[str, float]:
-        """Metrics of predictions against the examples' targets; must include :attr:`metric`."""
+    def score(self, predictions: Sequence[Any], examples: Sequence[Example]) -> Mapping[str, Metric]:
+        """Metrics of predictions against the examples' targets; must include :attr:`metric`
+        (a number). Strings are for descriptions such as a metric's signature: they go
+        into ``metrics.json`` and are left out of validation."""
         ...
 
     def constraint(self, sources: Sequence[Any], vocabularies: Vocabularies) -> Constraint | None:

@@ -1,0 +1,144 @@
+"""One sentencepiece model shared by source and target (BPE, or unigram).
+
+Detokenization is exact: the model is trained with the identity normalization by
+default and without collapsing white space, and with byte fallback, so any text,
+characters never seen in training included, decodes back to itself. Characters
+that Python counts as white space other than the plain space (tabs, no-break spaces)
+are kept out of the learned pieces, so that every piece is a valid vocabulary token;
+they are encoded as bytes.
+
+Trained models are cached under ``CACHE/sentencepiece/`` by the sha256 of their
+training text and settings: a second run on the same data reuses the model.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import json
+import logging
+import os
+import random
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import sentencepiece as spm
+
+from seqtrans.errors import DataError
+from seqtrans.vocab import SPECIALS, Vocab
+
+log = logging.getLogger(__name__)
+
+MODEL_FILE = "sentencepiece.model"
+UNK = "<unk>"
+
+
+
+@functools.cache
+def _to_space() -> dict[int, int]:
+    """A translation table: every character str.isspace() accepts -> the plain space."""
+    other = [c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace() and c != " "]
+    return {ord(c): ord(" ") for c in other}
+
+
+@dataclass(frozen=True)
+class SubwordSettings:
+    model_type: str = "bpe"
+    vocab_size: int = 8000
+    character_coverage: float = 1.0
+    normalization: str = "identity"
+    sample_sentences: int = 2_000_000  # sentences sampled to train on; 0 takes all
+    seed: int = 1
+
+
+class Subwords:
+    """A loaded sentencepiece model: text to pieces and back."""
+
+    def __init__(self, model: bytes, *, origin: str = "<memory>") -> None:
+        self.model = model
+        self._sp = spm.SentencePieceProcessor()
+        try:
+            self._sp.LoadFromSerializedProto(model)
+        except (RuntimeError, OSError) as exc:
+            raise DataError(origin, None, f"not a sentencepiece model: {exc}") from None
+        pieces = [self._sp.id_to_piece(i) for i in range(self._sp.get_piece_size())]
+        bad = [p for p in pieces if not p or any(c.isspace() for c in p)]
+        if bad:
+            raise DataError(origin, None, f"sentencepiece pieces {bad[:3]!r} are empty or hold white space")
+        self.vocab = Vocab(p for p in pieces if p not in SPECIALS)
+
+    @classmethod
+    def load(cls, directory: Path) -> Subwords:
+        path = directory / MODEL_FILE
+        try:
+            return cls(path.read_bytes(), origin=str(path))
+        except FileNotFoundError:
+            raise DataError(path, None, "no sentencepiece model (was the vocabulary built?)") from None
+
+    def save(self, directory: Path) -> None:
+        (directory / MODEL_FILE).write_bytes(self.model)
+
+    def encode(self, text: str) -> list[str]:
+        return list(self._sp.encode(text, out_type=str))
+
+    def decode(self, pieces: Sequence[str]) -> str:
+        return str(self._sp.decode_pieces([p for p in pieces if p != UNK]))
+
+
+def fingerprint(texts: Sequence[str], settings: SubwordSettings) -> str:
+    """sha256 of the training text and the settings: the cache key of a model."""
+    digest = hashlib.sha256(json.dumps(asdict(settings), sort_keys=True).encode())
+    for text in texts:
+        data = text.encode("utf-8")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def build(texts: Sequence[str], settings: SubwordSettings, cache: Path) -> Subwords:
+    """The model for ``texts`` and ``settings``: from the cache, or trained and cached."""
+    key = fingerprint(texts, settings)
+    path = cache / "sentencepiece" / f"{key}.model"
+    if path.is_file():
+        log.info("sentencepiece: reusing %s", path)
+        return Subwords(path.read_bytes(), origin=str(path))
+    model = train(texts, settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(model)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    log.info("sentencepiece: trained %s on %d sentences, cached as %s", settings.model_type,
+             len(texts), path)
+    return Subwords(model, origin=str(path))
+
+
+def train(texts: Sequence[str], settings: SubwordSettings) -> bytes:
+    """Train a model on ``texts`` (a seeded sample of them when there are more than
+    ``settings.sample_sentences``) and return it serialized."""
+    if settings.sample_sentences and len(texts) > settings.sample_sentences:
+        chosen = sorted(random.Random(settings.seed).sample(range(len(texts)), settings.sample_sentences))
+        texts = [texts[i] for i in chosen]
+    sample = [t.translate(_to_space()) for t in texts if t.strip()]
+    if not sample:
+        raise DataError(None, None, "no training text to learn subwords from")
+    buffer = io.BytesIO()
+    spm.set_random_generator_seed(settings.seed)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sample), model_writer=buffer,
+        model_type=settings.model_type, vocab_size=settings.vocab_size,
+        character_coverage=settings.character_coverage,
+        normalization_rule_name=settings.normalization, remove_extra_whitespaces=False,
+        byte_fallback=True, unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1,
+        hard_vocab_limit=False, input_sentence_size=0, num_threads=os.cpu_count() or 1,
+        minloglevel=2,
+    )
+    return buffer.getvalue()

@@ -1,0 +1,145 @@
+"""Downloading files into a cache, verified by sha256 before anything uses them.
+
+Any plugin that needs published data calls :func:`fetch`:
+
+- The file is streamed into a temporary file beside its cache entry, with a progress
+  bar, and hashed on the way; only when its sha256 matches the expected digest is it
+  renamed into place. The cache therefore never holds a half-written or unverified
+  file, and an interrupted transfer (a dropped connection, Ctrl-C, a killed process)
+  leaves at most a temporary ``.part`` file that later runs ignore.
+- A digest mismatch is a :class:`~seqtrans.errors.DownloadError` naming the URL, the
+  expected and the actual digest, and leaves no cache entry.
+- A mirror replaces the base of every URL, so files are found there by name:
+  ``https://host/a/b/train.en.gz`` with mirror ``file:///data/multi30k`` is read from
+  ``/data/multi30k/train.en.gz``. ``file://`` and ``http(s)://`` mirrors work, and a
+  plain directory path is taken as ``file://``.
+- The cache directory is, in order of precedence, the ``cache`` argument (a task's
+  config key), ``$SEQTRANS_CACHE_DIR``, ``$XDG_CACHE_HOME/seqtrans`` or
+  ``~/.cache/seqtrans``; the mirror is the ``mirror`` argument or ``$SEQTRANS_MIRROR``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import BinaryIO
+
+from tqdm import tqdm
+
+from seqtrans.errors import DownloadError
+
+log = logging.getLogger(__name__)
+
+CACHE_ENV = "SEQTRANS_CACHE_DIR"
+MIRROR_ENV = "SEQTRANS_MIRROR"
+_CHUNK = 1 << 20
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def cache_dir(override: str | Path | None = None) -> Path:
+    """Where downloads are cached: ``override``, else ``$SEQTRANS_CACHE_DIR``, else the
+    user's cache directory (``$XDG_CACHE_HOME/seqtrans`` or ``~/.cache/seqtrans``)."""
+    if override:
+        return Path(override).expanduser()
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "seqtrans"
+
+
+def file_name(url: str) -> str:
+    """The last component of a URL's path: the name a file has in a mirror and the cache."""
+    name = Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path)).name
+    if not name:
+        raise DownloadError(f"{url}: the URL names no file")
+    return name
+
+
+def mirror_url(url: str, mirror: str | None = None) -> str:
+    """``url`` as found in ``mirror`` (or ``$SEQTRANS_MIRROR``); ``url`` itself without one."""
+    mirror = mirror or os.environ.get(MIRROR_ENV) or ""
+    if not mirror:
+        return url
+    if "://" not in mirror:  # a plain directory path
+        mirror = Path(mirror).expanduser().resolve().as_uri()
+    return mirror.rstrip("/") + "/" + urllib.parse.quote(file_name(url))
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fetch(url: str, *, sha256: str, cache: str | Path | None = None, subdir: str = "",
+          mirror: str | None = None, progress: bool | None = None, timeout: float = 60.0) -> Path:
+    """The cached, verified copy of ``url``, downloading it on first use.
+
+    The file lives at ``cache_dir(cache) / subdir / file_name(url)``. A cached file is
+    verified again before it is returned; one that no longer matches (a damaged disk,
+    an edited file) is downloaded anew. ``progress`` None shows a bar on a terminal.
+    """
+    sha256 = sha256.lower()
+    if not _SHA256.match(sha256):
+        raise ValueError(f"{url}: expected a sha256 digest of 64 hex digits, got {sha256!r}")
+    target = cache_dir(cache) / subdir / file_name(url)
+    if target.is_file():
+        actual = sha256_file(target)
+        if actual == sha256:
+            return target
+        log.warning("%s: cached file has sha256 %s, expected %s; downloading it again",
+                    target, actual, sha256)
+        target.unlink()
+    source = mirror_url(url, mirror)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log.info("downloading %s to %s", source, target)
+    fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            actual = _copy(source, out, name=target.name, progress=progress, timeout=timeout)
+            out.flush()
+            os.fsync(out.fileno())
+        if actual != sha256:
+            where = f" (through the mirror: {source})" if source != url else ""
+            raise DownloadError(f"{url}: sha256 mismatch{where}: expected {sha256}, got {actual}; "
+                                "nothing was stored in the cache")
+        os.replace(part, target)
+    except BaseException:
+        Path(part).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def _copy(source: str, out: BinaryIO, *, name: str, progress: bool | None, timeout: float) -> str:
+    """Stream ``source`` into the binary file ``out``; the sha256 of what was read."""
+    digest = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(source, timeout=timeout) as response:
+            length = response.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+            received = 0
+            with tqdm(total=total, desc=name, unit="B", unit_scale=True, unit_divisor=1024,
+                      disable=None if progress is None else not progress, leave=False) as bar:
+                while chunk := response.read(_CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+                    received += len(chunk)
+                    bar.update(len(chunk))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise DownloadError(f"{source}: download failed: {reason}") from None
+    except Exception as exc:  # http.client.IncompleteRead and other transfer errors
+        raise DownloadError(f"{source}: download failed: {type(exc).__name__}: {exc}") from None
+    if total is not None and received != total:
+        raise DownloadError(f"{source}: download interrupted after {received} of {total} bytes")
+    return digest.hexdigest()
+

@@ -1,0 +1,192 @@
+"""The translation task: its contract, its options, presets, and runs end to end."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import SHARED_DATA
+from seqtrans import config as cfg
+from seqtrans import download, pipeline, tasks
+from seqtrans.errors import ConfigError, DataError
+from seqtrans.tasks.contract import check_task
+from seqtrans_translation import TranslationConfig, TranslationTask
+
+MULTI30K = SHARED_DATA / "multi30k"
+
+
+@pytest.fixture(autouse=True)
+def _shared_mirror(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Multi30k comes from the shared data through the mirror override, into a fresh cache."""
+    monkeypatch.setenv(download.MIRROR_ENV, MULTI30K.as_uri())
+    monkeypatch.setenv(download.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
+
+
+def _lines(path: Path, n: int, start: int = 0) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().split("\n")[start : start + n]
+
+
+def test_the_task_keeps_the_plugin_contract(tmp_path: Path) -> None:
+    scores = check_task(TranslationTask(TranslationConfig(vocab_size=1000)), tmp_path)
+    assert scores["bleu"] == pytest.approx(100.0) and scores["chrf"] == pytest.approx(100.0)
+    assert "tok:13a" in str(scores["bleu_signature"])
+    assert tasks.load("translation") is TranslationTask
+
+
+def test_local_files_replace_the_dataset_split_by_split(tmp_path: Path) -> None:
+    (tmp_path / "a.en").write_text("one\ntwo\n")
+    (tmp_path / "a.de").write_text("eins\nzwei\n")
+    (tmp_path / "dev.tsv").write_text("three\tdrei\n")
+    config = pipeline.resolve_config("translation", overrides=[
+        f"data.train_src={tmp_path / 'a.en'}", f"data.train_tgt={tmp_path / 'a.de'}",
+        f"data.dev_tsv={tmp_path / 'dev.tsv'}", "data.dataset=none",
+        f"data.test_src={tmp_path / 'a.de'}", f"data.test_tgt={tmp_path / 'a.en'}"])
+    task = TranslationTask(config.data)
+    assert [(e.source, e.target) for e in task.read("train")] == [("one", "eins"), ("two", "zwei")]
+    assert [(e.source, e.target) for e in task.read("dev")] == [("three", "drei")]
+    assert [e.source for e in task.read("test")] == ["eins", "zwei"]
+    (tmp_path / "a.de").write_text("eins\n")
+    with pytest.raises(DataError, match=r"has 2 lines but its target file .*a\.de has 1"):
+        list(task.read("train"))
+
+
+def test_training_pairs_are_limited_and_empty_ones_skipped_but_test_lines_never(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "s").write_text("a\n\nc\nd\n")
+    (tmp_path / "t").write_text("A\nB\n\nD\n")
+    files = {f"{split}_{side}": str(tmp_path / side[0]) for split in ("train", "test")
+             for side in ("src", "tgt")}
+    task = TranslationTask(TranslationConfig(dataset="none", **files))  # type: ignore[arg-type]
+    assert [e.source for e in task.read("train")] == ["a", "d"]
+    assert "skipped 2 of 4 training pairs with an empty source or target" in caplog.text
+    assert [e.source for e in task.read("test")] == ["a", "", "c", "d"]
+    limited = TranslationTask(TranslationConfig(dataset="none", max_train_examples=3, **files))  # type: ignore[arg-type]
+    assert [e.source for e in limited.read("train")] == ["a"]
+
+
+def test_training_pairs_can_be_cleaned_by_length_and_ratio(tmp_path: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "s").write_text("a b c\na b c d e f g\na\na b c d\n")
+    (tmp_path / "t").write_text("A B C D\nA B C D E F G\nA B\nA\n")
+    files = {f"{split}_{side}": str(tmp_path / side[0]) for split in ("train", "test")
+             for side in ("src", "tgt")}
+    task = TranslationTask(TranslationConfig(dataset="none", max_train_words=6, max_train_ratio=1.5,
+                                             **files))  # type: ignore[arg-type]
+    # 3:4 words is kept; 7 words, 1:2 and 4:1 are not
+    assert [e.source for e in task.read("train")] == ["a b c"]
+    assert "skipped 3 of 4 training pairs longer than data.max_train_words=6" in caplog.text
+    assert len(list(task.read("test"))) == 4
+
+
+@pytest.mark.parametrize(("overrides", "key"), [
+    (["data.train_src=x"], "data.train_tgt"),
+    (["data.dataset=wmt15"], "data.dataset"),
+    (["data.source_lang=fr"], "data.source_lang"),
+    (["data.target_lang=en"], "data.target_lang"),
+    (["data.test_set=newstest2014"], "data.test_set"),
+    (["data.vocab_size=100"], "data.vocab_size"),
+    (["data.subword_model=wordpiece"], "data.subword_model"),
+    (["data.bleu_tokenize=moses"], "data.bleu_tokenize"),
+])
+def test_bad_options_name_their_key(overrides: list[str], key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        pipeline.resolve_config("translation", overrides=overrides)
+    assert caught.value.key == key
+
+
+def test_without_a_dataset_a_split_needs_local_files() -> None:
+    task = TranslationTask(TranslationConfig(dataset="none"))
+    with pytest.raises(ConfigError, match="data.dev_src"):
+        list(task.read("dev"))
+
+
+def test_presets_follow_the_paper_and_the_budget() -> None:
+    default = pipeline.resolve_config("translation")
+    assert default.data.dataset == "multi30k"
+    assert (default.data.source_lang, default.data.target_lang) == ("en", "de")
+    d = default.decode
+    assert (d.beam, d.alpha, d.max_len_a, d.max_len_b) == (4, 0.6, 1.0, 50)
+    assert cfg.to_dict(default) == cfg.to_dict(pipeline.resolve_config("translation", preset="multi30k"))
+    base = pipeline.resolve_config("translation", preset="base")
+    assert (base.model.d_model, base.model.d_ff, base.model.heads, base.model.dropout) == (512, 2048, 8, 0.1)
+    assert (base.data.dataset, base.data.vocab_size, base.train.average_last) == ("wmt14-en-de", 37000, 5)
+    assert (base.data.max_train_words, base.data.max_train_ratio) == (250, 1.5)
+    assert base.train.max_tokens == 25000 and base.train.warmup == 4000 and base.train.max_steps == 100000
+    big = pipeline.resolve_config("translation", preset="big")
+    assert (big.model.d_model, big.model.dropout, big.train.average_last, big.train.max_steps) == \
+        (1024, 0.3, 20, 300000)
+    cpu = pipeline.resolve_config("translation", preset="cpu")
+    assert cpu.data.dataset == "multi30k" and cpu.train.max_minutes == 30
+
+
+def _seqtrans(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "seqtrans", *args], input=stdin, capture_output=True,
+                          text=True, env=dict(os.environ), timeout=600)
+
+
+def test_run_predict_and_evaluate_end_to_end(tmp_path: Path) -> None:
+    # a slice of Multi30k for training; a local test file with an empty line in the middle
+    src = _lines(MULTI30K / "test_2016_flickr.en.gz", 12)
+    tgt = _lines(MULTI30K / "test_2016_flickr.de.gz", 12)
+    src[5] = ""
+    (tmp_path / "test.en").write_text("\n".join(src) + "\n")
+    (tmp_path / "test.de").write_text("\n".join(tgt) + "\n")
+    out = tmp_path / "run"
+    done = _seqtrans(
+        "run", "translation", "--out", str(out), "--device", "cpu", "--set",
+        "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64",
+        "model.heads=2", "data.max_train_examples=1500", "data.vocab_size=800", "train.max_steps=6",
+        "train.eval_every=6", "train.checkpoint_every=3", "train.keep_checkpoints=2", "train.average_last=2",
+        "train.max_tokens=1500", "train.valid_max_examples=8", "train.max_minutes=0", "decode.beam=2",
+        "decode.max_len_b=8", f"data.test_src={tmp_path / 'test.en'}",
+        f"data.test_tgt={tmp_path / 'test.de'}")
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert isinstance(metrics["bleu"], float) and isinstance(metrics["chrf"], float)
+    assert metrics["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert metrics["test_sentences"] == 12
+    # one output line per test line, the empty one included
+    assert len((out / "predictions" / "test.txt").read_text().split("\n")) == 12 + 1
+    assert (out / "vocab" / "sentencepiece.model").is_file()
+    validations = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()
+                   if '"validation"' in line]
+    assert validations and all(isinstance(v["dev_bleu"], float) for v in validations)
+    assert not any("signature" in key for v in validations for key in v)
+
+    done = _seqtrans("predict", str(out), "--device", "cpu",
+                     stdin="A man is riding a bicycle.\n\nTwo dogs.\n")
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.split("\n")) == 3 + 1
+    done = _seqtrans("evaluate", str(out), "--device", "cpu")
+    assert done.returncode == 0, done.stderr
+    evaluated = json.loads(done.stdout)
+    assert evaluated["bleu"] == pytest.approx(metrics["bleu"]) and "bleu_signature" in evaluated
+
+
+@pytest.mark.slow
+def test_a_small_model_learns_its_training_sentences(tmp_path: Path) -> None:
+    # 200 Multi30k pairs, learnt by heart by a small model in a few hundred updates:
+    # decoding, detokenization and sacreBLEU must then agree with the references
+    src = _lines(MULTI30K / "train.en.gz", 200)
+    tgt = _lines(MULTI30K / "train.de.gz", 200)
+    for name, lines in [("train.en", src), ("train.de", tgt), ("test.en", src[:50]), ("test.de", tgt[:50])]:
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    files = [f"data.{split}_{side}={tmp_path / f'{split_file}.{lang}'}"
+             for split, split_file in [("train", "train"), ("dev", "test"), ("test", "test")]
+             for side, lang in [("src", "en"), ("tgt", "de")]]
+    config = pipeline.resolve_config("translation", preset="cpu", overrides=[
+        "data.dataset=none", *files, "data.vocab_size=1000", "model.encoder_layers=2",
+        "model.decoder_layers=2", "model.d_model=64", "model.d_ff=256", "model.dropout=0.0",
+        "train.max_tokens=1024", "train.warmup=100", "train.lr_scale=0.2", "train.label_smoothing=0.0",
+        "train.max_steps=250", "train.max_minutes=0", "train.checkpoint_every=250",
+        "train.keep_checkpoints=1", "train.average_last=1", "decode.beam=2"])
+    metrics = pipeline.run(config, tmp_path / "run", device="cpu")
+    print(json.dumps(metrics))
+    assert float(metrics["bleu"]) >= 60.0
