@@ -45,16 +45,17 @@ def brute_force(model: Transformer, src: torch.Tensor, max_len: int,
 
 
 # attention mechanisms the search must work with unchanged (options for tiny_model)
-MECHANISMS = [
-    pytest.param({}, id="scaled_dot"),
-    pytest.param({"cross_attention": "memory", "memory_slots": 3, "memory_positions": True}, id="memory"),
-    pytest.param({"cross_attention": "monotonic", "monotonic_r_init": 0.3}, id="monotonic"),
-    pytest.param({"cross_attention": "local", "local_window": 1}, id="local-p"),
-    pytest.param({"cross_attention": "additive", "decoder_attention": "restricted", "restricted_radius": 1},
-                 id="additive-restricted"),
-    pytest.param({"cross_attention": "location", "encoder_attention": "general", "decoder_attention": "dot",
-                  "location_max_length": 24}, id="location-general-dot"),
-]
+MECHANISM_OPTIONS: dict[str, dict] = {
+    "scaled_dot": {},
+    "memory": {"cross_attention": "memory", "memory_slots": 3, "memory_positions": True},
+    "monotonic": {"cross_attention": "monotonic", "monotonic_r_init": 0.3},
+    "local-p": {"cross_attention": "local", "local_window": 1},
+    "additive-restricted": {"cross_attention": "additive", "decoder_attention": "restricted",
+                            "restricted_radius": 1},
+    "location-general-dot": {"cross_attention": "location", "encoder_attention": "general",
+                             "decoder_attention": "dot", "location_max_length": 24},
+}
+MECHANISMS = [pytest.param(options, id=name) for name, options in MECHANISM_OPTIONS.items()]
 
 
 def mechanism_model(options: dict, *, seed: int, vocab: int = VOCAB) -> Transformer:
@@ -167,7 +168,8 @@ def test_search_respects_the_constraint(beam: int) -> None:
         assert out[1][0].tokens == outputs[int(logp.argmax())]
 
 
-@pytest.mark.parametrize("beam, options", [(1, MECHANISMS[0]), *((4, m) for m in MECHANISMS)])
+@pytest.mark.parametrize("beam, options", [pytest.param(1, {}, id="1-scaled_dot"), *(
+    pytest.param(4, options, id=f"4-{name}") for name, options in MECHANISM_OPTIONS.items())])
 def test_a_sentence_decodes_the_same_alone_or_among_longer_ones(beam: int, options: dict) -> None:
     model = mechanism_model(options, seed=7, vocab=11)
     sentences = [[4, 5, EOS], [6, 7, 8, 9, 10, 4, 5, EOS], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, EOS]]
