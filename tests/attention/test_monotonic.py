@@ -221,3 +221,24 @@ def test_one_step_of_the_expectation_matches_the_module() -> None:
         energy = attn.energy(attn.query(x), attn.key(memory))[:, 0]  # [1, S]
         alpha = expected_alignment(energy, torch.tensor([[1.0, 0, 0, 0, 0]]))
         torch.testing.assert_close(out[:, 0], attn.out(alpha @ memory[0]))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hard_attention_follows_the_papers_algorithm(seed: int) -> None:
+    # Algorithm 1 with z_ij = [p_ij >= 0.5], on energies computed for every position at once
+    torch.manual_seed(seed)
+    attn = MonotonicAttention(8, noise=0.0, r_init=-0.3).eval()
+    attn.g.data.fill_(2.0)
+    lengths = [50, 23, 37]
+    memory = torch.randn(3, 50, 8)
+    mask = torch.arange(50)[None] < torch.tensor(lengths)[:, None]
+    x = torch.randn(3, 30, 8)
+    with torch.no_grad():
+        state = attn.prepare(memory, mask)
+        out = torch.cat([attn(x[:, :7], state), attn(x[:, 7:8], state), attn(x[:, 8:], state)], 1)
+        energy = attn.energy(attn.query(x), attn.key(memory))  # [3, 30, 50]
+    for n in range(3):
+        chosen = hard_reference((energy[n] >= 0).tolist(), lengths[n])
+        assert any(0 < j < lengths[n] for j in chosen)  # it moves, and not straight to the end
+        expected = torch.stack([memory[n, j] if j < lengths[n] else torch.zeros(8) for j in chosen])
+        torch.testing.assert_close(out[n], attn.out(expected), atol=1e-5, rtol=1e-5)
