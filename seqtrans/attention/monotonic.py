@@ -56,26 +56,37 @@ LOG_FLOOR = math.log(1e-30)
 SCAN = 4  # source positions whose energy hard attention evaluates at once
 
 
+def _log_terms(energy: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """log p_ij and L_ij = sum_{l<j} log(1 - p_il), with padding never selected.
+    energy [..., S], mask [R, S] (broadcast over the middle axes) -> 2 x [..., S]"""
+    log_p = F.logsigmoid(energy)
+    log_skip = F.logsigmoid(-energy)  # log(1 - p)
+    if mask is not None:
+        keep = mask.view(mask.size(0), *([1] * (energy.dim() - 2)), mask.size(1))
+        log_p = log_p.masked_fill(~keep, float("-inf"))
+        log_skip = log_skip.masked_fill(~keep, 0.0)
+    return log_p, torch.cumsum(log_skip, dim=-1) - log_skip  # exclusive cumulative sum
+
+
+def _step(log_p: Tensor, skipped: Tensor, previous: Tensor) -> Tensor:
+    """alpha_ij = p_ij sum_{k<=j} alpha_i-1,k exp(L_j - L_k), in log space.  [R, S] -> [R, S]"""
+    log_previous = torch.log(previous.clamp(min=1e-30))
+    return torch.exp(log_p + skipped + torch.logcumsumexp(log_previous - skipped, dim=-1))
+
+
 def expected_alignment(energy: Tensor, previous: Tensor, mask: Tensor | None = None) -> Tensor:
     """One step of the expected alignment, in parallel over source positions.
 
     energy [R, S] (e_ij), previous [R, S] (alpha_i-1), mask [R, S] (True at real
     positions; padding is never selected) -> alpha_i [R, S]
     """
-    log_p = F.logsigmoid(energy)
-    log_skip = F.logsigmoid(-energy)  # log(1 - p)
-    if mask is not None:
-        log_p = log_p.masked_fill(~mask, float("-inf"))
-        log_skip = log_skip.masked_fill(~mask, 0.0)
-    skipped = torch.cumsum(log_skip, dim=-1) - log_skip  # L_j, exclusive [R, S]
-    log_previous = torch.log(previous.clamp(min=1e-30))
-    log_q = skipped + torch.logcumsumexp(log_previous - skipped, dim=-1)
-    return torch.exp(log_p + log_q)
+    return _step(*_log_terms(energy, mask), previous)
 
 
 def expected_alignments(energy: Tensor, mask: Tensor | None = None, *,
                         initial: Tensor | None = None) -> Tensor:
-    """The expected alignments of consecutive output steps.
+    """The expected alignments of consecutive output steps: only the dependence on the
+    previous step is sequential, everything else is computed for all steps at once.
 
     energy [R, T, S], mask [R, S], initial [R, S] (alpha_0; default delta at the first
     position) -> [R, T, S]
@@ -85,9 +96,10 @@ def expected_alignments(energy: Tensor, mask: Tensor | None = None, *,
     if previous is None:
         previous = energy.new_zeros(r, s)
         previous[:, 0] = 1.0
+    log_p, skipped = _log_terms(energy, mask)  # [R, T, S] each
     steps = []
     for i in range(t):
-        previous = expected_alignment(energy[:, i], previous, mask)
+        previous = _step(log_p[:, i], skipped[:, i], previous)
         steps.append(previous)
     return torch.stack(steps, dim=1) if steps else energy.new_zeros(r, 0, s)
 
