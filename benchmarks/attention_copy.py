@@ -227,11 +227,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
     for name, scale in results.get("scaling", {}).items():
         xs = [p["length"] for p in scale["points"]]
         ys = [p["attention_seconds"] for p in scale["points"]]
-        fit = scale["linear_fit"]
-        line = axes[2].plot(xs, ys, "o", label=f"{name}: {fit['ms_per_source_token']:.2f} ms/token, "
-                                             f"R2 {fit['r2']:.3f}")
+        fit, quad = scale["linear_fit"], scale["quadratic_fit"]
+        line = axes[2].plot(xs, ys, "o", label=f"{name}: line {fit['ms_per_source_token']:.2f} ms/token "
+                                             f"(R2 {fit['r2']:.3f}), x^2 term {quad['a_ms'] * 1e3:.2f} us")
+        color = line[0].get_color()
         axes[2].plot(xs, [fit["intercept_ms"] / 1e3 + fit["ms_per_source_token"] / 1e3 * x for x in xs], "-",
-                     color=line[0].get_color(), alpha=0.5)
+                     color=color, alpha=0.5)
+        axes[2].plot(xs, [(quad["a_ms"] * x * x + quad["b_ms"] * x + quad["c_ms"]) / 1e3 for x in xs], ":",
+                     color=color, alpha=0.8)
     axes[2].set(xlabel="|S| = |T| (200 sequences of that length)",
                 ylabel="seconds in encoder-decoder attention",
                 title="attention time vs length (L=200 models)")
@@ -250,12 +253,15 @@ def main() -> None:
     parser.add_argument("--train-size", type=int, default=100_000)
     parser.add_argument("--test-size", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1: robust to other processes on the machine).")
     parser.add_argument("--work", default="runs/attention_copy", help="Run directories (checkpoints).")
     parser.add_argument("--out", type=Path, default=RESULTS / "attention_copy.json")
     parser.add_argument("--scaling", nargs="*", default=["scaled_dot", "memory-K64", "monotonic"],
                         help="Mechanisms whose L=200 models get the scaling run.")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(args.threads)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"results": {}, "scaling": {}}
     if args.out.is_file():
