@@ -89,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "stdout as soon as it is decoded.")
     p.add_argument("model", metavar="RUN_DIR_OR_CHECKPOINT")
     p.add_argument("--beam", type=int, help="Beam size (default: the run's decode.beam).")
+    p.add_argument("--stream", action="store_true",
+                   help="Decode each line as a stream arriving token by token and write "
+                        "'output<TAB>delays': the source tokens read when each target token was "
+                        "written (greedy; needs model.cross_attention=monotonic and "
+                        "model.causal_encoder=true).")
     p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
                    metavar="KEY=VALUE", help="Override decode.* (or data.*) keys.")
     _add_device(p)
@@ -171,13 +176,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    from seqtrans.pipeline import load, predict
+    from seqtrans.pipeline import load, predict, stream
 
     overrides = list(args.overrides)
     if args.beam is not None:
+        if args.stream and args.beam != 1:
+            raise UsageError("--stream decodes greedily; it takes no --beam")
         overrides.append(f"decode.beam={args.beam}")
     loaded = load(args.model, overrides=overrides, device=args.device)
-    for line in predict(loaded, sys.stdin):
+    for line in (stream if args.stream else predict)(loaded, sys.stdin):
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
     return 0

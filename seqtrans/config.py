@@ -39,6 +39,13 @@ def option(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
 
+# Attention mechanisms (docs/attention.md); seqtrans.attention builds them by these names.
+Mechanism = Literal["scaled_dot", "dot", "general", "additive", "location", "restricted", "local",
+                    "memory", "monotonic"]
+SELF_MECHANISMS = ("scaled_dot", "dot", "general", "additive", "location", "restricted")
+CROSS_MECHANISMS = ("scaled_dot", "dot", "general", "additive", "location", "local", "memory", "monotonic")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The Transformer's shape (paper, section 3 and Table 3)."""
@@ -64,11 +71,90 @@ class ModelConfig:
         True, "Share source and target embeddings when the task's vocabulary is shared."
     )
     tie_output: bool = option(True, "Tie the pre-softmax projection to the target embeddings.")
+    encoder_attention: Mechanism = option(
+        "scaled_dot", "Encoder self-attention: scaled_dot, dot, general, additive, location or "
+        "restricted (docs/attention.md)."
+    )
+    decoder_attention: Mechanism = option(
+        "scaled_dot", "Decoder self-attention (causal): scaled_dot, dot, general, additive, location "
+        "or restricted."
+    )
+    cross_attention: Mechanism = option(
+        "scaled_dot", "Encoder-decoder attention: scaled_dot, dot, general, additive, location, local, "
+        "memory or monotonic."
+    )
+    causal_encoder: bool = option(
+        False, "Unidirectional encoder: each source position attends only to itself and earlier "
+        "ones, so encoding can follow a source as it arrives (needed by 'predict --stream')."
+    )
+    location_max_length: int = option(
+        0, "location: the longest sequence it can attend over (W_a has a row per position and "
+        "head); required where a site uses location."
+    )
+    restricted_radius: int = option(
+        16, "restricted: r, each position attends to those at most r away (the r before it, when causal)."
+    )
+    local_window: int = option(
+        10, "local: D, the window is [p - D, p + D] around the aligned position p; the Gaussian of "
+        "local-p has sigma = D / 2 (Luong et al.: D = 10)."
+    )
+    local_alignment: Literal["predictive", "monotonic"] = option(
+        "predictive", "local: 'predictive' (local-p) predicts p = S * sigmoid(v_p^T tanh(W_p h)) and "
+        "weights the window by a Gaussian; 'monotonic' (local-m) sets p to the target position."
+    )
+    memory_slots: int = option(
+        32, "memory: K, the number of attention contexts computed once per source (Britz et al.: 1-64)."
+    )
+    memory_encoder_score: Literal["softmax", "sigmoid"] = option(
+        "softmax", "memory: alpha = score(W_alpha s) over source positions: softmax, or sigmoid."
+    )
+    memory_decoder_score: Literal["softmax", "sigmoid"] = option(
+        "softmax", "memory: beta = score(W_beta h) over the K contexts: softmax, or sigmoid."
+    )
+    memory_positions: bool = option(
+        False, "memory: multiply the encoder scores by the position encodings "
+        "L_ks = (1 - k/K)(1 - s/S) + (k/K)(s/S), with S each source's own length."
+    )
+    monotonic_dim: int = option(
+        0, "monotonic: width of the energy's hidden layer tanh(W s + V h + b); 0 means d_model."
+    )
+    monotonic_noise: float = option(
+        1.0, "monotonic: standard deviation of the Gaussian noise added to the energies before the "
+        "sigmoid while training (Raffel et al.: 1); never at test time."
+    )
+    monotonic_r_init: float = option(
+        -4.0, "monotonic: initial value of the energy's scalar bias r; negative so that selection "
+        "probabilities start low and the expected alignment is not stuck at the first position."
+    )
 
     def __post_init__(self) -> None:
-        for key in ("encoder_layers", "decoder_layers", "d_model", "d_ff", "heads", "max_positions"):
+        for key in ("encoder_layers", "decoder_layers", "d_model", "d_ff", "heads", "max_positions",
+                    "restricted_radius", "local_window", "memory_slots"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"model.{key}", f"must be at least 1, got {getattr(self, key)}")
+        for key in ("location_max_length", "monotonic_dim", "monotonic_noise"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"model.{key}", f"must not be negative, got {getattr(self, key)}")
+        for key in ("encoder_attention", "decoder_attention"):
+            name = getattr(self, key)
+            if name not in SELF_MECHANISMS:
+                raise ConfigError(
+                    f"model.{key}", f"'{name}' is not a self-attention mechanism"
+                    + (" (it attends from the target to the source: use it as model.cross_attention)"
+                       if name in CROSS_MECHANISMS else "")
+                    + f"; choose one of {', '.join(SELF_MECHANISMS)}")
+        if self.cross_attention not in CROSS_MECHANISMS:
+            raise ConfigError(
+                "model.cross_attention", f"'{self.cross_attention}' is a self-attention mechanism; "
+                f"choose one of {', '.join(CROSS_MECHANISMS)} (local is restricted attention's "
+                "encoder-decoder counterpart)")
+        using_location = [key for key in ("encoder_attention", "decoder_attention", "cross_attention")
+                          if getattr(self, key) == "location"]
+        if using_location and self.location_max_length < 1:
+            raise ConfigError(
+                "model.location_max_length",
+                f"model.{using_location[0]}=location needs the longest sequence it attends over; "
+                "set it to at least the longest source (and target, at self-attention sites) plus one")
         if self.d_model % self.heads:
             raise ConfigError(
                 "model.heads", f"d_model {self.d_model} is not divisible by {self.heads} heads"

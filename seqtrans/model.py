@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqtrans.attention import CrossAttention, CrossState, KVCache, SelfAttention
+from seqtrans.attention import DecodingState, KVCache, cross_attention, self_attention
 from seqtrans.config import ModelConfig
 from seqtrans.kernels import Linear, linear
 from seqtrans.masks import padding_mask
@@ -97,14 +97,15 @@ class EncoderLayer(nn.Module):
     def __init__(self, c: ModelConfig) -> None:
         super().__init__()
         pre = c.norm == "pre"
-        self.self_attn = SelfAttention(c.d_model, c.heads, dropout=c.attention_dropout)
+        self.self_attn = self_attention(c.encoder_attention, c)
+        self.causal = c.causal_encoder
         self.ffn = FeedForward(c.d_model, c.d_ff, dropout=c.activation_dropout)
         self.r1 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
         self.r2 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        """x [B, S, D], mask [B, S] -> [B, S, D]"""
-        x = self.r1(x, self.self_attn(self.r1.input(x), mask=mask))
+    def forward(self, x: Tensor, mask: Tensor | None, *, cache: KVCache | None = None) -> Tensor:
+        """x [B, S, D], mask [B, S] -> [B, S, D]; a causal encoder may extend a cache."""
+        x = self.r1(x, self.self_attn(self.r1.input(x), mask=mask, causal=self.causal, cache=cache))
         return self.r2(x, self.ffn(self.r2.input(x)))
 
 
@@ -112,14 +113,14 @@ class DecoderLayer(nn.Module):
     def __init__(self, c: ModelConfig) -> None:
         super().__init__()
         pre = c.norm == "pre"
-        self.self_attn = SelfAttention(c.d_model, c.heads, dropout=c.attention_dropout)
-        self.cross_attn = CrossAttention(c.d_model, c.heads, dropout=c.attention_dropout)
+        self.self_attn = self_attention(c.decoder_attention, c)
+        self.cross_attn = cross_attention(c.cross_attention, c)
         self.ffn = FeedForward(c.d_model, c.d_ff, dropout=c.activation_dropout)
         self.r1 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
         self.r2 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
         self.r3 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
 
-    def forward(self, x: Tensor, cross: CrossState, *, cache: KVCache | None = None) -> Tensor:
+    def forward(self, x: Tensor, cross: DecodingState, *, cache: KVCache | None = None) -> Tensor:
         """x [N, T, D] -> [N, T, D]"""
         x = self.r1(x, self.self_attn(self.r1.input(x), causal=True, cache=cache))
         x = self.r2(x, self.cross_attn(self.r2.input(x), cross))
@@ -139,7 +140,7 @@ class DecoderState:
     """Everything incremental decoding keeps between steps, for N = B*K hypotheses."""
 
     caches: list[KVCache]  # per layer: self-attention keys/values so far
-    cross: list[CrossState]  # per layer: encoder keys/values, per sentence
+    cross: list[DecodingState]  # per layer: what cross-attention keeps of the source
     length: int = 0  # target positions decoded so far
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:

@@ -294,6 +294,39 @@ def predict(loaded: Loaded, lines: Iterable[str]) -> Iterator[str]:
         yield ""
 
 
+def stream(loaded: Loaded, lines: Iterable[str]) -> Iterator[str]:
+    """Decode each line as a stream that arrives token by token (see
+    :mod:`seqtrans.decoding.streaming`): one ``output<TAB>delays`` line per input, the
+    delays being the source tokens read when each target token was written. Logs the
+    average proportion and average lagging at the end."""
+    from seqtrans.decoding.streaming import (
+        average_lagging,
+        average_proportion,
+        check_streamable,
+        stream_greedy,
+    )
+
+    check_streamable(loaded.model.config)
+    if loaded.config.decode.nbest > 1:
+        raise UsageError("streaming decodes greedily: decode.nbest must be 1")
+    model, task, vocabs = loaded.model, loaded.task, loaded.vocabs
+    limit = model.config.max_positions - 1 if model.config.positions == "learned" else None
+    proportions, laggings = [], []
+    for line in lines:
+        source = task.parse_source(line.rstrip("\n"))
+        ids = vocabs.source.encode(task.source_tokens(source))
+        emitted = list(stream_greedy(model, ids, loaded.config.decode, position_limit=limit))
+        delays = [e.delay for e in emitted]
+        pred = task.prediction(vocabs.target.decode([e.token for e in emitted]), source)
+        if delays and ids:
+            proportions.append(average_proportion(delays, len(ids)))
+            laggings.append(average_lagging(delays, len(ids)))
+        yield f"{task.format(pred)}\t{' '.join(map(str, delays))}"
+    if proportions:
+        log.info("streamed %d inputs: average proportion %.3f, average lagging %.2f source tokens",
+                 len(proportions), sum(proportions) / len(proportions), sum(laggings) / len(laggings))
+
+
 def average(paths: Sequence[str | Path], out: str | Path) -> Path:
     """Average checkpoints into one model-only checkpoint."""
     return checkpoint.average([Path(p) for p in paths], out)

@@ -59,6 +59,25 @@ def test_predict_reads_stdin_and_writes_one_line_per_input(run_dir: Path) -> Non
     assert [r[0] for r in rank_lines] == ["1", "2"] and float(rank_lines[0][1]) >= float(rank_lines[1][1])
 
 
+def test_predict_stream_writes_outputs_with_their_delays(tmp_path: Path, run_dir: Path) -> None:
+    out = tmp_path / "stream"
+    done = seqtrans("run", "copy", "--out", str(out), "--device", "cpu", "--set", *TINY,
+                    "model.cross_attention=monotonic", "model.causal_encoder=true", "train.max_steps=4",
+                    "train.eval_every=4")
+    assert done.returncode == 0, done.stderr
+    done = seqtrans("predict", str(out), "--stream", "--device", "cpu", stdin="1 2 3\n4 4\n")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2
+    for line, length in zip(lines, (3, 2)):
+        output, delays = line.split("\t")
+        assert len(delays.split()) == len(output.split())
+        assert all(1 <= int(d) <= length for d in delays.split())
+    assert "average lagging" in done.stderr
+    done = seqtrans("predict", str(run_dir), "--stream", stdin="1 2\n")
+    assert done.returncode == 2 and "model.cross_attention=monotonic" in done.stderr
+
+
 def test_evaluate_prints_the_metrics(run_dir: Path) -> None:
     done = seqtrans("evaluate", str(run_dir), "--split", "dev", "--device", "cpu")
     assert done.returncode == 0, done.stderr

@@ -63,6 +63,13 @@ def test_set_values_are_cast_to_the_field_type() -> None:
     ("data.lowercase=maybe", "data.lowercase", "true or false"),
     ("model=3", "model", "is a section"),
     ("nosection.x=1", "nosection", "unknown key"),
+    ("model.encoder_attention=memory", "model.encoder_attention", "use it as model.cross_attention"),
+    ("model.decoder_attention=monotonic", "model.decoder_attention", "not a self-attention mechanism"),
+    ("model.cross_attention=restricted", "model.cross_attention", "is a self-attention mechanism"),
+    ("model.cross_attention=fancy", "model.cross_attention", "must be one of"),
+    ("model.cross_attention=location", "model.location_max_length", "needs the longest sequence"),
+    ("model.memory_slots=0", "model.memory_slots", "at least 1"),
+    ("model.monotonic_noise=-1", "model.monotonic_noise", "must not be negative"),
 ])
 def test_bad_overrides_name_the_key(pair: str, key: str, words: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -108,3 +115,13 @@ def test_every_option_has_help() -> None:
 def test_model_config_validates_directly() -> None:
     with pytest.raises(ConfigError, match="model.encoder_layers"):
         ModelConfig(encoder_layers=0)
+    with pytest.raises(ConfigError, match="model.encoder_attention"):
+        ModelConfig(encoder_attention="local")
+
+
+def test_attention_mechanisms_are_chosen_per_site() -> None:
+    c = resolve(overrides=["model.cross_attention=memory", "model.memory_slots=16",
+                           "model.decoder_attention=location", "model.location_max_length=64"])
+    assert (c.model.encoder_attention, c.model.decoder_attention, c.model.cross_attention) == (
+        "scaled_dot", "location", "memory")
+    assert c.model.memory_slots == 16

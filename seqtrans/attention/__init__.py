@@ -1,11 +1,123 @@
-"""Attention mechanisms, one module per family.
+"""Attention mechanisms, one module per family, and the factory that builds them by name.
 
-Each engine attention site takes a module with the call signature of its family:
-self-attention ``forward(x, mask=..., causal=..., cache=...)`` and encoder-decoder
-attention ``prepare(memory, mask) -> state`` then ``forward(x, state)``. Per-sentence
-or per-hypothesis decoding state implements ``reorder(rows, sentences)``.
+The engine has three attention sites, each configured by a ``model`` key:
+``encoder_attention`` and ``decoder_attention`` (self-attention) and ``cross_attention``
+(encoder-decoder attention). A site takes a module with the call signature of its
+family: self-attention ``forward(x, mask=..., causal=..., cache=...)`` with
+``new_cache(rows, capacity, like=...)``; encoder-decoder attention
+``prepare(memory, mask) -> state`` (once per source) then ``forward(x, state)``. Every
+piece of per-sentence or per-hypothesis decoding state implements
+``reorder(rows, sentences)``. See docs/attention.md for the mechanisms.
 """
 
-from seqtrans.attention.scaled_dot import CrossAttention, CrossState, KVCache, SelfAttention
+from __future__ import annotations
 
-__all__ = ["CrossAttention", "CrossState", "KVCache", "SelfAttention"]
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from torch import Tensor, nn
+
+from seqtrans.attention.additive import AdditiveScore
+from seqtrans.attention.content import ContentCrossAttention, ContentSelfAttention
+from seqtrans.attention.local import LocalAttention
+from seqtrans.attention.luong import DotScore, GeneralScore, LocationScore
+from seqtrans.attention.memory import MemoryAttention
+from seqtrans.attention.monotonic import MonotonicAttention
+from seqtrans.attention.restricted import RestrictedSelfAttention
+from seqtrans.attention.scaled_dot import CrossAttention, CrossState, KVCache, SelfAttention
+from seqtrans.config import ModelConfig
+
+__all__ = ["CROSS_ATTENTION", "SELF_ATTENTION", "CrossAttention", "CrossAttentionModule", "CrossState",
+           "DecodingState", "KVCache", "SelfAttention", "SelfAttentionModule", "cross_attention",
+           "self_attention"]
+
+
+class DecodingState(Protocol):
+    """Per-sentence or per-hypothesis state that follows the search."""
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None: ...
+
+
+class SelfAttentionModule(Protocol):
+    def __call__(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False,
+                 cache: KVCache | None = None) -> Tensor: ...
+
+    def new_cache(self, rows: int, capacity: int, *, like: Tensor) -> KVCache: ...
+
+
+class CrossAttentionModule(Protocol):
+    def __call__(self, x: Tensor, state: Any) -> Tensor: ...
+
+    def prepare(self, memory: Tensor, mask: Tensor) -> DecodingState: ...
+
+
+def _content_self(score: Callable[[ModelConfig], Any]) -> Callable[[ModelConfig], nn.Module]:
+    return lambda c: ContentSelfAttention(score(c), c.d_model, dropout=c.attention_dropout)
+
+
+def _content_cross(score: Callable[[ModelConfig], Any]) -> Callable[[ModelConfig], nn.Module]:
+    return lambda c: ContentCrossAttention(score(c), c.d_model, dropout=c.attention_dropout)
+
+
+def _dot(c: ModelConfig) -> DotScore:
+    return DotScore(c.d_model, c.heads)
+
+
+def _general(c: ModelConfig) -> GeneralScore:
+    return GeneralScore(c.d_model, c.heads)
+
+
+def _additive(c: ModelConfig) -> AdditiveScore:
+    return AdditiveScore(c.d_model, c.heads)
+
+
+def _location(c: ModelConfig) -> LocationScore:
+    return LocationScore(c.d_model, c.heads, max_length=c.location_max_length)
+
+
+# The mechanisms of each site, by their config name.
+SELF_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
+    "scaled_dot": lambda c: SelfAttention(c.d_model, c.heads, dropout=c.attention_dropout),
+    "dot": _content_self(_dot),
+    "general": _content_self(_general),
+    "additive": _content_self(_additive),
+    "location": _content_self(_location),
+    "restricted": lambda c: RestrictedSelfAttention(c.d_model, c.heads, radius=c.restricted_radius,
+                                                    dropout=c.attention_dropout),
+}
+
+CROSS_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
+    "scaled_dot": lambda c: CrossAttention(c.d_model, c.heads, dropout=c.attention_dropout),
+    "dot": _content_cross(_dot),
+    "general": _content_cross(_general),
+    "additive": _content_cross(_additive),
+    "location": _content_cross(_location),
+    "local": lambda c: LocalAttention(c.d_model, c.heads, window=c.local_window,
+                                      alignment=c.local_alignment, dropout=c.attention_dropout),
+    "memory": lambda c: MemoryAttention(c.d_model, slots=c.memory_slots, encoder_score=c.memory_encoder_score,
+                                        decoder_score=c.memory_decoder_score, positions=c.memory_positions),
+    "monotonic": lambda c: MonotonicAttention(c.d_model, dim=c.monotonic_dim, noise=c.monotonic_noise,
+                                              r_init=c.monotonic_r_init),
+}
+
+
+def self_attention(name: str, config: ModelConfig) -> SelfAttentionModule:
+    """The self-attention module ``name`` (a key of :data:`SELF_ATTENTION`) for ``config``."""
+    try:
+        build = SELF_ATTENTION[name]
+    except KeyError:
+        known = ", ".join(SELF_ATTENTION)
+        raise ValueError(f"no self-attention mechanism '{name}'; known: {known}") from None
+    module: Any = build(config)
+    return module
+
+
+def cross_attention(name: str, config: ModelConfig) -> CrossAttentionModule:
+    """The encoder-decoder attention module ``name`` (a key of :data:`CROSS_ATTENTION`)."""
+    try:
+        build = CROSS_ATTENTION[name]
+    except KeyError:
+        known = ", ".join(CROSS_ATTENTION)
+        raise ValueError(f"no encoder-decoder mechanism '{name}'; known: {known}") from None
+    module: Any = build(config)
+    return module

@@ -44,10 +44,40 @@ def brute_force(model: Transformer, src: torch.Tensor, max_len: int,
     return sorted(scored, key=lambda s: -s[0])
 
 
+# attention mechanisms the search must work with unchanged (options for tiny_model)
+MECHANISM_OPTIONS: dict[str, dict] = {
+    "scaled_dot": {},
+    "memory": {"cross_attention": "memory", "memory_slots": 3, "memory_positions": True},
+    "monotonic": {"cross_attention": "monotonic", "monotonic_r_init": 0.3},
+    "local-p": {"cross_attention": "local", "local_window": 1},
+    "additive-restricted": {"cross_attention": "additive", "decoder_attention": "restricted",
+                            "restricted_radius": 1},
+    "location-general-dot": {"cross_attention": "location", "encoder_attention": "general",
+                             "decoder_attention": "dot", "location_max_length": 24},
+}
+MECHANISMS = [pytest.param(options, id=name) for name, options in MECHANISM_OPTIONS.items()]
+
+
+def mechanism_model(options: dict, *, seed: int, vocab: int = VOCAB) -> Transformer:
+    model = tiny_model(vocab=vocab, seed=seed, **options)
+    if options.get("cross_attention") == "monotonic":  # energies that move through the source
+        for layer in model.decoder_layers:
+            layer.cross_attn.g.data.fill_(1.0)  # type: ignore[union-attr]
+    return model
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_wide_beam_returns_the_brute_force_argmax(alpha: float, seed: int) -> None:
-    model = tiny_model(vocab=VOCAB, seed=seed)
+    wide_beam_is_exact(tiny_model(vocab=VOCAB, seed=seed), alpha)
+
+
+@pytest.mark.parametrize("options", MECHANISMS)
+def test_wide_beam_is_exact_with_every_attention_mechanism(options: dict) -> None:
+    wide_beam_is_exact(mechanism_model(options, seed=1), 0.6)
+
+
+def wide_beam_is_exact(model: Transformer, alpha: float) -> None:
     src = torch.tensor([[4, 5, 6, EOS]])
     max_len = 3
     expected = brute_force(model, src, max_len, alpha)
@@ -138,9 +168,10 @@ def test_search_respects_the_constraint(beam: int) -> None:
         assert out[1][0].tokens == outputs[int(logp.argmax())]
 
 
-@pytest.mark.parametrize("beam", [1, 4])
-def test_a_sentence_decodes_the_same_alone_or_among_longer_ones(beam: int) -> None:
-    model = tiny_model(vocab=11, seed=7)
+@pytest.mark.parametrize("beam, options", [pytest.param(1, {}, id="1-scaled_dot"), *(
+    pytest.param(4, options, id=f"4-{name}") for name, options in MECHANISM_OPTIONS.items())])
+def test_a_sentence_decodes_the_same_alone_or_among_longer_ones(beam: int, options: dict) -> None:
+    model = mechanism_model(options, seed=7, vocab=11)
     sentences = [[4, 5, EOS], [6, 7, 8, 9, 10, 4, 5, EOS], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, EOS]]
     max_len = [20, 20, 20]
 

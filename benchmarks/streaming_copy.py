@@ -1,0 +1,109 @@
+"""Streaming transduction on the copy task: how long each output token waits for its source.
+
+Trains the copy task's small Transformer with monotonic encoder-decoder attention and a
+causal encoder (``model.cross_attention=monotonic model.causal_encoder=true``) on copying
+and on reversing sequences of length 1..L, then decodes the 1,000 test sequences as
+streams (``seqtrans.decoding.streaming``) and reports exact match, the average proportion
+(AP) and average lagging (AL) of the delays, whether the streamed outputs equal offline
+greedy decoding, and the decoding time of both. Copying can write each token right after
+reading it (AL near 1); reversing cannot write anything before the whole source is read
+(AL near |x|), and the model has to learn that.
+
+    python benchmarks/streaming_copy.py --minutes 3
+
+Writes benchmarks/results/streaming_copy.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seqtrans import pipeline
+from seqtrans.decoding import generate
+from seqtrans.decoding.streaming import average_lagging, average_proportion, stream_greedy
+from seqtrans.vocab import EOS
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.mean(values) if values else float("nan")
+
+
+def evaluate(out: Path) -> dict[str, Any]:
+    loaded = pipeline.load(out, device="cpu")
+    task, vocabs, model = loaded.task, loaded.vocabs, loaded.model
+    examples = list(task.read("test"))
+    decode = dataclasses.replace(loaded.config.decode, beam=1, nbest=1)
+    sources = [vocabs.source.encode(task.source_tokens(e.source)) for e in examples]
+
+    started = time.perf_counter()
+    streamed = [list(stream_greedy(model, ids, decode)) for ids in sources]
+    stream_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    offline = generate(model, [ids + [EOS] for ids in sources], dataclasses.replace(decode, batch_tokens=1),
+                       device=torch.device("cpu"))
+    offline_seconds = time.perf_counter() - started
+
+    preds = [task.prediction(vocabs.target.decode([e.token for e in out]), ex.source)
+             for out, ex in zip(streamed, examples)]
+    same = sum([e.token for e in out] == (hyps[0].tokens if hyps else [])
+               for out, hyps in zip(streamed, offline))
+    delays = [([e.delay for e in out], len(ids)) for out, ids in zip(streamed, sources) if out and ids]
+    return {
+        **{k: float(v) for k, v in task.score(preds, examples).items()},
+        "same_as_offline_greedy": same / len(examples),
+        "average_proportion": _mean([average_proportion(d, n) for d, n in delays]),
+        "average_lagging": _mean([average_lagging(d, n) for d, n in delays]),
+        "mean_source_length": statistics.mean(len(s) for s in sources),
+        "stream_seconds_per_sentence": stream_seconds / len(examples),
+        "offline_seconds_per_sentence": offline_seconds / len(examples),
+        "example": {"source": examples[0].source, "output": preds[0],
+                    "delays": [e.delay for e in streamed[0]]},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=3.0, help="Training budget per task variant.")
+    parser.add_argument("--length", type=int, default=20, help="L: sequence lengths 1..L.")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--work", default="runs/streaming_copy")
+    parser.add_argument("--out", type=Path, default=RESULTS / "streaming_copy.json")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(args.threads)
+    results: dict[str, Any] = {"settings": {"minutes": args.minutes, "length": args.length,
+                                            "threads": args.threads}}
+    for variant, reverse in (("copy", False), ("reverse", True)):
+        out = Path(args.work) / variant
+        if not (out / "metrics.json").is_file():
+            config = pipeline.resolve_config("copy", overrides=[
+                f"data.max_length={args.length}", f"data.reverse={str(reverse).lower()}",
+                "data.train_size=100000", f"train.max_minutes={args.minutes}", "train.max_steps=1000000",
+                "train.eval_every=1000", "train.valid_max_examples=200",
+                "model.cross_attention=monotonic", "model.causal_encoder=true"])
+            pipeline.run(config, out, device="cpu")
+        results[variant] = evaluate(out)
+        r = results[variant]
+        print(f"{variant:>8}: exact {r['exact_match']:.3f}, AP {r['average_proportion']:.3f}, "
+              f"AL {r['average_lagging']:.2f} (mean |x| {r['mean_source_length']:.1f}), "
+              f"same as offline {r['same_as_offline_greedy']:.3f}", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    os.replace(tmp, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Pieces every attention family shares: masked softmax, the self-attention mask, folding
+the hypotheses of a sentence onto its source, and reordering decoding state.
+
+Shapes: B sentences, K hypotheses per sentence, N = B*K rows, S source, T queries this
+call, L keys (cached positions included), H heads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from seqtrans.masks import causal_mask, key_mask
+
+
+def masked_softmax(scores: Tensor, allowed: Tensor | None, *, dim: int = -1) -> Tensor:
+    """Softmax over ``dim`` where ``allowed`` (broadcastable bool) is True; a row with
+    nothing allowed gets all zeros (it attends to nothing) instead of NaN."""
+    if allowed is None:
+        return scores.softmax(dim)
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim)
+    return torch.where(allowed.any(dim, keepdim=True), weights, torch.zeros_like(weights))
+
+
+def self_attention_mask(mask: Tensor | None, *, causal: bool, queries: int, keys: int,
+                        device: torch.device) -> Tensor | None:
+    """Which keys each query may see: key padding ``mask`` [N, L] and/or causality
+    (the queries being the last ``queries`` of ``keys`` positions).  -> [N|1, 1, T, L] or None"""
+    allowed = key_mask(mask) if mask is not None else None  # [N, 1, 1, L]
+    if causal:
+        order = causal_mask(queries, keys, device=device)  # [T, L]
+        allowed = order if allowed is None else allowed & order
+    return allowed
+
+
+def fold(x: Tensor, sentences: int) -> Tensor:
+    """The hypotheses of each sentence side by side on the query axis, so they share its
+    source tensors without copying them.  [N, T, F] -> [B, K*T, F]"""
+    n, t, f = x.shape
+    return x.reshape(sentences, (n // sentences) * t, f)
+
+
+def unfold(x: Tensor, rows: int) -> Tensor:
+    """Inverse of :func:`fold`.  [B, K*T, F] -> [N, T, F]"""
+    b, kt, f = x.shape
+    return x.reshape(rows, b * kt // rows, f)
+
+
+# Decoding state follows the search with reorder(rows, sentences): tensors indexed by
+# hypothesis select ``rows``; tensors indexed by sentence select ``sentences`` when some
+# sentences finished. States mark each tensor field with one of these.
+ROW = {"index": "row"}
+SENTENCE = {"index": "sentence"}
+
+
+def reorder_fields(state: Any, rows: Tensor, sentences: Tensor | None) -> None:
+    """Apply a search step's reordering to every marked tensor field of a dataclass state."""
+    for f in dataclasses.fields(state):
+        kind = f.metadata.get("index")
+        value = getattr(state, f.name)
+        if value is None or kind is None:
+            continue
+        if kind == "row":
+            setattr(state, f.name, value.index_select(0, rows))
+        elif sentences is not None:
+            setattr(state, f.name, value.index_select(0, sentences))

@@ -1,0 +1,114 @@
+"""Memory attention, Britz et al. (2017), "Efficient Attention using a Fixed-Size Memory
+Representation", section 3.
+
+While encoding, K attention contexts are computed once per source:
+
+    alpha = score(W_alpha s_t)          [S, K], normalised over source positions t
+    C_k   = sum_t alpha_tk s_t          [K, D]
+
+and each decoder step mixes them with weights from the decoder state alone:
+
+    beta  = score(W_beta h)             [K], normalised over the K contexts
+    c     = sum_k beta_k C_k            [D]
+
+``score`` is a softmax or an element-wise sigmoid, chosen on each side. The optional
+position encodings L_ks = (1 - k/K)(1 - s/S) + (k/K)(s/S) (s, k counted from 1, S the
+source's own length) multiply the encoder scores before the score function; padded
+positions are masked out, so a softmax renormalises over the real ones.
+
+The decoder step reads only C: decoding costs O(K*D) per step, O(K*D*(|S| + |T|)) in
+all, against O(D*|S|) per step for attention over the encoder states. The output
+projection is applied to C once per source (W_o c = sum_k beta_k W_o C_k), which moves
+its cost out of the decoding loop too.
+
+Single-head, as in the paper: the K contexts already play the part of heads, each an
+attention over the source, and beta mixes them.
+
+Shapes: B sentences, K hypotheses per sentence (beam), N = B*K rows, S source, T
+target positions this call, M memory slots (the paper's K), D model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from seqtrans.attention.common import SENTENCE, fold, masked_softmax, reorder_fields, unfold
+
+
+def position_encodings(mask: Tensor, slots: int) -> Tensor:
+    """L_ks = (1 - k/K)(1 - s/S) + (k/K)(s/S) with S each source's length; zero at padding.
+
+    mask [B, S] (True at real tokens) -> [B, S, M]
+    """
+    length = mask.sum(1, keepdim=True).to(torch.float32)  # [B, 1]
+    s = torch.arange(1, mask.size(1) + 1, device=mask.device, dtype=torch.float32) / length  # [B, S]
+    k = torch.arange(1, slots + 1, device=mask.device, dtype=torch.float32) / slots  # [M]
+    s, k = s.unsqueeze(-1), k[None, None]  # [B, S, 1], [1, 1, M]
+    return ((1 - k) * (1 - s) + k * s) * mask.unsqueeze(-1)
+
+
+@dataclass
+class MemoryState:
+    """Everything the decoder reads: the K contexts of each source, already through W_o.
+
+    Nothing of length S is kept, so decoding cannot touch the encoder states.
+    """
+
+    contexts: Tensor = field(metadata=SENTENCE)  # [B, M, D]: W_o C_k (no bias)
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        reorder_fields(self, rows, sentences)
+
+
+class MemoryAttention(nn.Module):
+    """``prepare(memory [B, S, D], mask [B, S]) -> MemoryState``;
+    ``forward(x [N, T, D], state) -> [N, T, D]``."""
+
+    def __init__(self, d_model: int, *, slots: int, encoder_score: str = "softmax",
+                 decoder_score: str = "softmax", positions: bool = False) -> None:
+        super().__init__()
+        for score in (encoder_score, decoder_score):
+            if score not in ("softmax", "sigmoid"):
+                raise ValueError(f"score must be 'softmax' or 'sigmoid', got {score!r}")
+        self.slots = slots
+        self.encoder_score = encoder_score
+        self.decoder_score = decoder_score
+        self.positions = positions
+        self.w_alpha = nn.Linear(d_model, slots, bias=False)
+        self.w_beta = nn.Linear(d_model, slots, bias=False)
+        self.out = nn.Linear(d_model, d_model)
+        bound = 1 / math.sqrt(d_model)
+        for lin in (self.w_alpha, self.w_beta):
+            nn.init.uniform_(lin.weight, -bound, bound)
+        nn.init.xavier_uniform_(self.out.weight)
+        nn.init.zeros_(self.out.bias)
+
+    def encoder_weights(self, memory: Tensor, mask: Tensor) -> Tensor:
+        """alpha.  memory [B, S, D], mask [B, S] -> [B, S, M]"""
+        scores = self.w_alpha(memory)  # [B, S, M]
+        if self.positions:
+            scores = scores * position_encodings(mask, self.slots).to(scores.dtype)
+        keep = mask.unsqueeze(-1)  # [B, S, 1]
+        if self.encoder_score == "softmax":
+            return masked_softmax(scores, keep, dim=1)
+        return torch.sigmoid(scores) * keep
+
+    def prepare(self, memory: Tensor, mask: Tensor) -> MemoryState:
+        alpha = self.encoder_weights(memory, mask)  # [B, S, M]
+        contexts = alpha.transpose(1, 2) @ memory  # [B, M, D]: C_k = sum_t alpha_tk s_t
+        return MemoryState(contexts @ self.out.weight.t())  # [B, M, D]: W_o C_k
+
+    def decoder_weights(self, x: Tensor) -> Tensor:
+        """beta.  x [N, T, D] -> [N, T, M]"""
+        scores = self.w_beta(x)
+        return scores.softmax(-1) if self.decoder_score == "softmax" else torch.sigmoid(scores)
+
+    def forward(self, x: Tensor, state: MemoryState) -> Tensor:
+        b = state.contexts.size(0)
+        beta = fold(self.decoder_weights(x), b)  # [B, K*T, M]
+        out = beta @ state.contexts + self.out.bias  # [B, K*T, D]
+        return unfold(out, x.size(0))  # [N, T, D]

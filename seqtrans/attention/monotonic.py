@@ -1,0 +1,244 @@
+"""Monotonic attention, Raffel et al. (2017), "Online and Linear-Time Attention by
+Enforcing Monotonic Alignments".
+
+At output step i, starting from the position t_{i-1} attended at the previous step, the
+decoder inspects source positions j = t_{i-1}, t_{i-1} + 1, ... and stops at the first
+one it selects, with probability
+
+    p_ij = sigmoid(e_ij),   e_ij = g * v^T / ||v|| * tanh(W s_i + V h_j + b) + r    (sec. 2.5)
+
+(s_i the decoder state, h_j the encoder state); the context is c_i = h_{t_i}, or zero
+when no position is selected, after which nothing is attended any more.
+
+Training uses the expected alignment (eq. 9-14),
+
+    alpha_ij = p_ij * q_ij,   q_ij = (1 - p_i,j-1) q_i,j-1 + alpha_i-1,j,   alpha_0 = delta_1,
+
+in its parallel form over j (appendix C.1). With L_j = sum_{l<j} log(1 - p_il),
+
+    q_ij = sum_{k<=j} alpha_i-1,k exp(L_j - L_k) = exp(L_j + logcumsumexp_k(log alpha_i-1,k - L_k)).
+
+The paper divides by cumprod(1 - p) clamped to [eps, 1]; that is exact only while the
+product stays above eps, which selection probabilities near 1 (what training drives
+them to) break within a few positions. Working in log space throughout, with
+log p = logsigmoid(e) and log(1 - p) = logsigmoid(-e), needs no such clamp; the one
+clamp left floors alpha_i-1 at 1e-30 before its logarithm, which keeps gradients finite
+and adds at most S * 1e-30 of mass. Zero-mean Gaussian noise of standard deviation
+``noise`` is added to e before the sigmoid while training only.
+
+At test time (``eval()``) attention is hard: from t_{i-1}, move right until p_ij >= 0.5
+(e_ij >= 0), attend there, or attend to nothing if no position qualifies. Energies are
+computed only for the positions inspected, a few at a time, so decoding does O(|S| + |T|)
+energy evaluations in all and never looks past the position it attends: this is what lets
+``seqtrans.decoding.streaming`` decode while the source is still arriving.
+
+Single-head, as in the paper: one monotonic head per decoder layer has a well-defined
+read/write decision; several heads per layer need a rule for combining their positions
+(Ma et al. 2019, later work), which this module does not add.
+
+Shapes: B sentences, K hypotheses per sentence, N = B*K rows, S source, T target
+positions this call, A energy width, D model, W positions inspected at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqtrans.attention.common import ROW, SENTENCE, fold, reorder_fields, unfold
+
+LOG_FLOOR = math.log(1e-30)
+SCAN = 4  # source positions whose energy hard attention evaluates at once
+
+
+def _log_terms(energy: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """log p_ij and L_ij = sum_{l<j} log(1 - p_il), with padding never selected.
+    energy [..., S], mask [R, S] (broadcast over the middle axes) -> 2 x [..., S]"""
+    log_p = F.logsigmoid(energy)
+    log_skip = F.logsigmoid(-energy)  # log(1 - p)
+    if mask is not None:
+        keep = mask.view(mask.size(0), *([1] * (energy.dim() - 2)), mask.size(1))
+        log_p = log_p.masked_fill(~keep, float("-inf"))
+        log_skip = log_skip.masked_fill(~keep, 0.0)
+    return log_p, torch.cumsum(log_skip, dim=-1) - log_skip  # exclusive cumulative sum
+
+
+def _step(log_p: Tensor, skipped: Tensor, previous: Tensor) -> Tensor:
+    """alpha_ij = p_ij sum_{k<=j} alpha_i-1,k exp(L_j - L_k), in log space.  [R, S] -> [R, S]"""
+    log_previous = torch.log(previous.clamp(min=1e-30))
+    return torch.exp(log_p + skipped + torch.logcumsumexp(log_previous - skipped, dim=-1))
+
+
+def expected_alignment(energy: Tensor, previous: Tensor, mask: Tensor | None = None) -> Tensor:
+    """One step of the expected alignment, in parallel over source positions.
+
+    energy [R, S] (e_ij), previous [R, S] (alpha_i-1), mask [R, S] (True at real
+    positions; padding is never selected) -> alpha_i [R, S]
+    """
+    return _step(*_log_terms(energy, mask), previous)
+
+
+def expected_alignments(energy: Tensor, mask: Tensor | None = None, *,
+                        initial: Tensor | None = None) -> Tensor:
+    """The expected alignments of consecutive output steps: only the dependence on the
+    previous step is sequential, everything else is computed for all steps at once.
+
+    energy [R, T, S], mask [R, S], initial [R, S] (alpha_0; default delta at the first
+    position) -> [R, T, S]
+    """
+    r, t, s = energy.shape
+    previous = initial
+    if previous is None:
+        previous = energy.new_zeros(r, s)
+        previous[:, 0] = 1.0
+    log_p, skipped = _log_terms(energy, mask)  # [R, T, S] each
+    steps = []
+    for i in range(t):
+        previous = _step(log_p[:, i], skipped[:, i], previous)
+        steps.append(previous)
+    return torch.stack(steps, dim=1) if steps else energy.new_zeros(r, 0, s)
+
+
+class SourceStream(Protocol):
+    """A source that arrives while decoding: ``read()`` makes one more position available
+    (the encoder runs on it and every layer's state is extended); False once it has ended."""
+
+    def read(self) -> bool: ...
+
+
+@dataclass
+class MonotonicState:
+    """A source's energy keys and values, and where each hypothesis attends.
+
+    ``position`` (hard attention) is the last position each hypothesis attended, or its
+    source length once it attends to nothing; ``alpha`` (expected attention) is the
+    previous step's alignment. Both start at the first position with the first step.
+    """
+
+    keys: Tensor = field(metadata=SENTENCE)  # [B, S, A]: V h_j + b
+    values: Tensor = field(metadata=SENTENCE)  # [B, S, D]: h_j
+    mask: Tensor = field(metadata=SENTENCE)  # [B, S], True at real tokens
+    lengths: Tensor = field(metadata=SENTENCE)  # [B]: source positions available
+    position: Tensor | None = field(default=None, metadata=ROW)  # [N]
+    alpha: Tensor | None = field(default=None, metadata=ROW)  # [N, S]
+    complete: bool = True  # False while ``source`` may still add positions
+    source: SourceStream | None = None
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        reorder_fields(self, rows, sentences)
+
+
+class MonotonicAttention(nn.Module):
+    """``prepare(memory [B, S, D], mask [B, S]) -> MonotonicState``;
+    ``forward(x [N, T, D], state) -> [N, T, D]``: expected attention in training,
+    hard attention in ``eval()``."""
+
+    def __init__(self, d_model: int, *, dim: int = 0, noise: float = 1.0, r_init: float = -4.0) -> None:
+        super().__init__()
+        dim = dim or d_model
+        self.noise = noise
+        self.query = nn.Linear(d_model, dim, bias=False)  # W
+        self.key = nn.Linear(d_model, dim)  # V and b
+        self.v = nn.Parameter(torch.empty(dim))
+        self.g = nn.Parameter(torch.tensor(1 / math.sqrt(dim)))
+        self.r = nn.Parameter(torch.tensor(float(r_init)))
+        self.out = nn.Linear(d_model, d_model)
+        nn.init.xavier_uniform_(self.query.weight)
+        nn.init.xavier_uniform_(self.key.weight)
+        nn.init.zeros_(self.key.bias)
+        nn.init.uniform_(self.v, -1 / math.sqrt(dim), 1 / math.sqrt(dim))
+        nn.init.xavier_uniform_(self.out.weight)
+        nn.init.zeros_(self.out.bias)
+
+    def energy(self, query: Tensor, keys: Tensor) -> Tensor:
+        """e = g v^T/||v|| tanh(W s + V h + b) + r.  query [..., Q, A], keys [..., S, A] -> [..., Q, S]"""
+        v = self.g * self.v / self.v.norm()
+        hidden = torch.tanh(query.unsqueeze(-2) + keys.unsqueeze(-3))  # [..., Q, S, A]
+        return hidden @ v + self.r
+
+    def prepare(self, memory: Tensor, mask: Tensor) -> MonotonicState:
+        return MonotonicState(self.key(memory), memory, mask, mask.sum(1))
+
+    def extend(self, state: MonotonicState, memory: Tensor) -> None:
+        """Append the encoder states of newly arrived source positions.  memory [B, S', D]"""
+        state.keys = torch.cat([state.keys, self.key(memory)], dim=1)
+        state.values = torch.cat([state.values, memory], dim=1)
+        state.mask = torch.cat([state.mask, state.mask.new_ones(memory.shape[:2])], dim=1)
+        state.lengths = state.lengths + memory.size(1)
+
+    def forward(self, x: Tensor, state: MonotonicState) -> Tensor:
+        query = self.query(x)  # [N, T, A]
+        context = self._expected(query, state) if self.training else self._hard(query, state)
+        return self.out(context.to(x.dtype))
+
+    # ------------------------------------------------------------------ training
+
+    def _expected(self, query: Tensor, state: MonotonicState) -> Tensor:
+        """Context under the expected alignment.  query [N, T, A] -> [N, T, D]"""
+        n, t, _ = query.shape
+        b, s = state.mask.shape
+        energy = unfold(self.energy(fold(query, b), state.keys), n).float()  # [N, T, S]
+        if self.noise > 0:
+            energy = energy + self.noise * torch.randn_like(energy)
+        mask = state.mask.repeat_interleave(n // b, dim=0)  # [N, S]
+        alpha = expected_alignments(energy, mask, initial=state.alpha)  # [N, T, S]
+        if t:
+            state.alpha = alpha[:, -1]
+        weights = fold(alpha.to(state.values.dtype), b)  # [B, K*T, S]
+        return unfold(weights @ state.values, n)  # [N, T, D]
+
+    # ------------------------------------------------------------------ test time
+
+    def _hard(self, query: Tensor, state: MonotonicState) -> Tensor:
+        """Context under hard monotonic attention.  query [N, T, A] -> [N, T, D]"""
+        n, t, _ = query.shape
+        b = state.keys.size(0)
+        sentence = torch.arange(n, device=query.device) // (n // b)  # [N]
+        if state.position is None:
+            state.position = torch.zeros(n, dtype=torch.long, device=query.device)
+        contexts = []
+        for i in range(t):
+            chosen = self._select(query[:, i], sentence, state)  # [N]
+            state.position = chosen
+            attends = chosen < state.lengths[sentence]
+            index = chosen.clamp(max=state.values.size(1) - 1).clamp(min=0)
+            picked = state.values[sentence, index]  # [N, D]
+            contexts.append(picked * attends.unsqueeze(-1).to(picked.dtype))
+        if not contexts:
+            return query.new_zeros(n, 0, state.values.size(-1))
+        return torch.stack(contexts, dim=1)  # [N, T, D]
+
+    def _select(self, query: Tensor, sentence: Tensor, state: MonotonicState) -> Tensor:
+        """Where each hypothesis attends at this step: the first position from its last one
+        with e >= 0, or its source length if none.  query [N, A] -> [N]"""
+        assert state.position is not None
+        position = state.position.clone()
+        chosen = position.clone()
+        pending = torch.arange(query.size(0), device=query.device)
+        offsets = torch.arange(SCAN, device=query.device)
+        while pending.numel():
+            limit = state.lengths[sentence[pending]]  # [R] positions available
+            starved = position[pending] >= limit
+            if bool(starved.any()):
+                if not state.complete and state.source is not None and state.source.read():
+                    continue  # one more source position arrived; scan on
+                chosen[pending[starved]] = limit[starved]  # attends to nothing
+                pending, limit = pending[~starved], limit[~starved]
+                if not pending.numel():
+                    break
+            cols = position[pending].unsqueeze(1) + offsets  # [R, W]
+            valid = cols < limit.unsqueeze(1)
+            keys = state.keys[sentence[pending].unsqueeze(1), torch.minimum(cols, limit.unsqueeze(1) - 1)]
+            energy = self.energy(query[pending].unsqueeze(1), keys).squeeze(1)  # [R, W]
+            hit = (energy >= 0) & valid
+            found = hit.any(1)
+            first = hit.long().argmax(1)  # the first selected position
+            chosen[pending[found]] = cols[found, first[found]]
+            pending = pending[~found]
+            position[pending] += valid[~found].sum(1)
+        return chosen

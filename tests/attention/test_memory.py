@@ -1,0 +1,99 @@
+"""Memory attention (Britz et al. 2017) against a direct computation of its equations,
+and proof that decoding never reads the encoder states."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from conftest import tiny_model
+from seqtrans.attention.memory import MemoryAttention, position_encodings
+from seqtrans.vocab import BOS, EOS, PAD
+
+
+@torch.no_grad()
+def direct(attn: MemoryAttention, memory: torch.Tensor, lengths: list[int], x: torch.Tensor) -> torch.Tensor:
+    """alpha = score(W_alpha s_t) [* L], C_k = sum_t alpha_tk s_t, beta = score(W_beta h),
+    c = sum_k beta_k C_k, out = W_o c + b_o, one number at a time."""
+    b, _, d = memory.shape
+    k_slots = attn.slots
+    out = torch.zeros(x.shape[0], x.shape[1], d, dtype=torch.float64)
+    wa, wb = attn.w_alpha.weight.double(), attn.w_beta.weight.double()
+    for n in range(x.shape[0]):
+        sent = n * b // x.shape[0]
+        S = lengths[sent]
+        raw = [[float(wa[k] @ memory[sent, t].double()) for k in range(k_slots)] for t in range(S)]
+        if attn.positions:
+            for t in range(S):
+                for k in range(k_slots):
+                    kk, ss = (k + 1) / k_slots, (t + 1) / S
+                    raw[t][k] *= (1 - kk) * (1 - ss) + kk * ss
+        alpha = [[0.0] * k_slots for _ in range(S)]
+        for k in range(k_slots):
+            if attn.encoder_score == "softmax":
+                z = sum(math.exp(raw[t][k]) for t in range(S))
+                for t in range(S):
+                    alpha[t][k] = math.exp(raw[t][k]) / z
+            else:
+                for t in range(S):
+                    alpha[t][k] = 1 / (1 + math.exp(-raw[t][k]))
+        contexts = [sum(alpha[t][k] * memory[sent, t].double() for t in range(S)) for k in range(k_slots)]
+        for i in range(x.shape[1]):
+            e = [float(wb[k] @ x[n, i].double()) for k in range(k_slots)]
+            if attn.decoder_score == "softmax":
+                beta = [math.exp(v) / sum(math.exp(u) for u in e) for v in e]
+            else:
+                beta = [1 / (1 + math.exp(-v)) for v in e]
+            c = sum(beta[k] * contexts[k] for k in range(k_slots))
+            out[n, i] = attn.out.weight.double() @ c + attn.out.bias.double()
+    return out
+
+
+@pytest.mark.parametrize("encoder_score", ["softmax", "sigmoid"])
+@pytest.mark.parametrize("decoder_score", ["softmax", "sigmoid"])
+@pytest.mark.parametrize("positions", [False, True])
+def test_memory_attention_computes_the_papers_equations(encoder_score: str, decoder_score: str,
+                                                         positions: bool) -> None:
+    torch.manual_seed(0)
+    attn = MemoryAttention(6, slots=4, encoder_score=encoder_score, decoder_score=decoder_score,
+                           positions=positions)
+    memory = torch.randn(2, 5, 6)
+    lengths = [5, 3]
+    mask = torch.arange(5)[None] < torch.tensor(lengths)[:, None]
+    memory[1, 3:] = 1e3  # padding holds garbage; it must not count
+    x = torch.randn(4, 3, 6)  # two hypotheses per sentence, three steps
+    with torch.no_grad():
+        got = attn(x, attn.prepare(memory, mask))
+    torch.testing.assert_close(got.double(), direct(attn, memory, lengths, x), atol=1e-5, rtol=1e-5)
+
+
+def test_position_encodings_by_hand() -> None:
+    # K = 2, S = 4 (one sentence padded to 5): L_ks = (1 - k/2)(1 - s/4) + (k/2)(s/4)
+    enc = position_encodings(torch.tensor([[True, True, True, True, False]]), 2)[0]
+    expected = [[0.5 * 0.75 + 0.5 * 0.25, 0.25], [0.5 * 0.5 + 0.5 * 0.5, 0.5],
+                [0.5 * 0.25 + 0.5 * 0.75, 0.75], [0.5, 1.0], [0.0, 0.0]]
+    torch.testing.assert_close(enc, torch.tensor(expected))
+
+
+def test_the_decoder_keeps_nothing_of_the_source_length() -> None:
+    attn = MemoryAttention(8, slots=3)
+    state = attn.prepare(torch.randn(2, 50, 8), torch.ones(2, 50, dtype=torch.bool))
+    shapes = [getattr(state, f.name).shape for f in dataclasses.fields(state)]
+    assert shapes == [(2, 3, 8)]
+
+
+def test_decoding_never_reads_the_encoder_states() -> None:
+    model = tiny_model(cross_attention="memory", memory_slots=3, seed=2)
+    src = torch.tensor([[5, 6, 7, 8, EOS], [9, 4, EOS, PAD, PAD]])
+    tgt = torch.tensor([[BOS, 4, 5, 6, 7], [BOS, 8, 9, 10, 4]])
+    with torch.no_grad():
+        expected = model(src, tgt)
+        encoded = model.encode(src)
+        state = model.start(encoded, beam=1)
+        encoded.memory.fill_(float("nan"))  # poison the encoder output after prepare()
+        encoded.mask.fill_(False)
+        steps = torch.cat([model.decode(tgt[:, t : t + 1], state=state) for t in range(tgt.size(1))], 1)
+    torch.testing.assert_close(steps, expected, atol=1e-5, rtol=1e-5)
