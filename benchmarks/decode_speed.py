@@ -168,22 +168,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out-len", type=int, default=32, help="Target tokens per output.")
     parser.add_argument("--repeats", type=int, default=3, help="Timed runs per system (median).")
     parser.add_argument("--no-peer", action="store_true", help="Skip Hugging Face (seqtrans alone).")
-    parser.add_argument("--bf16", action="store_true", help="Also time seqtrans under bf16 autocast.")
+    parser.add_argument("--bf16", choices=["auto", "yes", "no"], default="auto",
+                        help="Also time seqtrans under bf16 autocast: yes, no, or auto (when the "
+                        "machine's bf16 matmul peak is above its fp32 peak).")
     args = parser.parse_args(argv)
     device = pick_device(args.device)
     torch.set_grad_enabled(False)
     peak32 = gemm_peak(device, torch.float32)
-    peak16 = gemm_peak(device, torch.bfloat16) if args.bf16 else None
+    peak16 = gemm_peak(device, torch.bfloat16)
+    bf16 = args.bf16 == "yes" or (args.bf16 == "auto" and peak16 > peak32)
     print(f"device: {device_name(device)}")
-    print(f"matmul peak: fp32 {peak32 / 1e12:.3f} TFLOP/s"
-          + (f", bf16 {peak16 / 1e12:.3f} TFLOP/s" if peak16 else ""))
+    print(f"matmul peak: fp32 {peak32 / 1e12:.3f} TFLOP/s, bf16 {peak16 / 1e12:.3f} TFLOP/s"
+          + ("" if bf16 else " (bf16 runs skipped: no faster than fp32 here; --bf16 yes forces them)"))
     by_name = {c.name: c for c in CASES}
     rows = []
     header = f"{'case':<22}{'seqtrans tok/s':>15}{'HF tok/s':>11}{'ratio':>8}{'MFU ours':>10}{'MFU HF':>8}"
     print(header)
     for name in args.cases:
         row = run_case(by_name[name], device, out_len=args.out_len, repeats=args.repeats,
-                       peer=not args.no_peer, bf16=args.bf16, peak32=peak32)
+                       peer=not args.no_peer, bf16=bf16, peak32=peak32)
         rows.append(row)
         print(f"{name:<22}{row['seqtrans_tok_s']:>15.1f}{row.get('hf_tok_s', float('nan')):>11.1f}"
               f"{row.get('ratio', float('nan')):>8.2f}{row['seqtrans_mfu_fp32']:>10.1%}"
@@ -191,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
               + (f"   bf16 {row['seqtrans_bf16_tok_s']:.1f} tok/s" if "seqtrans_bf16_tok_s" in row else ""),
               flush=True)
     path = write_json("decode_speed", {"gemm_peak_fp32_flops": peak32, "gemm_peak_bf16_flops": peak16,
-                                       "rows": rows}, device)
+                                       "bf16_timed": bf16, "rows": rows}, device)
     print(f"wrote {path}")
 
 
