@@ -73,6 +73,17 @@ def _gemm_rate(device: torch.device, dtype: torch.dtype, size: int, *, repeats: 
     return 2 * size**3 / seconds
 
 
+def memory_bandwidth(device: torch.device) -> float:
+    """Bytes per second at which a matrix-vector product streams a large fp32 matrix
+    (256 MiB; 1 GiB on CUDA): the bound on any step that must read every weight once,
+    such as decoding one token for one sentence."""
+    rows = 1 << 16 if device.type == "cuda" else 1 << 14
+    w = torch.ones(rows, 4096, device=device)
+    x = torch.ones(4096, device=device)
+    seconds = timed(lambda: torch.mv(w, x), device, repeats=5, warmup=1)
+    return w.numel() * w.element_size() / seconds
+
+
 def write_json(name: str, data: dict[str, Any], device: torch.device) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}-{device.type}.json"
