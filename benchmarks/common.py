@@ -50,13 +50,38 @@ def timed(fn: Callable[[], Any], device: torch.device, *, repeats: int = 3, warm
 
 
 def gemm_peak(device: torch.device, dtype: torch.dtype, *, size: int | None = None) -> float:
-    """FLOP/s of a large square matrix multiply: the machine's practical peak."""
+    """FLOP/s of a large square matrix multiply: the machine's practical peak.
+
+    Without ``size``, the matrices are as large as fits in about a fifth of a second per
+    product (at most 8192 on CUDA, 2048 on the CPU), so that a dtype the hardware lacks
+    (bf16 on a CPU without AMX or AVX-512 BF16) is measured, slowly, rather than waited for.
+    """
     if size is None:
-        size = 8192 if device.type == "cuda" else 2048
+        limit = 8192 if device.type == "cuda" else 2048
+        probe = 256
+        rate = _gemm_rate(device, dtype, probe, repeats=1)
+        size = probe
+        while size * 2 <= limit and 2 * (size * 2) ** 3 / rate < 0.2:
+            size *= 2
+    return _gemm_rate(device, dtype, size, repeats=3)
+
+
+def _gemm_rate(device: torch.device, dtype: torch.dtype, size: int, *, repeats: int) -> float:
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
-    seconds = timed(lambda: a @ b, device, repeats=3, warmup=1)
+    seconds = timed(lambda: a @ b, device, repeats=repeats, warmup=1)
     return 2 * size**3 / seconds
+
+
+def memory_bandwidth(device: torch.device) -> float:
+    """Bytes per second at which a matrix-vector product streams a large fp32 matrix
+    (256 MiB; 1 GiB on CUDA): the bound on any step that must read every weight once,
+    such as decoding one token for one sentence."""
+    rows = 1 << 16 if device.type == "cuda" else 1 << 14
+    w = torch.ones(rows, 4096, device=device)
+    x = torch.ones(4096, device=device)
+    seconds = timed(lambda: torch.mv(w, x), device, repeats=5, warmup=1)
+    return w.numel() * w.element_size() / seconds
 
 
 def write_json(name: str, data: dict[str, Any], device: torch.device) -> Path:

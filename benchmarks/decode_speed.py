@@ -23,7 +23,14 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, gemm_peak, pick_device, timed, write_json  # noqa: E402
+from common import (  # noqa: E402
+    device_name,
+    gemm_peak,
+    memory_bandwidth,
+    pick_device,
+    timed,
+    write_json,
+)
 
 from seqtrans.config import ModelConfig  # noqa: E402
 from seqtrans.decoding import beam_search, greedy_search  # noqa: E402
@@ -123,8 +130,22 @@ def seqtrans_decoder(case: Case, device: torch.device, src: torch.Tensor,
     return decode
 
 
+def step_weight_bytes(shape: dict[str, int]) -> int:
+    """fp32 bytes of the weights every decoding step reads: the decoder's layers (the
+    cross-attention keys and values are computed once per source) and the output projection."""
+    d, f, v, n_layers = shape["d_model"], shape["d_ff"], shape["vocab"], shape["layers"]
+    return 4 * (n_layers * (6 * d * d + 2 * d * f) + v * d)
+
+
+def bound_seconds(shape: dict[str, int], flops: float, out_len: int, *, peak: float,
+                  bandwidth: float) -> float:
+    """The roofline: no decoder is faster than the machine's matmul peak on its FLOPs, nor
+    than reading the step's weights from memory at every one of the ``out_len`` steps."""
+    return max(flops / peak, out_len * step_weight_bytes(shape) / bandwidth)
+
+
 def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, peer: bool,
-             bf16: bool, peak32: float) -> dict[str, Any]:
+             bf16: bool, peak32: float, bandwidth: float) -> dict[str, Any]:
     shape = SHAPES[case.shape]
     src = sources(case.batch, shape["vocab"]).to(device)
     flops = model_flops(shape, src, case.beam, out_len)
@@ -133,8 +154,11 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
 
     row: dict[str, Any] = {"case": case.name, "batch": case.batch, "beam": case.beam, "out_len": out_len,
                            "model_gflop": round(flops / 1e9, 2)}
+    row["bound_tok_s"] = out_tokens / bound_seconds(shape, flops, out_len, peak=peak32,
+                                                    bandwidth=bandwidth)
     seconds = timed(ours, device, repeats=repeats)
     row["seqtrans_tok_s"] = out_tokens / seconds
+    row["seqtrans_of_bound"] = row["seqtrans_tok_s"] / row["bound_tok_s"]
     row["seqtrans_mfu_fp32"] = flops / seconds / peak32
     if bf16:
         seconds = timed(seqtrans_decoder(case, device, src, out_len, bf16=True), device, repeats=repeats)
@@ -153,6 +177,7 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
         seconds = timed(theirs, device, repeats=repeats)
         row["hf_tok_s"] = out_tokens / seconds
         row["hf_mfu_fp32"] = flops / seconds / peak32
+        row["hf_of_bound"] = row["hf_tok_s"] / row["bound_tok_s"]
         row["ratio"] = row["seqtrans_tok_s"] / row["hf_tok_s"]
         if bf16:
             row["bf16_ratio_vs_hf_fp32"] = row["seqtrans_bf16_tok_s"] / row["hf_tok_s"]
@@ -168,29 +193,37 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out-len", type=int, default=32, help="Target tokens per output.")
     parser.add_argument("--repeats", type=int, default=3, help="Timed runs per system (median).")
     parser.add_argument("--no-peer", action="store_true", help="Skip Hugging Face (seqtrans alone).")
-    parser.add_argument("--bf16", action="store_true", help="Also time seqtrans under bf16 autocast.")
+    parser.add_argument("--bf16", choices=["auto", "yes", "no"], default="auto",
+                        help="Also time seqtrans under bf16 autocast: yes, no, or auto (when the "
+                        "machine's bf16 matmul peak is above its fp32 peak).")
     args = parser.parse_args(argv)
     device = pick_device(args.device)
     torch.set_grad_enabled(False)
     peak32 = gemm_peak(device, torch.float32)
-    peak16 = gemm_peak(device, torch.bfloat16) if args.bf16 else None
-    print(f"device: {device_name(device)}")
-    print(f"matmul peak: fp32 {peak32 / 1e12:.3f} TFLOP/s"
-          + (f", bf16 {peak16 / 1e12:.3f} TFLOP/s" if peak16 else ""))
+    peak16 = gemm_peak(device, torch.bfloat16)
+    bf16 = args.bf16 == "yes" or (args.bf16 == "auto" and peak16 > peak32)
+    bandwidth = memory_bandwidth(device)
+    print(f"device: {device_name(device)}; memory read bandwidth {bandwidth / 1e9:.1f} GB/s")
+    print(f"matmul peak: fp32 {peak32 / 1e12:.3f} TFLOP/s, bf16 {peak16 / 1e12:.3f} TFLOP/s"
+          + ("" if bf16 else " (bf16 runs skipped: no faster than fp32 here; --bf16 yes forces them)"))
     by_name = {c.name: c for c in CASES}
     rows = []
-    header = f"{'case':<22}{'seqtrans tok/s':>15}{'HF tok/s':>11}{'ratio':>8}{'MFU ours':>10}{'MFU HF':>8}"
+    header = (f"{'case':<22}{'seqtrans tok/s':>15}{'HF tok/s':>11}{'ratio':>8}{'MFU ours':>10}"
+              f"{'MFU HF':>8}{'bound tok/s':>13}{'ours/bound':>12}")
     print(header)
     for name in args.cases:
         row = run_case(by_name[name], device, out_len=args.out_len, repeats=args.repeats,
-                       peer=not args.no_peer, bf16=args.bf16, peak32=peak32)
+                       peer=not args.no_peer, bf16=bf16, peak32=peak32,
+                       bandwidth=bandwidth)
         rows.append(row)
         print(f"{name:<22}{row['seqtrans_tok_s']:>15.1f}{row.get('hf_tok_s', float('nan')):>11.1f}"
               f"{row.get('ratio', float('nan')):>8.2f}{row['seqtrans_mfu_fp32']:>10.1%}"
-              f"{row.get('hf_mfu_fp32', float('nan')):>8.1%}"
+              f"{row.get('hf_mfu_fp32', float('nan')):>8.1%}{row['bound_tok_s']:>13.1f}"
+              f"{row['seqtrans_of_bound']:>12.1%}"
               + (f"   bf16 {row['seqtrans_bf16_tok_s']:.1f} tok/s" if "seqtrans_bf16_tok_s" in row else ""),
               flush=True)
     path = write_json("decode_speed", {"gemm_peak_fp32_flops": peak32, "gemm_peak_bf16_flops": peak16,
+                                       "bf16_timed": bf16, "memory_bandwidth": bandwidth,
                                        "rows": rows}, device)
     print(f"wrote {path}")
 

@@ -113,7 +113,11 @@ def main() -> None:
         start = time.perf_counter()
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         result["wall_minutes"] = round((time.perf_counter() - start) / 60, 2)
-        result["command"] = " ".join(["seqtrans", *command[3:]])
+        # the run directory as the repository sees it, not as this machine does
+        where = str(run.resolve().relative_to(ROOT)) if run.resolve().is_relative_to(ROOT) else run.name
+        shown = [where if a == str(run) else a for a in command[3:]]
+        result["command"] = " ".join(["seqtrans", *shown])
+        result["run"] = shown[shown.index("--out") + 1]
     else:
         run = args.analyse
     metrics = json.loads((run / "metrics.json").read_text())

@@ -152,25 +152,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shape", default="base", choices=sorted(SHAPES))
     parser.add_argument("--tokens", type=int, default=4096, help="Source (and target) tokens per batch.")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--bf16", action="store_true", help="Also time seqtrans under bf16 autocast.")
+    parser.add_argument("--bf16", choices=["auto", "yes", "no"], default="auto",
+                        help="Also time seqtrans under bf16 autocast: yes, no, or auto (when the "
+                        "machine's bf16 matmul peak is above its fp32 peak).")
     parser.add_argument("--no-peer", action="store_true")
     args = parser.parse_args(argv)
     device = pick_device(args.device)
     shape = SHAPES[args.shape]
     peak32 = gemm_peak(device, torch.float32)
+    peak16 = gemm_peak(device, torch.bfloat16)
+    bf16 = args.bf16 == "yes" or (args.bf16 == "auto" and peak16 > peak32)
     b = {k: v.to(device) for k, v in batch(args.tokens, shape["vocab"]).items()}
     target_tokens = int(b["tgt_out"].ne(PAD).sum())
     flops = train_flops(shape, b)
-    print(f"device: {device_name(device)}; matmul peak fp32 {peak32 / 1e12:.3f} TFLOP/s")
+    print(f"device: {device_name(device)}; matmul peak fp32 {peak32 / 1e12:.3f} TFLOP/s, "
+          f"bf16 {peak16 / 1e12:.3f} TFLOP/s" + ("" if bf16 else " (bf16 run skipped: no faster than fp32)"))
     print(f"shape {args.shape}: batch of {b['src'].size(0)} sentences, {target_tokens} target tokens")
     result: dict[str, Any] = {"shape": args.shape, "sentences": b["src"].size(0),
                               "target_tokens": target_tokens, "model_gflop": round(flops / 1e9, 1),
-                              "gemm_peak_fp32_flops": peak32}
+                              "gemm_peak_fp32_flops": peak32,
+                              "gemm_peak_bf16_flops": peak16, "bf16_timed": bf16}
 
     seconds, memory = measure(seqtrans_step(shape, device, b, target_tokens), device, args.repeats)
     result.update(seqtrans_tok_s=target_tokens / seconds, seqtrans_peak_bytes=memory,
                   seqtrans_mfu_fp32=flops / seconds / peak32)
-    if args.bf16:
+    if bf16:
         step = seqtrans_step(shape, device, b, target_tokens, autocast=True)
         seconds, _ = measure(step, device, args.repeats)
         result["seqtrans_bf16_tok_s"] = target_tokens / seconds

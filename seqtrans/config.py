@@ -208,6 +208,10 @@ class TrainConfig:
     average_last: int = option(
         5, "Average the last N checkpoints into the final model (paper: 5 base, 20 big); 1 keeps the last."
     )
+    precision: str = option(
+        "fp32", "fp32, or bf16: run the forward pass under bfloat16 autocast (for CUDA and CPUs with "
+        "AMX); weights, gradients, optimizer state and the loss's softmax stay fp32."
+    )
 
     def __post_init__(self) -> None:
         positive = ("max_tokens", "accumulate", "warmup", "max_steps", "max_length", "log_every",
@@ -223,6 +227,7 @@ class TrainConfig:
             raise ConfigError("train.cooldown", f"must be in [0, 1], got {self.cooldown}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError("train.label_smoothing", f"must be in [0, 1), got {self.label_smoothing}")
+        _check_precision("train.precision", self.precision)
         if self.keep_checkpoints < self.average_last:
             raise ConfigError(
                 "train.keep_checkpoints",
@@ -246,6 +251,10 @@ class DecodeConfig:
         False, "Also decode the test split without the task's constraint and report those metrics "
         "with the prefix 'unconstrained_'."
     )
+    precision: str = option(
+        "fp32", "fp32, or bf16: decode under bfloat16 autocast (for CUDA and CPUs with AMX); scores "
+        "are accumulated in fp32."
+    )
 
     def __post_init__(self) -> None:
         for key in ("beam", "nbest", "batch_tokens"):
@@ -256,6 +265,16 @@ class DecodeConfig:
         for key in ("alpha", "max_len_a", "max_len_b", "min_len"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"decode.{key}", f"must not be negative, got {getattr(self, key)}")
+        _check_precision("decode.precision", self.precision)
+
+
+#: Values of ``train.precision`` and ``decode.precision``.
+PRECISIONS = ("fp32", "bf16")
+
+
+def _check_precision(key: str, value: str) -> None:
+    if value not in PRECISIONS:
+        raise ConfigError(key, f"must be one of {', '.join(PRECISIONS)}, got {value!r}")
 
 
 @dataclass(frozen=True)

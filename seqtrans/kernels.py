@@ -101,3 +101,9 @@ class Linear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias)
+
+
+def autocast(device: torch.device, precision: str) -> torch.autocast:
+    """The autocast context of a ``train.precision`` / ``decode.precision`` setting:
+    bfloat16 for ``"bf16"``, disabled for ``"fp32"``."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")

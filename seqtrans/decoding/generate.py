@@ -13,6 +13,7 @@ from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.constraints import Constraint
 from seqtrans.decoding.search import Hypothesis
+from seqtrans.kernels import autocast
 from seqtrans.model import Transformer
 
 ConstraintFactory = Callable[[list[int]], "Constraint | None"]
@@ -57,11 +58,13 @@ def generate(model: Transformer, sources: Sequence[list[int]], config: DecodeCon
         max_len = torch.tensor([max_output_length(len(sources[i]) - 1, config, limit=position_limit)
                                 for i in idx])
         constraint = constraints(idx) if constraints is not None and config.constrained else None
-        if config.beam == 1:
-            out = greedy_search(model, src, max_len=max_len, min_len=config.min_len, constraint=constraint)
-        else:
-            out = beam_search(model, src, beam=config.beam, alpha=config.alpha, max_len=max_len,
-                              min_len=config.min_len, nbest=config.nbest, constraint=constraint)
+        with autocast(device, config.precision):
+            if config.beam == 1:
+                out = greedy_search(model, src, max_len=max_len, min_len=config.min_len,
+                                    constraint=constraint)
+            else:
+                out = beam_search(model, src, beam=config.beam, alpha=config.alpha, max_len=max_len,
+                                  min_len=config.min_len, nbest=config.nbest, constraint=constraint)
         for i, hyps in zip(idx, out):
             results[i] = hyps
         bar.update(len(idx))

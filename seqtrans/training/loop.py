@@ -19,6 +19,7 @@ from tqdm import tqdm
 from seqtrans.config import RunConfig, to_dict
 from seqtrans.data import Batch, Pairs, token_batches
 from seqtrans.errors import CheckpointError
+from seqtrans.kernels import autocast
 from seqtrans.model import Transformer
 from seqtrans.training import checkpoint
 from seqtrans.training.loss import projected_label_smoothed_loss
@@ -201,9 +202,10 @@ class Trainer:
 
     def _loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed label-smoothed loss and NLL of a batch (on the device)."""
-        hidden = self.model.hidden(batch.src, batch.tgt_in)  # [B, T, D]
-        return projected_label_smoothed_loss(hidden, self.model.output_weight, batch.tgt_out,
-                                             smoothing=self.c.label_smoothing)
+        with autocast(self.device, self.c.precision):
+            hidden = self.model.hidden(batch.src, batch.tgt_in)  # [B, T, D]
+            return projected_label_smoothed_loss(hidden, self.model.output_weight, batch.tgt_out,
+                                                 smoothing=self.c.label_smoothing)
 
     @torch.inference_mode()
     def dev_loss(self) -> dict[str, float]:

@@ -36,3 +36,15 @@ def test_generate_returns_results_in_input_order() -> None:
         single = beam_search(model, pad_batch([src]), beam=3, alpha=0.6,
                              max_len=torch.tensor([len(src) - 1 + 4]), nbest=2)[0]
         assert [h.tokens for h in hyps] == [h.tokens for h in single]
+
+
+def test_bf16_precision_decodes_under_autocast_with_close_scores() -> None:
+    """decode.precision=bf16 really runs in bfloat16 (scores move by rounding) and stays close."""
+    model = tiny_model(vocab=11, seed=1)
+    sources = [[4, 5, 6, 7, 8, 9, EOS], [9, 8, 7, EOS]]
+    fp32 = generate(model, sources, DecodeConfig(beam=1, min_len=3, max_len_b=3), device=torch.device("cpu"))
+    bf16 = generate(model, sources, DecodeConfig(beam=1, min_len=3, max_len_b=3, precision="bf16"),
+                    device=torch.device("cpu"))
+    for a, b in zip(fp32, bf16):
+        assert a[0].score != b[0].score
+        assert abs(a[0].score - b[0].score) < 0.05 * abs(a[0].score) + 0.05

@@ -105,3 +105,17 @@ def test_early_stopping_on_the_task_metric(tmp_path: Path) -> None:
     assert result.progress.step == 10  # validations at 2, 4 (best), 6, 8, 10: three without gain
     assert [v["dev_acc"] for v in result.validations] == [0.5, 0.6, 0.6, 0.55, 0.59]
     assert "no better dev acc" in result.progress.stop_reason
+
+
+def test_bf16_precision_trains_under_autocast_with_fp32_weights(tmp_path: Path) -> None:
+    data = copy_pairs(8)
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        t = trainer(tmp_path / precision, data=data, max_steps=1, precision=precision)
+        t.model.eval()  # no dropout, so both see the same function
+        t.model.train = lambda mode=True, m=t.model: m  # type: ignore[method-assign]
+        losses[precision], _ = t._update([data.batch(list(range(8)))])
+        assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32
+                   for p in t.model.parameters())
+    assert losses["fp32"] != losses["bf16"]  # autocast was on
+    assert losses["bf16"] == pytest.approx(losses["fp32"], rel=0.02)

@@ -99,19 +99,26 @@ def _nltk_corpus(name: str, data_dir: str, download: bool) -> Any:
     corpus = getattr(nltk.corpus, name, None)
     if corpus is None:
         raise ConfigError("data.corpus", f"nltk.corpus has no corpus named {name!r}")
+    where = f"corpora/{name}"
     try:
         corpus.fileids()
     except LookupError:
+        searched = ", ".join(nltk.data.path)
         if not download:
-            raise DataError(None, None, f"NLTK corpus {name!r} is not installed (NLTK_DATA or "
-                            "data.nltk_data) and data.download is off") from None
+            raise DataError(where, None, f"NLTK corpus {name!r} not found in NLTK's search path ({searched}; "
+                            "set NLTK_DATA or data.nltk_data) and data.download is off") from None
         log.info("fetching the NLTK corpus %r with nltk.download", name)
-        target = data_dir or None
-        if not nltk.download(name, download_dir=target, quiet=True, raise_on_error=True):
-            raise DataError(None, None, f"nltk.download({name!r}) failed") from None
-        corpus = getattr(nltk.corpus, name)
-        corpus._unload() if hasattr(corpus, "_unload") else None
-        corpus.fileids()
+        try:
+            fetched = nltk.download(name, download_dir=data_dir or None, quiet=True, raise_on_error=True)
+        except (OSError, ValueError) as exc:
+            raise DataError(where, None, f"nltk.download({name!r}) failed: {exc}") from None
+        if not fetched:
+            raise DataError(where, None, f"nltk.download({name!r}) failed") from None
+        try:
+            corpus.fileids()
+        except LookupError:
+            raise DataError(where, None, f"NLTK corpus {name!r} still not found after nltk.download "
+                            f"(searched {searched})") from None
     return corpus
 
 

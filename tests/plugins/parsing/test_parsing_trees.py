@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import nltk
 import pytest
+from nltk.corpus.reader import BracketParseCorpusReader
+from nltk.corpus.util import LazyCorpusLoader
 
 from conftest import SHARED_DATA
 from seqtrans.errors import ConfigError, DataError
@@ -19,8 +26,6 @@ NLTK_DATA = SHARED_DATA / "nltk_data"
 @pytest.fixture(autouse=True)
 def _nltk_data(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NLTK_DATA", str(NLTK_DATA))
-    import nltk
-
     if str(NLTK_DATA) not in nltk.data.path:
         monkeypatch.setattr(nltk.data, "path", [str(NLTK_DATA), *nltk.data.path])
 
@@ -113,3 +118,39 @@ def test_a_malformed_file_is_an_error_or_skipped_by_the_setting(tmp_path: Path) 
     task = ParsingTask(ParsingConfig(train=str(bad), malformed="skip"))
     assert [str(e.target) for e in task.read("train")] == ["(S (NN a))", "(S (NN c))"]
     assert len(task.skipped) == 1
+
+
+def test_the_nltk_corpus_is_fetched_when_missing_or_refused(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # a corpus loader not yet loaded (as NLTK defines it), and no shared data on the path
+    monkeypatch.setattr(nltk.corpus, "treebank", LazyCorpusLoader(
+        "treebank/combined", BracketParseCorpusReader, r"wsj_.*\.mrg", tagset="wsj", encoding="ascii"))
+    monkeypatch.setattr(nltk.data, "path", [p for p in nltk.data.path if p != str(NLTK_DATA)])
+    empty = tmp_path / "nltk"
+    with pytest.raises(DataError, match="not found in NLTK's search path.*data.download is off"):
+        list(ParsingTask(ParsingConfig(nltk_data=str(empty), download=False)).read("test"))
+    fetched: list[tuple[str, str | None]] = []
+
+    def download(name: str, download_dir: str | None = None, **_: object) -> bool:
+        """NLTK's downloader, served from the shared copy of its package."""
+        fetched.append((name, download_dir))
+        assert download_dir is not None
+        (Path(download_dir) / "corpora").mkdir(parents=True, exist_ok=True)
+        shutil.copy(NLTK_DATA / "corpora" / "treebank.zip", Path(download_dir) / "corpora")
+        return True
+
+    monkeypatch.setattr(nltk, "download", download)
+    task = ParsingTask(ParsingConfig(nltk_data=str(empty), test_files="199"))
+    assert len(list(task.read("test"))) > 0 and fetched == [("treebank", str(empty))]
+
+
+def test_nltk_data_is_honoured(tmp_path: Path) -> None:
+    code = ("from seqtrans_parsing.treebank import read_nltk\n"
+            "print(sum(1 for _ in read_nltk('treebank', [1], data_dir='', download=False, skip=False,"
+            " skipped=[])))\n")
+    env = {**os.environ, "NLTK_DATA": str(NLTK_DATA), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "2"
+    env["NLTK_DATA"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode != 0 and "not found in NLTK's search path" in done.stderr
