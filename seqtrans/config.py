@@ -176,6 +176,10 @@ class TrainConfig:
         1.0, "Scale factor on lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)."
     )
     warmup: int = option(4000, "warmup_steps of the learning-rate schedule.")
+    cooldown: float = option(
+        0.0, "Fraction of the budget (train.max_steps, or train.max_minutes if that runs out first) at "
+        "its end over which the learning rate falls linearly to 0; 0 keeps the paper's schedule."
+    )
     adam_betas: tuple[float, float] = option((0.9, 0.98), "Adam beta1, beta2.")
     adam_eps: float = option(1e-9, "Adam epsilon.")
     label_smoothing: float = option(0.1, "epsilon_ls of label-smoothed cross-entropy.")
@@ -219,6 +223,8 @@ class TrainConfig:
                     "clip_norm", "lr_scale"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}", f"must not be negative, got {getattr(self, key)}")
+        if not 0.0 <= self.cooldown <= 1.0:
+            raise ConfigError("train.cooldown", f"must be in [0, 1], got {self.cooldown}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError("train.label_smoothing", f"must be in [0, 1), got {self.label_smoothing}")
         _check_precision("train.precision", self.precision)

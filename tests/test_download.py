@@ -163,3 +163,24 @@ def test_environment_variables_set_the_mirror_and_the_cache(tmp_path: Path,
 def test_digests_must_be_sha256() -> None:
     with pytest.raises(ValueError, match="sha256"):
         download.fetch(URL.format("val.en.gz"), sha256="abc")
+
+
+def test_a_part_file_left_by_a_killed_process_is_ignored(tmp_path: Path) -> None:
+    # a process killed mid-transfer leaves its temporary file; the cache entry is absent
+    # and the next run downloads the file whole beside it
+    (tmp_path / ".val.en.gz.k1ll3d.part").write_bytes(b"\x1f\x8b half")
+    path = download.fetch(URL.format("val.en.gz"), sha256=VAL_EN_SHA256, cache=tmp_path,
+                          mirror=MULTI30K.as_uri())
+    assert path == tmp_path / "val.en.gz"
+    assert path.read_bytes() == (MULTI30K / "val.en.gz").read_bytes()
+
+
+def test_downloads_show_a_progress_bar_on_request(tmp_path: Path, http_mirror: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    download.fetch(URL.format("val.de.gz"), sha256=VAL_DE_SHA256, cache=tmp_path, mirror=http_mirror,
+                   progress=True)
+    shown = capsys.readouterr().err
+    assert "val.de.gz" in shown and "/24.1k" in shown  # the total: the 24,681 bytes the server announced
+    download.fetch(URL.format("val.en.gz"), sha256=VAL_EN_SHA256, cache=tmp_path, mirror=http_mirror,
+                   progress=False)
+    assert "val.en.gz" not in capsys.readouterr().err

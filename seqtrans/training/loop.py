@@ -23,7 +23,7 @@ from seqtrans.kernels import autocast
 from seqtrans.model import Transformer
 from seqtrans.training import checkpoint
 from seqtrans.training.loss import projected_label_smoothed_loss
-from seqtrans.training.schedule import inverse_sqrt_lr
+from seqtrans.training.schedule import cooldown_factor, inverse_sqrt_lr
 
 log = logging.getLogger(__name__)
 
@@ -167,8 +167,17 @@ class Trainer:
     # ------------------------------------------------------------------ steps
 
     def learning_rate(self, step: int) -> float:
-        return inverse_sqrt_lr(step, d_model=self.config.model.d_model, warmup=self.c.warmup,
-                               scale=self.c.lr_scale)
+        """The rate of update ``step`` (from 1); with ``train.cooldown``, scaled down over
+        the end of the budget: updates (``max_steps``) or time (``max_minutes``), whichever
+        is spent faster."""
+        lr = inverse_sqrt_lr(step, d_model=self.config.model.d_model, warmup=self.c.warmup,
+                             scale=self.c.lr_scale)
+        if self.c.cooldown:
+            used = (step - 1) / self.c.max_steps
+            if self.c.max_minutes:
+                used = max(used, self.state.seconds / (self.c.max_minutes * 60))
+            lr *= cooldown_factor(used, self.c.cooldown)
+        return lr
 
     def _update(self, group: list[Batch]) -> tuple[float, int]:
         """One optimizer step on a group of batches; the loss is averaged over all

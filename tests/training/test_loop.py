@@ -77,6 +77,24 @@ def test_max_epochs_and_time_budget_stop_training(tmp_path: Path) -> None:
     assert result.progress.seconds == pytest.approx(0.12, abs=0.5)
 
 
+def test_cooldown_scales_the_rate_down_over_the_last_updates_or_minutes(tmp_path: Path) -> None:
+    data = copy_pairs(20)
+    t = trainer(tmp_path / "c", data=data, max_steps=10, warmup=1, cooldown=0.5)
+    t.fit()
+    paper = [16**-0.5 * s**-0.5 for s in range(1, 11)]  # d_model 16, warm-up 1
+    # update s has spent (s - 1) / 10 of the budget: full rate up to update 6, then 0.8 ... 0.2
+    factors = [1.0] * 6 + [0.8, 0.6, 0.4, 0.2]
+    expected = [p * f for p, f in zip(paper, factors)]
+    assert [t.learning_rate(s) for s in range(1, 11)] == pytest.approx(expected)
+    assert t.optimizer.param_groups[0]["lr"] == pytest.approx(paper[-1] * 0.2)  # what the last update used
+    # a time budget: three quarters of 10 minutes spent leaves half the rate
+    timed = trainer(tmp_path / "m", data=data, max_steps=1000, max_minutes=10, warmup=1, cooldown=0.5)
+    timed.state.seconds = 450.0
+    assert timed.learning_rate(2) == pytest.approx(16**-0.5 * 2**-0.5 * 0.5)
+    assert trainer(tmp_path / "p", data=data, max_steps=10, warmup=1).learning_rate(10) == \
+        pytest.approx(paper[-1])
+
+
 def test_early_stopping_on_the_task_metric(tmp_path: Path) -> None:
     data = copy_pairs(20)
     t = trainer(tmp_path, data=data, max_steps=1000, eval_every=2, patience=3)

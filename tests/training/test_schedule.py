@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from seqtrans.training.schedule import inverse_sqrt_lr
+from seqtrans.training.schedule import cooldown_factor, inverse_sqrt_lr
 
 
 def test_learning_rate_at_steps_1_4000_and_16000() -> None:
@@ -21,3 +21,9 @@ def test_learning_rate_at_steps_1_4000_and_16000() -> None:
 def test_scale_factor_multiplies_the_rate() -> None:
     assert inverse_sqrt_lr(100, d_model=256, warmup=50, scale=2.0) == pytest.approx(
         2 * 256**-0.5 * 100**-0.5)
+
+
+def test_cooldown_falls_linearly_to_zero_over_the_end_of_the_budget() -> None:
+    assert [cooldown_factor(u, 0.25) for u in (0.0, 0.5, 0.75, 0.8, 0.875, 1.0, 1.2)] == \
+        pytest.approx([1.0, 1.0, 1.0, 0.8, 0.5, 0.0, 0.0])
+    assert cooldown_factor(0.99, 0.0) == 1.0 and cooldown_factor(0.5, 1.0) == pytest.approx(0.5)

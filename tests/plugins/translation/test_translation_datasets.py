@@ -4,10 +4,13 @@ the WMT 2014 path (URL list, archive extraction, file pairing) with small fake a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import http.server
 import io
 import tarfile
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -55,6 +58,40 @@ def test_a_mirror_with_a_different_file_fails_verification(tmp_path: Path) -> No
     with pytest.raises(DownloadError, match=r"train.de.gz: sha256 mismatch"):
         list(_task(tmp_path, mirror=str(mirror)).read("train"))
     assert not (tmp_path / "cache" / "multi30k" / "train.de.gz").exists()
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def http_mirror() -> Iterator[str]:
+    """The shared Multi30k files served on 127.0.0.1."""
+    handler = functools.partial(_Quiet, directory=str(MULTI30K))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_data_mirror_over_http_wins_over_the_environment(tmp_path: Path, http_mirror: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(download.MIRROR_ENV, str(tmp_path / "no-such-mirror"))
+    monkeypatch.setenv(download.CACHE_ENV, str(tmp_path / "env-cache"))
+    task = _task(tmp_path, mirror=http_mirror)  # data.mirror and data.cache_dir, as --set gives them
+    dev = list(task.read("dev"))
+    assert len(dev) == 1014 and dev[0].origin.startswith(str(tmp_path / "cache" / "multi30k" / "val.en.gz"))
+    assert sorted(p.name for p in (tmp_path / "cache" / "multi30k").iterdir()) == ["val.de.gz", "val.en.gz"]
+    assert not (tmp_path / "env-cache").exists()
+    # without the keys the environment decides: its mirror is missing, so nothing is cached there
+    with pytest.raises(DownloadError, match="no-such-mirror"):
+        list(TranslationTask(TranslationConfig()).read("dev"))
+    assert not any(p.is_file() for p in (tmp_path / "env-cache").rglob("*"))
 
 
 # --------------------------------------------------------------------------- WMT 2014 en-de

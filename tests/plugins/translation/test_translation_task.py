@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from seqtrans import download, pipeline, tasks
 from seqtrans.errors import ConfigError, DataError
 from seqtrans.tasks.contract import check_task
 from seqtrans_translation import TranslationConfig, TranslationTask
+from seqtrans_translation.metrics import score
 
 MULTI30K = SHARED_DATA / "multi30k"
 
@@ -133,9 +135,11 @@ def _seqtrans(*args: str, stdin: str | None = None) -> subprocess.CompletedProce
 
 def test_run_predict_and_evaluate_end_to_end(tmp_path: Path) -> None:
     # a slice of Multi30k for training; a local test file with an empty line in the middle
+    # and a line far longer than train.max_length
     src = _lines(MULTI30K / "test_2016_flickr.en.gz", 12)
     tgt = _lines(MULTI30K / "test_2016_flickr.de.gz", 12)
     src[5] = ""
+    src[8] = " ".join(_lines(MULTI30K / "test_2016_flickr.en.gz", 8, start=20))
     (tmp_path / "test.en").write_text("\n".join(src) + "\n")
     (tmp_path / "test.de").write_text("\n".join(tgt) + "\n")
     out = tmp_path / "run"
@@ -144,10 +148,14 @@ def test_run_predict_and_evaluate_end_to_end(tmp_path: Path) -> None:
         "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64",
         "model.heads=2", "data.max_train_examples=1500", "data.vocab_size=800", "train.max_steps=6",
         "train.eval_every=6", "train.checkpoint_every=3", "train.keep_checkpoints=2", "train.average_last=2",
-        "train.max_tokens=1500", "train.valid_max_examples=8", "train.max_minutes=0", "decode.beam=2",
+        "train.max_tokens=1500", "train.valid_max_examples=8", "train.max_minutes=0", "train.max_length=30",
+        "decode.beam=2",
         "decode.max_len_b=8", f"data.test_src={tmp_path / 'test.en'}",
         f"data.test_tgt={tmp_path / 'test.de'}")
     assert done.returncode == 0, done.stderr
+    # long training pairs are dropped and counted; test lines never are
+    dropped = re.search(r"dropped (\d+) of 1500 training pairs longer than 30 tokens", done.stderr)
+    assert dropped is not None and 0 < int(dropped.group(1)) < 1500, done.stderr
     metrics = json.loads((out / "metrics.json").read_text())
     assert isinstance(metrics["bleu"], float) and isinstance(metrics["chrf"], float)
     assert metrics["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
@@ -173,20 +181,31 @@ def test_run_predict_and_evaluate_end_to_end(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_small_model_learns_its_training_sentences(tmp_path: Path) -> None:
     # 200 Multi30k pairs, learnt by heart by a small model in a few hundred updates:
-    # decoding, detokenization and sacreBLEU must then agree with the references
+    # decoding, detokenization and sacreBLEU must then agree with the references, each
+    # output on the line of its input, an empty and an over-long test line included
     src = _lines(MULTI30K / "train.en.gz", 200)
     tgt = _lines(MULTI30K / "train.de.gz", 200)
-    for name, lines in [("train.en", src), ("train.de", tgt), ("test.en", src[:50]), ("test.de", tgt[:50])]:
+    test_src, test_tgt = src[:50], tgt[:50]
+    test_src.insert(10, "")
+    test_tgt.insert(10, "")
+    test_src.insert(30, " ".join(src[50:58]))  # longer than train.max_length
+    test_tgt.insert(30, " ".join(tgt[50:58]))
+    for name, lines in [("train.en", src), ("train.de", tgt), ("dev.en", src[:50]), ("dev.de", tgt[:50]),
+                        ("test.en", test_src), ("test.de", test_tgt)]:
         (tmp_path / name).write_text("\n".join(lines) + "\n")
-    files = [f"data.{split}_{side}={tmp_path / f'{split_file}.{lang}'}"
-             for split, split_file in [("train", "train"), ("dev", "test"), ("test", "test")]
-             for side, lang in [("src", "en"), ("tgt", "de")]]
+    files = [f"data.{split}_{side}={tmp_path / f'{split}.{lang}'}"
+             for split in ("train", "dev", "test") for side, lang in [("src", "en"), ("tgt", "de")]]
     config = pipeline.resolve_config("translation", preset="cpu", overrides=[
         "data.dataset=none", *files, "data.vocab_size=1000", "model.encoder_layers=2",
         "model.decoder_layers=2", "model.d_model=64", "model.d_ff=256", "model.dropout=0.0",
         "train.max_tokens=1024", "train.warmup=100", "train.lr_scale=0.2", "train.label_smoothing=0.0",
-        "train.max_steps=250", "train.max_minutes=0", "train.checkpoint_every=250",
+        "train.max_steps=250", "train.max_minutes=0", "train.checkpoint_every=250", "train.max_length=64",
         "train.keep_checkpoints=1", "train.average_last=1", "decode.beam=2"])
     metrics = pipeline.run(config, tmp_path / "run", device="cpu")
     print(json.dumps(metrics))
-    assert float(metrics["bleu"]) >= 60.0
+    outputs = (tmp_path / "run" / "predictions" / "test.txt").read_text(encoding="utf-8").split("\n")
+    assert len(outputs) == 52 + 1 and outputs[-1] == "" and metrics["test_sentences"] == 52
+    learnt = [i for i in range(52) if i not in (10, 30)]
+    assert sum(outputs[i] == test_tgt[i] for i in learnt) >= 25  # exact, and on their own lines
+    assert float(score([outputs[i] for i in learnt], [test_tgt[i] for i in learnt])["bleu"]) >= 60.0
+    assert float(metrics["bleu"]) >= 50.0
