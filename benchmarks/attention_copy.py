@@ -277,8 +277,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 
 def configurations(args: argparse.Namespace, results: dict[str, Any]) -> list[tuple[str, list[str], int]]:
-    """Those still to run, L = 100 first (the comparison the targets name), then the rest by L descending."""
-    order = sorted(args.lengths, key=lambda L: (L != 100, -L))
+    """Those still to run: L = 100 first (the comparison the targets name), then L = 200 (the
+    scaling runs need its models), then the rest by L descending."""
+    order = sorted(args.lengths, key=lambda L: (L != 100, L != 200, -L))
     todo = []
     for length in order:
         for name, overrides in mechanisms(length).items():
@@ -319,29 +320,43 @@ def main() -> None:
                            "torch": torch.__version__, "preset": "copy default (2+2 layers, d_model 64)"}
     started = time.perf_counter()
     context = multiprocessing.get_context("spawn")
+    # At most ``jobs`` tasks in flight; a scaling run goes first in the queue as soon as its
+    # L = 200 model is trained, so an interrupted sweep still has it.
+    queue: list[tuple[str, Any]] = [("config", c) for c in configurations(args, results)]
+    queue += [("scaling", name) for name in args.scaling if name not in results["scaling"]
+              and (Path(args.work) / f"{name}-L200" / "metrics.json").is_file()]
     with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
-        running = {pool.submit(run_config, name, overrides, length, args): (name, length)
-                   for name, overrides, length in configurations(args, results)}
-        for future in concurrent.futures.as_completed(running):
-            name, length = running[future]
-            row = future.result()
-            results["results"].setdefault(name, {})[str(length)] = row
-            results["results"] = {k: results["results"][k] for k in mechanisms(max(LENGTHS))
-                                  if k in results["results"]}  # a fixed row order
-            save(results, args.out)
-            print(f"{name:>12} L={length:<4} exact {row['exact_match']:.3f}  "
-                  f"decode {row['decode_seconds']:.2f}s (attention {row['attention_share']:.0%})  "
-                  f"{row['train_steps']} steps  [{time.perf_counter() - started:.0f}s]", flush=True)
-        todo = [name for name in args.scaling if name not in results["scaling"]
-                and (Path(args.work) / f"{name}-L200" / "metrics.json").is_file()]
-        scaled = {pool.submit(scaling, name, args): name for name in todo}
-        for future in concurrent.futures.as_completed(scaled):
-            name = scaled[future]
-            results["scaling"][name] = future.result()
-            save(results, args.out)
-            fit = results["scaling"][name]["linear_fit"]
-            print(f"scaling {name}: {fit['ms_per_source_token']:.3f} ms per source token, R2 {fit['r2']:.4f}",
-                  flush=True)
+        running: dict[concurrent.futures.Future[dict[str, Any]], tuple[str, Any]] = {}
+        while queue or running:
+            while queue and len(running) < args.jobs:
+                kind, task = queue.pop(0)
+                if kind == "config":
+                    name, overrides, length = task
+                    future = pool.submit(run_config, name, overrides, length, args)
+                else:
+                    future = pool.submit(scaling, task, args)
+                running[future] = (kind, task)
+            done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                kind, task = running.pop(future)
+                if kind == "scaling":
+                    results["scaling"][task] = future.result()
+                    save(results, args.out)
+                    fit = results["scaling"][task]["linear_fit"]
+                    print(f"scaling {task}: {fit['ms_per_source_token']:.3f} ms per source token, "
+                          f"R2 {fit['r2']:.4f}  [{time.perf_counter() - started:.0f}s]", flush=True)
+                    continue
+                name, _, length = task
+                row = future.result()
+                results["results"].setdefault(name, {})[str(length)] = row
+                results["results"] = {k: results["results"][k] for k in mechanisms(max(LENGTHS))
+                                      if k in results["results"]}  # a fixed row order
+                save(results, args.out)
+                print(f"{name:>12} L={length:<4} exact {row['exact_match']:.3f}  "
+                      f"decode {row['decode_seconds']:.2f}s (attention {row['attention_share']:.0%})  "
+                      f"{row['train_steps']} steps  [{time.perf_counter() - started:.0f}s]", flush=True)
+                if length == 200 and name in args.scaling and name not in results["scaling"]:
+                    queue.insert(0, ("scaling", name))
     print(table(results))
     try:
         plot(results, args.out.with_suffix(".png"))
