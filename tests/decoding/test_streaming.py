@@ -3,6 +3,7 @@ while the source is still arriving, with delays and latency metrics as documente
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
@@ -21,7 +22,7 @@ from seqtrans.decoding.streaming import (
     check_streamable,
     stream_greedy,
 )
-from seqtrans.errors import UsageError
+from seqtrans.errors import DataError, UsageError
 from seqtrans.model import Transformer
 from seqtrans.vocab import EOS, Vocab, Vocabularies
 
@@ -201,3 +202,20 @@ def test_the_cli_stream_skips_the_rest_of_an_input_whose_output_has_ended(monkey
     assert [line.split("\t")[0] for line in lines] == [str(t) for t in first_tokens]
     # the first line's end was written before its second word was read
     assert arrivals.log[1] == (1, "\t1\n")
+
+
+def test_the_cli_stream_refuses_a_tokenisation_that_changes_earlier_tokens() -> None:
+    loaded = loaded_copy(streaming_model(0, g=0.1, r=20.0))
+    copy_task = loaded.task
+
+    class Reversing:  # the copy task, but its source tokens in reverse order
+        def __getattr__(self, name: str) -> object:
+            return getattr(copy_task, name)
+
+        def source_tokens(self, source: list[int]) -> list[str]:
+            return copy_task.source_tokens(source)[::-1]
+
+    loaded = dataclasses.replace(loaded, task=Reversing())  # type: ignore[arg-type]
+    arrivals = Arrivals("4 5 6\n")
+    with pytest.raises(DataError, match="<stdin>:1: .*cannot be streamed word by word"):
+        pipeline.stream(loaded, arrivals, arrivals.write)
