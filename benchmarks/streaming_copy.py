@@ -10,6 +10,7 @@ reading it (AL near 1); reversing cannot write anything before the whole source 
 (AL near |x|), and the model has to learn that.
 
     python benchmarks/streaming_copy.py --minutes 3
+    python benchmarks/streaming_copy.py --minutes 3 --jobs 2   # both variants at once, one thread each
 
 Writes benchmarks/results/streaming_copy.json.
 """
@@ -17,9 +18,11 @@ Writes benchmarks/results/streaming_copy.json.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import json
 import logging
+import multiprocessing
 import os
 import statistics
 import time
@@ -73,32 +76,43 @@ def evaluate(out: Path) -> dict[str, Any]:
     }
 
 
+def variant(name: str, reverse: bool, args: argparse.Namespace) -> dict[str, Any]:
+    """Train (unless already trained) and evaluate one task variant."""
+    torch.set_num_threads(args.threads)
+    out = Path(args.work) / name
+    if not (out / "metrics.json").is_file():
+        config = pipeline.resolve_config("copy", overrides=[
+            f"data.max_length={args.length}", f"data.reverse={str(reverse).lower()}",
+            "data.train_size=100000", f"train.max_minutes={args.minutes}", "train.max_steps=1000000",
+            "train.eval_every=1000", "train.valid_max_examples=200",
+            "model.cross_attention=monotonic", "model.causal_encoder=true"])
+        pipeline.run(config, out, device="cpu")
+    result = evaluate(out)
+    result["train_steps"] = json.loads((out / "metrics.json").read_text())["train_steps"]
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=3.0, help="Training budget per task variant.")
     parser.add_argument("--length", type=int, default=20, help="L: sequence lengths 1..L.")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=1, help="Variants trained at the same time.")
     parser.add_argument("--work", default="runs/streaming_copy")
     parser.add_argument("--out", type=Path, default=RESULTS / "streaming_copy.json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    torch.set_num_threads(args.threads)
     results: dict[str, Any] = {"settings": {"minutes": args.minutes, "length": args.length,
-                                            "threads": args.threads}}
-    for variant, reverse in (("copy", False), ("reverse", True)):
-        out = Path(args.work) / variant
-        if not (out / "metrics.json").is_file():
-            config = pipeline.resolve_config("copy", overrides=[
-                f"data.max_length={args.length}", f"data.reverse={str(reverse).lower()}",
-                "data.train_size=100000", f"train.max_minutes={args.minutes}", "train.max_steps=1000000",
-                "train.eval_every=1000", "train.valid_max_examples=200",
-                "model.cross_attention=monotonic", "model.causal_encoder=true"])
-            pipeline.run(config, out, device="cpu")
-        results[variant] = evaluate(out)
-        r = results[variant]
-        print(f"{variant:>8}: exact {r['exact_match']:.3f}, AP {r['average_proportion']:.3f}, "
-              f"AL {r['average_lagging']:.2f} (mean |x| {r['mean_source_length']:.1f}), "
-              f"same as offline {r['same_as_offline_greedy']:.3f}", flush=True)
+                                            "threads": args.threads, "jobs": args.jobs}}
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+        futures = {name: pool.submit(variant, name, reverse, args)
+                   for name, reverse in (("copy", False), ("reverse", True))}
+        for name, future in futures.items():
+            results[name] = r = future.result()
+            print(f"{name:>8}: exact {r['exact_match']:.3f}, AP {r['average_proportion']:.3f}, "
+                  f"AL {r['average_lagging']:.2f} (mean |x| {r['mean_source_length']:.1f}), "
+                  f"same as offline {r['same_as_offline_greedy']:.3f}, {r['train_steps']} steps", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(args.out.name + ".tmp")
     tmp.write_text(json.dumps(results, indent=2) + "\n")

@@ -11,11 +11,14 @@ arguments; ``seqtrans NAME ARGS...`` calls it with ``ARGS``.
 from __future__ import annotations
 
 import argparse
+import codecs
+import io
 import json
 import logging
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from seqtrans import __version__
@@ -90,10 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="RUN_DIR_OR_CHECKPOINT")
     p.add_argument("--beam", type=int, help="Beam size (default: the run's decode.beam).")
     p.add_argument("--stream", action="store_true",
-                   help="Decode each line as a stream arriving token by token and write "
-                        "'output<TAB>delays': the source tokens read when each target token was "
-                        "written (greedy; needs model.cross_attention=monotonic and "
-                        "model.causal_encoder=true).")
+                   help="Simultaneous decoding: read each input word by word as it arrives on "
+                        "stdin, write each target token as soon as it is decided, and end each "
+                        "output with a tab and the delays (the source tokens read when each target "
+                        "token was written). Greedy; needs model.cross_attention=monotonic and "
+                        "model.causal_encoder=true.")
     p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
                    metavar="KEY=VALUE", help="Override decode.* (or data.*) keys.")
     _add_device(p)
@@ -176,7 +180,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    from seqtrans.pipeline import load, predict, stream
+    from seqtrans.pipeline import load, predict, stream, words_of
 
     overrides = list(args.overrides)
     if args.beam is not None:
@@ -184,10 +188,31 @@ def _cmd_predict(args: argparse.Namespace) -> int:
             raise UsageError("--stream decodes greedily; it takes no --beam")
         overrides.append(f"decode.beam={args.beam}")
     loaded = load(args.model, overrides=overrides, device=args.device)
-    for line in (stream if args.stream else predict)(loaded, sys.stdin):
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+    if args.stream:
+        stream(loaded, words_of(_stdin_chunks()), _write_now)
+        return 0
+    for line in predict(loaded, sys.stdin):
+        _write_now(line + "\n")
     return 0
+
+
+def _write_now(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _stdin_chunks() -> Iterator[str]:
+    """Standard input as it arrives: whatever a read returns, without waiting for a full
+    line or buffer (a file stream without a descriptor is read line by line)."""
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        yield from sys.stdin
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while chunk := os.read(fd, 1 << 16):
+        yield decoder.decode(chunk)
+    yield decoder.decode(b"", final=True)
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import os
 import random
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from seqtrans import tasks
 from seqtrans.config import DecodeConfig, RunConfig
 from seqtrans.data import encode_pairs
 from seqtrans.decoding import Hypothesis, generate
-from seqtrans.errors import CheckpointError, UsageError
+from seqtrans.errors import CheckpointError, DataError, UsageError
 from seqtrans.model import Transformer, build_model
 from seqtrans.tasks.protocol import Example, Metric, Task
 from seqtrans.training import checkpoint
@@ -294,11 +294,22 @@ def predict(loaded: Loaded, lines: Iterable[str]) -> Iterator[str]:
         yield ""
 
 
-def stream(loaded: Loaded, lines: Iterable[str]) -> Iterator[str]:
-    """Decode each line as a stream that arrives token by token (see
-    :mod:`seqtrans.decoding.streaming`): one ``output<TAB>delays`` line per input, the
-    delays being the source tokens read when each target token was written. Logs the
-    average proportion and average lagging at the end."""
+def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], None]) -> None:
+    """Simultaneous decoding of inputs that arrive word by word (see
+    :mod:`seqtrans.decoding.streaming`).
+
+    ``words`` yields each input's words as they arrive and ``None`` where an input line
+    ends; it is pulled only as far as decoding needs. Each target token is passed to
+    ``write`` as soon as it is decided (the model's target tokens, space-separated); when
+    an input's output is complete, a tab, the delays (the source tokens read when each
+    token was written) and a line break follow, and the rest of that input is skipped as
+    it arrives. The average proportion and average lagging are logged at the end.
+
+    The task's tokenisation is applied to the words arrived so far and the new tokens
+    are fed to the model; the tokens of a line's first n words must be a prefix of
+    those of its first n + 1 (true of whitespace tokens and of sentencepiece), else
+    :class:`DataError`.
+    """
     from seqtrans.decoding.streaming import (
         average_lagging,
         average_proportion,
@@ -311,20 +322,72 @@ def stream(loaded: Loaded, lines: Iterable[str]) -> Iterator[str]:
         raise UsageError("streaming decodes greedily: decode.nbest must be 1")
     model, task, vocabs = loaded.model, loaded.task, loaded.vocabs
     limit = model.config.max_positions - 1 if model.config.positions == "learned" else None
+    events = iter(words)
     proportions, laggings = [], []
-    for line in lines:
-        source = task.parse_source(line.rstrip("\n"))
-        ids = vocabs.source.encode(task.source_tokens(source))
-        emitted = list(stream_greedy(model, ids, loaded.config.decode, position_limit=limit))
-        delays = [e.delay for e in emitted]
-        pred = task.prediction(vocabs.target.decode([e.token for e in emitted]), source)
-        if delays and ids:
-            proportions.append(average_proportion(delays, len(ids)))
-            laggings.append(average_lagging(delays, len(ids)))
-        yield f"{task.format(pred)}\t{' '.join(map(str, delays))}"
+    line_number = 0
+
+    def ids_of(words_so_far: list[str]) -> list[int]:
+        return vocabs.source.encode(task.source_tokens(task.parse_source(" ".join(words_so_far))))
+
+    def source(word: str | None, arrived: list[str]) -> Iterator[int]:
+        """The ids of a line's words as they arrive, ending with the line."""
+        fed: list[int] = []
+        while word is not None:
+            arrived.append(word)
+            ids = ids_of(arrived)
+            if ids[: len(fed)] != fed:
+                raise DataError("<stdin>", line_number,
+                                "the task's tokens of the words read so far are not a prefix of those "
+                                "of more words: this task cannot be streamed word by word")
+            yield from ids[len(fed):]
+            fed = ids
+            word = next(events, None)
+        arrived.append("")  # marks the end of the line as read
+
+    for first in events:
+        line_number += 1
+        arrived: list[str] = []
+        delays: list[int] = []
+        for emission in stream_greedy(model, source(first, arrived), loaded.config.decode,
+                                      position_limit=limit):
+            write((" " if delays else "") + " ".join(vocabs.target.decode([emission.token])))
+            delays.append(emission.delay)
+        write("\t" + " ".join(map(str, delays)) + "\n")
+        if first is not None and arrived[-1:] != [""]:
+            # the output is complete before the input: the rest of the line is not needed
+            while (word := next(events, None)) is not None:
+                arrived.append(word)
+        length = len(ids_of([w for w in arrived if w]))
+        if delays and length:
+            proportions.append(average_proportion(delays, length))
+            laggings.append(average_lagging(delays, length))
     if proportions:
         log.info("streamed %d inputs: average proportion %.3f, average lagging %.2f source tokens",
                  len(proportions), sum(proportions) / len(proportions), sum(laggings) / len(laggings))
+
+
+def words_of(chunks: Iterable[str]) -> Iterator[str | None]:
+    """The words of text arriving in chunks, each as soon as the whitespace after it has
+    arrived, and ``None`` at each line break (and at the end of an unterminated last line)."""
+    word: list[str] = []
+    pending_line = False
+    for chunk in chunks:
+        for ch in chunk:
+            if ch.isspace():
+                if word:
+                    yield "".join(word)
+                    word = []
+                    pending_line = True
+                if ch == "\n":
+                    yield None
+                    pending_line = False
+            else:
+                word.append(ch)
+                pending_line = True
+    if word:
+        yield "".join(word)
+    if pending_line:
+        yield None
 
 
 def average(paths: Sequence[str | Path], out: str | Path) -> Path:

@@ -12,6 +12,7 @@ import torch
 from conftest import tiny_model
 from seqtrans.attention import monotonic
 from seqtrans.attention.monotonic import MonotonicAttention, expected_alignment, expected_alignments
+from seqtrans.config import ModelConfig
 from seqtrans.vocab import BOS, EOS, PAD
 
 
@@ -195,6 +196,17 @@ def test_the_energy_is_the_papers_weight_normalised_form() -> None:
     assert got.item() == pytest.approx(by_hand.item(), abs=1e-6)
 
 
+def test_the_models_monotonic_heads_start_with_negative_r_and_g_one_over_root_dim() -> None:
+    assert ModelConfig().monotonic_r_init < 0 and ModelConfig().monotonic_noise == 1.0
+    model = tiny_model(cross_attention="monotonic", monotonic_dim=9)
+    for layer in model.decoder_layers:
+        attn = layer.cross_attn
+        assert isinstance(attn, MonotonicAttention)
+        assert attn.r.item() == ModelConfig().monotonic_r_init
+        assert attn.g.item() == pytest.approx(1 / 3)
+        assert attn.noise == 1.0
+
+
 def test_noise_is_added_while_training_only() -> None:
     torch.manual_seed(0)
     attn = MonotonicAttention(8, noise=1.0, r_init=0.0)
@@ -242,3 +254,28 @@ def test_hard_attention_follows_the_papers_algorithm(seed: int) -> None:
         assert any(0 < j < lengths[n] for j in chosen)  # it moves, and not straight to the end
         expected = torch.stack([memory[n, j] if j < lengths[n] else torch.zeros(8) for j in chosen])
         torch.testing.assert_close(out[n], attn.out(expected), atol=1e-5, rtol=1e-5)
+
+
+def test_padding_is_never_attended_even_where_it_would_be_selected() -> None:
+    # keys chosen so that every real position has p < 0.5 and every padded one p > 0.5:
+    # hard attention attends to nothing, and the expectation is that of the sentence alone
+    torch.manual_seed(4)
+    attn = MonotonicAttention(8, noise=0.0, r_init=0.0)
+    memory = torch.randn(2, 6, 8)
+    mask = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])
+    x = torch.randn(2, 4, 8)
+    toward = 100 * torch.sign(attn.v.detach())  # tanh(q + toward) = sign(v): energy g ||v||_1 / ||v||
+    with torch.no_grad():
+        for train in (False, True):
+            attn.train(train)
+            state = attn.prepare(memory, mask)
+            state.keys[:] = -toward
+            state.keys[1, 3:] = toward
+            assert (attn.energy(attn.query(x), state.keys)[1, :, 3:] > 0).all()
+            out = attn(x, state)
+            alone = attn.prepare(memory[1:, :3], mask[1:, :3])
+            alone.keys[:] = -toward
+            torch.testing.assert_close(out[1:], attn(x[1:], alone))
+            if not train:
+                torch.testing.assert_close(out[1], attn.out.bias.expand(4, 8))  # nothing attended
+                assert state.position is not None and state.position.tolist() == [6, 3]

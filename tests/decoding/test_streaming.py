@@ -3,12 +3,14 @@ while the source is still arriving, with delays and latency metrics as documente
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
 import torch
 
 from conftest import tiny_model
+from seqtrans import pipeline, tasks
 from seqtrans.attention.monotonic import MonotonicAttention
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
@@ -20,9 +22,9 @@ from seqtrans.decoding.streaming import (
     check_streamable,
     stream_greedy,
 )
-from seqtrans.errors import UsageError
+from seqtrans.errors import DataError, UsageError
 from seqtrans.model import Transformer
-from seqtrans.vocab import EOS
+from seqtrans.vocab import EOS, Vocab, Vocabularies
 
 SOURCES = [[4, 5, 6, 7, 8, 9, 10, 4, 5], [6], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, 7, 8], [5, 5, 5, 5]]
 CONFIG = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3)
@@ -106,3 +108,114 @@ def test_latency_metrics_by_hand() -> None:
     assert average_proportion([4, 4, 4, 4], 4) == pytest.approx(1.0)
     # |y| = 2 |x|: gamma = 2, so output i is due after (i - 1) / 2 source tokens
     assert average_lagging([1, 1, 2, 2], 2) == pytest.approx((1 + 0.5 + 1) / 3)
+
+
+# ------------------------------------------------------------------ the CLI's simultaneous mode
+
+
+def loaded_copy(model: Transformer, *, max_len_b: int = 3) -> pipeline.Loaded:
+    """The copy task (symbols 0..6, ids 4..10) around ``model``, as ``predict --stream`` loads it."""
+    config = pipeline.resolve_config("copy", overrides=["data.vocab_size=7", "decode.max_len_a=1.0",
+                                                        f"decode.max_len_b={max_len_b}"])
+    task = tasks.load("copy")(config.data)
+    vocab = Vocab(str(s) for s in range(7))
+    return pipeline.Loaded(config, task, Vocabularies(vocab, vocab), model, torch.device("cpu"))
+
+
+class Arrivals:
+    """Words of the input given one at a time, recording what was written after each."""
+
+    def __init__(self, text: str) -> None:
+        self.events = list(pipeline.words_of([text]))
+        self.pulled = 0
+        self.log: list[tuple[int, str]] = []  # (events pulled, text written)
+
+    def __iter__(self) -> Iterator[str | None]:
+        for event in self.events:
+            self.pulled += 1
+            yield event
+
+    def write(self, text: str) -> None:
+        self.log.append((self.pulled, text))
+
+
+def test_words_arrive_as_soon_as_the_whitespace_after_them_does() -> None:
+    assert list(pipeline.words_of(["1 2", "3  4", "\n", "\n5\t6\n7"])) == [
+        "1", "23", "4", None, None, "5", "6", None, "7", None]
+    assert list(pipeline.words_of(["1 \n"])) == ["1", None]
+    assert list(pipeline.words_of([""])) == []
+
+
+def test_the_cli_stream_writes_each_token_before_the_rest_of_its_input_arrives() -> None:
+    model = streaming_model(0, g=0.1, r=20.0)  # every layer selects the first position it sees
+    arrivals = Arrivals("4 5 6 1 2\n3 3\n")
+    pipeline.stream(loaded_copy(model, max_len_b=0), arrivals, arrivals.write)
+    # the bound a * |x| + b with b = 0 makes each token wait for one more word, and no longer
+    assert [pulled for pulled, _ in arrivals.log[:5]] == [1, 2, 3, 4, 5]
+    assert "\t" not in "".join(text for _, text in arrivals.log[:5])
+    lines = "".join(text for _, text in arrivals.log).split("\n")
+    assert lines[-1] == "" and len(lines) == 3
+    for line, words in zip(lines, ("4 5 6 1 2", "3 3")):
+        output, delays = line.split("\t")
+        ids = [int(w) + 4 for w in words.split()]
+        expected = list(stream_greedy(model, ids, DecodeConfig(beam=1, max_len_a=1.0, max_len_b=0)))
+        assert expected
+        assert output.split() == [str(e.token - 4) for e in expected]
+        assert [int(d) for d in delays.split()] == [e.delay for e in expected]
+
+
+@pytest.mark.parametrize("seed, g, r", [(1, 3.0, 0.5), (2, 2.0, -0.5), (3, 1.0, 3.0)])
+def test_the_cli_stream_writes_what_offline_greedy_decoding_writes(seed: int, g: float, r: float) -> None:
+    model = streaming_model(seed, g=g, r=r)
+    text = "".join(" ".join(str(i - 4) for i in s) + "\n" for s in SOURCES)
+    arrivals = Arrivals(text)
+    pipeline.stream(loaded_copy(model), arrivals, arrivals.write)
+    lines = "".join(t for _, t in arrivals.log).splitlines()
+    src = pad_batch([s + [EOS] for s in SOURCES])
+    max_len = torch.tensor([max_output_length(len(s), CONFIG) for s in SOURCES])
+    offline = greedy_search(model.eval(), src, max_len=max_len)
+    assert len(lines) == len(SOURCES)
+    for line, hyps in zip(lines, offline):
+        assert line.split("\t")[0].split() == [str(t - 4) for t in (hyps[0].tokens if hyps else [])]
+
+
+def test_the_cli_stream_skips_the_rest_of_an_input_whose_output_has_ended(monkeypatch) -> None:  # noqa: ANN001
+    model = streaming_model(0, g=0.1, r=20.0)
+    decode = model.decode
+    steps = 0
+
+    def eos_at_the_second_step(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        nonlocal steps
+        logits = decode(*args, **kwargs)
+        steps += 1
+        if steps % 2 == 0:  # each line: one token, then the end symbol
+            logits[..., EOS] = 1e4
+        return logits
+
+    monkeypatch.setattr(model, "decode", eos_at_the_second_step)
+    arrivals = Arrivals("4 5 6 1 2\n3 3 3\n6\n")
+    pipeline.stream(loaded_copy(model), arrivals, arrivals.write)
+    lines = "".join(t for _, t in arrivals.log).splitlines()
+    assert [line.split("\t")[1] for line in lines] == ["1", "1", "1"]
+    fresh = streaming_model(0, g=0.1, r=20.0)
+    first_tokens = [next(iter(stream_greedy(fresh, [int(w) + 4], CONFIG))).token - 4 for w in ("4", "3", "6")]
+    assert [line.split("\t")[0] for line in lines] == [str(t) for t in first_tokens]
+    # the first line's end was written before its second word was read
+    assert arrivals.log[1] == (1, "\t1\n")
+
+
+def test_the_cli_stream_refuses_a_tokenisation_that_changes_earlier_tokens() -> None:
+    loaded = loaded_copy(streaming_model(0, g=0.1, r=20.0))
+    copy_task = loaded.task
+
+    class Reversing:  # the copy task, but its source tokens in reverse order
+        def __getattr__(self, name: str) -> object:
+            return getattr(copy_task, name)
+
+        def source_tokens(self, source: list[int]) -> list[str]:
+            return copy_task.source_tokens(source)[::-1]
+
+    loaded = dataclasses.replace(loaded, task=Reversing())  # type: ignore[arg-type]
+    arrivals = Arrivals("4 5 6\n")
+    with pytest.raises(DataError, match="<stdin>:1: .*cannot be streamed word by word"):
+        pipeline.stream(loaded, arrivals, arrivals.write)
