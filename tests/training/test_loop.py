@@ -74,7 +74,7 @@ def test_max_epochs_and_time_budget_stop_training(tmp_path: Path) -> None:
     assert checkpoint.list_checkpoints(tmp_path / "e")  # ends with a checkpoint
     result = trainer(tmp_path / "t", data=data, max_steps=100000, max_minutes=0.002).fit()
     assert "time budget" in result.progress.stop_reason
-    assert result.progress.seconds == pytest.approx(0.12, abs=0.5)
+    assert result.progress.seconds >= 0.12 and result.progress.step < 100000
 
 
 def test_cooldown_scales_the_rate_down_over_the_last_updates_or_minutes(tmp_path: Path) -> None:
