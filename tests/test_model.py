@@ -68,28 +68,6 @@ def test_incremental_decoding_with_cache_equals_full_recomputation(positions: st
     torch.testing.assert_close(torch.cat([first, rest], dim=1), full, atol=1e-5, rtol=1e-5)
 
 
-def test_cache_follows_reordered_and_dropped_hypotheses() -> None:
-    model = tiny_model()
-    src = src_batch()  # 2 sentences, beam 3 -> 6 rows
-    encoded = model.encode(src)
-    state = model.start(encoded, beam=3, capacity=8)
-    hist = torch.tensor([[BOS, 4], [BOS, 5], [BOS, 6], [BOS, 7], [BOS, 8], [BOS, 9]])
-    model.decode(hist[:, :1], state=state)
-    model.decode(hist[:, 1:2], state=state)
-    rows = torch.tensor([2, 0, 0, 5, 3, 4])  # hypotheses stay within their sentence
-    state.reorder(rows)
-    hist = torch.cat([hist[rows], torch.full((6, 1), 10)], dim=1)
-    step = model.decode(hist[:, 2:3], state=state)
-    full = model(src.repeat_interleave(3, dim=0), hist)
-    torch.testing.assert_close(step[:, 0], full[:, 2], atol=1e-5, rtol=1e-5)
-    # sentence 0 finishes: keep only sentence 1's rows
-    state.reorder(torch.tensor([3, 4, 5]), torch.tensor([1]))
-    hist = torch.cat([hist[3:], torch.full((3, 1), 4)], dim=1)
-    step = model.decode(hist[:, 3:4], state=state)
-    full = model(src[1:].repeat_interleave(3, dim=0), hist)
-    torch.testing.assert_close(step[:, 0], full[:, 3], atol=1e-5, rtol=1e-5)
-
-
 def test_shared_vocabulary_ties_embeddings_and_output() -> None:
     model = tiny_model()
     assert model.source_embed is model.target_embed
