@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 
 from seqtrans.config import ModelConfig
 from seqtrans.model import Transformer
+from seqtrans.vocab import EOS, PAD
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -22,6 +24,17 @@ def tiny_model(*, vocab: int = 11, seed: int = 0, **overrides: object) -> Transf
     model = Transformer(ModelConfig(**options), source_vocab_size=vocab, target_vocab_size=vocab,
                         shared_vocab=True)
     return model.eval()
+
+
+def src_batch() -> torch.Tensor:
+    """Two sources, the second padded.  -> [2, 5]"""
+    return torch.tensor([[5, 6, 7, 8, EOS], [9, 4, EOS, PAD, PAD]])
+
+
+@pytest.fixture
+def no_grad() -> Iterator[None]:
+    with torch.no_grad():
+        yield
 
 
 @pytest.fixture

@@ -5,20 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import tiny_model
+from conftest import src_batch, tiny_model
 from seqtrans.config import PRESETS, ModelConfig
 from seqtrans.model import Transformer
 from seqtrans.vocab import BOS, EOS, PAD
 
-
-@pytest.fixture(autouse=True)
-def _no_grad():
-    with torch.no_grad():
-        yield
-
-
-def src_batch() -> torch.Tensor:
-    return torch.tensor([[5, 6, 7, 8, EOS], [9, 4, EOS, PAD, PAD]])
+pytestmark = pytest.mark.usefixtures("no_grad")
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])

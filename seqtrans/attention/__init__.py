@@ -12,7 +12,7 @@ piece of per-sentence or per-hypothesis decoding state implements
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from torch import Tensor, nn
@@ -103,21 +103,20 @@ CROSS_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
 
 def self_attention(name: str, config: ModelConfig) -> SelfAttentionModule:
     """The self-attention module ``name`` (a key of :data:`SELF_ATTENTION`) for ``config``."""
-    try:
-        build = SELF_ATTENTION[name]
-    except KeyError:
-        known = ", ".join(SELF_ATTENTION)
-        raise ValueError(f"no self-attention mechanism '{name}'; known: {known}") from None
-    module: Any = build(config)
+    module: Any = _build(SELF_ATTENTION, "self-attention", name, config)
     return module
 
 
 def cross_attention(name: str, config: ModelConfig) -> CrossAttentionModule:
     """The encoder-decoder attention module ``name`` (a key of :data:`CROSS_ATTENTION`)."""
-    try:
-        build = CROSS_ATTENTION[name]
-    except KeyError:
-        known = ", ".join(CROSS_ATTENTION)
-        raise ValueError(f"no encoder-decoder mechanism '{name}'; known: {known}") from None
-    module: Any = build(config)
+    module: Any = _build(CROSS_ATTENTION, "encoder-decoder", name, config)
     return module
+
+
+def _build(table: Mapping[str, Callable[[ModelConfig], nn.Module]], kind: str, name: str,
+           config: ModelConfig) -> nn.Module:
+    try:
+        build = table[name]
+    except KeyError:
+        raise ValueError(f"no {kind} mechanism '{name}'; known: {', '.join(table)}") from None
+    return build(config)

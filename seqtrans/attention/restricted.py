@@ -12,34 +12,25 @@ W = 2r + 1 window, D model, d = D/H.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqtrans.attention.common import masked_softmax
-from seqtrans.attention.scaled_dot import KVCache, merge_heads, split_heads
+from seqtrans.attention.scaled_dot import KVCache, SelfAttention, merge_heads, split_heads
 
 
-class RestrictedSelfAttention(nn.Module):
-    """``forward(x [N, T, D], mask=[N, T] | None, causal=bool, cache=KVCache | None) -> [N, T, D]``"""
+class RestrictedSelfAttention(SelfAttention):
+    """``forward(x [N, T, D], mask=[N, T] | None, causal=bool, cache=KVCache | None) -> [N, T, D]``
+
+    The projections, their initialisation and the cache are :class:`SelfAttention`'s; only
+    the attention itself is restricted to the window.
+    """
 
     def __init__(self, d_model: int, heads: int, *, radius: int, dropout: float = 0.0) -> None:
-        super().__init__()
-        self.heads = heads
+        super().__init__(d_model, heads, dropout=dropout)
         self.radius = radius
-        self.dropout = nn.Dropout(dropout)
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.out = nn.Linear(d_model, d_model)
-        nn.init.xavier_uniform_(self.qkv.weight, gain=1 / math.sqrt(2))
-        nn.init.xavier_uniform_(self.out.weight)
-        nn.init.zeros_(self.qkv.bias)
-        nn.init.zeros_(self.out.bias)
-
-    def new_cache(self, rows: int, capacity: int, *, like: Tensor) -> KVCache:
-        d = self.out.in_features // self.heads
-        return KVCache(rows, self.heads, d, capacity, dtype=like.dtype, device=like.device)
+        self.weight_dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False,
                 cache: KVCache | None = None) -> Tensor:
@@ -70,7 +61,7 @@ class RestrictedSelfAttention(nn.Module):
         if mask is not None:
             padded = F.pad(mask, (r, r), value=False).unfold(1, width, 1)  # [N, T, W]
             allowed = allowed & padded[:, None]
-        weights = self.dropout(masked_softmax(scores, allowed))  # [N, H, T, W]
+        weights = self.weight_dropout(masked_softmax(scores, allowed))  # [N, H, T, W]
         return torch.einsum("nhtw,nhtdw->nhtd", weights, v_win)
 
     def _cached(self, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
@@ -83,5 +74,5 @@ class RestrictedSelfAttention(nn.Module):
         allowed = (key_pos - query_pos).abs() <= self.radius
         if causal:
             allowed = allowed & (key_pos <= query_pos)
-        weights = self.dropout(masked_softmax(q @ k.transpose(-1, -2), allowed))  # [N, H, T, L']
+        weights = self.weight_dropout(masked_softmax(q @ k.transpose(-1, -2), allowed))  # [N, H, T, L']
         return weights @ v

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import tiny_model
+from conftest import src_batch, tiny_model
 from seqtrans.attention import CROSS_ATTENTION, SELF_ATTENTION, cross_attention, self_attention
 from seqtrans.config import CROSS_MECHANISMS, SELF_MECHANISMS, ModelConfig
 from seqtrans.model import Transformer
@@ -55,14 +55,7 @@ def modes(options: dict[str, Any]) -> list[bool]:
     return [False, True] if options.get("cross_attention") == "monotonic" else [False]
 
 
-@pytest.fixture(autouse=True)
-def _no_grad():
-    with torch.no_grad():
-        yield
-
-
-def src_batch() -> torch.Tensor:
-    return torch.tensor([[5, 6, 7, 8, EOS], [9, 4, EOS, PAD, PAD]])
+pytestmark = pytest.mark.usefixtures("no_grad")
 
 
 def test_the_factory_builds_every_configured_mechanism() -> None:

@@ -16,11 +16,7 @@ from seqtrans.decoding import beam_search, greedy_search, length_penalty
 from seqtrans.model import Transformer
 from seqtrans.vocab import BOS, EOS, PAD, UNK
 
-
-@pytest.fixture(autouse=True)
-def _no_grad():
-    with torch.no_grad():
-        yield
+pytestmark = pytest.mark.usefixtures("no_grad")
 
 VOCAB = 7  # <pad> <s> </s> <unk> a b c
 BODY = [UNK, 4, 5, 6]  # tokens an output may contain before its end
