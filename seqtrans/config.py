@@ -71,6 +71,10 @@ class ModelConfig:
         True, "Share source and target embeddings when the task's vocabulary is shared."
     )
     tie_output: bool = option(True, "Tie the pre-softmax projection to the target embeddings.")
+    source_cursor: bool = option(
+        False, "Add to each decoder input the (projected) encoder state of the next source unit the "
+        "output has not yet consumed, for tasks that declare such a walk (parsing: the next word "
+        "to place; docs/tasks/parsing.md).")
     encoder_attention: Mechanism = option(
         "scaled_dot", "Encoder self-attention: scaled_dot, dot, general, additive, location or "
         "restricted (docs/attention.md)."

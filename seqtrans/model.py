@@ -12,7 +12,7 @@ T target length (this call), D d_model, V vocabulary.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 import torch
@@ -20,10 +20,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqtrans.attention import DecodingState, KVCache, cross_attention, self_attention
+from seqtrans.attention.common import ROW, SENTENCE, reorder_fields
 from seqtrans.config import ModelConfig
+from seqtrans.errors import ConfigError
 from seqtrans.kernels import Linear, linear
 from seqtrans.masks import padding_mask
-from seqtrans.vocab import PAD, Vocabularies
+from seqtrans.vocab import PAD, Cursor, Vocabularies
 
 
 class Positions(nn.Module):
@@ -133,6 +135,18 @@ class Encoded:
 
     memory: Tensor  # [B, S, D]
     mask: Tensor  # [B, S], True at real tokens
+    units: Tensor | None = None  # [B, U+1, D] projected states of the source units (model.source_cursor)
+
+
+@dataclass
+class CursorState:
+    """Where each hypothesis stands in its source's units (``model.source_cursor``)."""
+
+    units: Tensor = field(metadata=SENTENCE)  # [B, U+1, D]; row U (past the last unit) is zero
+    position: Tensor = field(metadata=ROW)  # [N] units consumed so far
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        reorder_fields(self, rows, sentences)
 
 
 @dataclass
@@ -142,12 +156,15 @@ class DecoderState:
     caches: list[KVCache]  # per layer: self-attention keys/values so far
     cross: list[DecodingState]  # per layer: what cross-attention keeps of the source
     length: int = 0  # target positions decoded so far
+    cursor: CursorState | None = None
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Follow the search: keep hypotheses ``rows`` [N'] and sentences ``sentences`` [B']."""
         for cache, cross in zip(self.caches, self.cross):
             cache.reorder(rows, sentences)
             cross.reorder(rows, sentences)
+        if self.cursor is not None:
+            self.cursor.reorder(rows, sentences)
 
 
 class Transformer(nn.Module):
@@ -155,12 +172,21 @@ class Transformer(nn.Module):
 
     ``forward(src [B, S], tgt_in [B, T]) -> logits [B, T, V]`` for training;
     ``encode`` / ``start`` / ``decode`` for search.
+
+    With ``model.source_cursor``, ``cursor`` says which source tokens start a unit and
+    which target tokens consume one; each decoder input then also carries the projected
+    encoder state of the first unit not yet consumed (zero once all are).
     """
 
+    cursor_starts: Tensor  # source ids that start a unit (buffers, with model.source_cursor)
+    cursor_advance: Tensor  # target ids that consume one
+
     def __init__(self, config: ModelConfig, *, source_vocab_size: int, target_vocab_size: int,
-                 shared_vocab: bool) -> None:
+                 shared_vocab: bool, cursor: Cursor | None = None) -> None:
         super().__init__()
         c = self.config = config
+        if c.source_cursor and cursor is None:
+            raise ConfigError("model.source_cursor", "this task declares no walk over its source")
         self.scale = math.sqrt(c.d_model)
         self.target_embed = nn.Embedding(target_vocab_size, c.d_model, padding_idx=PAD)
         nn.init.normal_(self.target_embed.weight, std=c.d_model**-0.5)
@@ -183,6 +209,11 @@ class Transformer(nn.Module):
         if not c.tie_output:
             self.output = nn.Linear(c.d_model, target_vocab_size, bias=False)
             nn.init.normal_(self.output.weight, std=c.d_model**-0.5)
+        self.cursor_proj: nn.Linear | None = None
+        if c.source_cursor and cursor is not None:
+            self.cursor_proj = nn.Linear(c.d_model, c.d_model, bias=False)
+            self.register_buffer("cursor_starts", torch.tensor(sorted(cursor.starts)), persistent=False)
+            self.register_buffer("cursor_advance", torch.tensor(sorted(cursor.advance)), persistent=False)
 
     @property
     def decoder_layers(self) -> list[DecoderLayer]:
@@ -192,9 +223,11 @@ class Transformer(nn.Module):
         """Distinct trainable parameters (a shared embedding counts once)."""
         return sum(p.numel() for p in self.parameters())
 
-    def _embed(self, embed: nn.Embedding, tokens: Tensor, offset: int) -> Tensor:
+    def _embed(self, embed: nn.Embedding, tokens: Tensor, offset: int, extra: Tensor | None = None) -> Tensor:
         x = embed(tokens) * self.scale  # [N, T, D]
         x = x + self.positions(tokens.size(1), offset=offset, device=tokens.device).to(x.dtype)
+        if extra is not None:
+            x = x + extra
         return self.dropout(x)
 
     def encode(self, src: Tensor) -> Encoded:
@@ -203,15 +236,47 @@ class Transformer(nn.Module):
         x = self._embed(self.source_embed, src, 0)
         for layer in self.encoder:
             x = layer(x, mask)
-        return Encoded(self.encoder_norm(x), mask)
+        memory = self.encoder_norm(x)
+        return Encoded(memory, mask, self._units(src, memory))
+
+    def _units(self, src: Tensor, memory: Tensor) -> Tensor | None:
+        """The projected encoder states at the source units' first tokens, in order,
+        then zeros (every row holds U+1, U the most units of any source).  [B, U+1, D]"""
+        if self.cursor_proj is None:
+            return None
+        starts = torch.isin(src, self.cursor_starts)  # [B, S]
+        count = starts.sum(1)  # [B]
+        most = int(count.max()) if src.size(0) else 0
+        # a stable sort of "is not a start" brings each row's start positions first, in order
+        order = torch.sort((~starts).to(torch.uint8), dim=1, stable=True).indices[:, :most]  # [B, U]
+        units = memory.gather(1, order.unsqueeze(-1).expand(-1, -1, memory.size(-1)))  # [B, U, D]
+        units = units * (torch.arange(most, device=src.device) < count.unsqueeze(1)).unsqueeze(-1)
+        return F.pad(self.cursor_proj(units), (0, 0, 0, 1))
+
+    def _cursor(self, tokens: Tensor, units: Tensor, before: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The unit states each input sees, and the units consumed after the last input.
+        tokens [N, T], units [B, U+1, D], before [N] or None -> [N, T, D], [N]"""
+        consumed = torch.isin(tokens, self.cursor_advance).cumsum(1)  # [N, T]
+        if before is not None:
+            consumed = consumed + before.unsqueeze(1)
+        n, b = tokens.size(0), units.size(0)
+        sentence = torch.arange(n, device=tokens.device) // (n // b)  # [N]
+        index = consumed.clamp(max=units.size(1) - 1)
+        return units[sentence.unsqueeze(1), index], consumed[:, -1]
 
     def start(self, encoded: Encoded, *, beam: int = 1, capacity: int = 64) -> DecoderState:
         """A fresh decoding state for ``beam`` hypotheses per source, room for ``capacity`` tokens."""
         rows = encoded.memory.size(0) * beam
+        cursor = None
+        if self.cursor_proj is not None:
+            if encoded.units is None:
+                raise ValueError("a source-cursor model needs Encoded.units (from encode())")
+            cursor = CursorState(encoded.units, torch.zeros(rows, dtype=torch.long, device=encoded.units.device))
         return DecoderState(
             caches=[layer.self_attn.new_cache(rows, capacity, like=encoded.memory)
                     for layer in self.decoder_layers],
             cross=[layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers],
+            cursor=cursor,
         )
 
     @property
@@ -239,10 +304,18 @@ class Transformer(nn.Module):
             cross = [layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers]
             caches: list[KVCache | None] = [None] * len(self.decoder)
             offset = 0
+            extra = None
+            if self.cursor_proj is not None:
+                if encoded.units is None:
+                    raise ValueError("a source-cursor model needs Encoded.units (from encode())")
+                extra, _ = self._cursor(tokens, encoded.units, None)
         else:
             cross, caches, offset = state.cross, list(state.caches), state.length
             state.length += tokens.size(1)
-        x = self._embed(self.target_embed, tokens, offset)
+            extra = None
+            if state.cursor is not None:
+                extra, state.cursor.position = self._cursor(tokens, state.cursor.units, state.cursor.position)
+        x = self._embed(self.target_embed, tokens, offset, extra)
         for layer, cross_state, cache in zip(self.decoder, cross, caches):
             x = layer(x, cross_state, cache=cache)
         return self.decoder_norm(x)
@@ -259,4 +332,5 @@ class Transformer(nn.Module):
 def build_model(config: ModelConfig, vocabs: Vocabularies) -> Transformer:
     """The model for a config and its task's vocabularies (embeddings shared when they are)."""
     return Transformer(config, source_vocab_size=len(vocabs.source),
-                       target_vocab_size=len(vocabs.target), shared_vocab=vocabs.shared)
+                       target_vocab_size=len(vocabs.target), shared_vocab=vocabs.shared,
+                       cursor=vocabs.cursor)

@@ -10,19 +10,24 @@ import torch
 
 from seqtrans.config import ModelConfig
 from seqtrans.model import Transformer
-from seqtrans.vocab import EOS, PAD
+from seqtrans.vocab import EOS, PAD, Cursor
+
+# the walk of source-cursor test models: token 4 of the target consumes a unit, a unit
+# starts at source tokens 4 and 6
+TEST_CURSOR = Cursor(advance=(4,), starts=(4, 6))
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
 def tiny_model(*, vocab: int = 11, seed: int = 0, **overrides: object) -> Transformer:
-    """A 2-layer, width-16 model in eval mode, deterministic for ``seed``."""
+    """A 2-layer, width-16 model in eval mode, deterministic for ``seed`` (walking
+    :data:`TEST_CURSOR` with ``source_cursor=True``)."""
     torch.manual_seed(seed)
     options = {"encoder_layers": 2, "decoder_layers": 2, "d_model": 16, "d_ff": 32, "heads": 4,
                "dropout": 0.0, **overrides}
     model = Transformer(ModelConfig(**options), source_vocab_size=vocab, target_vocab_size=vocab,
-                        shared_vocab=True)
+                        shared_vocab=True, cursor=TEST_CURSOR)
     return model.eval()
 
 

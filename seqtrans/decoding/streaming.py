@@ -54,6 +54,8 @@ def check_streamable(config: ModelConfig) -> None:
         missing.append(f"model.cross_attention=monotonic (this model has {config.cross_attention})")
     if not config.causal_encoder:
         missing.append("model.causal_encoder=true")
+    if config.source_cursor:
+        missing.append("model.source_cursor=false")
     if missing:
         raise UsageError("streaming needs a model trained with " + " and ".join(missing))
 

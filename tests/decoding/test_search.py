@@ -50,6 +50,7 @@ MECHANISM_OPTIONS: dict[str, dict] = {
                             "restricted_radius": 1},
     "location-general-dot": {"cross_attention": "location", "encoder_attention": "general",
                              "decoder_attention": "dot", "location_max_length": 24},
+    "source_cursor": {"source_cursor": True},
 }
 MECHANISMS = [pytest.param(options, id=name) for name, options in MECHANISM_OPTIONS.items()]
 

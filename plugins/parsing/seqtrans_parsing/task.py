@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 from seqtrans.config import option
 from seqtrans.errors import ConfigError, DataError
 from seqtrans.tasks import Example
-from seqtrans.vocab import Vocab, Vocabularies
+from seqtrans.vocab import Cursor, Vocab, Vocabularies
 from seqtrans_parsing import treebank
 from seqtrans_parsing.constraint import BracketConstraint
 from seqtrans_parsing.evalb import COLLINS, evalb
@@ -34,6 +34,9 @@ __all__ = ["ParsingConfig", "ParsingTask", "Sentence", "Parse"]
 PTB_LABELS = ("ADJP", "ADVP", "CONJP", "FRAG", "INTJ", "LST", "NAC", "NP", "NX", "PP", "PRN", "PRT",
               "QP", "RRC", "S", "SBAR", "SBARQ", "SINV", "SQ", "UCP", "VP", "WHADJP", "WHADVP", "WHNP",
               "WHPP", "X", "TOP")
+
+# sentencepiece's mark of a word's first piece
+WORD_START = "\u2581"
 
 # Penn Treebank escapes of brackets in words, applied to `predict` input.
 _ESCAPES = {"(": "-LRB-", ")": "-RRB-", "[": "-LSB-", "]": "-RSB-", "{": "-LCB-", "}": "-RCB-"}
@@ -211,13 +214,18 @@ class ParsingTask:
             source = Vocab.load(directory / "source.vocab")
             target = Vocab.load(directory / "target.vocab")
         self._sp = sp
-        return Vocabularies(source, target)
+        # each placeholder consumes one word; a word starts at its piece marked "▁"
+        cursor = Cursor(advance=(target.index(PLACEHOLDER),),
+                        starts=tuple(i for i, p in enumerate(source.symbols) if p.startswith(WORD_START)))
+        return Vocabularies(source, target, cursor)
 
     # -------------------------------------------------------------- tokens
 
     def source_tokens(self, source: Sentence) -> list[str]:
         if self._sp is None:
             raise RuntimeError("vocabulary() must be called before source_tokens()")
+        # each word's first piece is marked "▁" (a piece of its own before an unseen
+        # character), which is how the source cursor counts words
         return list(self._sp.encode(" ".join(source.words), out_type=str))
 
     def target_tokens(self, target: Tree) -> list[str]:

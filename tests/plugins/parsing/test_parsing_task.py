@@ -71,6 +71,27 @@ def test_constrained_outputs_are_well_formed_and_unconstrained_ones_are_repaired
         assert [p.tree.leaves() for p in free] == [list(s.words) for s in sources]
 
 
+def test_each_word_starts_exactly_one_source_unit_for_the_cursor(tmp_path: Path) -> None:
+    """The source cursor counts words by their first pieces: one per word, also for words
+    whose first piece the vocabulary lacks (an unseen character)."""
+    task, vocabs, train = _small_task(tmp_path)
+    assert vocabs.cursor is not None
+    assert vocabs.cursor.advance == (vocabs.target.index("XX"),)
+    starts = set(vocabs.cursor.starts)
+    sources = [e.source for e in train] + [task.parse_source("\u03a9mega saw \u00e6ther ( 1956 ) .")]
+    for source in sources:
+        ids = vocabs.source.encode(task.source_tokens(source))
+        assert sum(i in starts for i in ids) == len(source.words), source.words
+    # a model with the cursor decodes well-formed trees over exactly the words
+    torch.manual_seed(1)
+    model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
+                                    dropout=0.0, share_embeddings=False, source_cursor=True), vocabs).eval()
+    preds, _ = pipeline.decode_sources(model, task, vocabs, sources[:3] + sources[-1:],
+                                       DecodeConfig(beam=3, max_len_b=10), device=pipeline.select_device("cpu"))
+    assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources[:3] + sources[-1:]]
+    assert all(p.repairs == 0 for p in preds)
+
+
 def _first_trees(path: Path, n: int, out: Path) -> Path:
     out.write_text("".join(path.read_text().splitlines(keepends=True)[:n]))
     return out
