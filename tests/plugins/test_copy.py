@@ -63,7 +63,7 @@ def test_metrics_with_and_without_the_constraint(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_copy_learns_length_10_to_095_exact_match(tmp_path: Path) -> None:
     config = pipeline.resolve_config("copy", overrides=[
-        "data.max_length=10", "data.test_size=500", "train.max_minutes=0", "train.max_steps=1200",
+        "data.max_length=10", "data.test_size=500", "train.max_minutes=0", "train.max_steps=1500",
         "train.eval_every=400", "data.dev_size=200"])
     metrics = pipeline.run(config, tmp_path, device="cpu")
     print(json.dumps(metrics))
