@@ -102,11 +102,11 @@ class ParsingConfig:
 # regularised, with small batches for many updates; see docs/tasks/parsing.md.
 _SAMPLE: dict[str, Any] = {
     "model": {"encoder_layers": 4, "decoder_layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4,
-              "dropout": 0.3, "attention_dropout": 0.1},
+              "dropout": 0.3, "attention_dropout": 0.1, "source_cursor": True},
     "train": {"max_tokens": 2048, "warmup": 800, "lr_scale": 1.0, "max_steps": 8000,
               "eval_every": 1000, "checkpoint_every": 200, "keep_checkpoints": 5, "average_last": 5,
               "valid_beam": 1, "log_every": 100, "label_smoothing": 0.1},
-    "data": {"vocab_size": 2000},
+    "data": {"vocab_size": 8000},
 }
 
 
@@ -259,6 +259,8 @@ class ParsingTask:
             "evalb_errors": float(a.errors + a.skips),
             "malformed": round(sum(p.malformed for p in predictions) / n * 100, 2),
             "repairs": float(sum(p.repairs for p in predictions)),
+            # malformed trees left out while reading any split (data.malformed=skip)
+            "skipped_trees": float(len(self.skipped)),
         }
 
     # -------------------------------------------------------------- constraint

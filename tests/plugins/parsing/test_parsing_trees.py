@@ -15,7 +15,7 @@ from nltk.corpus.util import LazyCorpusLoader
 
 from conftest import SHARED_DATA
 from seqtrans.errors import ConfigError, DataError
-from seqtrans_parsing import ParsingConfig, ParsingTask
+from seqtrans_parsing import Parse, ParsingConfig, ParsingTask
 from seqtrans_parsing.treebank import parse_range
 from seqtrans_parsing.trees import MalformedTree, Tree, preprocess, read_trees, strip_function_tags
 
@@ -116,8 +116,11 @@ def test_a_malformed_file_is_an_error_or_skipped_by_the_setting(tmp_path: Path) 
     with pytest.raises(DataError, match=r"bad.trees:2: tree not closed"):
         list(ParsingTask(ParsingConfig(train=str(bad))).read("train"))
     task = ParsingTask(ParsingConfig(train=str(bad), malformed="skip"))
-    assert [str(e.target) for e in task.read("train")] == ["(S (NN a))", "(S (NN c))"]
+    examples = list(task.read("train"))
+    assert [str(e.target) for e in examples] == ["(S (NN a))", "(S (NN c))"]
     assert len(task.skipped) == 1
+    scores = task.score([Parse(e.target, 0) for e in examples], examples)
+    assert scores["skipped_trees"] == 1 and scores["f1"] == 100.0
 
 
 def test_the_nltk_corpus_is_fetched_when_missing_or_refused(tmp_path: Path,
