@@ -253,6 +253,12 @@ class Transformer(nn.Module):
         units = units * (torch.arange(most, device=src.device) < count.unsqueeze(1)).unsqueeze(-1)
         return F.pad(self.cursor_proj(units), (0, 0, 0, 1))
 
+    @staticmethod
+    def _units_of(encoded: Encoded) -> Tensor:
+        if encoded.units is None:
+            raise ValueError("a source-cursor model needs Encoded.units (from encode())")
+        return encoded.units
+
     def _cursor(self, tokens: Tensor, units: Tensor, before: Tensor | None) -> tuple[Tensor, Tensor]:
         """The unit states each input sees, and the units consumed after the last input.
         tokens [N, T], units [B, U+1, D], before [N] or None -> [N, T, D], [N]"""
@@ -269,9 +275,8 @@ class Transformer(nn.Module):
         rows = encoded.memory.size(0) * beam
         cursor = None
         if self.cursor_proj is not None:
-            if encoded.units is None:
-                raise ValueError("a source-cursor model needs Encoded.units (from encode())")
-            cursor = CursorState(encoded.units, torch.zeros(rows, dtype=torch.long, device=encoded.units.device))
+            units = self._units_of(encoded)
+            cursor = CursorState(units, torch.zeros(rows, dtype=torch.long, device=units.device))
         return DecoderState(
             caches=[layer.self_attn.new_cache(rows, capacity, like=encoded.memory)
                     for layer in self.decoder_layers],
@@ -306,9 +311,7 @@ class Transformer(nn.Module):
             offset = 0
             extra = None
             if self.cursor_proj is not None:
-                if encoded.units is None:
-                    raise ValueError("a source-cursor model needs Encoded.units (from encode())")
-                extra, _ = self._cursor(tokens, encoded.units, None)
+                extra, _ = self._cursor(tokens, self._units_of(encoded), None)
         else:
             cross, caches, offset = state.cross, list(state.caches), state.length
             state.length += tokens.size(1)

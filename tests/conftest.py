@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import http.server
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,6 +48,29 @@ def no_grad() -> Iterator[None]:
 @pytest.fixture
 def model() -> Transformer:
     return tiny_model()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def serve_http(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve with ``handler`` on 127.0.0.1 while the generator is open; yields the base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def http_mirror() -> Iterator[str]:
+    """The shared Multi30k files served on 127.0.0.1."""
+    yield from serve_http(functools.partial(QuietHandler, directory=str(SHARED_DATA / "multi30k")))  # type: ignore[arg-type]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -3,16 +3,14 @@ through an HTTP server on 127.0.0.1; bad digests and broken transfers leave no c
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import http.server
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, serve_http
 from seqtrans import download
 from seqtrans.errors import DownloadError
 
@@ -21,11 +19,6 @@ URL = "https://example.org/multi30k/raw/{}"
 # published in the shared data's README
 VAL_EN_SHA256 = "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28"
 VAL_DE_SHA256 = "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a"
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
 
 
 class _Truncating(http.server.BaseHTTPRequestHandler):
@@ -43,25 +36,9 @@ class _Truncating(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-@pytest.fixture
-def http_mirror() -> Iterator[str]:
-    yield from _serve(functools.partial(_Quiet, directory=str(MULTI30K)))  # type: ignore[arg-type]
-
-
 @pytest.fixture
 def truncating_mirror() -> Iterator[str]:
-    yield from _serve(_Truncating)
+    yield from serve_http(_Truncating)
 
 
 @pytest.fixture(autouse=True)

@@ -45,7 +45,8 @@ def test_padding_and_batch_mates_do_not_change_a_sentence(norm: str) -> None:
     torch.testing.assert_close(enc_together[0, :3], enc_alone[0], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("positions, cursor", [("sinusoidal", False), ("learned", False), ("sinusoidal", True)])
+@pytest.mark.parametrize("positions, cursor",
+                         [("sinusoidal", False), ("learned", False), ("sinusoidal", True)])
 def test_incremental_decoding_with_cache_equals_full_recomputation(positions: str, cursor: bool) -> None:
     model = tiny_model(positions=positions, source_cursor=cursor)
     src = src_batch()

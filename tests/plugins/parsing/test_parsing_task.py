@@ -86,9 +86,10 @@ def test_each_word_starts_exactly_one_source_unit_for_the_cursor(tmp_path: Path)
     torch.manual_seed(1)
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
                                     dropout=0.0, share_embeddings=False, source_cursor=True), vocabs).eval()
-    preds, _ = pipeline.decode_sources(model, task, vocabs, sources[:3] + sources[-1:],
-                                       DecodeConfig(beam=3, max_len_b=10), device=pipeline.select_device("cpu"))
-    assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources[:3] + sources[-1:]]
+    some = sources[:3] + sources[-1:]
+    preds, _ = pipeline.decode_sources(model, task, vocabs, some, DecodeConfig(beam=3, max_len_b=10),
+                                       device=pipeline.select_device("cpu"))
+    assert [p.tree.leaves() for p in preds] == [list(s.words) for s in some]
     assert all(p.repairs == 0 for p in preds)
 
 

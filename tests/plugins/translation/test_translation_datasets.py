@@ -4,13 +4,10 @@ the WMT 2014 path (URL list, archive extraction, file pairing) with small fake a
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import http.server
 import io
 import tarfile
-import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -58,25 +55,6 @@ def test_a_mirror_with_a_different_file_fails_verification(tmp_path: Path) -> No
     with pytest.raises(DownloadError, match=r"train.de.gz: sha256 mismatch"):
         list(_task(tmp_path, mirror=str(mirror)).read("train"))
     assert not (tmp_path / "cache" / "multi30k" / "train.de.gz").exists()
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def http_mirror() -> Iterator[str]:
-    """The shared Multi30k files served on 127.0.0.1."""
-    handler = functools.partial(_Quiet, directory=str(MULTI30K))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_data_mirror_over_http_wins_over_the_environment(tmp_path: Path, http_mirror: str,
