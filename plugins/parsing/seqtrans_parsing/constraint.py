@@ -6,7 +6,8 @@ For a sentence of n words a hypothesis may, at every step:
 
 - open a bracket: as its first token (the root), or inside the root while fewer than
   n placeholders are out (an opening needs a word below it);
-- emit a placeholder: inside the root, while fewer than n are out;
+- emit a placeholder (any preterminal symbol: the placeholder, or a part-of-speech tag
+  for a model that predicts them): inside the root, while fewer than n are out;
 - close the innermost open bracket, with its label: not right after it opened (no
   empty constituents), and the root only once all n placeholders are out;
 - end: once the root is closed;
@@ -18,7 +19,7 @@ hypothesis the search returns is then a tree with exactly n preterminals.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import torch
 from torch import Tensor
@@ -35,12 +36,13 @@ class BracketConstraint:
     """``allowed(prefix, rows=, remaining=)`` for the sentences of one batch; ``lengths``
     are their numbers of words."""
 
-    def __init__(self, lengths: Sequence[int], vocab: Vocab, *, placeholder: str) -> None:
+    def __init__(self, lengths: Sequence[int], vocab: Vocab, *, preterminals: Collection[str]) -> None:
+        preterminals = frozenset(preterminals)
         v = len(vocab)
         kind = torch.zeros(v, dtype=torch.long)
         close_of = torch.full((v,), EOS, dtype=torch.long)  # opening id -> its closing id
         for i, sym in enumerate(vocab.symbols):
-            if sym == placeholder:
+            if sym in preterminals:
                 kind[i] = _XX
             elif is_open(sym):
                 kind[i] = _OPEN

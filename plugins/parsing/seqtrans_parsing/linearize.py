@@ -2,14 +2,16 @@
 
 ``(S (NP (DT The) (NN dog)) (VP (VBD barked)) (. .))`` becomes
 ``(S (NP XX XX )NP (VP XX )VP XX )S``: labelled openings and closings, and one
-placeholder per word; the words come back from the input sentence.
+placeholder per word; the words come back from the input sentence. With ``tags=True``
+the preterminals are their part-of-speech tags instead (``(S (NP DT NN )NP (VP VBD )VP . )S``),
+which the model then also learns to predict.
 :func:`to_tree` turns any token sequence into a valid tree over exactly the input's
 words and counts the repairs it needed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from seqtrans_parsing.trees import Tree
@@ -27,13 +29,14 @@ def is_close(token: str) -> bool:
     return len(token) > 1 and token[0] == ")"
 
 
-def linearize(tree: Tree, *, placeholder: str = PLACEHOLDER) -> list[str]:
-    """The bracket sequence of a tree; preterminals become ``placeholder``."""
+def linearize(tree: Tree, *, placeholder: str = PLACEHOLDER, tags: bool = False) -> list[str]:
+    """The bracket sequence of a tree; preterminals become ``placeholder``, or their tags
+    with ``tags=True``."""
     out: list[str] = []
 
     def walk(node: Tree) -> None:
         if node.is_preterminal:
-            out.append(placeholder)
+            out.append(node.label if tags else placeholder)
             return
         out.append("(" + node.label)
         for child in node.children:
@@ -60,29 +63,33 @@ class Built:
 
 
 def to_tree(tokens: Sequence[str], words: Sequence[str], tags: Sequence[str] | None = None, *,
-            placeholder: str = PLACEHOLDER, root: str = "TOP") -> Built:
+            preterminals: Collection[str] = (PLACEHOLDER,), root: str = "TOP") -> Built:
     """A valid tree over exactly ``words`` from any token sequence.
 
-    Preterminals take the tags given (the gold tags, for scoring) or the placeholder.
+    A token in ``preterminals`` (the placeholder, or the tags of a tagging model) stands
+    for the next word. Preterminals take the tags given (the gold tags, for scoring),
+    else the decoded token (the placeholder for a word the sequence left out).
     A closing bracket closes the innermost open one whatever its label; leftover
     words join the root at the end; several top-level constituents are put under a
     ``root`` node.
     """
     n = len(words)
 
-    def leaf(i: int) -> Tree:
-        return Tree(tags[i] if tags is not None else placeholder, [words[i]])
+    preterminals = frozenset(preterminals)
+
+    def leaf(i: int, token: str = PLACEHOLDER) -> Tree:
+        return Tree(tags[i] if tags is not None else token, [words[i]])
 
     repairs = 0
     top: list[Tree] = []
     stack: list[Tree] = []
     k = 0
     for tok in tokens:
-        if tok == placeholder:
+        if tok in preterminals:
             if k >= n:
                 repairs += 1
                 continue
-            (stack[-1].children if stack else top).append(leaf(k))
+            (stack[-1].children if stack else top).append(leaf(k, tok))
             k += 1
         elif is_open(tok):
             stack.append(Tree(tok[1:], []))

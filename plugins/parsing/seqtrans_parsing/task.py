@@ -18,11 +18,11 @@ from typing import Any, ClassVar, Literal
 from seqtrans.config import option
 from seqtrans.errors import ConfigError, DataError
 from seqtrans.tasks import Example
-from seqtrans.vocab import Cursor, Vocab, Vocabularies
+from seqtrans.vocab import SPECIALS, Cursor, Vocab, Vocabularies
 from seqtrans_parsing import treebank
 from seqtrans_parsing.constraint import BracketConstraint
 from seqtrans_parsing.evalb import COLLINS, evalb
-from seqtrans_parsing.linearize import PLACEHOLDER, linearize, to_tree
+from seqtrans_parsing.linearize import PLACEHOLDER, is_close, is_open, linearize, to_tree
 from seqtrans_parsing.trees import Tree, preprocess
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,13 @@ __all__ = ["ParsingConfig", "ParsingTask", "Sentence", "Parse"]
 PTB_LABELS = ("ADJP", "ADVP", "CONJP", "FRAG", "INTJ", "LST", "NAC", "NP", "NX", "PP", "PRN", "PRT",
               "QP", "RRC", "S", "SBAR", "SBARQ", "SINV", "SQ", "UCP", "VP", "WHADJP", "WHADVP", "WHNP",
               "WHPP", "X", "TOP")
+
+# The part-of-speech tags of the Penn Treebank (Santorini 1990), always in the target
+# vocabulary of a model that predicts tags (data.preterminals=tags).
+PTB_TAGS = ("#", "$", "''", ",", "-LRB-", "-RRB-", ".", ":", "CC", "CD", "DT", "EX", "FW", "IN", "JJ",
+            "JJR", "JJS", "LS", "MD", "NN", "NNP", "NNPS", "NNS", "PDT", "POS", "PRP", "PRP$", "RB", "RBR",
+            "RBS", "RP", "SYM", "TO", "UH", "VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "WDT", "WP", "WP$",
+            "WRB", "``")
 
 # sentencepiece's mark of a word's first piece
 WORD_START = "\u2581"
@@ -89,6 +96,9 @@ class ParsingConfig:
         "counted ('skip').")
     vocab_size: int = option(2000, "Sentencepiece vocabulary of the source words (the paper: 16K for WSJ).")
     sentencepiece_model: Literal["unigram", "bpe"] = option("unigram", "Sentencepiece model type.")
+    preterminals: Literal["placeholder", "tags"] = option(
+        "placeholder", "What the target writes for each word: the placeholder XX (Vinyals et al. 2015), or "
+        "its part-of-speech tag, which the model then also predicts (scoring still uses the gold tags).")
 
     def __post_init__(self) -> None:
         if self.vocab_size < 8:
@@ -140,6 +150,7 @@ class ParsingTask:
     def __init__(self, config: ParsingConfig) -> None:
         self.config = config
         self._sp: Any = None
+        self._preterminals: frozenset[str] = frozenset((PLACEHOLDER,))
         self.skipped: list[str] = []
 
     # -------------------------------------------------------------- data
@@ -203,7 +214,10 @@ class ParsingTask:
             labels: set[str] = set(PTB_LABELS)
             for e in examples:
                 labels.update(tok[1:] for tok in linearize(e.target) if tok[0] == "(")
-            target = Vocab([PLACEHOLDER] + [f"{b}{label}" for label in sorted(labels) for b in "()"])
+            preterminals = [PLACEHOLDER]
+            if self.config.preterminals == "tags":
+                preterminals = sorted(set(PTB_TAGS).union(*(e.source.tags or () for e in examples)))
+            target = Vocab(preterminals + [f"{b}{label}" for label in sorted(labels) for b in "()"])
             source.save(directory / "source.vocab")
             target.save(directory / "target.vocab")
         else:
@@ -214,8 +228,11 @@ class ParsingTask:
             source = Vocab.load(directory / "source.vocab")
             target = Vocab.load(directory / "target.vocab")
         self._sp = sp
-        # each placeholder consumes one word; a word starts at its piece marked "▁"
-        cursor = Cursor(advance=(target.index(PLACEHOLDER),),
+        # the target's symbols for words: the placeholder, or the tags
+        self._preterminals = frozenset(s for s in target.symbols[len(SPECIALS):]
+                                       if not is_open(s) and not is_close(s))
+        # each preterminal consumes one word; a word starts at its piece marked "▁"
+        cursor = Cursor(advance=tuple(sorted(target.index(s) for s in self._preterminals)),
                         starts=tuple(i for i, p in enumerate(source.symbols) if p.startswith(WORD_START)))
         return Vocabularies(source, target, cursor)
 
@@ -229,10 +246,10 @@ class ParsingTask:
         return list(self._sp.encode(" ".join(source.words), out_type=str))
 
     def target_tokens(self, target: Tree) -> list[str]:
-        return linearize(target)
+        return linearize(target, tags=self.config.preterminals == "tags")
 
     def prediction(self, tokens: list[str], source: Sentence) -> Parse:
-        built = to_tree(tokens, source.words, source.tags)
+        built = to_tree(tokens, source.words, source.tags, preterminals=self._preterminals)
         return Parse(built.tree, built.repairs)
 
     def parse_source(self, line: str) -> Sentence:
@@ -267,7 +284,7 @@ class ParsingTask:
 
     def constraint(self, sources: Sequence[Sentence], vocabularies: Vocabularies) -> BracketConstraint:
         return BracketConstraint([len(s.words) for s in sources], vocabularies.target,
-                                 placeholder=PLACEHOLDER)
+                                 preterminals=self._preterminals)
 
 
 def _with_root(tree: Tree) -> Tree:

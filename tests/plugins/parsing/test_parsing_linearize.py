@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
 import torch
 
 from conftest import SHARED_DATA
@@ -28,6 +29,22 @@ def test_linearization_round_trips_every_test_tree() -> None:
     tree = trees[0]
     tokens = linearize(tree)
     assert tokens[0] == "(S" and tokens[-1] == ")S" and tokens.count("XX") == len(tree.leaves())
+
+
+def test_with_tags_the_preterminals_are_the_tags_and_come_back_without_gold_ones() -> None:
+    tree = preprocess(next(read_trees("((S (NP (DT The) (NN dog)) (VP (VBD barked)) (. .)))"))[0])
+    assert tree is not None
+    assert linearize(tree, tags=True) == "(S (NP DT NN )NP (VP VBD )VP . )S".split()
+    for tree in _test_trees():
+        tagged = tree.tagged()
+        tags = {t for t, _ in tagged}
+        built = to_tree(linearize(tree, tags=True), [w for _, w in tagged], preterminals=tags)
+        assert built.repairs == 0 and str(built.tree) == str(tree)
+    # gold tags, where given, win over the decoded ones; a missing word gets the placeholder
+    built = to_tree("(S NN VB )S".split(), ["a", "b", "c"], preterminals={"NN", "VB"})
+    assert str(built.tree) == "(S (NN a) (VB b) (XX c))" and built.repairs == 1
+    built = to_tree("(S NN VB )S".split(), ["a", "b"], ["DT", "NN"], preterminals={"NN", "VB"})
+    assert str(built.tree) == "(S (DT a) (NN b))" and built.repairs == 0
 
 
 def test_repairs_are_counted_and_the_words_always_come_back() -> None:
@@ -59,15 +76,15 @@ def test_repairs_are_counted_and_the_words_always_come_back() -> None:
         assert built.tree.leaves() == ws
 
 
-def _well_formed(tokens: list[str], n: int) -> bool:
+def _well_formed(tokens: list[str], n: int, preterminals: frozenset[str] = frozenset({"XX"})) -> bool:
     """An independent recursive-descent check: one constituent, labels matching,
-    no empty constituents, exactly n placeholders."""
+    no empty constituents, exactly n preterminals."""
     pos = 0
     count = 0
 
     def node() -> bool:
         nonlocal pos, count
-        if pos < len(tokens) and tokens[pos] == "XX":
+        if pos < len(tokens) and tokens[pos] in preterminals:
             pos += 1
             count += 1
             return True
@@ -88,11 +105,16 @@ def _well_formed(tokens: list[str], n: int) -> bool:
     return bool(tokens) and tokens[0].startswith("(") and node() and pos == len(tokens) and count == n
 
 
-def test_the_constraint_admits_exactly_the_well_formed_trees_that_fit() -> None:
-    vocab = Vocab(["XX", "(A", ")A", "(B", ")B"])
+@pytest.mark.parametrize("preterminals, sizes", [
+    (("XX",), ((1, 5), (2, 7), (3, 8))),
+    (("NN", "VB"), ((1, 5), (2, 7))),  # a tagging model: any tag stands for a word
+])
+def test_the_constraint_admits_exactly_the_well_formed_trees_that_fit(
+        preterminals: tuple[str, ...], sizes: tuple[tuple[int, int], ...]) -> None:
+    vocab = Vocab([*preterminals, "(A", ")A", "(B", ")B"])
     symbols = list(vocab.symbols[4:])
-    for n, max_len in ((1, 5), (2, 7), (3, 8)):
-        constraint = BracketConstraint([n], vocab, placeholder="XX")
+    for n, max_len in sizes:
+        constraint = BracketConstraint([n], vocab, preterminals=preterminals)
         admitted: set[tuple[str, ...]] = set()
 
         def walk(prefix: list[int], constraint: BracketConstraint = constraint, max_len: int = max_len,
@@ -109,13 +131,13 @@ def test_the_constraint_admits_exactly_the_well_formed_trees_that_fit() -> None:
 
         walk([])
         valid = {seq for length in range(1, max_len + 1) for seq in itertools.product(symbols, repeat=length)
-                 if _well_formed(list(seq), n)}
+                 if _well_formed(list(seq), n, frozenset(preterminals))}
         assert admitted == valid and valid
 
 
 def test_the_constraint_state_is_computed_per_row_in_one_batch() -> None:
     vocab = Vocab(["XX", "(A", ")A", "(B", ")B"])
-    c = BracketConstraint([2, 1], vocab, placeholder="XX")
+    c = BracketConstraint([2, 1], vocab, preterminals=["XX"])
     ids = {s: vocab.index(s) for s in vocab.symbols}
     prefixes = torch.tensor([[ids["(A"], ids["(B"], ids["XX"]], [ids["(B"], ids["XX"], ids[")B"]]])
     mask = c.allowed(prefixes, rows=torch.tensor([0, 1]), remaining=torch.tensor([10, 10]))

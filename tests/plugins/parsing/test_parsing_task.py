@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from seqtrans.tasks import Example
 from seqtrans.tasks.contract import check_task
 from seqtrans.vocab import Vocabularies
 from seqtrans_parsing import ParsingConfig, ParsingTask
+from seqtrans_parsing.task import PTB_TAGS
 from seqtrans_parsing.trees import read_trees
 
 NLTK_DATA = SHARED_DATA / "nltk_data"
@@ -46,8 +48,8 @@ def test_the_paper_decoding_defaults_and_the_presets() -> None:
     assert pipeline.resolve_config("parsing", preset="cpu").train.max_minutes == 30
 
 
-def _small_task(tmp_path: Path) -> tuple[ParsingTask, Vocabularies, list[Example]]:
-    task = ParsingTask(ParsingConfig(vocab_size=200, train=str(SAMPLE / "dev.trees")))
+def _small_task(tmp_path: Path, **options: Any) -> tuple[ParsingTask, Vocabularies, list[Example]]:
+    task = ParsingTask(ParsingConfig(vocab_size=200, train=str(SAMPLE / "dev.trees"), **options))
     train = list(task.read("train"))
     vocabs = task.vocabulary(tmp_path, train)
     return task, vocabs, train
@@ -91,6 +93,29 @@ def test_each_word_starts_exactly_one_source_unit_for_the_cursor(tmp_path: Path)
                                        device=pipeline.select_device("cpu"))
     assert [p.tree.leaves() for p in preds] == [list(s.words) for s in some]
     assert all(p.repairs == 0 for p in preds)
+
+
+def test_a_tagging_target_writes_tags_walks_the_cursor_on_them_and_decodes_trees(tmp_path: Path) -> None:
+    task, vocabs, train = _small_task(tmp_path, preterminals="tags")
+    tags = set(PTB_TAGS) | {t for e in train for t in e.source.tags or ()}
+    target = vocabs.target
+    assert {s for s in target.symbols if s[0] not in "(<)"} == tags and "XX" not in target
+    assert vocabs.cursor is not None and sorted(vocabs.cursor.advance) == sorted(target.index(t) for t in tags)
+    example = train[0]
+    tokens = task.target_tokens(example.target)
+    assert [t for t in tokens if t in tags] == list(example.source.tags or ())
+    torch.manual_seed(1)
+    model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
+                                    dropout=0.0, share_embeddings=False, source_cursor=True), vocabs).eval()
+    sentence = task.parse_source("The dog barked .")  # no gold tags: the tree has the decoded ones
+    preds, _ = pipeline.decode_sources(model, task, vocabs, [sentence], DecodeConfig(beam=3, max_len_b=10),
+                                       device=pipeline.select_device("cpu"))
+    leaves = preds[0].tree.tagged()
+    assert preds[0].repairs == 0 and [w for _, w in leaves] == list(sentence.words)
+    assert all(t in tags for t, _ in leaves)
+    # a saved run loads the same preterminals back
+    loaded = ParsingTask(task.config)
+    assert loaded.vocabulary(tmp_path, None).cursor == vocabs.cursor
 
 
 def _first_trees(path: Path, n: int, out: Path) -> Path:
