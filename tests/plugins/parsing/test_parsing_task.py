@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,11 @@ def test_the_paper_decoding_defaults_and_the_presets() -> None:
         == (21, 0.3, 1.0, 300)
     wsj = pipeline.resolve_config("parsing", preset="wsj")
     assert (wsj.model.encoder_layers, wsj.model.d_model, wsj.data.vocab_size) == (4, 1024, 16000)
-    assert pipeline.resolve_config("parsing", preset="cpu").train.max_minutes == 30
+    assert wsj.data.preterminals == "placeholder" and not wsj.model.source_cursor
+    cpu = pipeline.resolve_config("parsing", preset="cpu")
+    assert cpu.train.max_minutes == 30
+    for sample in (config, cpu):
+        assert sample.data.preterminals == "tags" and sample.model.source_cursor
 
 
 def _small_task(tmp_path: Path, **options: Any) -> tuple[ParsingTask, Vocabularies, list[Example]]:
@@ -100,7 +105,8 @@ def test_a_tagging_target_writes_tags_walks_the_cursor_on_them_and_decodes_trees
     tags = set(PTB_TAGS) | {t for e in train for t in e.source.tags or ()}
     target = vocabs.target
     assert {s for s in target.symbols if s[0] not in "(<)"} == tags and "XX" not in target
-    assert vocabs.cursor is not None and sorted(vocabs.cursor.advance) == sorted(target.index(t) for t in tags)
+    assert vocabs.cursor is not None
+    assert sorted(vocabs.cursor.advance) == sorted(target.index(t) for t in tags)
     example = train[0]
     tokens = task.target_tokens(example.target)
     assert [t for t in tokens if t in tags] == list(example.source.tags or ())
@@ -113,6 +119,16 @@ def test_a_tagging_target_writes_tags_walks_the_cursor_on_them_and_decodes_trees
     leaves = preds[0].tree.tagged()
     assert preds[0].repairs == 0 and [w for _, w in leaves] == list(sentence.words)
     assert all(t in tags for t, _ in leaves)
+    # tagging accuracy over every word: one sentence right, one with its last tag missing
+    a, b = train[:2]
+    assert a.source.tags and b.source.tags
+    preds = [task.prediction(task.target_tokens(e.target), e.source) for e in (a, b)]
+    assert [p.preterminals for p in preds] == [a.source.tags, b.source.tags]
+    short = replace(preds[1], preterminals=b.source.tags[:-1])
+    words = len(a.source.tags) + len(b.source.tags)
+    assert task.score([preds[0], short], [a, b])["tag_accuracy"] == round((words - 1) / words * 100, 2)
+    (tmp_path / "xx").mkdir()
+    assert "tag_accuracy" not in _small_task(tmp_path / "xx")[0].score(preds, [a, b])
     # a saved run loads the same preterminals back
     loaded = ParsingTask(task.config)
     assert loaded.vocabulary(tmp_path, None).cursor == vocabs.cursor
@@ -144,6 +160,9 @@ def test_a_tiny_run_end_to_end_and_predict(tmp_path: Path) -> None:
 
     loaded = pipeline.load(tmp_path / "run", device="cpu")
     (out,) = list(pipeline.predict(loaded, ["The dog ( barked ) ."]))
-    assert out.startswith("(TOP ") and "(XX -LRB-)" in out
+    assert out.startswith("(TOP ")
     ((tree, _),) = read_trees(out)
     assert tree.leaves() == ["The", "dog", "-LRB-", "barked", "-RRB-", "."]
+    # the default preset predicts tags: the printed tree carries the decoded ones
+    tags = set((tmp_path / "run" / "vocab" / "target.vocab").read_text().split())
+    assert all(tag in tags and tag[0] not in "()" for tag, _ in tree.tagged())
