@@ -74,7 +74,6 @@ def to_tree(tokens: Sequence[str], words: Sequence[str], tags: Sequence[str] | N
     ``root`` node.
     """
     n = len(words)
-
     preterminals = frozenset(preterminals)
 
     def leaf(i: int, token: str = PLACEHOLDER) -> Tree:

@@ -288,9 +288,9 @@ class ParsingTask:
             # the decoded tags against the gold ones, every word counted (a missing tag is wrong)
             words = correct = 0
             for p, e in zip(predictions, examples, strict=True):
-                gold = e.source.tags or ()
-                words += len(gold)
-                correct += sum(t == g for t, g in zip(p.preterminals, gold))
+                gold_tags = e.source.tags or ()
+                words += len(gold_tags)
+                correct += sum(t == g for t, g in zip(p.preterminals, gold_tags))
             scores["tag_accuracy"] = round(correct / words * 100, 2) if words else 0.0
         return scores
 
