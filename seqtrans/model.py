@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from seqtrans.attention import DecodingState, KVCache, cross_attention, self_attention
 from seqtrans.attention.common import ROW, SENTENCE, reorder_fields
 from seqtrans.config import ModelConfig
+from seqtrans.dropout import Dropout
 from seqtrans.errors import ConfigError
 from seqtrans.kernels import Linear, linear
 from seqtrans.masks import padding_mask
@@ -66,7 +67,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.inner = Linear(d_model, d_ff)
         self.outer = Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         for lin in (self.inner, self.outer):
             nn.init.xavier_uniform_(lin.weight)
             nn.init.zeros_(lin.bias)
@@ -82,7 +83,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, *, dropout: float, pre_norm: bool) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
     def forward(self, x: Tensor, sublayer_out: Tensor) -> Tensor:
@@ -198,7 +199,7 @@ class Transformer(nn.Module):
             nn.init.normal_(self.source_embed.weight, std=c.d_model**-0.5)
             nn.init.zeros_(self.source_embed.weight[PAD])
         self.positions = Positions(c.positions, c.d_model, c.max_positions)
-        self.dropout = nn.Dropout(c.dropout)
+        self.dropout = Dropout(c.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
         pre = c.norm == "pre"

@@ -26,6 +26,7 @@ from seqtrans.attention.common import (
     unfold,
 )
 from seqtrans.attention.scaled_dot import KVCache, merge_heads, split_heads
+from seqtrans.dropout import Dropout
 from seqtrans.masks import key_mask
 
 
@@ -61,7 +62,7 @@ class ContentSelfAttention(nn.Module):
         super().__init__()
         self.score = score
         self.heads = score.heads
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.out = _projection(nn.Linear(d_model, d_model))
 
     def new_cache(self, rows: int, capacity: int, *, like: Tensor) -> KVCache:
@@ -105,7 +106,7 @@ class ContentCrossAttention(nn.Module):
         super().__init__()
         self.score = score
         self.heads = score.heads
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.out = _projection(nn.Linear(d_model, d_model))
 
     def prepare(self, memory: Tensor, mask: Tensor) -> ContentState:

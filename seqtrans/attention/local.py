@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from seqtrans.attention.common import SENTENCE, fold, masked_softmax, reorder_fields, unfold
 from seqtrans.attention.luong import GeneralScore
 from seqtrans.attention.scaled_dot import merge_heads, split_heads
+from seqtrans.dropout import Dropout
 
 
 @dataclass
@@ -59,7 +60,7 @@ class LocalAttention(nn.Module):
             self.v_p = nn.Linear(d_model, heads, bias=False)  # one v_p per head
             nn.init.xavier_uniform_(self.w_p.weight)
             nn.init.xavier_uniform_(self.v_p.weight)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.out = nn.Linear(d_model, d_model)
         nn.init.xavier_uniform_(self.out.weight)
         nn.init.zeros_(self.out.bias)

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from seqtrans.attention.common import masked_softmax
 from seqtrans.attention.scaled_dot import KVCache, SelfAttention, merge_heads, split_heads
+from seqtrans.dropout import Dropout
 
 
 class RestrictedSelfAttention(SelfAttention):
@@ -30,7 +31,7 @@ class RestrictedSelfAttention(SelfAttention):
     def __init__(self, d_model: int, heads: int, *, radius: int, dropout: float = 0.0) -> None:
         super().__init__(d_model, heads, dropout=dropout)
         self.radius = radius
-        self.weight_dropout = nn.Dropout(dropout)
+        self.weight_dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False,
                 cache: KVCache | None = None) -> Tensor:
