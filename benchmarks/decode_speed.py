@@ -70,16 +70,18 @@ def sources(batch: int, vocab: int, *, seed: int = 0, lengths: tuple[int, int] =
     return src
 
 
-def seqtrans_model(shape: dict[str, int], device: torch.device) -> Transformer:
+def seqtrans_model(shape: dict[str, int], device: torch.device, *, dropout: float = 0.0) -> Transformer:
+    """``dropout``: residual and attention dropout (it acts in training mode only)."""
     torch.manual_seed(0)
     config = ModelConfig(encoder_layers=shape["layers"], decoder_layers=shape["layers"],
-                         d_model=shape["d_model"], d_ff=shape["d_ff"], heads=shape["heads"], dropout=0.0)
+                         d_model=shape["d_model"], d_ff=shape["d_ff"], heads=shape["heads"], dropout=dropout,
+                         attention_dropout=dropout)
     model = Transformer(config, source_vocab_size=shape["vocab"], target_vocab_size=shape["vocab"],
                         shared_vocab=True)
     return model.to(device).eval()
 
 
-def marian_model(shape: dict[str, int], device: torch.device) -> Any:
+def marian_model(shape: dict[str, int], device: torch.device, *, dropout: float = 0.0) -> Any:
     from transformers import MarianConfig, MarianMTModel
 
     torch.manual_seed(0)
@@ -87,7 +89,7 @@ def marian_model(shape: dict[str, int], device: torch.device) -> Any:
         vocab_size=shape["vocab"], d_model=shape["d_model"], encoder_layers=shape["layers"],
         decoder_layers=shape["layers"], encoder_attention_heads=shape["heads"],
         decoder_attention_heads=shape["heads"], encoder_ffn_dim=shape["d_ff"],
-        decoder_ffn_dim=shape["d_ff"], activation_function="relu", dropout=0.0, attention_dropout=0.0,
+        decoder_ffn_dim=shape["d_ff"], activation_function="relu", dropout=dropout, attention_dropout=dropout,
         activation_dropout=0.0, max_position_embeddings=1024, scale_embedding=True,
         pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=BOS, forced_eos_token_id=None,
         share_encoder_decoder_embeddings=True, tie_word_embeddings=True,

@@ -6,7 +6,7 @@ per second of both, the ratio, model FLOP/s as a fraction of the machine's matmu
 peak, and the peak memory of a step (on CPU: the growth of the resident set's high
 water mark; on CUDA: the allocator's peak); writes JSON under benchmarks/results/.
 
-    python benchmarks/train_speed.py --shape base --tokens 4096
+    python benchmarks/train_speed.py --shape base --tokens 4096 [--dropout 0.1]
 """
 
 from __future__ import annotations
@@ -108,9 +108,9 @@ def measure(step: Any, device: torch.device, repeats: int) -> tuple[float, int]:
 
 
 def seqtrans_step(shape: dict[str, int], device: torch.device, b: dict[str, torch.Tensor],
-                  target_tokens: int, *, autocast: bool = False) -> Callable[[], None]:
+                  target_tokens: int, *, autocast: bool = False, dropout: float = 0.0) -> Callable[[], None]:
     """One training step exactly as the trainer takes it (fused projection and loss)."""
-    model = seqtrans_model(shape, device).train()
+    model = seqtrans_model(shape, device, dropout=dropout).train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
 
     def step() -> None:
@@ -126,9 +126,9 @@ def seqtrans_step(shape: dict[str, int], device: torch.device, b: dict[str, torc
 
 
 def marian_step(shape: dict[str, int], device: torch.device, b: dict[str, torch.Tensor],
-                target_tokens: int) -> Callable[[], None]:
+                target_tokens: int, *, dropout: float = 0.0) -> Callable[[], None]:
     """One training step of the peer, the usual way: logits, then smoothed cross-entropy."""
-    hf = marian_model(shape, device).train()
+    hf = marian_model(shape, device, dropout=dropout).train()
     opt = torch.optim.Adam(hf.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     mask = b["src"].ne(PAD).long()
     dec_mask = b["tgt_in"].ne(PAD).long()
@@ -155,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bf16", choices=["auto", "yes", "no"], default="auto",
                         help="Also time seqtrans under bf16 autocast: yes, no, or auto (when the "
                         "machine's bf16 matmul peak is above its fp32 peak).")
+    parser.add_argument("--dropout", type=float, default=0.0,
+                        help="Residual and attention dropout of both models (default 0: no random masks).")
     parser.add_argument("--no-peer", action="store_true")
     args = parser.parse_args(argv)
     device = pick_device(args.device)
@@ -168,21 +170,23 @@ def main(argv: list[str] | None = None) -> None:
     print(f"device: {device_name(device)}; matmul peak fp32 {peak32 / 1e12:.3f} TFLOP/s, "
           f"bf16 {peak16 / 1e12:.3f} TFLOP/s" + ("" if bf16 else " (bf16 run skipped: no faster than fp32)"))
     print(f"shape {args.shape}: batch of {b['src'].size(0)} sentences, {target_tokens} target tokens")
-    result: dict[str, Any] = {"shape": args.shape, "sentences": b["src"].size(0),
+    result: dict[str, Any] = {"shape": args.shape, "dropout": args.dropout, "sentences": b["src"].size(0),
                               "target_tokens": target_tokens, "model_gflop": round(flops / 1e9, 1),
                               "gemm_peak_fp32_flops": peak32,
                               "gemm_peak_bf16_flops": peak16, "bf16_timed": bf16}
 
-    seconds, memory = measure(seqtrans_step(shape, device, b, target_tokens), device, args.repeats)
+    seconds, memory = measure(seqtrans_step(shape, device, b, target_tokens, dropout=args.dropout), device,
+                              args.repeats)
     result.update(seqtrans_tok_s=target_tokens / seconds, seqtrans_peak_bytes=memory,
                   seqtrans_mfu_fp32=flops / seconds / peak32)
     if bf16:
-        step = seqtrans_step(shape, device, b, target_tokens, autocast=True)
+        step = seqtrans_step(shape, device, b, target_tokens, autocast=True, dropout=args.dropout)
         seconds, _ = measure(step, device, args.repeats)
         result["seqtrans_bf16_tok_s"] = target_tokens / seconds
     gc.collect()
     if not args.no_peer:
-        seconds, memory = measure(marian_step(shape, device, b, target_tokens), device, args.repeats)
+        seconds, memory = measure(marian_step(shape, device, b, target_tokens, dropout=args.dropout), device,
+                                  args.repeats)
         result.update(hf_tok_s=target_tokens / seconds, hf_peak_bytes=memory,
                       hf_mfu_fp32=flops / seconds / peak32)
         result["ratio"] = result["seqtrans_tok_s"] / result["hf_tok_s"]
@@ -195,7 +199,8 @@ def main(argv: list[str] | None = None) -> None:
             shown = f"{value / 2**20:.0f} MiB" if key.endswith("bytes") else (
                 f"{value:.1%}" if "mfu" in key else f"{value:.2f}")
             print(f"{key:>22}: {shown}")
-    print(f"wrote {write_json(f'train_speed-{args.shape}', result, device)}")
+    name = f"train_speed-{args.shape}" + (f"-dropout{args.dropout:g}" if args.dropout else "")
+    print(f"wrote {write_json(name, result, device)}")
 
 
 if __name__ == "__main__":
