@@ -52,6 +52,7 @@ def test_the_paper_decoding_defaults_and_the_presets() -> None:
     for sample in (config, cpu):
         assert sample.data.preterminals == "tags" and sample.model.source_cursor
         assert (sample.model.dropout, sample.model.attention_dropout) == (0.2, 0.0)
+        assert sample.train.lr_scale == 0.7
 
 
 def _small_task(tmp_path: Path, **options: Any) -> tuple[ParsingTask, Vocabularies, list[Example]]:
