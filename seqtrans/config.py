@@ -187,6 +187,11 @@ class TrainConfig:
     adam_betas: tuple[float, float] = option((0.9, 0.98), "Adam beta1, beta2.")
     adam_eps: float = option(1e-9, "Adam epsilon.")
     label_smoothing: float = option(0.1, "epsilon_ls of label-smoothed cross-entropy.")
+    subword_sampling: float = option(
+        0.0, "Subword regularization (Kudo 2018): every epoch, re-encode the training sources with "
+        "segmentations sampled from the task's unigram model at this smoothing alpha (smaller: more "
+        "varied); 0 keeps one segmentation. Needs a task with sample_source_tokens (parsing)."
+    )
     clip_norm: float = option(0.0, "Clip the gradient norm to this value; 0 disables clipping.")
     max_steps: int = option(100000, "Stop after this many updates (paper, base: 100,000).")
     max_epochs: int = option(0, "Stop after this many epochs; 0 means no limit.")
@@ -231,6 +236,8 @@ class TrainConfig:
             raise ConfigError("train.cooldown", f"must be in [0, 1], got {self.cooldown}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError("train.label_smoothing", f"must be in [0, 1), got {self.label_smoothing}")
+        if self.subword_sampling < 0.0:
+            raise ConfigError("train.subword_sampling", f"must be >= 0, got {self.subword_sampling}")
         _check_precision("train.precision", self.precision)
         if self.keep_checkpoints < self.average_last:
             raise ConfigError(

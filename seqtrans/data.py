@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -52,10 +52,13 @@ class Batch:
 
 @dataclass
 class Pairs:
-    """Encoded parallel data: ``src[i]`` ends with EOS, ``tgt[i]`` has neither BOS nor EOS."""
+    """Encoded parallel data: ``src[i]`` ends with EOS, ``tgt[i]`` has neither BOS nor EOS.
+    ``kept[i]`` is the position of pair ``i`` among the examples it was encoded from
+    (empty when not tracked)."""
 
     src: list[list[int]]
     tgt: list[list[int]]
+    kept: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.src)
@@ -76,9 +79,9 @@ def encode_pairs(task: Task, vocabs: Vocabularies, examples: Iterable[Example], 
     With ``max_length``, pairs whose source or target (with its end symbol) is longer
     are dropped, and the number dropped is logged.
     """
-    src, tgt = [], []
+    src, tgt, kept = [], [], []
     dropped = 0
-    for ex in examples:
+    for i, ex in enumerate(examples):
         s = vocabs.source.encode(task.source_tokens(ex.source)) + [EOS]
         t = vocabs.target.encode(task.target_tokens(ex.target))
         if max_length is not None and (len(s) > max_length or len(t) + 1 > max_length):
@@ -86,10 +89,11 @@ def encode_pairs(task: Task, vocabs: Vocabularies, examples: Iterable[Example], 
             continue
         src.append(s)
         tgt.append(t)
+        kept.append(i)
     if dropped:
         log.warning("dropped %d of %d %s longer than %d tokens (train.max_length)",
                     dropped, dropped + len(src), what, max_length)
-    return Pairs(src, tgt)
+    return Pairs(src, tgt, kept)
 
 
 def token_batches(src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_tokens: int, *,

@@ -24,9 +24,9 @@ import torch
 from seqtrans import config as cfg
 from seqtrans import tasks
 from seqtrans.config import DecodeConfig, RunConfig
-from seqtrans.data import encode_pairs
+from seqtrans.data import Pairs, encode_pairs
 from seqtrans.decoding import Hypothesis, generate
-from seqtrans.errors import CheckpointError, DataError, UsageError
+from seqtrans.errors import CheckpointError, ConfigError, DataError, UsageError
 from seqtrans.model import Transformer, build_model
 from seqtrans.tasks.protocol import Example, Metric, Task
 from seqtrans.training import checkpoint
@@ -120,6 +120,28 @@ def _check_resumable(out: Path, config: RunConfig) -> None:
             )
 
 
+def _source_sampler(task: Task, vocabs: Vocabularies, examples: Sequence[Example], train: Pairs,
+                    config: RunConfig) -> Callable[[int], list[list[int]]] | None:
+    """``train.subword_sampling``: each epoch's training sources, with segmentations the
+    task samples from a seed of the run's seed and the epoch. A sample longer than
+    ``train.max_length`` keeps the pair's fixed segmentation."""
+    alpha = config.train.subword_sampling
+    if not alpha:
+        return None
+    sources = [examples[i].source for i in train.kept]
+
+    def resample(epoch: int) -> list[list[int]]:
+        seed = (config.seed * 1_000_003 + epoch) % 2**31
+        sampled = task.sample_source_tokens(sources, alpha, seed)  # type: ignore[attr-defined]
+        out = []
+        for tokens, fixed in zip(sampled, train.src, strict=True):
+            ids = vocabs.source.encode(tokens) + [EOS]
+            out.append(ids if len(ids) <= config.train.max_length else fixed)
+        return out
+
+    return resample
+
+
 def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "auto",
         progress: bool = False) -> dict[str, Metric]:
     """Prepare data, build the vocabulary, train, average checkpoints, decode and score
@@ -127,6 +149,9 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     out = Path(out)
     dev_ = device if isinstance(device, torch.device) else select_device(device)
     task: Task = tasks.load(config.task)(config.data)
+    if config.train.subword_sampling and not hasattr(task, "sample_source_tokens"):
+        raise ConfigError("train.subword_sampling",
+                              f"task {config.task!r} cannot sample segmentations (no sample_source_tokens)")
     _check_resumable(out, config)
     for sub in ("checkpoints", "predictions"):
         (out / sub).mkdir(parents=True, exist_ok=True)
@@ -165,7 +190,8 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
 
     trainer = Trainer(model, config, train, directory=out / "checkpoints", device=dev_, dev=dev,
                       validate=validate, metric=task.metric, assets=_read_assets(vocab_dir),
-                      progress_bar=progress, log_file=out / "train.jsonl")
+                      progress_bar=progress, log_file=out / "train.jsonl",
+                      resample=_source_sampler(task, vocabs, train_examples, train, config))
     result = trainer.fit()
 
     found = checkpoint.list_checkpoints(out / "checkpoints")[-config.train.average_last :]

@@ -105,6 +105,14 @@ class Task(Protocol):
         ...
 
 
+# Optional, for ``train.subword_sampling`` (subword regularization, Kudo 2018):
+#
+#     def sample_source_tokens(self, sources: Sequence[Any], alpha: float, seed: int) -> list[list[str]]:
+#         """The sources as token strings, each with a segmentation sampled at smoothing
+#         ``alpha``; the same ``seed`` gives the same samples."""
+#
+# The engine calls it once per training epoch; a task without it rejects the option.
+
 REQUIRED_ATTRIBUTES = ("name", "Config", "defaults", "presets", "metric", "read", "vocabulary",
                        "source_tokens", "target_tokens", "prediction", "parse_source", "format",
                        "score", "constraint")

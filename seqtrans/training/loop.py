@@ -75,14 +75,17 @@ class Trainer:
 
     ``validate(model)`` returns the task's metrics on the dev set; the one named
     ``metric`` drives early stopping. ``assets`` (the task's vocabulary files) are
-    stored in every checkpoint.
+    stored in every checkpoint. ``resample(epoch)``, when given, returns the training
+    sources (ids, ending with EOS) to use in that epoch, one per pair of ``train``; it
+    must depend only on the epoch, so that a resumed run sees the same data.
     """
 
     def __init__(self, model: Transformer, config: RunConfig, train: Pairs, *,
                  directory: str | Path, device: torch.device, dev: Pairs | None = None,
                  validate: Validator | None = None, metric: str | None = None,
                  assets: Mapping[str, bytes] | None = None, progress_bar: bool = False,
-                 log_file: str | Path | None = None) -> None:
+                 log_file: str | Path | None = None,
+                 resample: Callable[[int], list[list[int]]] | None = None) -> None:
         self.model = model.to(device)
         self.config = config
         self.c = config.train
@@ -95,6 +98,7 @@ class Trainer:
         self.directory = Path(directory)
         self.progress_bar = progress_bar
         self.log_file = Path(log_file) if log_file else None
+        self.resample = resample
         self.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=self.c.adam_betas,
                                           eps=self.c.adam_eps)
         self.state = Progress()
@@ -144,6 +148,13 @@ class Trainer:
     # ------------------------------------------------------------------ data
 
     def _epoch_batches(self, epoch: int) -> list[list[int]]:
+        if self.resample is not None:
+            src = self.resample(epoch)
+            if len(src) != len(self.train_data.src):
+                raise ValueError(f"resample({epoch}) gave {len(src)} sources for "
+                                 f"{len(self.train_data.src)} pairs")
+            self.train_data = Pairs(src, self.train_data.tgt, self.train_data.kept)
+            self._src_lengths = [len(s) for s in src]
         return token_batches(self._src_lengths, self._tgt_lengths, self.c.max_tokens,
                              seed=self.config.seed, epoch=epoch)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from seqtrans import pipeline, tasks
+from seqtrans.errors import ConfigError
 from seqtrans.tasks.contract import check_task
 from seqtrans_copy import CopyConfig, CopyTask
 
@@ -72,3 +73,10 @@ def test_copy_learns_length_10_to_095_exact_match(tmp_path: Path) -> None:
 
 def test_the_task_is_found_by_name() -> None:
     assert tasks.load("copy") is CopyTask
+
+
+def test_subword_sampling_is_refused_for_a_task_that_cannot_sample(tmp_path: Path) -> None:
+    config = pipeline.resolve_config("copy", overrides=["train.subword_sampling=0.5"])
+    with pytest.raises(ConfigError, match="train.subword_sampling.*sample_source_tokens"):
+        pipeline.run(config, tmp_path / "run", device="cpu")
+    assert not (tmp_path / "run").exists()  # refused before anything is written

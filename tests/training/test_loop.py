@@ -46,6 +46,35 @@ def test_an_interrupted_and_resumed_run_gives_the_same_losses(tmp_path: Path) ->
         assert torch.equal(a[name], b[name]), name
 
 
+def test_resampled_sources_are_used_per_epoch_and_survive_resumption(tmp_path: Path) -> None:
+    data = copy_pairs(40)
+    epochs: list[int] = []
+
+    def resample(epoch: int) -> list[list[int]]:  # each epoch repeats some sources' tokens
+        epochs.append(epoch)
+        return [s[:-1] * (1 + (i + epoch) % 2) + [2] for i, s in enumerate(data.src)]
+
+    def run(directory: str, steps: int, seed: int = 0) -> Trainer:
+        t = trainer(tmp_path / directory, data=data, seed=seed, max_steps=steps)
+        t.resample = resample
+        t.fit()
+        return t
+
+    whole = run("whole", 14)
+    assert epochs == list(range(1, whole.state.epoch + 1)) and whole.state.epoch > 2
+    assert whole.train_data.src == resample(whole.state.epoch) and whole.train_data.tgt == data.tgt
+    plain = trainer(tmp_path / "plain", data=data, max_steps=14).fit()
+    run("split", 7)
+    second = run("split", 14, seed=99)
+    a = checkpoint.load(checkpoint.list_checkpoints(tmp_path / "whole")[-1])["model"]
+    b = checkpoint.load(checkpoint.list_checkpoints(tmp_path / "split")[-1])["model"]
+    c = checkpoint.load(checkpoint.list_checkpoints(tmp_path / "plain")[-1])["model"]
+    assert second.state.step == 14
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    assert not all(torch.equal(a[name], c[name]) for name in a)  # the resampled data was trained on
+    assert plain.progress.step == 14
+
+
 def test_batches_are_deterministic_for_a_seed(tmp_path: Path) -> None:
     data = copy_pairs(40)
     one = trainer(tmp_path / "a", data=data, max_steps=5).fit()

@@ -249,6 +249,18 @@ class ParsingTask:
         # character), which is how the source cursor counts words
         return list(self._sp.encode(" ".join(source.words), out_type=str))
 
+    def sample_source_tokens(self, sources: Sequence[Sentence], alpha: float, seed: int) -> list[list[str]]:
+        """``train.subword_sampling``: each source with a segmentation sampled from the
+        unigram model's full lattice at smoothing ``alpha`` (Kudo 2018); one piece per
+        word is still marked "▁" (the cursor's count holds)."""
+        import sentencepiece as spm
+
+        if self._sp is None:
+            raise RuntimeError("vocabulary() must be called before sample_source_tokens()")
+        spm.set_random_generator_seed(seed)
+        return [list(self._sp.encode(" ".join(s.words), out_type=str, enable_sampling=True, alpha=alpha,
+                                     nbest_size=-1)) for s in sources]
+
     def target_tokens(self, target: Tree) -> list[str]:
         return linearize(target, tags=self.config.preterminals == "tags")
 

@@ -16,7 +16,7 @@ from seqtrans.config import DecodeConfig, ModelConfig
 from seqtrans.model import build_model
 from seqtrans.tasks import Example
 from seqtrans.tasks.contract import check_task
-from seqtrans.vocab import Vocabularies
+from seqtrans.vocab import UNK, Vocabularies
 from seqtrans_parsing import ParsingConfig, ParsingTask
 from seqtrans_parsing.task import PTB_TAGS
 from seqtrans_parsing.trees import read_trees
@@ -102,6 +102,27 @@ def test_each_word_starts_exactly_one_source_unit_for_the_cursor(tmp_path: Path)
     assert all(p.repairs == 0 for p in preds)
 
 
+def test_sampled_segmentations_vary_by_seed_and_keep_one_start_per_word(tmp_path: Path) -> None:
+    task, vocabs, train = _small_task(tmp_path)
+    assert vocabs.cursor is not None
+    starts = set(vocabs.cursor.starts)
+    sources = [e.source for e in train]
+    fixed = [task.source_tokens(s) for s in sources]
+    first = task.sample_source_tokens(sources, 0.3, seed=5)
+    assert task.sample_source_tokens(sources, 0.3, seed=5) == first  # reproducible
+    assert task.sample_source_tokens(sources, 0.3, seed=6) != first
+    changed = sum(a != b for a, b in zip(first, fixed))
+    assert changed > len(sources) // 2
+    for tokens, source in zip(first, sources):
+        assert "".join(tokens).replace("\u2581", " ").split() == list(source.words)
+        ids = vocabs.source.encode(tokens)
+        assert sum(i in starts for i in ids) == len(source.words)
+        assert UNK not in ids
+    # a larger alpha stays closer to the most likely segmentation
+    near = task.sample_source_tokens(sources, 5.0, seed=5)
+    assert sum(a != b for a, b in zip(near, fixed)) < changed
+
+
 def test_a_tagging_target_writes_tags_walks_the_cursor_on_them_and_decodes_trees(tmp_path: Path) -> None:
     task, vocabs, train = _small_task(tmp_path, preterminals="tags")
     tags = set(PTB_TAGS) | {t for e in train for t in e.source.tags or ()}
@@ -150,7 +171,7 @@ def test_a_tiny_run_end_to_end_and_predict(tmp_path: Path) -> None:
         "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16", "model.d_ff=32",
         "model.heads=2", "train.max_steps=3", "train.eval_every=3", "train.checkpoint_every=3",
         "train.average_last=1", "train.keep_checkpoints=1", "train.valid_max_examples=5",
-        "decode.beam=2", "decode.max_len_b=10"])
+        "decode.beam=2", "decode.max_len_b=10", "train.subword_sampling=0.3"])
     metrics = pipeline.run(config, tmp_path / "run", device="cpu")
     expected = {"f1", "recall", "precision", "malformed", "unconstrained_malformed", "unconstrained_f1"}
     assert expected <= set(metrics)
