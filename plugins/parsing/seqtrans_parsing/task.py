@@ -20,6 +20,7 @@ from seqtrans.errors import ConfigError, DataError
 from seqtrans.tasks import Example
 from seqtrans.vocab import SPECIALS, Cursor, Vocab, Vocabularies
 from seqtrans_parsing import treebank
+from seqtrans_parsing.augment import substitute
 from seqtrans_parsing.constraint import BracketConstraint
 from seqtrans_parsing.evalb import COLLINS, evalb
 from seqtrans_parsing.linearize import PLACEHOLDER, is_close, is_open, linearize, to_tree
@@ -101,10 +102,17 @@ class ParsingConfig:
     preterminals: Literal["placeholder", "tags"] = option(
         "placeholder", "What the target writes for each word: the placeholder XX (Vinyals et al. 2015), or "
         "its part-of-speech tag, which the model then also predicts (scoring still uses the gold tags).")
+    substitute: float = option(
+        0.0, "Subtree substitution (Shi et al. 2021): add this many new training trees per training tree "
+        "(0.5: half as many), each a training tree with one phrase replaced by a phrase of the same label "
+        "from the training trees; 0 adds none.")
+    substitute_seed: int = option(1, "Seed of the trees data.substitute draws.")
 
     def __post_init__(self) -> None:
         if self.vocab_size < 8:
             raise ConfigError("data.vocab_size", f"must be at least 8, got {self.vocab_size}")
+        if self.substitute < 0:
+            raise ConfigError("data.substitute", f"must not be negative, got {self.substitute}")
         for key in ("train_files", "dev_files", "test_files", "train_sections", "dev_sections",
                     "test_sections"):
             treebank.parse_range(getattr(self, key), key=f"data.{key}")
@@ -179,14 +187,23 @@ class ParsingTask:
     def read(self, split: str) -> Iterator[Example]:
         before = len(self.skipped)
         empty = 0
+        kept: list[tuple[Tree, str]] = []
+        augment = split == "train" and self.config.substitute > 0
         for raw, origin in self.trees(split):
             tree = preprocess(raw)
             if tree is None:
                 empty += 1
                 continue
-            tagged = tree.tagged()
-            source = Sentence(tuple(w for _, w in tagged), tuple(t for t, _ in tagged))
-            yield Example(source, tree, origin)
+            if augment:
+                kept.append((tree, origin))
+            yield _example(tree, origin)
+        if augment:
+            count = round(self.config.substitute * len(kept))
+            made = substitute([t for t, _ in kept], count, seed=self.config.substitute_seed)
+            log.info("train: %d trees made by subtree substitution (data.substitute=%g)", len(made),
+                     self.config.substitute)
+            for s in made:
+                yield _example(s.tree, f"{kept[s.recipient][1]} with a {s.label} of {kept[s.donor][1]}")
         skipped = len(self.skipped) - before
         if skipped:
             log.warning("%s: skipped %d malformed tree(s) (data.malformed=skip); first: %s", split, skipped,
@@ -311,6 +328,11 @@ class ParsingTask:
     def constraint(self, sources: Sequence[Sentence], vocabularies: Vocabularies) -> BracketConstraint:
         return BracketConstraint([len(s.words) for s in sources], vocabularies.target,
                                  preterminals=self._preterminals)
+
+
+def _example(tree: Tree, origin: str) -> Example:
+    tagged = tree.tagged()
+    return Example(Sentence(tuple(w for _, w in tagged), tuple(t for t, _ in tagged)), tree, origin)
 
 
 def _with_root(tree: Tree) -> Tree:
