@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> None:
             shown = f"{value / 2**20:.0f} MiB" if key.endswith("bytes") else (
                 f"{value:.1%}" if "mfu" in key else f"{value:.2f}")
             print(f"{key:>22}: {shown}")
-    name = f"train_speed-{args.shape}" + (f"-dropout{args.dropout:g}" if args.dropout else "")
+    name = f"train_speed-{args.shape}" + (f"-dropout{args.dropout:g}" if args.dropout else "") \
+        + (f"-{args.tokens}tok" if args.tokens != parser.get_default("tokens") else "")
     print(f"wrote {write_json(name, result, device)}")
 
 
