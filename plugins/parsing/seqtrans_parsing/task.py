@@ -24,6 +24,7 @@ from seqtrans_parsing.augment import substitute
 from seqtrans_parsing.constraint import BracketConstraint
 from seqtrans_parsing.evalb import COLLINS, evalb
 from seqtrans_parsing.linearize import PLACEHOLDER, is_close, is_open, linearize, to_tree
+from seqtrans_parsing.subwords import WORD_START, train_sentencepiece
 from seqtrans_parsing.trees import Tree, preprocess
 
 log = logging.getLogger(__name__)
@@ -42,9 +43,6 @@ PTB_TAGS = ("#", "$", "''", ",", "-LRB-", "-RRB-", ".", ":", "CC", "CD", "DT", "
             "JJR", "JJS", "LS", "MD", "NN", "NNP", "NNPS", "NNS", "PDT", "POS", "PRP", "PRP$", "RB", "RBR",
             "RBS", "RP", "SYM", "TO", "UH", "VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "WDT", "WP", "WP$",
             "WRB", "``")
-
-# sentencepiece's mark of a word's first piece
-WORD_START = "\u2581"
 
 # Penn Treebank escapes of brackets in words, applied to `predict` input.
 _ESCAPES = {"(": "-LRB-", ")": "-RRB-", "[": "-LSB-", "]": "-RSB-", "{": "-LCB-", "}": "-RCB-"}
@@ -222,14 +220,11 @@ class ParsingTask:
             if not examples:
                 raise DataError(None, None, "no training trees to build the vocabulary from")
             sentences = [" ".join(e.source.words) for e in examples]
-            with model_path.open("wb") as out:
-                spm.SentencePieceTrainer.train(
-                    sentence_iterator=iter(sentences), model_writer=out,
-                    vocab_size=self.config.vocab_size, model_type=self.config.sentencepiece_model,
-                    character_coverage=1.0, normalization_rule_name="identity", hard_vocab_limit=False,
-                    split_digits=True, bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0, num_threads=1,
-                    minloglevel=2)
+            train_sentencepiece(sentences, model_path, vocab_size=self.config.vocab_size,
+                                model_type=self.config.sentencepiece_model)
             sp = spm.SentencePieceProcessor(model_file=str(model_path))
+            log.info("sentencepiece %s: %d pieces (data.vocab_size=%d)", spm.__version__, sp.get_piece_size(),
+                     self.config.vocab_size)
             source = Vocab(p for p in (sp.id_to_piece(i) for i in range(1, sp.get_piece_size()))
                            if p and not any(ch.isspace() for ch in p))
             labels: set[str] = set(PTB_LABELS)
