@@ -5,9 +5,10 @@ constraint (beam 21) and without it, and break the errors down.
 Records EVALB F1 (COLLINS.prm) with and without the constraint, the malformed outputs
 before repair, training and total wall time, and where the errors are: per phrase label
 (recall and precision of labelled brackets) and per sentence length (F1 from EVALB's
-per-sentence counts). Writes ``benchmarks/results/parsing_sample-PRESET.json``.
+per-sentence counts). Writes ``benchmarks/results/parsing_sample-PRESET.json`` (or
+``parsing_sample-PRESET-TAG.json``).
 
-    python benchmarks/parsing_sample.py [--preset cpu] [--out DIR] [--set KEY=VALUE ...]
+    python benchmarks/parsing_sample.py [--preset cpu] [--out DIR] [--set KEY=VALUE ...] [--tag TAG]
     python benchmarks/parsing_sample.py --analyse RUN_DIR   # the breakdown of a finished run
 """
 
@@ -99,6 +100,7 @@ def analyse(run: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="cpu")
+    parser.add_argument("--tag", default="", help="Written to parsing_sample-PRESET-TAG.json instead.")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--set", dest="overrides", nargs="+", default=[])
     parser.add_argument("--analyse", type=Path, default=None, help="Only analyse a finished run directory.")
@@ -132,7 +134,8 @@ def main() -> None:
     print("most errors (missed + spurious):",
           ", ".join(f"{k} {v['missed']}+{v['spurious']}" for k, v in worst))
     print("F1 by length:", ", ".join(f"{k}: {v['f1']}" for k, v in result["by_length"].items()))
-    out = ROOT / "benchmarks" / "results" / f"parsing_sample-{args.preset}.json"
+    name = f"parsing_sample-{args.preset}" + (f"-{args.tag}" if args.tag else "")
+    out = ROOT / "benchmarks" / "results" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")

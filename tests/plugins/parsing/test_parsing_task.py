@@ -51,8 +51,9 @@ def test_the_paper_decoding_defaults_and_the_presets() -> None:
     assert cpu.train.max_minutes == 30
     for sample in (config, cpu):
         assert sample.data.preterminals == "tags" and sample.model.source_cursor
-        assert (sample.model.dropout, sample.model.attention_dropout) == (0.2, 0.0)
-        assert sample.train.lr_scale == 0.7
+        assert (sample.model.dropout, sample.model.attention_dropout) == (0.1, 0.0)
+        assert (sample.train.lr_scale, sample.train.subword_sampling) == (0.7, 0.2)
+        assert sample.data.substitute == 0
 
 
 def _small_task(tmp_path: Path, **options: Any) -> tuple[ParsingTask, Vocabularies, list[Example]]:
