@@ -9,6 +9,7 @@ what a model trained on a few thousand trees sees too little of.
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,14 +43,10 @@ def _phrases(tree: Tree) -> list[Tree]:
     return out
 
 
-def _copy(tree: Tree) -> Tree:
-    return Tree(tree.label, [_copy(c) if isinstance(c, Tree) else c for c in tree.children])
-
-
 def _replaced(tree: Tree, old: Tree, new: Tree) -> Tree:
     """A copy of ``tree`` with the node ``old`` (by identity) replaced by a copy of ``new``."""
     if tree is old:
-        return _copy(new)
+        return copy.deepcopy(new)
     return Tree(tree.label, [_replaced(c, old, new) if isinstance(c, Tree) else c for c in tree.children])
 
 
@@ -75,10 +72,7 @@ def substitute(trees: Sequence[Tree], count: int, *, seed: int,
             break
         recipient = rng.choice(candidates)
         old = rng.choice(phrases[recipient])
-        pool = pools[old.label]
-        donor, new = pool[rng.randrange(len(pool))]
-        if new is old:
-            continue
+        donor, new = rng.choice(pools[old.label])
         words = sizes[recipient] - len(old.leaves()) + len(new.leaves())
         if words > limit or str(new) == str(old):
             continue
