@@ -27,7 +27,7 @@ _API = {
     "run": "seqtrans.pipeline",
     "load": "seqtrans.pipeline",
     "evaluate": "seqtrans.pipeline",
-    "predict": "seqtrans.pipeline",
+    "predict": "seqtrans.online",
     "average": "seqtrans.pipeline",
     "Loaded": "seqtrans.pipeline",
     "RunConfig": "seqtrans.config",
@@ -38,8 +38,11 @@ _API = {
     "build_model": "seqtrans.model",
     "Vocab": "seqtrans.vocab",
     "Vocabularies": "seqtrans.vocab",
+    "Codec": "seqtrans.tasks.protocol",
     "Example": "seqtrans.tasks.protocol",
+    "Skipped": "seqtrans.tasks.protocol",
     "Task": "seqtrans.tasks.protocol",
+    "TaskClass": "seqtrans.tasks.protocol",
     "Constraint": "seqtrans.decoding.constraints",
     "Hypothesis": "seqtrans.decoding.search",
     "SeqtransError": "seqtrans.errors",
@@ -57,8 +60,9 @@ if TYPE_CHECKING:
     from seqtrans.decoding.search import Hypothesis
     from seqtrans.errors import ConfigError, DataError, SeqtransError, UsageError
     from seqtrans.model import Transformer, build_model
-    from seqtrans.pipeline import Loaded, average, evaluate, load, predict, resolve_config, run
-    from seqtrans.tasks.protocol import Example, Task
+    from seqtrans.online import predict
+    from seqtrans.pipeline import Loaded, average, evaluate, load, resolve_config, run
+    from seqtrans.tasks.protocol import Codec, Example, Skipped, Task, TaskClass
     from seqtrans.vocab import Vocab, Vocabularies
 
 

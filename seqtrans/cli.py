@@ -180,7 +180,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    from seqtrans.pipeline import load, predict, stream, words_of
+    from seqtrans.online import predict, stream, words_of
+    from seqtrans.pipeline import load
 
     overrides = list(args.overrides)
     if args.beam is not None:

@@ -72,9 +72,9 @@ class ModelConfig:
     )
     tie_output: bool = option(True, "Tie the pre-softmax projection to the target embeddings.")
     source_cursor: bool = option(
-        False, "Add to each decoder input the (projected) encoder state of the next source unit the "
-        "output has not yet consumed, for tasks that declare such a walk (parsing: the next word "
-        "to place; docs/tasks/parsing.md).")
+        False, "Add to each decoder input the (projected) encoder state of the first source unit its "
+        "output has not yet consumed, for tasks whose codec declares a walk over the source "
+        "(SourceWalking; docs/design.md, 'The source cursor').")
     encoder_attention: Mechanism = option(
         "scaled_dot", "Encoder self-attention: scaled_dot, dot, general, additive, location or "
         "restricted (docs/attention.md)."
@@ -190,7 +190,8 @@ class TrainConfig:
     subword_sampling: float = option(
         0.0, "Subword regularization (Kudo 2018): every epoch, re-encode the training sources with "
         "segmentations sampled from the task's unigram model at this smoothing alpha (smaller: more "
-        "varied); 0 keeps one segmentation. Needs a task with sample_source_tokens (parsing)."
+        "varied); 0 keeps one segmentation. Needs a task whose codec samples segmentations "
+        "(SegmentationSampling)."
     )
     clip_norm: float = option(0.0, "Clip the gradient norm to this value; 0 disables clipping.")
     max_steps: int = option(100000, "Stop after this many updates (paper, base: 100,000).")

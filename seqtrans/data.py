@@ -9,16 +9,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from seqtrans.vocab import BOS, EOS, PAD, Vocabularies
+from seqtrans.vocab import BOS, EOS, PAD
 
 if TYPE_CHECKING:
-    from seqtrans.tasks.protocol import Example, Task
+    from seqtrans.tasks.protocol import Codec, Example
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +72,24 @@ class Pairs:
         )
 
 
-def encode_pairs(task: Task, vocabs: Vocabularies, examples: Iterable[Example], *,
+def source_ids(codec: Codec[Any, Any, Any], source: Any) -> list[int]:
+    """A source's ids through the task's codec, ending with EOS."""
+    return codec.vocabularies.source.encode(codec.source_tokens(source)) + [EOS]
+
+
+def target_ids(codec: Codec[Any, Any, Any], target: Any) -> list[int]:
+    """A reference's ids through the task's codec, without BOS or EOS."""
+    return codec.vocabularies.target.encode(codec.target_tokens(target))
+
+
+def prediction(codec: Codec[Any, Any, Any], ids: Iterable[int], source: Any) -> Any:
+    """The task's prediction from decoded target ids (up to the first EOS)."""
+    return codec.prediction(codec.vocabularies.target.decode(ids), source)
+
+
+def encode_pairs(codec: Codec[Any, Any, Any], examples: Iterable[Example[Any, Any]], *,
                  max_length: int | None = None, what: str = "examples") -> Pairs:
-    """Map examples to ids through the task's tokenization.
+    """Map examples to ids through the task's codec.
 
     With ``max_length``, pairs whose source or target (with its end symbol) is longer
     are dropped, and the number dropped is logged.
@@ -82,8 +97,8 @@ def encode_pairs(task: Task, vocabs: Vocabularies, examples: Iterable[Example], 
     src, tgt, kept = [], [], []
     dropped = 0
     for i, ex in enumerate(examples):
-        s = vocabs.source.encode(task.source_tokens(ex.source)) + [EOS]
-        t = vocabs.target.encode(task.target_tokens(ex.target))
+        s = source_ids(codec, ex.source)
+        t = target_ids(codec, ex.target)
         if max_length is not None and (len(s) > max_length or len(t) + 1 > max_length):
             dropped += 1
             continue

@@ -1,12 +1,11 @@
 """Dropout whose CPU mask costs a quarter of the random numbers.
 
 ``torch.nn.functional.dropout`` on the CPU draws one Bernoulli sample per element
-through the generic distribution code; on a 2-core AVX2 machine a residual dropout on
-a [2048, 256] activation took about twice as long as the 256x256 matrix product before
-it, and about an eighth of a small parsing model's training update. Here one
-64-bit draw of the default generator gives four independent 16-bit uniforms; an element
-is kept when its uniform is at least ``round(p * 2**16)``, and the kept ones are scaled
-by ``2**16 / (2**16 - round(p * 2**16))``, so the output's expectation is exactly the
+through the generic distribution code, which can cost more than the matrix product
+before it (measurements in docs/speed.md). Here one 64-bit draw of the default generator
+gives four independent 16-bit uniforms; an element is kept when its uniform is at least
+``round(p * 2**16)``, and the kept ones are scaled by
+``2**16 / (2**16 - round(p * 2**16))``, so the output's expectation is exactly the
 input's. The drop rate is ``p`` rounded to a multiple of 2**-16 (at most 7.6e-6 off).
 Only the boolean mask is kept for the backward pass, as ``F.dropout`` does.
 

@@ -12,21 +12,29 @@ T target length (this call), D d_model, V vocabulary.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import cast
+from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqtrans.attention import DecodingState, KVCache, cross_attention, self_attention
-from seqtrans.attention.common import ROW, SENTENCE, reorder_fields
+from seqtrans.attention import (
+    DecodingState,
+    KVCache,
+    SourceStream,
+    StreamingCrossAttention,
+    cross_attention,
+    self_attention,
+)
 from seqtrans.config import ModelConfig
+from seqtrans.cursor import CursorState, SourceCursor
 from seqtrans.dropout import Dropout
 from seqtrans.errors import ConfigError
 from seqtrans.kernels import Linear, linear
 from seqtrans.masks import padding_mask
-from seqtrans.vocab import PAD, Cursor, Vocabularies
+from seqtrans.tasks.protocol import Codec, SourceWalk, SourceWalking
+from seqtrans.vocab import PAD
 
 
 class Positions(nn.Module):
@@ -136,18 +144,7 @@ class Encoded:
 
     memory: Tensor  # [B, S, D]
     mask: Tensor  # [B, S], True at real tokens
-    units: Tensor | None = None  # [B, U+1, D] projected states of the source units (model.source_cursor)
-
-
-@dataclass
-class CursorState:
-    """Where each hypothesis stands in its source's units (``model.source_cursor``)."""
-
-    units: Tensor = field(metadata=SENTENCE)  # [B, U+1, D]; row U (past the last unit) is zero
-    position: Tensor = field(metadata=ROW)  # [N] units consumed so far
-
-    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        reorder_fields(self, rows, sentences)
+    units: Tensor | None = None  # [B, U+1, D] the source cursor's units (model.source_cursor)
 
 
 @dataclass
@@ -168,26 +165,32 @@ class DecoderState:
             self.cursor.reorder(rows, sentences)
 
 
+@dataclass
+class EncoderState:
+    """A causal encoder's self-attention caches, for sources that arrive token by token."""
+
+    caches: list[KVCache]  # per layer
+    length: int = 0  # source positions encoded so far
+
+
 class Transformer(nn.Module):
     """Encoder-decoder Transformer.
 
     ``forward(src [B, S], tgt_in [B, T]) -> logits [B, T, V]`` for training;
-    ``encode`` / ``start`` / ``decode`` for search.
+    ``encode`` / ``start`` / ``decode`` for search; ``start_encoding`` / ``encode_next``
+    and ``start_streaming`` for sources that arrive while decoding (a causal encoder).
 
-    With ``model.source_cursor``, ``cursor`` says which source tokens start a unit and
-    which target tokens consume one; each decoder input then also carries the projected
-    encoder state of the first unit not yet consumed (zero once all are).
+    With ``walk`` and ``model.source_cursor``, each decoder input also carries the
+    projected encoder state of the first source unit not yet consumed
+    (:mod:`seqtrans.cursor`).
     """
 
-    cursor_starts: Tensor  # source ids that start a unit (buffers, with model.source_cursor)
-    cursor_advance: Tensor  # target ids that consume one
-
     def __init__(self, config: ModelConfig, *, source_vocab_size: int, target_vocab_size: int,
-                 shared_vocab: bool, cursor: Cursor | None = None) -> None:
+                 shared_vocab: bool, walk: SourceWalk | None = None) -> None:
         super().__init__()
         c = self.config = config
-        if c.source_cursor and cursor is None:
-            raise ConfigError("model.source_cursor", "this task declares no walk over its source")
+        if c.source_cursor and walk is None:
+            raise ConfigError("model.source_cursor", "this task's codec declares no walk over its source")
         self.scale = math.sqrt(c.d_model)
         self.target_embed = nn.Embedding(target_vocab_size, c.d_model, padding_idx=PAD)
         nn.init.normal_(self.target_embed.weight, std=c.d_model**-0.5)
@@ -210,11 +213,11 @@ class Transformer(nn.Module):
         if not c.tie_output:
             self.output = nn.Linear(c.d_model, target_vocab_size, bias=False)
             nn.init.normal_(self.output.weight, std=c.d_model**-0.5)
-        self.cursor_proj: nn.Linear | None = None
-        if c.source_cursor and cursor is not None:
-            self.cursor_proj = nn.Linear(c.d_model, c.d_model, bias=False)
-            self.register_buffer("cursor_starts", torch.tensor(sorted(cursor.starts)), persistent=False)
-            self.register_buffer("cursor_advance", torch.tensor(sorted(cursor.advance)), persistent=False)
+        self.cursor = SourceCursor(c.d_model, walk) if c.source_cursor and walk is not None else None
+
+    @property
+    def encoder_layers(self) -> list[EncoderLayer]:
+        return cast(list[EncoderLayer], list(self.encoder))
 
     @property
     def decoder_layers(self) -> list[DecoderLayer]:
@@ -238,52 +241,55 @@ class Transformer(nn.Module):
         for layer in self.encoder:
             x = layer(x, mask)
         memory = self.encoder_norm(x)
-        return Encoded(memory, mask, self._units(src, memory))
+        units = self.cursor.units(src, memory) if self.cursor is not None else None
+        return Encoded(memory, mask, units)
 
-    def _units(self, src: Tensor, memory: Tensor) -> Tensor | None:
-        """The projected encoder states at the source units' first tokens, in order,
-        then zeros (every row holds U+1, U the most units of any source).  [B, U+1, D]"""
-        if self.cursor_proj is None:
-            return None
-        starts = torch.isin(src, self.cursor_starts)  # [B, S]
-        count = starts.sum(1)  # [B]
-        most = int(count.max()) if src.size(0) else 0
-        # a stable sort of "is not a start" brings each row's start positions first, in order
-        order = torch.sort((~starts).to(torch.uint8), dim=1, stable=True).indices[:, :most]  # [B, U]
-        units = memory.gather(1, order.unsqueeze(-1).expand(-1, -1, memory.size(-1)))  # [B, U, D]
-        units = units * (torch.arange(most, device=src.device) < count.unsqueeze(1)).unsqueeze(-1)
-        return F.pad(self.cursor_proj(units), (0, 0, 0, 1))
+    def start_encoding(self, *, rows: int = 1, capacity: int = 64) -> EncoderState:
+        """An empty incremental encoding of ``rows`` sources (``model.causal_encoder``)."""
+        if not self.config.causal_encoder:
+            raise ValueError("incremental encoding needs a causal encoder (model.causal_encoder)")
+        like = self.target_embed.weight
+        return EncoderState([layer.self_attn.new_cache(rows, capacity, like=like)
+                             for layer in self.encoder_layers])
 
-    @staticmethod
-    def _units_of(encoded: Encoded) -> Tensor:
-        if encoded.units is None:
-            raise ValueError("a source-cursor model needs Encoded.units (from encode())")
-        return encoded.units
-
-    def _cursor(self, tokens: Tensor, units: Tensor, before: Tensor | None) -> tuple[Tensor, Tensor]:
-        """The unit states each input sees, and the units consumed after the last input.
-        tokens [N, T], units [B, U+1, D], before [N] or None -> [N, T, D], [N]"""
-        consumed = torch.isin(tokens, self.cursor_advance).cumsum(1)  # [N, T]
-        if before is not None:
-            consumed = consumed + before.unsqueeze(1)
-        n, b = tokens.size(0), units.size(0)
-        sentence = torch.arange(n, device=tokens.device) // (n // b)  # [N]
-        index = consumed.clamp(max=units.size(1) - 1)
-        return units[sentence.unsqueeze(1), index], consumed[:, -1]
+    def encode_next(self, tokens: Tensor, state: EncoderState) -> Tensor:
+        """The encoder states of the next source tokens, after those in ``state``, which is
+        updated. A causal encoder gives every position the state it has in ``encode()``
+        of the whole source.  tokens [B, S'] (no padding) -> [B, S', D]"""
+        x = self._embed(self.source_embed, tokens, state.length)
+        for layer, cache in zip(self.encoder, state.caches):
+            x = layer(x, None, cache=cache)
+        state.length += tokens.size(1)
+        return self.encoder_norm(x)
 
     def start(self, encoded: Encoded, *, beam: int = 1, capacity: int = 64) -> DecoderState:
         """A fresh decoding state for ``beam`` hypotheses per source, room for ``capacity`` tokens."""
         rows = encoded.memory.size(0) * beam
         cursor = None
-        if self.cursor_proj is not None:
-            units = self._units_of(encoded)
-            cursor = CursorState(units, torch.zeros(rows, dtype=torch.long, device=units.device))
+        if self.cursor is not None:
+            if encoded.units is None:
+                raise ValueError("a source-cursor model needs Encoded.units (from encode())")
+            cursor = self.cursor.start(encoded.units, rows)
         return DecoderState(
             caches=[layer.self_attn.new_cache(rows, capacity, like=encoded.memory)
                     for layer in self.decoder_layers],
             cross=[layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers],
             cursor=cursor,
         )
+
+    def start_streaming(self, source: SourceStream, *, capacity: int = 64) -> DecoderState:
+        """A decoding state for one hypothesis over a source that arrives while decoding:
+        each layer's encoder-decoder attention pulls encoder states from ``source`` as it
+        needs them. Needs a cross-attention that can follow a stream (monotonic)."""
+        like = self.target_embed.weight
+        cross: list[DecodingState] = []
+        for layer in self.decoder_layers:
+            attn = layer.cross_attn
+            if not isinstance(attn, StreamingCrossAttention):
+                raise ValueError(f"{type(attn).__name__} cannot follow a source as it arrives")
+            cross.append(attn.follow(source, like=like))
+        caches = [layer.self_attn.new_cache(1, capacity, like=like) for layer in self.decoder_layers]
+        return DecoderState(caches, cross)
 
     @property
     def output_weight(self) -> Tensor:
@@ -304,21 +310,22 @@ class Transformer(nn.Module):
     def decode_hidden(self, tokens: Tensor, encoded: Encoded | None = None, *,
                       state: DecoderState | None = None) -> Tensor:
         """The decoder's last hidden states, before the output projection.  [N, T] -> [N, T, D]"""
+        extra = None
         if state is None:
             if encoded is None:
                 raise ValueError("decode() needs the encoder output or a decoding state")
             cross = [layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers]
             caches: list[KVCache | None] = [None] * len(self.decoder)
             offset = 0
-            extra = None
-            if self.cursor_proj is not None:
-                extra, _ = self._cursor(tokens, self._units_of(encoded), None)
+            if self.cursor is not None:
+                if encoded.units is None:
+                    raise ValueError("a source-cursor model needs Encoded.units (from encode())")
+                extra, _ = self.cursor.inputs(tokens, encoded.units)
         else:
             cross, caches, offset = state.cross, list(state.caches), state.length
             state.length += tokens.size(1)
-            extra = None
-            if state.cursor is not None:
-                extra, state.cursor.position = self._cursor(tokens, state.cursor.units, state.cursor.position)
+            if self.cursor is not None and state.cursor is not None:
+                extra = self.cursor.step(tokens, state.cursor)
         x = self._embed(self.target_embed, tokens, offset, extra)
         for layer, cross_state, cache in zip(self.decoder, cross, caches):
             x = layer(x, cross_state, cache=cache)
@@ -333,8 +340,10 @@ class Transformer(nn.Module):
         return self.decode_hidden(tgt_in, self.encode(src))
 
 
-def build_model(config: ModelConfig, vocabs: Vocabularies) -> Transformer:
-    """The model for a config and its task's vocabularies (embeddings shared when they are)."""
-    return Transformer(config, source_vocab_size=len(vocabs.source),
-                       target_vocab_size=len(vocabs.target), shared_vocab=vocabs.shared,
-                       cursor=vocabs.cursor)
+def build_model(config: ModelConfig, codec: Codec[Any, Any, Any]) -> Transformer:
+    """The model for a config and its task's codec: embeddings shared when the
+    vocabularies are, the source walk taken when the codec declares one."""
+    vocabs = codec.vocabularies
+    walk = codec.source_walk() if isinstance(codec, SourceWalking) else None
+    return Transformer(config, source_vocab_size=len(vocabs.source), target_vocab_size=len(vocabs.target),
+                       shared_vocab=vocabs.shared, walk=walk)

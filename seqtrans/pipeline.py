@@ -1,4 +1,5 @@
-"""The operations behind the CLI, as functions: run, evaluate, predict, average.
+"""The operations behind the CLI, as functions: run, evaluate, load, average
+(``predict`` and streaming, which decode input as it arrives, are in :mod:`seqtrans.online`).
 
 A run directory holds ``config.json``, ``vocab/`` (the task's files),
 ``checkpoints/`` (step checkpoints and ``average.pt``), ``predictions/test.txt``,
@@ -12,9 +13,11 @@ import json
 import logging
 import os
 import random
+import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,14 +27,23 @@ import torch
 from seqtrans import config as cfg
 from seqtrans import tasks
 from seqtrans.config import DecodeConfig, RunConfig
-from seqtrans.data import Pairs, encode_pairs
+from seqtrans.data import Pairs, encode_pairs, prediction, source_ids
 from seqtrans.decoding import Hypothesis, generate
-from seqtrans.errors import CheckpointError, ConfigError, DataError, UsageError
+from seqtrans.errors import CheckpointError, ConfigError, UsageError
 from seqtrans.model import Transformer, build_model
-from seqtrans.tasks.protocol import Example, Metric, Task
+from seqtrans.tasks.protocol import (
+    Codec,
+    Constraining,
+    Example,
+    Metric,
+    SegmentationSampling,
+    Skipped,
+    Task,
+    check_split,
+)
 from seqtrans.training import checkpoint
 from seqtrans.training.loop import Trainer
-from seqtrans.vocab import EOS, Vocabularies
+from seqtrans.vocab import EOS
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +79,35 @@ def _read_assets(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
 
 
+def _write_files(directory: Path, files: Mapping[str, bytes]) -> None:
+    """Write ``files`` as the directory ``directory`` (absent or empty), all or nothing."""
+    partial = directory.with_name(directory.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for name, data in files.items():
+        (partial / name).write_bytes(data)
+    os.replace(partial, directory)
+
+
+def _vocabulary(task: Task[Any, Any, Any], train: list[Example[Any, Any]],
+                directory: Path) -> tuple[Codec[Any, Any, Any], dict[str, bytes]]:
+    """The run's codec and the files it was built from: loaded from ``directory`` when an
+    earlier run in the same place built them, else built in a scratch directory (the run
+    directory is written only once the run is known to be possible)."""
+    if directory.is_dir() and any(directory.iterdir()):
+        return task.vocabulary(directory, None), _read_assets(directory)
+    with tempfile.TemporaryDirectory(prefix="seqtrans-vocab-") as scratch:
+        codec = task.vocabulary(Path(scratch), train)
+        return codec, _read_assets(Path(scratch))
+
+
 @dataclass
 class Loaded:
-    """A trained model with its task and vocabularies, ready to decode."""
+    """A trained model with its task and codec, ready to decode."""
 
     config: RunConfig
-    task: Task
-    vocabs: Vocabularies
+    task: Task[Any, Any, Any]
+    codec: Codec[Any, Any, Any]
     model: Transformer
     device: torch.device
     _assets_dir: Any = field(default=None, repr=False)  # keeps a temporary directory alive
@@ -81,24 +115,53 @@ class Loaded:
     def decode(self, sources: Sequence[Any], *, decode: DecodeConfig | None = None,
                progress: bool = False) -> tuple[list[Any], list[list[Hypothesis]]]:
         """Predictions (task objects) and the n-best hypotheses of ``sources``, in order."""
-        return decode_sources(self.model, self.task, self.vocabs, sources,
-                              decode or self.config.decode, device=self.device, progress=progress)
+        return decode_sources(self.model, self.codec, sources, decode or self.config.decode,
+                              device=self.device, progress=progress)
 
 
-def decode_sources(model: Transformer, task: Task, vocabs: Vocabularies, sources: Sequence[Any],
+def decode_sources(model: Transformer, codec: Codec[Any, Any, Any], sources: Sequence[Any],
                    decode: DecodeConfig, *, device: torch.device,
                    progress: bool = False) -> tuple[list[Any], list[list[Hypothesis]]]:
-    ids = [vocabs.source.encode(task.source_tokens(s)) + [EOS] for s in sources]
+    ids = [source_ids(codec, s) for s in sources]
     limit = model.config.max_positions - 1 if model.config.positions == "learned" else None
+    constraints = None
+    if isinstance(codec, Constraining):
+        constrained = codec
 
-    def constraints(idx: list[int]) -> Any:
-        return task.constraint([sources[i] for i in idx], vocabs)
+        def constraints(idx: list[int]) -> Any:
+            return constrained.constraint([sources[i] for i in idx])
 
     hyps = generate(model, ids, decode, device=device, constraints=constraints,
                     position_limit=limit, progress=progress)
-    preds = [task.prediction(vocabs.target.decode(h[0].tokens) if h else [], s)
-             for h, s in zip(hyps, sources)]
+    preds = [prediction(codec, h[0].tokens if h else [], s) for h, s in zip(hyps, sources)]
     return preds, hyps
+
+
+@dataclass
+class Split:
+    """The examples of one split, and what the task left out of it (:class:`Skipped`)."""
+
+    name: str
+    examples: list[Example[Any, Any]]
+    skipped: Counter[str] = field(default_factory=Counter)  # reason -> count
+
+
+def read_split(task: Task[Any, Any, Any], split: str) -> Split:
+    """Read a split whole; the inputs the task left out are counted by reason and logged
+    with the first origin of each reason."""
+    check_split(split)
+    out = Split(split, [])
+    first: dict[str, str] = {}
+    for item in task.read(split):
+        if isinstance(item, Skipped):
+            out.skipped[item.reason] += 1
+            first.setdefault(item.reason, item.origin)
+        else:
+            out.examples.append(item)
+    for reason, count in out.skipped.items():
+        log.warning("%s: left out %d of %d inputs: %s (first: %s)", split, count,
+                    len(out.examples) + sum(out.skipped.values()), reason, first[reason])
+    return out
 
 
 def _seed(seed: int) -> None:
@@ -120,22 +183,26 @@ def _check_resumable(out: Path, config: RunConfig) -> None:
             )
 
 
-def _source_sampler(task: Task, vocabs: Vocabularies, examples: Sequence[Example], train: Pairs,
+def _source_sampler(codec: Codec[Any, Any, Any], examples: Sequence[Example[Any, Any]], train: Pairs,
                     config: RunConfig) -> Callable[[int], list[list[int]]] | None:
     """``train.subword_sampling``: each epoch's training sources, with segmentations the
-    task samples from a seed of the run's seed and the epoch. A sample longer than
+    codec samples from a seed of the run's seed and the epoch. A sample longer than
     ``train.max_length`` keeps the pair's fixed segmentation."""
     alpha = config.train.subword_sampling
     if not alpha:
         return None
+    if not isinstance(codec, SegmentationSampling):
+        raise ConfigError("train.subword_sampling", f"the codec of task {config.task!r} cannot sample "
+                          "segmentations (it lacks sample_source_tokens)")
+    sampler = codec
     sources = [examples[i].source for i in train.kept]
 
     def resample(epoch: int) -> list[list[int]]:
         seed = (config.seed * 1_000_003 + epoch) % 2**31
-        sampled = task.sample_source_tokens(sources, alpha, seed)  # type: ignore[attr-defined]
+        sampled = sampler.sample_source_tokens(sources, alpha, seed)
         out = []
         for tokens, fixed in zip(sampled, train.src, strict=True):
-            ids = vocabs.source.encode(tokens) + [EOS]
+            ids = codec.vocabularies.source.encode(tokens) + [EOS]
             out.append(ids if len(ids) <= config.train.max_length else fixed)
         return out
 
@@ -148,33 +215,31 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     the test split. Continues a run already in ``out``. Returns the metrics."""
     out = Path(out)
     dev_ = device if isinstance(device, torch.device) else select_device(device)
-    task: Task = tasks.load(config.task)(config.data)
-    if config.train.subword_sampling and not hasattr(task, "sample_source_tokens"):
-        raise ConfigError("train.subword_sampling",
-                              f"task {config.task!r} cannot sample segmentations (no sample_source_tokens)")
+    task_cls = tasks.load(config.task)
+    task = task_cls(config.data)
     _check_resumable(out, config)
+    _seed(config.seed)
+
+    train_examples = read_split(task, "train").examples
+    vocab_dir = out / "vocab"
+    codec, assets = _vocabulary(task, train_examples, vocab_dir)
+    vocabs = codec.vocabularies
+    log.info("vocabulary: %d source / %d target symbols%s", len(vocabs.source), len(vocabs.target),
+             " (shared)" if vocabs.shared else "")
+    train = encode_pairs(codec, train_examples, max_length=config.train.max_length, what="training pairs")
+    resample = _source_sampler(codec, train_examples, train, config)
+    dev_examples = read_split(task, "dev").examples
+    dev = encode_pairs(codec, dev_examples, max_length=config.train.max_length,
+                       what="dev pairs (dev loss only; all are decoded)")
+    log.info("data: %d training pairs, %d dev examples", len(train), len(dev_examples))
+    model = build_model(config.model, codec)
+
+    # everything the settings ask of the task has been checked: the run directory is written from here
     for sub in ("checkpoints", "predictions"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     _write_json(out / "config.json", cfg.to_dict(config))
-    _seed(config.seed)
-
-    train_examples = list(task.read("train"))
-    vocab_dir = out / "vocab"
-    if vocab_dir.is_dir() and any(vocab_dir.iterdir()):
-        vocabs = task.vocabulary(vocab_dir, None)
-    else:
-        vocab_dir.mkdir(exist_ok=True)
-        vocabs = task.vocabulary(vocab_dir, train_examples)
-    log.info("vocabulary: %d source / %d target symbols%s", len(vocabs.source), len(vocabs.target),
-             " (shared)" if vocabs.shared else "")
-    train = encode_pairs(task, vocabs, train_examples, max_length=config.train.max_length,
-                         what="training pairs")
-    dev_examples = list(task.read("dev"))
-    dev = encode_pairs(task, vocabs, dev_examples, max_length=config.train.max_length,
-                       what="dev pairs (dev loss only; all are decoded)")
-    log.info("data: %d training pairs, %d dev examples", len(train), len(dev_examples))
-
-    model = build_model(config.model, vocabs)
+    if not vocab_dir.is_dir() or not any(vocab_dir.iterdir()):
+        _write_files(vocab_dir, assets)
     params = model.num_parameters()
     log.info("model: %s parameters (%.1f M)", f"{params:,}", params / 1e6)
 
@@ -184,14 +249,13 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     def validate(m: Transformer) -> dict[str, float]:
         if not valid_examples:
             return {}
-        preds, _ = decode_sources(m, task, vocabs, [e.source for e in valid_examples], valid_decode,
-                                  device=dev_)
+        preds, _ = decode_sources(m, codec, [e.source for e in valid_examples], valid_decode, device=dev_)
         return numeric(task.score(preds, valid_examples))
 
     trainer = Trainer(model, config, train, directory=out / "checkpoints", device=dev_, dev=dev,
-                      validate=validate, metric=task.metric, assets=_read_assets(vocab_dir),
+                      validate=validate, metric=task_cls.metric, assets=assets,
                       progress_bar=progress, log_file=out / "train.jsonl",
-                      resample=_source_sampler(task, vocabs, train_examples, train, config))
+                      resample=resample)
     result = trainer.fit()
 
     found = checkpoint.list_checkpoints(out / "checkpoints")[-config.train.average_last :]
@@ -199,9 +263,8 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     log.info("averaged %d checkpoint(s) into %s", len(found), final)
     model.load_state_dict(checkpoint.load(final)["model"])
 
-    test_examples = list(task.read("test"))
-    preds, metrics = score_examples(model, task, vocabs, test_examples, config.decode, device=dev_,
-                                    progress=progress)
+    test = read_split(task, "test")
+    preds, metrics = score_examples(model, task, codec, test, config.decode, device=dev_, progress=progress)
     (out / "predictions" / "test.txt").write_text(
         "".join(task.format(p) + "\n" for p in preds), encoding="utf-8")
     metrics.update({
@@ -209,27 +272,30 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
         "train_tokens_per_s": round(result.tokens_per_second, 1),
         "train_steps": result.progress.step,
         "train_minutes": round(result.progress.seconds / 60, 3),
-        "test_sentences": len(test_examples),
+        "test_sentences": len(test.examples),
     })
     _write_json(out / "metrics.json", metrics)
     log.info("test: %s", ", ".join(f"{k} {v}" for k, v in metrics.items()))
     return metrics
 
 
-def score_examples(model: Transformer, task: Task, vocabs: Vocabularies, examples: Sequence[Example],
+def score_examples(model: Transformer, task: Task[Any, Any, Any], codec: Codec[Any, Any, Any], split: Split,
                    decode: DecodeConfig, *, device: torch.device,
                    progress: bool = False) -> tuple[list[Any], dict[str, Metric]]:
-    """Decode and score ``examples``: the predictions and the task's metrics, plus
-    ``decode_sentences_per_s`` (and ``unconstrained_*`` with ``decode.compare_unconstrained``)."""
+    """Decode and score a split: the predictions and the task's metrics, plus
+    ``decode_sentences_per_s``, ``skipped`` (the inputs the task left out of the split)
+    and, with ``decode.compare_unconstrained``, ``unconstrained_*``."""
+    examples = split.examples
     sources = [e.source for e in examples]
     started = time.perf_counter()
-    preds, _ = decode_sources(model, task, vocabs, sources, decode, device=device, progress=progress)
+    preds, _ = decode_sources(model, codec, sources, decode, device=device, progress=progress)
     seconds = time.perf_counter() - started
     metrics = _metrics(task.score(preds, examples))
     metrics["decode_sentences_per_s"] = round(len(examples) / max(seconds, 1e-9), 2)
-    if decode.compare_unconstrained and decode.constrained:
+    metrics["skipped"] = float(sum(split.skipped.values()))
+    if decode.compare_unconstrained and decode.constrained and isinstance(codec, Constraining):
         free = dataclasses.replace(decode, constrained=False)
-        free_preds, _ = decode_sources(model, task, vocabs, sources, free, device=device)
+        free_preds, _ = decode_sources(model, codec, sources, free, device=device)
         free_scores = _metrics(task.score(free_preds, examples))
         metrics.update({f"unconstrained_{k}": v for k, v in free_scores.items()})
     return preds, metrics
@@ -281,139 +347,25 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
     holder = tempfile.TemporaryDirectory(prefix="seqtrans-assets-")
     for name, data in payload.get("assets", {}).items():
         (Path(holder.name) / name).write_bytes(data)
-    vocabs = task.vocabulary(Path(holder.name), None)
+    codec = task.vocabulary(Path(holder.name), None)
     dev_ = device if isinstance(device, torch.device) else select_device(device)
-    model = build_model(config.model, vocabs)
+    model = build_model(config.model, codec)
     try:
         model.load_state_dict(payload["model"])
     except RuntimeError as exc:
         raise CheckpointError(f"{ckpt_path}: weights do not fit the model of its config: {exc}") from None
     model.to(dev_).eval()
-    return Loaded(config, task, vocabs, model, dev_, holder)
+    return Loaded(config, task, codec, model, dev_, holder)
 
 
 def evaluate(path: str | Path, *, split: str = "test", overrides: Iterable[str] = (),
              device: str | torch.device = "auto", progress: bool = False) -> dict[str, Metric]:
     """Decode and score one split with a trained model."""
-    if split not in tasks.SPLITS:
-        raise UsageError(f"unknown split '{split}'; choose one of {', '.join(tasks.SPLITS)}")
+    check_split(split)
     loaded = load(path, overrides=overrides, device=device)
-    examples: list[Example] = list(loaded.task.read(split))
-    _, metrics = score_examples(loaded.model, loaded.task, loaded.vocabs, examples, loaded.config.decode,
-                                device=loaded.device, progress=progress)
+    _, metrics = score_examples(loaded.model, loaded.task, loaded.codec, read_split(loaded.task, split),
+                                loaded.config.decode, device=loaded.device, progress=progress)
     return metrics
-
-
-def predict(loaded: Loaded, lines: Iterable[str]) -> Iterator[str]:
-    """One output per input line, as each is decoded. With ``decode.nbest`` > 1, each
-    input gives ``nbest`` lines ``rank<TAB>score<TAB>output`` and an empty line."""
-    nbest = loaded.config.decode.nbest
-    for line in lines:
-        source = loaded.task.parse_source(line.rstrip("\n"))
-        preds, hyps = loaded.decode([source])
-        if nbest == 1:
-            yield loaded.task.format(preds[0])
-            continue
-        for rank, hyp in enumerate(hyps[0], 1):
-            pred = loaded.task.prediction(loaded.vocabs.target.decode(hyp.tokens), source)
-            yield f"{rank}\t{hyp.score:.4f}\t{loaded.task.format(pred)}"
-        yield ""
-
-
-def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], None]) -> None:
-    """Simultaneous decoding of inputs that arrive word by word (see
-    :mod:`seqtrans.decoding.streaming`).
-
-    ``words`` yields each input's words as they arrive and ``None`` where an input line
-    ends; it is pulled only as far as decoding needs. Each target token is passed to
-    ``write`` as soon as it is decided (the model's target tokens, space-separated); when
-    an input's output is complete, a tab, the delays (the source tokens read when each
-    token was written) and a line break follow, and the rest of that input is skipped as
-    it arrives. The average proportion and average lagging are logged at the end.
-
-    The task's tokenisation is applied to the words arrived so far and the new tokens
-    are fed to the model; the tokens of a line's first n words must be a prefix of
-    those of its first n + 1 (true of whitespace tokens and of sentencepiece), else
-    :class:`DataError`.
-    """
-    from seqtrans.decoding.streaming import (
-        average_lagging,
-        average_proportion,
-        check_streamable,
-        stream_greedy,
-    )
-
-    check_streamable(loaded.model.config)
-    if loaded.config.decode.nbest > 1:
-        raise UsageError("streaming decodes greedily: decode.nbest must be 1")
-    model, task, vocabs = loaded.model, loaded.task, loaded.vocabs
-    limit = model.config.max_positions - 1 if model.config.positions == "learned" else None
-    events = iter(words)
-    proportions, laggings = [], []
-    line_number = 0
-
-    def ids_of(words_so_far: list[str]) -> list[int]:
-        return vocabs.source.encode(task.source_tokens(task.parse_source(" ".join(words_so_far))))
-
-    def source(word: str | None, arrived: list[str]) -> Iterator[int]:
-        """The ids of a line's words as they arrive, ending with the line."""
-        fed: list[int] = []
-        while word is not None:
-            arrived.append(word)
-            ids = ids_of(arrived)
-            if ids[: len(fed)] != fed:
-                raise DataError("<stdin>", line_number,
-                                "the task's tokens of the words read so far are not a prefix of those "
-                                "of more words: this task cannot be streamed word by word")
-            yield from ids[len(fed):]
-            fed = ids
-            word = next(events, None)
-        arrived.append("")  # marks the end of the line as read
-
-    for first in events:
-        line_number += 1
-        arrived: list[str] = []
-        delays: list[int] = []
-        for emission in stream_greedy(model, source(first, arrived), loaded.config.decode,
-                                      position_limit=limit):
-            write((" " if delays else "") + " ".join(vocabs.target.decode([emission.token])))
-            delays.append(emission.delay)
-        write("\t" + " ".join(map(str, delays)) + "\n")
-        if first is not None and arrived[-1:] != [""]:
-            # the output is complete before the input: the rest of the line is not needed
-            while (word := next(events, None)) is not None:
-                arrived.append(word)
-        length = len(ids_of([w for w in arrived if w]))
-        if delays and length:
-            proportions.append(average_proportion(delays, length))
-            laggings.append(average_lagging(delays, length))
-    if proportions:
-        log.info("streamed %d inputs: average proportion %.3f, average lagging %.2f source tokens",
-                 len(proportions), sum(proportions) / len(proportions), sum(laggings) / len(laggings))
-
-
-def words_of(chunks: Iterable[str]) -> Iterator[str | None]:
-    """The words of text arriving in chunks, each as soon as the whitespace after it has
-    arrived, and ``None`` at each line break (and at the end of an unterminated last line)."""
-    word: list[str] = []
-    pending_line = False
-    for chunk in chunks:
-        for ch in chunk:
-            if ch.isspace():
-                if word:
-                    yield "".join(word)
-                    word = []
-                    pending_line = True
-                if ch == "\n":
-                    yield None
-                    pending_line = False
-            else:
-                word.append(ch)
-                pending_line = True
-    if word:
-        yield "".join(word)
-    if pending_line:
-        yield None
 
 
 def average(paths: Sequence[str | Path], out: str | Path) -> Path:

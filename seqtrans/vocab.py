@@ -95,33 +95,11 @@ class Vocab:
 
 
 @dataclass(frozen=True)
-class Cursor:
-    """How a task's outputs walk over its inputs, for ``model.source_cursor``.
-
-    The source is a sequence of units, each starting at a token of ``starts``; every
-    target token of ``advance`` consumes one unit. (Parsing: a word starts at its first
-    sentencepiece piece, and each preterminal placeholder consumes one word.)
-    """
-
-    advance: tuple[int, ...]  # target ids
-    starts: tuple[int, ...]  # source ids
-
-    def __post_init__(self) -> None:
-        if not self.advance or not self.starts:
-            raise ValueError("a cursor needs at least one advancing target id and one unit-start source id")
-
-
-@dataclass(frozen=True)
 class Vocabularies:
-    """The source and target vocabularies of a task; the same object when shared.
-
-    ``cursor``: how outputs walk over inputs, for tasks whose outputs consume their
-    inputs in order (None: the task declares no such walk).
-    """
+    """The source and target vocabularies of a task; the same object when shared."""
 
     source: Vocab
     target: Vocab
-    cursor: Cursor | None = None
 
     @property
     def shared(self) -> bool:

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_DATA, serve_http
+from conftest import SHARED_DATA
 from seqtrans import download
 from seqtrans.errors import DownloadError
+from seqtrans.testing import serve
 
 MULTI30K = SHARED_DATA / "multi30k"
 URL = "https://example.org/multi30k/raw/{}"
@@ -38,7 +39,8 @@ class _Truncating(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def truncating_mirror() -> Iterator[str]:
-    yield from serve_http(_Truncating)
+    with serve(_Truncating) as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)

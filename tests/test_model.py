@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import TEST_CURSOR, src_batch, tiny_model
+from conftest import src_batch, tiny_model
 from seqtrans.config import PRESETS, ModelConfig
-from seqtrans.errors import ConfigError
 from seqtrans.model import Transformer
 from seqtrans.vocab import BOS, EOS, PAD
 
@@ -111,35 +110,17 @@ def test_base_preset_has_the_papers_parameter_count() -> None:
     assert 209_000_000 <= model.num_parameters() <= 215_000_000  # Table 3: 213M
 
 
-def test_source_cursor_adds_the_state_of_the_first_unit_not_yet_consumed() -> None:
-    """Against a loop over the definition: a unit starts at each source token of
-    TEST_CURSOR.starts (4 and 6); each target 4 consumes one; input t sees the projected
-    encoder state of unit (4s among inputs 0..t), or zero past the last unit."""
-    model = tiny_model(source_cursor=True)
-    src = torch.tensor([[6, 5, 4, 4, 7, EOS], [9, 4, EOS, PAD, PAD, PAD], [5, 5, EOS, PAD, PAD, PAD]])
-    tgt = torch.tensor([[BOS, 4, 5, 4, 4, 4, 7], [BOS, 5, 4, 4, 7, 8, 9], [BOS, 4, 5, 6, 7, 8, 9]])
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+def test_incremental_encoding_equals_encoding_the_whole_source(positions: str) -> None:
+    """A causal encoder fed one token, then two, then the rest gives every position the
+    state encode() gives it with the whole source at hand."""
+    model = tiny_model(causal_encoder=True, positions=positions)
+    src = torch.tensor([[5, 6, 7, 8, 9, EOS]])
     with torch.no_grad():
-        encoded = model.encode(src)
-        assert encoded.units is not None
-        seen, consumed = model._cursor(tgt, encoded.units, None)
-        assert model.cursor_proj is not None
-        for b in range(src.size(0)):
-            starts = [s for s in range(src.size(1)) if int(src[b, s]) in TEST_CURSOR.starts]
-            for t in range(tgt.size(1)):
-                k = sum(int(y) in TEST_CURSOR.advance for y in tgt[b, : t + 1])
-                expected = (model.cursor_proj(encoded.memory[b, starts[k]]) if k < len(starts)
-                            else torch.zeros(model.config.d_model))
-                torch.testing.assert_close(seen[b, t], expected)
-        assert consumed.tolist() == [4, 2, 1]
-        # the same weights without the cursor's contribution compute something else
-        with_cursor = model(src, tgt)
-        model.cursor_proj.weight.zero_()
-        without = model(src, tgt)
-        assert not torch.allclose(with_cursor, without)
-        torch.testing.assert_close(without, tiny_model()(src, tgt))
-
-
-def test_source_cursor_needs_a_task_that_declares_one() -> None:
-    with pytest.raises(ConfigError, match="source_cursor"):
-        Transformer(ModelConfig(source_cursor=True), source_vocab_size=9, target_vocab_size=9,
-                    shared_vocab=True)
+        whole = model.encode(src).memory
+        state = model.start_encoding(capacity=2)  # grows past its capacity
+        parts = [model.encode_next(src[:, a:b], state) for a, b in ((0, 1), (1, 3), (3, 6))]
+    torch.testing.assert_close(torch.cat(parts, dim=1), whole, atol=1e-5, rtol=1e-5)
+    assert state.length == 6
+    with pytest.raises(ValueError, match="causal encoder"):
+        tiny_model().start_encoding()

@@ -13,7 +13,7 @@ piece of per-sentence or per-hypothesis decoding state implements
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor, nn
 
@@ -22,14 +22,14 @@ from seqtrans.attention.content import ContentCrossAttention, ContentSelfAttenti
 from seqtrans.attention.local import LocalAttention
 from seqtrans.attention.luong import DotScore, GeneralScore, LocationScore
 from seqtrans.attention.memory import MemoryAttention
-from seqtrans.attention.monotonic import MonotonicAttention
+from seqtrans.attention.monotonic import MonotonicAttention, SourceStream
 from seqtrans.attention.restricted import RestrictedSelfAttention
 from seqtrans.attention.scaled_dot import CrossAttention, CrossState, KVCache, SelfAttention
 from seqtrans.config import ModelConfig
 
 __all__ = ["CROSS_ATTENTION", "SELF_ATTENTION", "CrossAttention", "CrossAttentionModule", "CrossState",
-           "DecodingState", "KVCache", "SelfAttention", "SelfAttentionModule", "cross_attention",
-           "self_attention"]
+           "DecodingState", "KVCache", "SelfAttention", "SelfAttentionModule", "SourceStream",
+           "StreamingCrossAttention", "cross_attention", "self_attention"]
 
 
 class DecodingState(Protocol):
@@ -49,6 +49,14 @@ class CrossAttentionModule(Protocol):
     def __call__(self, x: Tensor, state: Any) -> Tensor: ...
 
     def prepare(self, memory: Tensor, mask: Tensor) -> DecodingState: ...
+
+
+@runtime_checkable
+class StreamingCrossAttention(Protocol):
+    """Encoder-decoder attention that can decode while its source arrives: ``follow``
+    makes a state that pulls encoder states from the source as they are needed."""
+
+    def follow(self, source: SourceStream, *, like: Tensor) -> DecodingState: ...
 
 
 def _content_self(score: Callable[[ModelConfig], Any]) -> Callable[[ModelConfig], nn.Module]:

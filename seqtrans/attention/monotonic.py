@@ -105,10 +105,13 @@ def expected_alignments(energy: Tensor, mask: Tensor | None = None, *,
 
 
 class SourceStream(Protocol):
-    """A source that arrives while decoding: ``read()`` makes one more position available
-    (the encoder runs on it and every layer's state is extended); False once it has ended."""
+    """A source that arrives while decoding (one sentence)."""
 
-    def read(self) -> bool: ...
+    def states_from(self, position: int) -> Tensor | None:
+        """The encoder states [1, S', D] of the source positions from ``position`` on,
+        reading more of the source when none is there yet; None once the source has
+        ended and every position was given."""
+        ...
 
 
 @dataclass
@@ -126,8 +129,7 @@ class MonotonicState:
     lengths: Tensor = field(metadata=SENTENCE)  # [B]: source positions available
     position: Tensor | None = field(default=None, metadata=ROW)  # [N]
     alpha: Tensor | None = field(default=None, metadata=ROW)  # [N, S]
-    complete: bool = True  # False while ``source`` may still add positions
-    source: SourceStream | None = None
+    source: SourceStream | None = None  # where more positions come from; None: all are here
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         reorder_fields(self, rows, sentences)
@@ -163,6 +165,15 @@ class MonotonicAttention(nn.Module):
 
     def prepare(self, memory: Tensor, mask: Tensor) -> MonotonicState:
         return MonotonicState(self.key(memory), memory, mask, mask.sum(1))
+
+    def follow(self, source: SourceStream, *, like: Tensor) -> MonotonicState:
+        """The state of one hypothesis over a source that arrives while decoding: it starts
+        empty and pulls encoder states from ``source`` when hard attention runs out of
+        positions to inspect."""
+        d = self.out.in_features
+        return MonotonicState(like.new_zeros(1, 0, self.key.out_features), like.new_zeros(1, 0, d),
+                              torch.zeros(1, 0, dtype=torch.bool, device=like.device),
+                              torch.zeros(1, dtype=torch.long, device=like.device), source=source)
 
     def extend(self, state: MonotonicState, memory: Tensor) -> None:
         """Append the encoder states of newly arrived source positions.  memory [B, S', D]"""
@@ -225,8 +236,12 @@ class MonotonicAttention(nn.Module):
             limit = state.lengths[sentence[pending]]  # [R] positions available
             starved = position[pending] >= limit
             if bool(starved.any()):
-                if not state.complete and state.source is not None and state.source.read():
-                    continue  # one more source position arrived; scan on
+                if state.source is not None:
+                    more = state.source.states_from(state.values.size(1))
+                    if more is not None:
+                        self.extend(state, more)
+                        continue  # more source positions arrived; scan on
+                    state.source = None
                 chosen[pending[starved]] = limit[starved]  # attends to nothing
                 pending, limit = pending[~starved], limit[~starved]
                 if not pending.numel():

@@ -25,17 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
-from seqtrans.attention.monotonic import MonotonicAttention, MonotonicState
 from seqtrans.config import DecodeConfig, ModelConfig
 from seqtrans.decoding.generate import max_output_length
 from seqtrans.decoding.search import mask_log_probs
 from seqtrans.errors import UsageError
-from seqtrans.model import Encoded, EncoderLayer, Transformer
+from seqtrans.model import Transformer
 from seqtrans.vocab import BOS, EOS
 
 
@@ -61,45 +60,36 @@ def check_streamable(config: ModelConfig) -> None:
 
 
 class _SourceStream:
-    """Pulls source ids on demand, runs the causal encoder on each and extends every
-    decoder layer's monotonic attention state with the new position."""
+    """Source ids pulled on demand and run through the causal encoder, one at a time; the
+    encoder states are kept for every decoder layer to take (``states_from``)."""
 
-    def __init__(self, model: Transformer, tokens: Iterator[int], states: list[MonotonicState]) -> None:
+    def __init__(self, model: Transformer, tokens: Iterator[int]) -> None:
         self.model = model
         self.tokens = tokens
-        self.states = states
-        like = model.target_embed.weight
-        self.encoder = cast(list[EncoderLayer], list(model.encoder))
-        self.caches = [layer.self_attn.new_cache(1, 64, like=like) for layer in self.encoder]
-        self.positions = 0  # source positions encoded, the end symbol included
+        self.encoding = model.start_encoding()
+        self.memory: list[Tensor] = []  # [1, 1, D] per position encoded, the end symbol included
         self.read_tokens = 0  # source tokens read, the end symbol excluded
         self.complete = False
-        for state in states:
-            state.source, state.complete = self, False
 
     def read(self) -> bool:
+        """Encode one more source position (the end symbol once the source ends); False
+        when the source has already ended."""
         if self.complete:
             return False
         token = next(self.tokens, None)
-        ended = token is None
-        ids = torch.tensor([[EOS if token is None else token]], device=self.model.target_embed.weight.device)
-        model = self.model
-        x = model._embed(model.source_embed, ids, self.positions)  # [1, 1, D]
-        for layer, cache in zip(self.encoder, self.caches):
-            x = layer(x, None, cache=cache)
-        memory = model.encoder_norm(x)  # [1, 1, D]
-        for decoder_layer, state in zip(model.decoder_layers, self.states):
-            attn = decoder_layer.cross_attn
-            assert isinstance(attn, MonotonicAttention)
-            attn.extend(state, memory)
-        self.positions += 1
-        if ended:
+        device = self.model.output_weight.device
+        ids = torch.tensor([[EOS if token is None else token]], device=device)  # [1, 1]
+        self.memory.append(self.model.encode_next(ids, self.encoding))
+        if token is None:
             self.complete = True
-            for state in self.states:
-                state.complete = True
         else:
             self.read_tokens += 1
         return True
+
+    def states_from(self, position: int) -> Tensor | None:
+        if position >= len(self.memory) and not self.read():
+            return None
+        return torch.cat(self.memory[position:], dim=1)  # [1, S', D]
 
 
 @torch.inference_mode()
@@ -109,13 +99,9 @@ def stream_greedy(model: Transformer, source: Iterable[int], config: DecodeConfi
     as soon as it is decided; ``source`` is read only as far as the decoder needs."""
     check_streamable(model.config)
     model.eval()
-    device = model.target_embed.weight.device
-    d_model = model.config.d_model
-    empty = Encoded(torch.zeros(1, 0, d_model, device=device, dtype=model.target_embed.weight.dtype),
-                    torch.zeros(1, 0, dtype=torch.bool, device=device))
-    state = model.start(empty, beam=1, capacity=64)
-    monotonic = [s for s in state.cross if isinstance(s, MonotonicState)]
-    stream = _SourceStream(model, iter(source), monotonic)
+    device = model.output_weight.device
+    stream = _SourceStream(model, iter(source))
+    state = model.start_streaming(stream)
     previous = BOS
     step = 0
     while True:

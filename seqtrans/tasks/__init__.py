@@ -1,6 +1,21 @@
-"""Task plugins: the protocol they implement and their discovery through entry points."""
+"""Task plugins: the contract they keep (:mod:`.protocol`) and their discovery through
+entry points (:mod:`.discovery`). Importing this package imports no torch."""
 
 from seqtrans.tasks.discovery import GROUP, TaskEntry, find, installed, load
-from seqtrans.tasks.protocol import SPLITS, Example, Task
+from seqtrans.tasks.protocol import (
+    SPLITS,
+    Codec,
+    Constraining,
+    Example,
+    SegmentationSampling,
+    Skipped,
+    SourceWalk,
+    SourceWalking,
+    Task,
+    TaskClass,
+    check_split,
+)
 
-__all__ = ["GROUP", "SPLITS", "Example", "Task", "TaskEntry", "find", "installed", "load"]
+__all__ = ["GROUP", "SPLITS", "Codec", "Constraining", "Example", "SegmentationSampling", "Skipped",
+           "SourceWalk", "SourceWalking", "Task", "TaskClass", "TaskEntry", "check_split", "find",
+           "installed", "load"]

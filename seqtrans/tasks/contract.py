@@ -1,23 +1,37 @@
-"""Checks that a task plugin keeps the contract of :class:`~seqtrans.tasks.Task`.
+"""Checks that a task plugin keeps the contract of :mod:`seqtrans.tasks.protocol`.
 
-Plugin authors call :func:`check_task` from their own test suites; seqtrans runs it on
-every built-in task. It reads a few examples of each split, builds and reloads the
-vocabulary, feeds each reference back as a prediction (which must score as the
-task's best), and checks that a constraint, if the task has one, admits every
-reference.
+Plugin authors call :func:`check_task` from their own test suites; every built-in
+task runs it. It reads a few examples of each split, builds and reloads the
+vocabulary, checks that the codec pickles, feeds each reference back as a prediction
+(which must score as the task's best), and checks the codec's optional abilities: a
+constraint must admit every reference, sampled segmentations must repeat for a seed,
+a source walk must name ids of the vocabularies.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import pickle
 from collections.abc import Mapping
 from pathlib import Path
-
-import torch
+from typing import Any, cast
 
 from seqtrans import config as cfg
-from seqtrans.tasks.protocol import REQUIRED_ATTRIBUTES, SPLITS, Example, Metric, Task
+from seqtrans.data import source_ids, target_ids
+from seqtrans.errors import UsageError
+from seqtrans.tasks.protocol import (
+    SPLITS,
+    Codec,
+    Constraining,
+    Example,
+    Metric,
+    SegmentationSampling,
+    SourceWalking,
+    Task,
+    TaskClass,
+    missing_members,
+)
 from seqtrans.vocab import EOS
 
 
@@ -30,69 +44,104 @@ def _require(condition: bool, message: str) -> None:
         raise ContractError(message)
 
 
-def check_class(task_cls: type) -> None:
-    """Static checks of a task class: attributes, config dataclass, presets resolve."""
-    missing = [a for a in REQUIRED_ATTRIBUTES if not hasattr(task_cls, a)]
-    _require(not missing, f"missing attributes: {missing}")
-    _require(isinstance(task_cls.name, str) and task_cls.name.isidentifier(),  # type: ignore[attr-defined]
-             "name must be an identifier")
-    _require(dataclasses.is_dataclass(task_cls.Config), "Config must be a dataclass")  # type: ignore[attr-defined]
-    _require(isinstance(task_cls.defaults, Mapping) and "decode" in task_cls.defaults,  # type: ignore[attr-defined]
+def check_class(task_cls: TaskClass[Any, Any, Any]) -> None:
+    """Static checks of a task class: members, options dataclass, presets resolve."""
+    missing = missing_members(task_cls)
+    _require(not missing, f"missing members: {missing}")
+    _require(isinstance(task_cls.name, str) and task_cls.name.isidentifier(), "name must be an identifier")
+    _require(dataclasses.is_dataclass(task_cls.Config), "Config must be a dataclass")
+    _require(isinstance(task_cls.metric, str), "metric must be a string")
+    _require(isinstance(task_cls.defaults, Mapping) and "decode" in task_cls.defaults,
              "defaults must set the decode section")
-    for preset in [None, *task_cls.presets]:  # type: ignore[attr-defined]
-        cfg.resolve(task_cls.name, data_cls=task_cls.Config,  # type: ignore[attr-defined]
-                    task_defaults=task_cls.defaults, task_presets=task_cls.presets,  # type: ignore[attr-defined]
-                    preset=preset)
-    cfg.describe(cfg.resolve(task_cls.name, data_cls=task_cls.Config))  # type: ignore[attr-defined]
+    for preset in [None, *task_cls.presets]:
+        cfg.resolve(task_cls.name, data_cls=task_cls.Config, task_defaults=task_cls.defaults,
+                    task_presets=task_cls.presets, preset=preset)
+    cfg.describe(cfg.resolve(task_cls.name, data_cls=task_cls.Config))
 
 
-def check_task(task: Task, directory: Path, *, examples: int = 50) -> dict[str, Metric]:
+def check_task(task: Task[Any, Any, Any], directory: Path, *, examples: int = 50) -> dict[str, Metric]:
     """Run the contract checks on a configured task instance; returns the metrics of the
     references scored against themselves."""
-    check_class(type(task))
-    samples: dict[str, list[Example]] = {}
+    task_cls = cast(TaskClass[Any, Any, Any], type(task))
+    check_class(task_cls)
+    samples: dict[str, list[Example[Any, Any]]] = {}
     for split in SPLITS:
-        samples[split] = list(itertools.islice(task.read(split), examples))
-        _require(bool(samples[split]), f"split '{split}' is empty")
-        for ex in samples[split]:
-            _require(isinstance(ex, Example), f"read('{split}') must yield Example objects")
+        read = itertools.islice(task.read(split), examples)
+        samples[split] = [ex for ex in read if isinstance(ex, Example)]
+        _require(bool(samples[split]), f"split '{split}' yields no examples")
+    try:
+        next(iter(task.read("validation")))
+    except UsageError:
+        pass
+    else:
+        raise ContractError("read() of an unknown split must raise UsageError (seqtrans.tasks.check_split)")
+
     directory.mkdir(parents=True, exist_ok=True)
-    vocabs = task.vocabulary(directory, samples["train"])
+    codec = task.vocabulary(directory, samples["train"])
+    _require(isinstance(codec, Codec), f"vocabulary() returned {type(codec).__name__}, not a codec")
     reloaded = task.vocabulary(directory, None)
-    _require(reloaded == vocabs, "vocabulary() does not reload what it built")
+    _require(reloaded.vocabularies == codec.vocabularies, "vocabulary() does not reload what it built")
+    try:
+        copied = pickle.loads(pickle.dumps(codec))
+    except Exception as exc:  # any failure to pickle breaks worker processes
+        raise ContractError(f"the codec does not pickle: {type(exc).__name__}: {exc}") from None
 
     refs = samples["test"]
     for ex in refs:
-        for tok in [*task.source_tokens(ex.source), *task.target_tokens(ex.target)]:
+        tokens = [*codec.source_tokens(ex.source), *codec.target_tokens(ex.target)]
+        for tok in tokens:
             _require(isinstance(tok, str) and tok != "" and not any(c.isspace() for c in tok),
                      f"{ex.origin}: token {tok!r} is empty or holds white space")
-    preds = [task.prediction(task.target_tokens(ex.target), ex.source) for ex in refs]
+        _require(copied.source_tokens(ex.source) == codec.source_tokens(ex.source)
+                 and copied.target_tokens(ex.target) == codec.target_tokens(ex.target),
+                 f"{ex.origin}: a pickled copy of the codec tokenizes differently")
+    preds = [codec.prediction(codec.target_tokens(ex.target), ex.source) for ex in refs]
     for p in preds:
-        line = task.format(p)
-        _require("\n" not in line, "format() must return a single line")
+        _require("\n" not in task.format(p), "format() must return a single line")
     scores = task.score(preds, refs)
-    _require(task.metric in scores, f"score() lacks the metric '{task.metric}'")
-    _require(isinstance(scores[task.metric], (int, float)), f"the metric '{task.metric}' must be a number")
+    _require(task_cls.metric in scores, f"score() lacks the metric '{task_cls.metric}'")
+    _require(isinstance(scores[task_cls.metric], (int, float)),
+             f"the metric '{task_cls.metric}' must be a number")
     for key, value in scores.items():
         _require(isinstance(value, (int, float, str)), f"score() value of '{key}' is neither a number "
                                                        "nor a string")
-
-    constraint = task.constraint([ex.source for ex in refs], vocabs)
-    if constraint is not None:
-        _check_constraint_admits_references(task, constraint, refs, vocabs)
+    _check_abilities(codec, refs)
     return dict(scores)
 
 
-def _check_constraint_admits_references(task: Task, constraint: object, refs: list[Example],
-                                        vocabs: object) -> None:
-    targets = [vocabs.target.encode(task.target_tokens(ex.target)) + [EOS]  # type: ignore[attr-defined]
-               for ex in refs]
+def _check_abilities(codec: Codec[Any, Any, Any], refs: list[Example[Any, Any]]) -> None:
+    sources = [ex.source for ex in refs]
+    if isinstance(codec, Constraining):
+        _check_constraint_admits_references(codec, refs)
+    if isinstance(codec, SegmentationSampling):
+        first = codec.sample_source_tokens(sources, 0.5, 7)
+        _require(len(first) == len(sources), "sample_source_tokens() must return one list per source")
+        _require(first == codec.sample_source_tokens(sources, 0.5, 7),
+                 "sample_source_tokens() must repeat its samples for the same seed")
+    if isinstance(codec, SourceWalking):
+        walk = codec.source_walk()
+        v = codec.vocabularies
+        _require(all(0 <= i < len(v.target) for i in walk.advance), "the source walk's advance ids "
+                 "are not all target ids")
+        _require(all(0 <= i < len(v.source) for i in walk.starts), "the source walk's start ids are "
+                 "not all source ids")
+
+
+def _check_constraint_admits_references(codec: Any, refs: list[Example[Any, Any]]) -> None:
+    import torch
+
+    constraint = codec.constraint([ex.source for ex in refs])
+    if constraint is None:
+        return
+    for ex in refs:
+        source_ids(codec, ex.source)  # every source must encode
+    targets = [target_ids(codec, ex.target) + [EOS] for ex in refs]
     longest = max(len(t) for t in targets)
     for step in range(longest):
         rows = [i for i, t in enumerate(targets) if step < len(t)]
         prefix = torch.tensor([targets[i][:step] for i in rows], dtype=torch.long).view(len(rows), step)
         remaining = torch.tensor([len(targets[i]) - step for i in rows])
-        mask = constraint.allowed(prefix, rows=torch.tensor(rows), remaining=remaining)  # type: ignore[attr-defined]
+        mask = constraint.allowed(prefix, rows=torch.tensor(rows), remaining=remaining)
         for j, i in enumerate(rows):
             _require(bool(mask[j, targets[i][step]]),
                      f"{refs[i].origin}: the constraint forbids the reference's token {step + 1}")

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import entrypoints
 
 from seqtrans.errors import TaskError
-from seqtrans.tasks.protocol import REQUIRED_ATTRIBUTES, Task
+from seqtrans.tasks.protocol import TaskClass, missing_members
 
 GROUP = "seqtrans.tasks"
 COMMAND_GROUP = "seqtrans.commands"
@@ -73,7 +74,7 @@ def find(name: str, path: Sequence[str] | None = None) -> TaskEntry:
     return entries[0]
 
 
-def load(name: str, path: Sequence[str] | None = None) -> type[Task]:
+def load(name: str, path: Sequence[str] | None = None) -> TaskClass[Any, Any, Any]:
     """Import and check the task class registered as ``name``."""
     entry = find(name, path)
     return load_entry(entry)
@@ -92,16 +93,18 @@ def load_object(entry: TaskEntry, *, kind: str = "task") -> object:
         ) from exc
 
 
-def load_entry(entry: TaskEntry) -> type[Task]:
-    task: type[Task] = load_object(entry)  # type: ignore[assignment]
-    missing = [a for a in REQUIRED_ATTRIBUTES if not hasattr(task, a)]
+def load_entry(entry: TaskEntry) -> TaskClass[Any, Any, Any]:
+    """Import a task class and check that it has every member of the contract."""
+    task = load_object(entry)
+    missing = missing_members(task)
     if missing:
         raise TaskError(
             f"task {entry.label}: {entry.target} does not implement the Task protocol; "
             f"missing: {', '.join(missing)}"
         )
-    if task.name != entry.name:
+    task_cls = cast(TaskClass[Any, Any, Any], task)
+    if task_cls.name != entry.name:
         raise TaskError(
-            f"task {entry.label}: registered as '{entry.name}' but its class is named '{task.name}'"
+            f"task {entry.label}: registered as '{entry.name}' but its class is named '{task_cls.name}'"
         )
-    return task
+    return task_cls

@@ -1,9 +1,27 @@
 """The contract between the engine and a task plugin.
 
-The engine owns the model, training and search; a task owns its data, its
-tokenization, its metrics and its decoding defaults. A plugin is a class that
-satisfies :class:`Task`, registered under the ``seqtrans.tasks`` entry-point group.
-See ``docs/plugins.md`` for a walk-through with the ``copy`` task.
+The engine owns the model, training and search; a task owns its data, its metrics
+and its decoding defaults. A plugin provides two objects:
+
+- a **task class** (:class:`TaskClass`), registered under the ``seqtrans.tasks``
+  entry-point group: its name, its options (``Config``), its defaults and presets, its
+  metric, and instances (:class:`Task`) that read data, build vocabularies, parse
+  ``predict`` input, format and score predictions;
+- a **codec** (:class:`Codec`), returned by :meth:`Task.vocabulary`: the vocabularies
+  and the task's conversions between its objects and token strings. Everything that
+  needs the vocabulary lives on the codec, so nothing depends on the order of calls,
+  and a codec pickles, so encoding can run in worker processes and on other ranks.
+
+A codec may have optional abilities, each a runtime-checkable protocol the engine
+tests with ``isinstance``: :class:`Constraining` (restrict next tokens during
+search), :class:`SegmentationSampling` (``train.subword_sampling``) and
+:class:`SourceWalking` (``model.source_cursor``). A codec without one writes nothing
+for it. The type parameters are the task's source, target and prediction types, so
+that mypy checks a plugin against the contract::
+
+    _contract: TaskClass[str, str, str] = MyTask
+
+See ``docs/plugins.md``. This module imports neither torch nor any task.
 """
 
 from __future__ import annotations
@@ -11,11 +29,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from seqtrans.errors import UsageError
 from seqtrans.vocab import Vocabularies
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
     from seqtrans.decoding.constraints import Constraint
 
 SPLITS = ("train", "dev", "test")
@@ -23,96 +44,207 @@ SPLITS = ("train", "dev", "test")
 #: A value of :meth:`Task.score`: a number, or a string describing one (a signature).
 Metric = float | str
 
+SourceT = TypeVar("SourceT")
+TargetT = TypeVar("TargetT")
+PredictionT = TypeVar("PredictionT")
+SourceT_contra = TypeVar("SourceT_contra", contravariant=True)
+TargetT_contra = TypeVar("TargetT_contra", contravariant=True)
+PredictionT_co = TypeVar("PredictionT_co", covariant=True)
+
 
 @dataclass(frozen=True)
-class Example:
+class Example(Generic[SourceT, TargetT]):
     """One input and its reference output, as task objects (strings, token lists, trees).
 
     ``origin`` says where it came from (``file:line``) for error messages.
     """
 
-    source: Any
-    target: Any = None
+    source: SourceT
+    target: TargetT
     origin: str = ""
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """An input that :meth:`Task.read` leaves out, and why (``reason``, a short phrase
+    such as ``"empty source or target"``). The engine counts these per split and reason,
+    logs them with the first ``origin`` of each reason, and reports the count of the
+    scored split as ``skipped`` in its metrics: nothing is dropped silently."""
+
+    origin: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SourceWalk:
+    """How outputs walk over their inputs in order (:class:`SourceWalking`).
+
+    The source is a sequence of units, each starting at a source token of ``starts``;
+    every target token of ``advance`` consumes one unit. With ``model.source_cursor``
+    each decoder input also sees the encoder state of the first unit not yet consumed.
+    """
+
+    advance: tuple[int, ...]  # target ids
+    starts: tuple[int, ...]  # source ids
+
+    def __post_init__(self) -> None:
+        if not self.advance or not self.starts:
+            raise ValueError("a source walk needs at least one advancing target id and one "
+                             "unit-start source id")
+
+
 @runtime_checkable
-class Task(Protocol):
-    """What a task plugin provides. All methods are called on an instance built from
-    the resolved ``data`` section: ``TaskClass(config.data)``."""
+class Codec(Protocol[SourceT_contra, TargetT_contra, PredictionT_co]):
+    """The vocabularies and the task's conversions, in both directions. Must pickle.
 
-    #: The name users type: ``seqtrans run NAME``. Must equal the entry point's name.
-    name: ClassVar[str]
-    #: A frozen dataclass of the task's options: the ``data`` section of the run config.
-    Config: ClassVar[type]
-    #: Run-config overrides that make the task's baseline, applied before any preset;
-    #: at least the decoding defaults, e.g. ``{"decode": {"beam": 4, "alpha": 0.6}}``.
-    defaults: ClassVar[Mapping[str, Any]]
-    #: Named run-config overrides; ``default`` applies when the user names none.
-    presets: ClassVar[Mapping[str, Mapping[str, Any]]]
-    #: The key of :meth:`score`'s result used for validation and early stopping
-    #: (higher is better).
-    metric: ClassVar[str]
+    The engine maps token strings to ids with :attr:`vocabularies`, appends the end
+    symbol and pads (:func:`seqtrans.data.source_ids` and friends).
+    """
 
-    def __init__(self, config: Any) -> None:
-        """Build the task from its resolved options (an instance of :attr:`Config`)."""
+    @property
+    def vocabularies(self) -> Vocabularies:
+        """The source and target vocabularies (the same object twice when shared: the
+        model then shares its embeddings)."""
+        ...
 
-    def read(self, split: str) -> Iterator[Example]:
-        """The examples of ``split`` (one of :data:`SPLITS`), in order.
+    def source_tokens(self, source: SourceT_contra) -> list[str]:
+        """The source as token strings of the source vocabulary."""
+        ...
 
-        Test examples must never be dropped or reordered. Malformed input raises
-        :class:`~seqtrans.errors.DataError` naming the file and line.
+    def target_tokens(self, target: TargetT_contra) -> list[str]:
+        """The reference as token strings of the target vocabulary."""
+        ...
+
+    def prediction(self, tokens: list[str], source: SourceT_contra) -> PredictionT_co:
+        """Decoded target tokens back as a task object (detokenize, build a tree)."""
+        ...
+
+
+@runtime_checkable
+class Task(Protocol[SourceT, TargetT, PredictionT]):
+    """What an instance of a task class does. It is built from the resolved ``data``
+    section (``TaskClass(config.data)``) and holds only data settings: no method
+    depends on another having run."""
+
+    def read(self, split: str) -> Iterator[Example[SourceT, TargetT] | Skipped]:
+        """The examples of ``split`` (one of :data:`SPLITS`), in order; an input left out
+        is yielded as :class:`Skipped` with the reason.
+
+        Test examples are never reordered. Malformed input raises
+        :class:`~seqtrans.errors.DataError` naming the file and line; an unknown split
+        raises :class:`~seqtrans.errors.UsageError` (:func:`check_split`).
         """
         ...
 
-    def vocabulary(self, directory: Path, train: Iterable[Example] | None) -> Vocabularies:
+    def vocabulary(self, directory: Path,
+                   train: Iterable[Example[SourceT, TargetT]] | None) -> Codec[SourceT, TargetT, PredictionT]:
         """Build the vocabularies (and any tokenizer model) into ``directory`` from
-        ``train``, or, when ``train`` is None, load them from ``directory``.
-
-        Everything the task writes there travels inside checkpoints, so a checkpoint
+        ``train``, or, when ``train`` is None, load them from ``directory``; return the
+        codec. Everything written there travels inside checkpoints, so a checkpoint
         alone is enough to decode.
         """
         ...
 
-    def source_tokens(self, source: Any) -> list[str]:
-        """The source as token strings of the source vocabulary."""
-        ...
-
-    def target_tokens(self, target: Any) -> list[str]:
-        """The reference as token strings of the target vocabulary."""
-        ...
-
-    def prediction(self, tokens: list[str], source: Any) -> Any:
-        """Turn decoded target tokens back into a task object (detokenize, build a tree)."""
-        ...
-
-    def parse_source(self, line: str) -> Any:
+    def parse_source(self, line: str) -> SourceT:
         """A source object from one line of ``seqtrans predict``'s input."""
         ...
 
-    def format(self, prediction: Any) -> str:
+    def format(self, prediction: PredictionT) -> str:
         """One line of output for a prediction (no newline)."""
         ...
 
-    def score(self, predictions: Sequence[Any], examples: Sequence[Example]) -> Mapping[str, Metric]:
-        """Metrics of predictions against the examples' targets; must include :attr:`metric`
-        (a number). Strings are for descriptions such as a metric's signature: they go
-        into ``metrics.json`` and are left out of validation."""
+    def score(self, predictions: Sequence[PredictionT],
+              examples: Sequence[Example[SourceT, TargetT]]) -> Mapping[str, Metric]:
+        """Metrics of predictions against the examples' targets; must include the
+        class's ``metric`` (a number, higher is better). Strings are for descriptions
+        such as a metric's signature: they go into ``metrics.json`` and are left out of
+        validation."""
         ...
 
-    def constraint(self, sources: Sequence[Any], vocabularies: Vocabularies) -> Constraint | None:
-        """An optional restriction of next tokens for a batch of sources; None for none."""
+
+class TaskClass(Protocol[SourceT, TargetT, PredictionT]):
+    """What the entry point names: a class (usually) with these attributes, whose
+    instances are :class:`Task` objects. Plain class attributes satisfy it."""
+
+    @property
+    def name(self) -> str:
+        """The name users type, ``seqtrans run NAME``; equal to the entry point's name."""
+        ...
+
+    @property
+    def Config(self) -> type[DataclassInstance]:  # noqa: N802 (a class, named as one)
+        """A frozen dataclass of the task's options, fields made with
+        :func:`seqtrans.config.option`: the ``data`` section of the run config."""
+        ...
+
+    @property
+    def defaults(self) -> Mapping[str, Any]:
+        """Run-config overrides that make the task's baseline, applied before any preset;
+        at least the decoding defaults, e.g. ``{"decode": {"beam": 4, "alpha": 0.6}}``."""
+        ...
+
+    @property
+    def presets(self) -> Mapping[str, Mapping[str, Any]]:
+        """Named run-config overrides; ``default`` applies when the user names none."""
+        ...
+
+    @property
+    def metric(self) -> str:
+        """The key of :meth:`Task.score`'s result used for validation and early stopping."""
+        ...
+
+    def __call__(self, config: Any) -> Task[SourceT, TargetT, PredictionT]: ...
+
+
+# --------------------------------------------------------------------------- optional abilities
+
+
+@runtime_checkable
+class Constraining(Protocol[SourceT_contra]):
+    """A codec that restricts which tokens may come next during search
+    (``decode.constrained``)."""
+
+    def constraint(self, sources: Sequence[SourceT_contra]) -> Constraint | None:
+        """A constraint for one batch of sources (its ``rows`` index ``sources``), or None
+        for none (a task whose constraint is an option, say)."""
         ...
 
 
-# Optional, for ``train.subword_sampling`` (subword regularization, Kudo 2018):
-#
-#     def sample_source_tokens(self, sources: Sequence[Any], alpha: float, seed: int) -> list[list[str]]:
-#         """The sources as token strings, each with a segmentation sampled at smoothing
-#         ``alpha``; the same ``seed`` gives the same samples."""
-#
-# The engine calls it once per training epoch; a task without it rejects the option.
+@runtime_checkable
+class SegmentationSampling(Protocol[SourceT_contra]):
+    """A codec whose source tokenizer can sample segmentations, for
+    ``train.subword_sampling`` (subword regularization, Kudo 2018)."""
 
-REQUIRED_ATTRIBUTES = ("name", "Config", "defaults", "presets", "metric", "read", "vocabulary",
-                       "source_tokens", "target_tokens", "prediction", "parse_source", "format",
-                       "score", "constraint")
+    def sample_source_tokens(self, sources: Sequence[SourceT_contra], alpha: float,
+                             seed: int) -> list[list[str]]:
+        """Every source's tokens with a segmentation sampled at smoothing ``alpha``; the
+        same ``seed`` gives the same samples."""
+        ...
+
+
+@runtime_checkable
+class SourceWalking(Protocol):
+    """A codec whose outputs consume their inputs in order, for ``model.source_cursor``."""
+
+    def source_walk(self) -> SourceWalk: ...
+
+
+# --------------------------------------------------------------------------- shared checks
+
+#: Members the engine requires of a task class (:class:`TaskClass`) and of its
+#: instances (:class:`Task`); checked when a plugin is loaded.
+CLASS_MEMBERS = ("name", "Config", "defaults", "presets", "metric")
+TASK_METHODS = ("read", "vocabulary", "parse_source", "format", "score")
+
+
+def missing_members(task_cls: object) -> list[str]:
+    """The members of the contract that ``task_cls`` lacks (``__call__`` when it cannot
+    make instances)."""
+    missing = [m for m in (*CLASS_MEMBERS, *TASK_METHODS) if not hasattr(task_cls, m)]
+    return missing + ([] if callable(task_cls) else ["__call__"])
+
+
+def check_split(split: str) -> None:
+    """Raise the one documented error for a split that is not one of :data:`SPLITS`."""
+    if split not in SPLITS:
+        raise UsageError(f"unknown split '{split}'; choose one of {', '.join(SPLITS)}")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from seqtrans import pipeline, tasks
+from seqtrans import online, pipeline, tasks
 from seqtrans.attention.monotonic import MonotonicAttention
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
@@ -25,6 +25,7 @@ from seqtrans.decoding.streaming import (
 from seqtrans.errors import DataError, UsageError
 from seqtrans.model import Transformer
 from seqtrans.vocab import EOS, Vocab, Vocabularies
+from seqtrans_copy import CopyCodec
 
 SOURCES = [[4, 5, 6, 7, 8, 9, 10, 4, 5], [6], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, 7, 8], [5, 5, 5, 5]]
 CONFIG = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3)
@@ -119,14 +120,14 @@ def loaded_copy(model: Transformer, *, max_len_b: int = 3) -> pipeline.Loaded:
                                                         f"decode.max_len_b={max_len_b}"])
     task = tasks.load("copy")(config.data)
     vocab = Vocab(str(s) for s in range(7))
-    return pipeline.Loaded(config, task, Vocabularies(vocab, vocab), model, torch.device("cpu"))
+    return pipeline.Loaded(config, task, CopyCodec(Vocabularies(vocab, vocab)), model, torch.device("cpu"))
 
 
 class Arrivals:
     """Words of the input given one at a time, recording what was written after each."""
 
     def __init__(self, text: str) -> None:
-        self.events = list(pipeline.words_of([text]))
+        self.events = list(online.words_of([text]))
         self.pulled = 0
         self.log: list[tuple[int, str]] = []  # (events pulled, text written)
 
@@ -140,16 +141,16 @@ class Arrivals:
 
 
 def test_words_arrive_as_soon_as_the_whitespace_after_them_does() -> None:
-    assert list(pipeline.words_of(["1 2", "3  4", "\n", "\n5\t6\n7"])) == [
+    assert list(online.words_of(["1 2", "3  4", "\n", "\n5\t6\n7"])) == [
         "1", "23", "4", None, None, "5", "6", None, "7", None]
-    assert list(pipeline.words_of(["1 \n"])) == ["1", None]
-    assert list(pipeline.words_of([""])) == []
+    assert list(online.words_of(["1 \n"])) == ["1", None]
+    assert list(online.words_of([""])) == []
 
 
 def test_the_cli_stream_writes_each_token_before_the_rest_of_its_input_arrives() -> None:
     model = streaming_model(0, g=0.1, r=20.0)  # every layer selects the first position it sees
     arrivals = Arrivals("4 5 6 1 2\n3 3\n")
-    pipeline.stream(loaded_copy(model, max_len_b=0), arrivals, arrivals.write)
+    online.stream(loaded_copy(model, max_len_b=0), arrivals, arrivals.write)
     # the bound a * |x| + b with b = 0 makes each token wait for one more word, and no longer
     assert [pulled for pulled, _ in arrivals.log[:5]] == [1, 2, 3, 4, 5]
     assert "\t" not in "".join(text for _, text in arrivals.log[:5])
@@ -169,7 +170,7 @@ def test_the_cli_stream_writes_what_offline_greedy_decoding_writes(seed: int, g:
     model = streaming_model(seed, g=g, r=r)
     text = "".join(" ".join(str(i - 4) for i in s) + "\n" for s in SOURCES)
     arrivals = Arrivals(text)
-    pipeline.stream(loaded_copy(model), arrivals, arrivals.write)
+    online.stream(loaded_copy(model), arrivals, arrivals.write)
     lines = "".join(t for _, t in arrivals.log).splitlines()
     src = pad_batch([s + [EOS] for s in SOURCES])
     max_len = torch.tensor([max_output_length(len(s), CONFIG) for s in SOURCES])
@@ -194,7 +195,7 @@ def test_the_cli_stream_skips_the_rest_of_an_input_whose_output_has_ended(monkey
 
     monkeypatch.setattr(model, "decode", eos_at_the_second_step)
     arrivals = Arrivals("4 5 6 1 2\n3 3 3\n6\n")
-    pipeline.stream(loaded_copy(model), arrivals, arrivals.write)
+    online.stream(loaded_copy(model), arrivals, arrivals.write)
     lines = "".join(t for _, t in arrivals.log).splitlines()
     assert [line.split("\t")[1] for line in lines] == ["1", "1", "1"]
     fresh = streaming_model(0, g=0.1, r=20.0)
@@ -206,16 +207,12 @@ def test_the_cli_stream_skips_the_rest_of_an_input_whose_output_has_ended(monkey
 
 def test_the_cli_stream_refuses_a_tokenisation_that_changes_earlier_tokens() -> None:
     loaded = loaded_copy(streaming_model(0, g=0.1, r=20.0))
-    copy_task = loaded.task
 
-    class Reversing:  # the copy task, but its source tokens in reverse order
-        def __getattr__(self, name: str) -> object:
-            return getattr(copy_task, name)
-
+    class Reversing(CopyCodec):  # the copy task's codec, but its source tokens in reverse order
         def source_tokens(self, source: list[int]) -> list[str]:
-            return copy_task.source_tokens(source)[::-1]
+            return super().source_tokens(source)[::-1]
 
-    loaded = dataclasses.replace(loaded, task=Reversing())  # type: ignore[arg-type]
+    loaded = dataclasses.replace(loaded, codec=Reversing(loaded.codec.vocabularies))
     arrivals = Arrivals("4 5 6\n")
     with pytest.raises(DataError, match="<stdin>:1: .*cannot be streamed word by word"):
-        pipeline.stream(loaded, arrivals, arrivals.write)
+        online.stream(loaded, arrivals, arrivals.write)

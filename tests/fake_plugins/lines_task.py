@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from seqtrans.config import option
 from seqtrans.errors import DataError
-from seqtrans.tasks import Example
+from seqtrans.tasks import Example, TaskClass, check_split
 from seqtrans.vocab import Vocab, Vocabularies
 
 
@@ -21,10 +21,24 @@ class LinesConfig:
     test: str = option("", "Test file.")
 
 
+@dataclass(frozen=True)
+class LinesCodec:
+    vocabularies: Vocabularies
+
+    def source_tokens(self, source: str) -> list[str]:
+        return source.split()
+
+    def target_tokens(self, target: str) -> list[str]:
+        return target.split()
+
+    def prediction(self, tokens: list[str], source: str) -> str:
+        return " ".join(tokens)
+
+
 class LinesTask:
-    name: ClassVar[str] = "lines"
-    Config: ClassVar[type] = LinesConfig
-    metric: ClassVar[str] = "exact_match"
+    name = "lines"
+    Config = LinesConfig
+    metric = "exact_match"
     defaults: ClassVar[dict[str, Any]] = {"decode": {"beam": 2, "alpha": 0.0, "max_len_b": 5}}
     presets: ClassVar[dict[str, Any]] = {"tiny": {"model": {"encoder_layers": 1, "decoder_layers": 1,
                                                             "d_model": 16, "d_ff": 32, "heads": 2}}}
@@ -32,7 +46,8 @@ class LinesTask:
     def __init__(self, config: LinesConfig) -> None:
         self.config = config
 
-    def read(self, split: str) -> Iterator[Example]:
+    def read(self, split: str) -> Iterator[Example[str, str]]:
+        check_split(split)
         path = Path(getattr(self.config, split))
         with path.open(encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
@@ -41,21 +56,13 @@ class LinesTask:
                     raise DataError(path, n, f"expected source<TAB>target, found {len(parts)} field(s)")
                 yield Example(parts[0], parts[1], origin=f"{path}:{n}")
 
-    def vocabulary(self, directory: Path, train: Iterable[Example] | None) -> Vocabularies:
+    def vocabulary(self, directory: Path, train: Iterable[Example[str, str]] | None) -> LinesCodec:
         if train is None:
             vocab = Vocab.load(directory / "vocab.txt")
         else:
             vocab = Vocab.build(w.split() for e in train for w in (e.source, e.target))
             vocab.save(directory / "vocab.txt")
-        return Vocabularies(vocab, vocab)
-
-    def source_tokens(self, source: str) -> list[str]:
-        return source.split()
-
-    target_tokens = source_tokens
-
-    def prediction(self, tokens: list[str], source: str) -> str:
-        return " ".join(tokens)
+        return LinesCodec(Vocabularies(vocab, vocab))
 
     def parse_source(self, line: str) -> str:
         return line
@@ -63,8 +70,8 @@ class LinesTask:
     def format(self, prediction: str) -> str:
         return prediction
 
-    def score(self, predictions: Sequence[str], examples: Sequence[Example]) -> dict[str, float]:
+    def score(self, predictions: Sequence[str], examples: Sequence[Example[str, str]]) -> dict[str, float]:
         return {"exact_match": sum(p == e.target for p, e in zip(predictions, examples)) / len(examples)}
 
-    def constraint(self, sources: Sequence[str], vocabularies: Vocabularies) -> None:
-        return None
+
+_contract: TaskClass[str, str, str] = LinesTask

@@ -5,6 +5,10 @@ start a new task. Registered in ``pyproject.toml``::
 
     [project.entry-points."seqtrans.tasks"]
     copy = "seqtrans_copy:CopyTask"
+
+It shows an optional ability too: with ``data.constrain`` its codec restricts the
+search (:class:`seqtrans.tasks.Constraining`). Torch is imported only where the
+constraint is made, so that listing the installed tasks does not load it.
 """
 
 from __future__ import annotations
@@ -13,17 +17,19 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from seqtrans.config import option
 from seqtrans.errors import ConfigError
-from seqtrans.tasks import Example
+from seqtrans.tasks import Example, TaskClass, check_split
 from seqtrans.vocab import EOS, Vocab, Vocabularies
 
-__all__ = ["CopyConfig", "CopyTask"]
+if TYPE_CHECKING:
+    from torch import Tensor
+
+__all__ = ["CopyCodec", "CopyConfig", "CopyTask"]
+
+Symbols = list[int]  # a sequence, also the source, target and prediction type
 
 _SPLIT_SEEDS = {"train": 0, "dev": 1, "test": 2}
 
@@ -51,6 +57,26 @@ class CopyConfig:
             raise ConfigError("data.vocab_size", "must be at least 2")
 
 
+@dataclass(frozen=True)
+class CopyCodec:
+    """Symbols as their decimal strings; ``constrain`` adds the permutation constraint."""
+
+    vocabularies: Vocabularies
+    constrain: bool = False
+
+    def source_tokens(self, source: Symbols) -> list[str]:
+        return [str(s) for s in source]
+
+    def target_tokens(self, target: Symbols) -> list[str]:
+        return [str(s) for s in target]
+
+    def prediction(self, tokens: list[str], source: Symbols) -> Symbols:
+        return [int(t) if t.isdigit() else -1 for t in tokens]  # -1: a non-symbol such as <unk>
+
+    def constraint(self, sources: Sequence[Symbols]) -> _Unused | None:
+        return _Unused(sources, self.vocabularies.target) if self.constrain else None
+
+
 # A small model that learns L = 20 to >= 0.99 exact match in about 3 CPU minutes.
 _SMALL = {
     "model": {"encoder_layers": 2, "decoder_layers": 2, "d_model": 64, "d_ff": 256, "heads": 4,
@@ -64,9 +90,9 @@ _SMALL = {
 class CopyTask:
     """Sequences of symbols ``0 .. vocab_size-1``, written as space-separated integers."""
 
-    name: ClassVar[str] = "copy"
-    Config: ClassVar[type] = CopyConfig
-    metric: ClassVar[str] = "exact_match"
+    name = "copy"
+    Config = CopyConfig
+    metric = "exact_match"
     defaults: ClassVar[dict[str, Any]] = {
         "decode": {"beam": 1, "alpha": 0.0, "max_len_a": 1.0, "max_len_b": 5},
     }
@@ -78,9 +104,11 @@ class CopyTask:
     def __init__(self, config: CopyConfig) -> None:
         self.config = config
 
-    # -------------------------------------------------------------- data
+    def read(self, split: str) -> Iterator[Example[Symbols, Symbols]]:
+        check_split(split)
+        return self._generate(split)
 
-    def read(self, split: str) -> Iterator[Example]:
+    def _generate(self, split: str) -> Iterator[Example[Symbols, Symbols]]:
         c = self.config
         size = {"train": c.train_size, "dev": c.dev_size, "test": c.test_size}[split]
         rng = random.Random(f"{c.seed}:{_SPLIT_SEEDS[split]}")
@@ -90,36 +118,23 @@ class CopyTask:
             target = seq[::-1] if c.reverse else seq
             yield Example(seq, target, origin=f"{split}:{i + 1}")
 
-    def vocabulary(self, directory: Path, train: Iterable[Example] | None) -> Vocabularies:
+    def vocabulary(self, directory: Path, train: Iterable[Example[Symbols, Symbols]] | None) -> CopyCodec:
         path = directory / "vocab.txt"
         if train is None:
             vocab = Vocab.load(path)
         else:
             vocab = Vocab(str(s) for s in range(self.config.vocab_size))
             vocab.save(path)
-        self._vocab = vocab
-        return Vocabularies(vocab, vocab)
+        return CopyCodec(Vocabularies(vocab, vocab), constrain=self.config.constrain)
 
-    # -------------------------------------------------------------- tokens
-
-    def source_tokens(self, source: list[int]) -> list[str]:
-        return [str(s) for s in source]
-
-    def target_tokens(self, target: list[int]) -> list[str]:
-        return [str(s) for s in target]
-
-    def prediction(self, tokens: list[str], source: list[int]) -> list[int]:
-        return [int(t) if t.isdigit() else -1 for t in tokens]  # -1: a non-symbol such as <unk>
-
-    def parse_source(self, line: str) -> list[int]:
+    def parse_source(self, line: str) -> Symbols:
         return [int(t) if t.isdigit() else -1 for t in line.split()]
 
-    def format(self, prediction: list[int]) -> str:
+    def format(self, prediction: Symbols) -> str:
         return " ".join(str(s) if s >= 0 else "<unk>" for s in prediction)
 
-    # -------------------------------------------------------------- metrics
-
-    def score(self, predictions: Sequence[list[int]], examples: Sequence[Example]) -> dict[str, float]:
+    def score(self, predictions: Sequence[Symbols],
+              examples: Sequence[Example[Symbols, Symbols]]) -> dict[str, float]:
         exact = sum(p == e.target for p, e in zip(predictions, examples))
         right = total = 0
         for p, e in zip(predictions, examples):
@@ -128,19 +143,14 @@ class CopyTask:
         n = max(len(examples), 1)
         return {"exact_match": exact / n, "token_accuracy": right / max(total, 1)}
 
-    # -------------------------------------------------------------- constraint
-
-    def constraint(self, sources: Sequence[list[int]], vocabularies: Vocabularies) -> _Unused | None:
-        if not self.config.constrain:
-            return None
-        return _Unused(sources, vocabularies.target)
-
 
 class _Unused:
     """Allows each symbol as often as it occurs in the source, and the end only once
     all are used: every output is then a permutation of its source."""
 
-    def __init__(self, sources: Sequence[list[int]], vocab: Vocab) -> None:
+    def __init__(self, sources: Sequence[Symbols], vocab: Vocab) -> None:
+        import torch
+
         counts = torch.zeros(len(sources), len(vocab))  # [B, V]
         for i, src in enumerate(sources):
             for s in src:
@@ -148,9 +158,15 @@ class _Unused:
         self.counts = counts
 
     def allowed(self, prefix: Tensor, *, rows: Tensor, remaining: Tensor) -> Tensor:
+        import torch
+
         counts = self.counts.to(prefix.device)[rows]  # [N, V]
         used = torch.zeros_like(counts).scatter_add_(1, prefix, torch.ones_like(prefix, dtype=counts.dtype))
         left = counts - used  # [N, V]
         mask = left > 0
         mask[:, EOS] = left.sum(dim=1) == 0
         return mask
+
+
+# mypy checks the task against the contract here
+_contract: TaskClass[Symbols, Symbols, Symbols] = CopyTask

@@ -11,25 +11,27 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from seqtrans.config import option
 from seqtrans.errors import ConfigError, DataError
-from seqtrans.tasks import Example
-from seqtrans.vocab import SPECIALS, Cursor, Vocab, Vocabularies
+from seqtrans.tasks import Example, Skipped, SourceWalk, TaskClass, check_split
+from seqtrans.vocab import SPECIALS, Vocab, Vocabularies
 from seqtrans_parsing import treebank
 from seqtrans_parsing.augment import substitute
-from seqtrans_parsing.constraint import BracketConstraint
 from seqtrans_parsing.evalb import COLLINS, evalb
 from seqtrans_parsing.linearize import PLACEHOLDER, is_close, is_open, linearize, to_tree
 from seqtrans_parsing.subwords import WORD_START, train_sentencepiece
 from seqtrans_parsing.trees import Tree, preprocess
 
+if TYPE_CHECKING:
+    from seqtrans_parsing.constraint import BracketConstraint
+
 log = logging.getLogger(__name__)
 
-__all__ = ["ParsingConfig", "ParsingTask", "Sentence", "Parse"]
+__all__ = ["Parse", "ParsingCodec", "ParsingConfig", "ParsingTask", "Sentence"]
 
 # The phrase labels of the Penn Treebank (Bies et al. 1995), always in the target
 # vocabulary so that a label rare enough to miss the training data stays a label.
@@ -131,12 +133,67 @@ _SAMPLE: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class ParsingCodec:
+    """Words to sentencepiece pieces; trees to bracket sequences and back.
+
+    The preterminals are the target's symbols for words (the placeholder, or the tags).
+    Besides the conversions it has the three optional abilities: the bracket constraint,
+    sampled segmentations of the words, and the walk of the source cursor (each
+    preterminal consumes one word; a word starts at its piece marked "▁").
+    """
+
+    pieces: Any  # sentencepiece.SentencePieceProcessor (it pickles)
+    vocabularies: Vocabularies
+    tags: bool  # the target writes part-of-speech tags for the words (data.preterminals=tags)
+    preterminals: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        target = self.vocabularies.target
+        object.__setattr__(self, "preterminals", frozenset(
+            s for s in target.symbols[len(SPECIALS):] if not is_open(s) and not is_close(s)))
+
+    def source_tokens(self, source: Sentence) -> list[str]:
+        # each word's first piece is marked "▁" (a piece of its own before an unseen
+        # character), which is how the source walk counts words
+        return list(self.pieces.encode(" ".join(source.words), out_type=str))
+
+    def target_tokens(self, target: Tree) -> list[str]:
+        return linearize(target, tags=self.tags)
+
+    def prediction(self, tokens: list[str], source: Sentence) -> Parse:
+        built = to_tree(tokens, source.words, source.tags, preterminals=self.preterminals)
+        decoded = tuple(t for t in tokens if t in self.preterminals)[: len(source.words)]
+        return Parse(built.tree, built.repairs, decoded)
+
+    def constraint(self, sources: Sequence[Sentence]) -> BracketConstraint:
+        from seqtrans_parsing.constraint import BracketConstraint
+
+        return BracketConstraint([len(s.words) for s in sources], self.vocabularies.target,
+                                 preterminals=self.preterminals)
+
+    def sample_source_tokens(self, sources: Sequence[Sentence], alpha: float, seed: int) -> list[list[str]]:
+        """Each source with a segmentation sampled from the unigram model's full lattice at
+        smoothing ``alpha`` (Kudo 2018); one piece per word is still marked "▁" (the
+        walk's count holds)."""
+        import sentencepiece as spm
+
+        spm.set_random_generator_seed(seed)
+        return [list(self.pieces.encode(" ".join(s.words), out_type=str, enable_sampling=True, alpha=alpha,
+                                        nbest_size=-1)) for s in sources]
+
+    def source_walk(self) -> SourceWalk:
+        source, target = self.vocabularies.source, self.vocabularies.target
+        return SourceWalk(advance=tuple(sorted(target.index(s) for s in self.preterminals)),
+                          starts=tuple(i for i, p in enumerate(source.symbols) if p.startswith(WORD_START)))
+
+
 class ParsingTask:
     """Penn Treebank constituency parsing."""
 
-    name: ClassVar[str] = "parsing"
-    Config: ClassVar[type] = ParsingConfig
-    metric: ClassVar[str] = "f1"
+    name = "parsing"
+    Config = ParsingConfig
+    metric = "f1"
     defaults: ClassVar[dict[str, Any]] = {
         # Vaswani et al. 2017, 6.3: beam 21, alpha 0.3, maximum output length input + 300
         # (|x| counts sentencepiece pieces, at least the words: the limit is never below
@@ -160,42 +217,47 @@ class ParsingTask:
 
     def __init__(self, config: ParsingConfig) -> None:
         self.config = config
-        self._sp: Any = None
-        self._preterminals: frozenset[str] = frozenset((PLACEHOLDER,))
-        self.skipped: list[str] = []
 
     # -------------------------------------------------------------- data
 
-    def trees(self, split: str) -> Iterator[tuple[Tree, str]]:
-        """The raw trees of a split with their origins (``file:line``)."""
+    def trees(self, split: str, skipped: list[str]) -> Iterator[tuple[Tree, str]]:
+        """The raw trees of a split with their origins (``file:line``); with
+        ``data.malformed=skip``, ``file:line: problem`` of each malformed one is appended
+        to ``skipped``."""
+        check_split(split)
         c = self.config
         skip = c.malformed == "skip"
         explicit = {"train": c.train, "dev": c.dev, "test": c.test}[split]
         if explicit:
-            yield from treebank.read_files(treebank.expand(explicit), skip=skip, skipped=self.skipped)
+            yield from treebank.read_files(treebank.expand(explicit), skip=skip, skipped=skipped)
         elif c.wsj_root:
             sections = getattr(c, f"{split}_sections")
             numbers = treebank.parse_range(sections, key=f"data.{split}_sections")
             files = treebank.wsj_files(c.wsj_root, numbers)
-            yield from treebank.read_files(files, skip=skip, skipped=self.skipped)
+            yield from treebank.read_files(files, skip=skip, skipped=skipped)
         else:
             numbers = treebank.parse_range(getattr(c, f"{split}_files"), key=f"data.{split}_files")
             yield from treebank.read_nltk(c.corpus, numbers, data_dir=c.nltk_data, download=c.download,
-                                          skip=skip, skipped=self.skipped)
+                                          skip=skip, skipped=skipped)
 
-    def read(self, split: str) -> Iterator[Example]:
-        before = len(self.skipped)
-        empty = 0
+    def read(self, split: str) -> Iterator[Example[Sentence, Tree] | Skipped]:
+        check_split(split)
+        return self._read(split)
+
+    def _read(self, split: str) -> Iterator[Example[Sentence, Tree] | Skipped]:
+        malformed: list[str] = []
         kept: list[tuple[Tree, str]] = []
         augment = split == "train" and self.config.substitute > 0
-        for raw, origin in self.trees(split):
+        for raw, origin in self.trees(split, malformed):
+            yield from _skipped(malformed)
             tree = preprocess(raw)
             if tree is None:
-                empty += 1
+                yield Skipped(origin, "the tree holds only empty elements")
                 continue
             if augment:
                 kept.append((tree, origin))
             yield _example(tree, origin)
+        yield from _skipped(malformed)
         if augment:
             count = round(self.config.substitute * len(kept))
             made = substitute([t for t, _ in kept], count, seed=self.config.substitute_seed)
@@ -203,16 +265,10 @@ class ParsingTask:
                      self.config.substitute)
             for s in made:
                 yield _example(s.tree, f"{kept[s.recipient][1]} with a {s.label} of {kept[s.donor][1]}")
-        skipped = len(self.skipped) - before
-        if skipped:
-            log.warning("%s: skipped %d malformed tree(s) (data.malformed=skip); first: %s", split, skipped,
-                        self.skipped[before])
-        if empty:
-            log.warning("%s: %d tree(s) hold only empty elements and were left out", split, empty)
 
     # -------------------------------------------------------------- vocabularies
 
-    def vocabulary(self, directory: Path, train: Iterable[Example] | None) -> Vocabularies:
+    def vocabulary(self, directory: Path, train: Iterable[Example[Sentence, Tree]] | None) -> ParsingCodec:
         import sentencepiece as spm
 
         model_path = directory / "sentencepiece.model"
@@ -244,43 +300,7 @@ class ParsingTask:
                 raise DataError(model_path, None, f"cannot load the sentencepiece model: {exc}") from None
             source = Vocab.load(directory / "source.vocab")
             target = Vocab.load(directory / "target.vocab")
-        self._sp = sp
-        # the target's symbols for words: the placeholder, or the tags
-        self._preterminals = frozenset(s for s in target.symbols[len(SPECIALS):]
-                                       if not is_open(s) and not is_close(s))
-        # each preterminal consumes one word; a word starts at its piece marked "▁"
-        cursor = Cursor(advance=tuple(sorted(target.index(s) for s in self._preterminals)),
-                        starts=tuple(i for i, p in enumerate(source.symbols) if p.startswith(WORD_START)))
-        return Vocabularies(source, target, cursor)
-
-    # -------------------------------------------------------------- tokens
-
-    def source_tokens(self, source: Sentence) -> list[str]:
-        if self._sp is None:
-            raise RuntimeError("vocabulary() must be called before source_tokens()")
-        # each word's first piece is marked "▁" (a piece of its own before an unseen
-        # character), which is how the source cursor counts words
-        return list(self._sp.encode(" ".join(source.words), out_type=str))
-
-    def sample_source_tokens(self, sources: Sequence[Sentence], alpha: float, seed: int) -> list[list[str]]:
-        """``train.subword_sampling``: each source with a segmentation sampled from the
-        unigram model's full lattice at smoothing ``alpha`` (Kudo 2018); one piece per
-        word is still marked "▁" (the cursor's count holds)."""
-        import sentencepiece as spm
-
-        if self._sp is None:
-            raise RuntimeError("vocabulary() must be called before sample_source_tokens()")
-        spm.set_random_generator_seed(seed)
-        return [list(self._sp.encode(" ".join(s.words), out_type=str, enable_sampling=True, alpha=alpha,
-                                     nbest_size=-1)) for s in sources]
-
-    def target_tokens(self, target: Tree) -> list[str]:
-        return linearize(target, tags=self.config.preterminals == "tags")
-
-    def prediction(self, tokens: list[str], source: Sentence) -> Parse:
-        built = to_tree(tokens, source.words, source.tags, preterminals=self._preterminals)
-        decoded = tuple(t for t in tokens if t in self._preterminals)[: len(source.words)]
-        return Parse(built.tree, built.repairs, decoded)
+        return ParsingCodec(sp, Vocabularies(source, target), tags=self.config.preterminals == "tags")
 
     def parse_source(self, line: str) -> Sentence:
         return Sentence(tuple(_ESCAPES.get(w, w) for w in line.split()))
@@ -290,7 +310,8 @@ class ParsingTask:
 
     # -------------------------------------------------------------- metrics
 
-    def score(self, predictions: Sequence[Parse], examples: Sequence[Example]) -> dict[str, float]:
+    def score(self, predictions: Sequence[Parse],
+              examples: Sequence[Example[Sentence, Tree]]) -> dict[str, float]:
         gold = [str(_with_root(e.target)) for e in examples]
         test = [str(_with_root(p.tree)) for p in predictions]
         report = evalb(gold, test, COLLINS, limits=False, max_error=-1)
@@ -306,8 +327,6 @@ class ParsingTask:
             "evalb_errors": float(a.errors + a.skips),
             "malformed": round(sum(p.malformed for p in predictions) / n * 100, 2),
             "repairs": float(sum(p.repairs for p in predictions)),
-            # malformed trees left out while reading any split (data.malformed=skip)
-            "skipped_trees": float(len(self.skipped)),
         }
         if self.config.preterminals == "tags":
             # the decoded tags against the gold ones, every word counted (a missing tag is wrong)
@@ -319,14 +338,15 @@ class ParsingTask:
             scores["tag_accuracy"] = round(correct / words * 100, 2) if words else 0.0
         return scores
 
-    # -------------------------------------------------------------- constraint
 
-    def constraint(self, sources: Sequence[Sentence], vocabularies: Vocabularies) -> BracketConstraint:
-        return BracketConstraint([len(s.words) for s in sources], vocabularies.target,
-                                 preterminals=self._preterminals)
+def _skipped(malformed: list[str]) -> Iterator[Skipped]:
+    """The malformed trees reported so far, as :class:`Skipped` (the list is emptied)."""
+    for entry in malformed:
+        yield Skipped(entry, "malformed tree (data.malformed=skip)")
+    malformed.clear()
 
 
-def _example(tree: Tree, origin: str) -> Example:
+def _example(tree: Tree, origin: str) -> Example[Sentence, Tree]:
     tagged = tree.tagged()
     return Example(Sentence(tuple(w for _, w in tagged), tuple(t for t, _ in tagged)), tree, origin)
 
@@ -334,3 +354,7 @@ def _example(tree: Tree, origin: str) -> Example:
 def _with_root(tree: Tree) -> Tree:
     """The tree under a ``TOP`` root, the convention gold and predictions share for EVALB."""
     return tree if tree.label == "TOP" else Tree("TOP", [tree])
+
+
+# mypy checks the task against the contract here
+_contract: TaskClass[Sentence, Tree, Parse] = ParsingTask

@@ -89,7 +89,7 @@ def _count_rest(lines: Iterator[tuple[int, str]], counted: int) -> int:
     return counted + sum(1 for _ in lines)
 
 
-def read_parallel(source: TextFile, target: TextFile) -> Iterator[Example]:
+def read_parallel(source: TextFile, target: TextFile) -> Iterator[Example[str, str]]:
     """Aligned examples of a source and a target file, line by line.
 
     Files of different lengths are an error naming both files and both counts.
@@ -108,7 +108,7 @@ def read_parallel(source: TextFile, target: TextFile) -> Iterator[Example]:
         yield Example(src[1], tgt[1], origin=f"{source.path}:{src[0]}")
 
 
-def read_tsv(path: str | Path) -> Iterator[Example]:
+def read_tsv(path: str | Path) -> Iterator[Example[str, str]]:
     """Examples from ``source<TAB>target`` lines."""
     path = Path(path)
     for number, line in read_lines(path):

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import itertools
-import logging
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from seqtrans import download
-from seqtrans.errors import ConfigError, UsageError
-from seqtrans.tasks import SPLITS, Example
+from seqtrans.errors import ConfigError
+from seqtrans.tasks import Example, Skipped, TaskClass, check_split
 from seqtrans.vocab import Vocabularies
 from seqtrans_translation import datasets, metrics
 from seqtrans_translation.config import TranslationConfig
@@ -18,7 +18,25 @@ from seqtrans_translation.presets import DEFAULTS, PRESETS
 from seqtrans_translation.readers import TextFile, read_parallel, read_tsv
 from seqtrans_translation.subwords import Subwords, SubwordSettings, build
 
-log = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class TranslationCodec:
+    """Text to pieces of the shared sentencepiece model and back."""
+
+    subwords: Subwords
+
+    @property
+    def vocabularies(self) -> Vocabularies:
+        return Vocabularies(self.subwords.vocab, self.subwords.vocab)
+
+    def source_tokens(self, source: str) -> list[str]:
+        return self.subwords.encode(source)
+
+    def target_tokens(self, target: str) -> list[str]:
+        return self.subwords.encode(target)
+
+    def prediction(self, tokens: list[str], source: str) -> str:
+        return self.subwords.decode(tokens)
 
 
 class TranslationTask:
@@ -29,29 +47,28 @@ class TranslationTask:
     references.
     """
 
-    name: ClassVar[str] = "translation"
-    Config: ClassVar[type] = TranslationConfig
-    metric: ClassVar[str] = "bleu"
+    name = "translation"
+    Config = TranslationConfig
+    metric = "bleu"
     defaults: ClassVar[dict[str, Any]] = DEFAULTS
     presets: ClassVar[dict[str, dict[str, Any]]] = PRESETS
 
     def __init__(self, config: TranslationConfig) -> None:
         self.config = config
-        self._subwords: Subwords | None = None
 
     # -------------------------------------------------------------- data
 
-    def read(self, split: str) -> Iterator[Example]:
-        """The examples of a split, in file order. Training pairs with an empty side are
-        skipped (and counted in the log); dev and test examples are all kept."""
-        if split not in SPLITS:
-            raise UsageError(f"unknown split '{split}'; choose one of {', '.join(SPLITS)}")
+    def read(self, split: str) -> Iterator[Example[str, str] | Skipped]:
+        """The examples of a split, in file order. Training pairs with an empty side, or
+        beyond the length limits, are left out (as :class:`Skipped`); dev and test
+        examples are all kept."""
+        check_split(split)
         examples = self._examples(split)
         if split == "train":
             return self._training(examples)
         return examples
 
-    def _examples(self, split: str) -> Iterator[Example]:
+    def _examples(self, split: str) -> Iterator[Example[str, str]]:
         c = self.config
         local = c.local(split)
         if isinstance(local, tuple):
@@ -69,31 +86,25 @@ class TranslationTask:
         files = [datasets.corpus_files(dataset, corpus, pair, where) for corpus in corpora]
         return itertools.chain.from_iterable(read_parallel(src, tgt) for src, tgt in files)
 
-    def _training(self, examples: Iterator[Example]) -> Iterator[Example]:
+    def _training(self, examples: Iterator[Example[str, str]]) -> Iterator[Example[str, str] | Skipped]:
         c = self.config
-        read = empty = cleaned = 0
         for ex in itertools.islice(examples, c.max_train_examples or None):
-            read += 1
             if not ex.source.strip() or not ex.target.strip():
-                empty += 1
+                yield Skipped(ex.origin, "empty source or target")
                 continue
             if c.max_train_words or c.max_train_ratio:
                 n_src, n_tgt = len(ex.source.split()), len(ex.target.split())
-                if (c.max_train_words and max(n_src, n_tgt) > c.max_train_words) or \
-                        (c.max_train_ratio and max(n_src, n_tgt) > c.max_train_ratio * min(n_src, n_tgt)):
-                    cleaned += 1
+                if c.max_train_words and max(n_src, n_tgt) > c.max_train_words:
+                    yield Skipped(ex.origin, f"more than data.max_train_words={c.max_train_words} words")
+                    continue
+                if c.max_train_ratio and max(n_src, n_tgt) > c.max_train_ratio * min(n_src, n_tgt):
+                    yield Skipped(ex.origin, f"length ratio above data.max_train_ratio={c.max_train_ratio:g}")
                     continue
             yield ex
-        if empty:
-            log.warning("skipped %d of %d training pairs with an empty source or target", empty, read)
-        if cleaned:
-            log.warning("skipped %d of %d training pairs longer than data.max_train_words=%d words or "
-                        "with a length ratio above data.max_train_ratio=%g", cleaned, read,
-                        c.max_train_words, c.max_train_ratio)
 
     # -------------------------------------------------------------- subwords
 
-    def vocabulary(self, directory: Path, train: Iterable[Example] | None) -> Vocabularies:
+    def vocabulary(self, directory: Path, train: Iterable[Example[str, str]] | None) -> TranslationCodec:
         """One sentencepiece model for both languages, trained on the training pairs
         (or reused from the cache) and stored in ``directory``; loaded from there when
         ``train`` is None."""
@@ -107,23 +118,7 @@ class TranslationTask:
             texts = [text for ex in train for text in (ex.source, ex.target)]
             subwords = build(texts, settings, download.cache_dir(c.cache_dir or None))
             subwords.save(directory)
-        self._subwords = subwords
-        return Vocabularies(subwords.vocab, subwords.vocab)
-
-    @property
-    def subwords(self) -> Subwords:
-        if self._subwords is None:
-            raise RuntimeError("call vocabulary() before tokenizing")
-        return self._subwords
-
-    def source_tokens(self, source: str) -> list[str]:
-        return self.subwords.encode(source)
-
-    def target_tokens(self, target: str) -> list[str]:
-        return self.subwords.encode(target)
-
-    def prediction(self, tokens: list[str], source: str) -> str:
-        return self.subwords.decode(tokens)
+        return TranslationCodec(subwords)
 
     def parse_source(self, line: str) -> str:
         return line
@@ -134,8 +129,10 @@ class TranslationTask:
 
     # -------------------------------------------------------------- metrics
 
-    def score(self, predictions: Sequence[str], examples: Sequence[Example]) -> dict[str, float | str]:
+    def score(self, predictions: Sequence[str],
+              examples: Sequence[Example[str, str]]) -> dict[str, float | str]:
         return metrics.score(predictions, [ex.target for ex in examples], tokenize=self.config.bleu_tokenize)
 
-    def constraint(self, sources: Sequence[str], vocabularies: Vocabularies) -> None:
-        return None
+
+# mypy checks the task against the contract here
+_contract: TaskClass[str, str, str] = TranslationTask

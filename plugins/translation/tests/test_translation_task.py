@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 import re
 import subprocess
@@ -11,16 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from translation_data import MULTI30K
 
-from conftest import SHARED_DATA
 from seqtrans import config as cfg
 from seqtrans import download, pipeline, tasks
 from seqtrans.errors import ConfigError, DataError
 from seqtrans.tasks.contract import check_task
 from seqtrans_translation import TranslationConfig, TranslationTask
 from seqtrans_translation.metrics import score
-
-MULTI30K = SHARED_DATA / "multi30k"
 
 
 @pytest.fixture(autouse=True)
@@ -66,11 +65,14 @@ def test_training_pairs_are_limited_and_empty_ones_skipped_but_test_lines_never(
     files = {f"{split}_{side}": str(tmp_path / side[0]) for split in ("train", "test")
              for side in ("src", "tgt")}
     task = TranslationTask(TranslationConfig(dataset="none", **files))  # type: ignore[arg-type]
-    assert [e.source for e in task.read("train")] == ["a", "d"]
-    assert "skipped 2 of 4 training pairs with an empty source or target" in caplog.text
+    with caplog.at_level(logging.WARNING):
+        train = pipeline.read_split(task, "train")
+    assert [e.source for e in train.examples] == ["a", "d"]
+    assert train.skipped == {"empty source or target": 2}
+    assert f"train: left out 2 of 4 inputs: empty source or target (first: {tmp_path / 's'}:2)" in caplog.text
     assert [e.source for e in task.read("test")] == ["a", "", "c", "d"]
     limited = TranslationTask(TranslationConfig(dataset="none", max_train_examples=3, **files))  # type: ignore[arg-type]
-    assert [e.source for e in limited.read("train")] == ["a"]
+    assert [e.source for e in pipeline.read_split(limited, "train").examples] == ["a"]
 
 
 def test_training_pairs_can_be_cleaned_by_length_and_ratio(tmp_path: Path,
@@ -82,8 +84,10 @@ def test_training_pairs_can_be_cleaned_by_length_and_ratio(tmp_path: Path,
     task = TranslationTask(TranslationConfig(dataset="none", max_train_words=6, max_train_ratio=1.5,
                                              **files))  # type: ignore[arg-type]
     # 3:4 words is kept; 7 words, 1:2 and 4:1 are not
-    assert [e.source for e in task.read("train")] == ["a b c"]
-    assert "skipped 3 of 4 training pairs longer than data.max_train_words=6" in caplog.text
+    train = pipeline.read_split(task, "train")
+    assert [e.source for e in train.examples] == ["a b c"]
+    assert train.skipped == {"more than data.max_train_words=6 words": 1,
+                             "length ratio above data.max_train_ratio=1.5": 2}
     assert len(list(task.read("test"))) == 4
 
 

@@ -12,9 +12,11 @@ import nltk
 import pytest
 from nltk.corpus.reader import BracketParseCorpusReader
 from nltk.corpus.util import LazyCorpusLoader
+from parsing_data import SHARED_DATA
 
-from conftest import SHARED_DATA
+from seqtrans import pipeline
 from seqtrans.errors import ConfigError, DataError
+from seqtrans.tasks import Example, Skipped
 from seqtrans_parsing import Parse, ParsingConfig, ParsingTask
 from seqtrans_parsing.treebank import parse_range
 from seqtrans_parsing.trees import MalformedTree, Tree, preprocess, read_trees, strip_function_tags
@@ -116,11 +118,17 @@ def test_a_malformed_file_is_an_error_or_skipped_by_the_setting(tmp_path: Path) 
     with pytest.raises(DataError, match=r"bad.trees:2: tree not closed"):
         list(ParsingTask(ParsingConfig(train=str(bad))).read("train"))
     task = ParsingTask(ParsingConfig(train=str(bad), malformed="skip"))
-    examples = list(task.read("train"))
+    read = list(task.read("train"))
+    assert [type(r).__name__ for r in read] == ["Example", "Skipped", "Example"]
+    skipped = read[1]
+    assert isinstance(skipped, Skipped) and skipped.origin.startswith(f"{bad}:2: tree not closed")
+    assert skipped.reason == "malformed tree (data.malformed=skip)"
+    examples = [r for r in read if isinstance(r, Example)]
     assert [str(e.target) for e in examples] == ["(S (NN a))", "(S (NN c))"]
-    assert len(task.skipped) == 1
-    scores = task.score([Parse(e.target, 0) for e in examples], examples)
-    assert scores["skipped_trees"] == 1 and scores["f1"] == 100.0
+    assert task.score([Parse(e.target, 0) for e in examples], examples)["f1"] == 100.0
+    # each reading counts afresh: the same split read twice reports the same
+    assert pipeline.read_split(task, "train").skipped == pipeline.read_split(task, "train").skipped == {
+        "malformed tree (data.malformed=skip)": 1}
 
 
 def test_the_nltk_corpus_is_fetched_when_missing_or_refused(tmp_path: Path,

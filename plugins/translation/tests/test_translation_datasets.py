@@ -7,17 +7,24 @@ import dataclasses
 import hashlib
 import io
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from translation_data import MULTI30K
 
-from conftest import SHARED_DATA
-from seqtrans import download
+from seqtrans import download, pipeline
 from seqtrans.errors import DataError, DownloadError
+from seqtrans.tasks import Example, Skipped
+from seqtrans.testing import serve_directory
 from seqtrans_translation import TranslationConfig, TranslationTask, datasets
 
-MULTI30K = SHARED_DATA / "multi30k"
+
+@pytest.fixture
+def http_mirror() -> Iterator[str]:
+    """The shared Multi30k files served on 127.0.0.1."""
+    with serve_directory(MULTI30K) as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)
@@ -147,8 +154,10 @@ def test_wmt14_is_fetched_extracted_and_paired_through_a_mirror(
     monkeypatch.setitem(datasets.DATASETS, "wmt14-en-de", _with_digests(datasets.WMT14_EN_DE, wmt_mirror))
     task = _task(tmp_path, dataset="wmt14-en-de", mirror=wmt_mirror.as_uri())
     train = list(task.read("train"))
-    # the corpora in order, the pair with an empty side skipped
-    assert [(e.source, e.target) for e in train] == [(e, d) for e, d in zip(_EN, _DE) if e and d]
+    # the corpora in order, the pair with an empty side left out and reported
+    assert [(e.source, e.target) for e in train if isinstance(e, Example)] == \
+        [(e, d) for e, d in zip(_EN, _DE) if e and d]
+    assert [s.reason for s in train if isinstance(s, Skipped)] == ["empty source or target"]
     dev = [(e.source, e.target) for e in task.read("dev")]
     assert dev == [("dev one", "Dev eins"), ("dev two", "Dev zwei")]
     test = list(task.read("test"))
@@ -161,7 +170,7 @@ def test_wmt14_is_fetched_extracted_and_paired_through_a_mirror(
     for archive in (tmp_path / "cache" / "wmt14-en-de").glob("*.tgz"):
         archive.unlink()
     offline = _task(tmp_path, dataset="wmt14-en-de", mirror=str(tmp_path / "gone"))
-    assert len(list(offline.read("train"))) == 4 and len(list(offline.read("test"))) == 3
+    assert len(pipeline.read_split(offline, "train").examples) == 4 and len(list(offline.read("test"))) == 3
 
 
 def test_an_interrupted_extraction_is_done_again(tmp_path: Path, wmt_mirror: Path,

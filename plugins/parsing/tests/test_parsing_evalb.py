@@ -7,8 +7,8 @@ import random
 from pathlib import Path
 
 import pytest
+from parsing_data import SHARED_DATA
 
-from conftest import SHARED_DATA
 from seqtrans import cli
 from seqtrans_parsing.evalb import COLLINS, Parameters, evalb, parse_parameters, read_parameters
 

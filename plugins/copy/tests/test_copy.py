@@ -6,9 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from seqtrans import pipeline, tasks
+from seqtrans.config import DecodeConfig, ModelConfig
 from seqtrans.errors import ConfigError
+from seqtrans.model import build_model
 from seqtrans.tasks.contract import check_task
 from seqtrans_copy import CopyConfig, CopyTask
 
@@ -34,14 +37,13 @@ def test_copy_keeps_the_plugin_contract(tmp_path: Path, options: dict) -> None:
 
 
 def test_the_constraint_makes_every_output_a_permutation_of_its_source(tmp_path: Path) -> None:
-    from conftest import tiny_model
-    from seqtrans.config import DecodeConfig
-
-    task = CopyTask(CopyConfig(constrain=True, vocab_size=7))
-    vocabs = task.vocabulary(tmp_path, list(task.read("train")))
-    model = tiny_model(vocab=len(vocabs.source), seed=3)
+    task = CopyTask(CopyConfig(constrain=True, vocab_size=7, train_size=10))
+    codec = task.vocabulary(tmp_path, list(task.read("train")))
+    torch.manual_seed(3)
+    model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=4,
+                                    dropout=0.0), codec).eval()
     sources = [[1, 2, 2, 5], [6], [0, 0, 0]]
-    preds, _ = pipeline.decode_sources(model, task, vocabs, sources, DecodeConfig(beam=3, max_len_b=5),
+    preds, _ = pipeline.decode_sources(model, codec, sources, DecodeConfig(beam=3, max_len_b=5),
                                        device=pipeline.select_device("cpu"))
     for src, pred in zip(sources, preds):
         assert sorted(pred) == sorted(src)
@@ -77,6 +79,6 @@ def test_the_task_is_found_by_name() -> None:
 
 def test_subword_sampling_is_refused_for_a_task_that_cannot_sample(tmp_path: Path) -> None:
     config = pipeline.resolve_config("copy", overrides=["train.subword_sampling=0.5"])
-    with pytest.raises(ConfigError, match="train.subword_sampling.*sample_source_tokens"):
+    with pytest.raises(ConfigError, match="train.subword_sampling.*cannot sample segmentations"):
         pipeline.run(config, tmp_path / "run", device="cpu")
     assert not (tmp_path / "run").exists()  # refused before anything is written

@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 import torch
+from parsing_data import SHARED_DATA
 
-from conftest import SHARED_DATA
-from seqtrans import pipeline, tasks
+from seqtrans import online, pipeline, tasks
 from seqtrans.config import DecodeConfig, ModelConfig
 from seqtrans.model import build_model
 from seqtrans.tasks import Example
 from seqtrans.tasks.contract import check_task
-from seqtrans.vocab import UNK, Vocabularies
-from seqtrans_parsing import ParsingConfig, ParsingTask
+from seqtrans.vocab import UNK
+from seqtrans_parsing import ParsingCodec, ParsingConfig, ParsingTask
 from seqtrans_parsing.task import PTB_TAGS
 from seqtrans_parsing.trees import read_trees
 
@@ -56,27 +56,27 @@ def test_the_paper_decoding_defaults_and_the_presets() -> None:
         assert sample.data.substitute == 0
 
 
-def _small_task(tmp_path: Path, **options: Any) -> tuple[ParsingTask, Vocabularies, list[Example]]:
+def _small_task(tmp_path: Path, **options: Any) -> tuple[ParsingTask, ParsingCodec, list[Example]]:
     task = ParsingTask(ParsingConfig(vocab_size=200, train=str(SAMPLE / "dev.trees"), **options))
-    train = list(task.read("train"))
-    vocabs = task.vocabulary(tmp_path, train)
-    return task, vocabs, train
+    train = [e for e in task.read("train") if isinstance(e, Example)]
+    codec = task.vocabulary(tmp_path, train)
+    return task, codec, train
 
 
 def test_constrained_outputs_are_well_formed_and_unconstrained_ones_are_repaired(tmp_path: Path) -> None:
-    task, vocabs, train = _small_task(tmp_path)
+    task, codec, train = _small_task(tmp_path)
     torch.manual_seed(1)
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
-                                    dropout=0.0, share_embeddings=False), vocabs).eval()
+                                    dropout=0.0, share_embeddings=False), codec).eval()
     sources = sorted((e.source for e in train), key=lambda s: len(s.words))[:6:2]
     device = pipeline.select_device("cpu")
     for beam in (1, 3):
         decode = DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=10)
-        preds, _ = pipeline.decode_sources(model, task, vocabs, sources, decode, device=device)
+        preds, _ = pipeline.decode_sources(model, codec, sources, decode, device=device)
         assert all(p.repairs == 0 for p in preds)
         assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
         free_decode = DecodeConfig(beam=beam, max_len_b=10, constrained=False)
-        free, _ = pipeline.decode_sources(model, task, vocabs, sources, free_decode, device=device)
+        free, _ = pipeline.decode_sources(model, codec, sources, free_decode, device=device)
         assert sum(p.repairs for p in free) > 0
         assert [p.tree.leaves() for p in free] == [list(s.words) for s in sources]
 
@@ -84,61 +84,59 @@ def test_constrained_outputs_are_well_formed_and_unconstrained_ones_are_repaired
 def test_each_word_starts_exactly_one_source_unit_for_the_cursor(tmp_path: Path) -> None:
     """The source cursor counts words by their first pieces: one per word, also for words
     whose first piece the vocabulary lacks (an unseen character)."""
-    task, vocabs, train = _small_task(tmp_path)
-    assert vocabs.cursor is not None
-    assert vocabs.cursor.advance == (vocabs.target.index("XX"),)
-    starts = set(vocabs.cursor.starts)
+    task, codec, train = _small_task(tmp_path)
+    walk = codec.source_walk()
+    assert walk.advance == (codec.vocabularies.target.index("XX"),)
+    starts = set(walk.starts)
     sources = [e.source for e in train] + [task.parse_source("\u03a9mega saw \u00e6ther ( 1956 ) .")]
     for source in sources:
-        ids = vocabs.source.encode(task.source_tokens(source))
+        ids = codec.vocabularies.source.encode(codec.source_tokens(source))
         assert sum(i in starts for i in ids) == len(source.words), source.words
     # a model with the cursor decodes well-formed trees over exactly the words
     torch.manual_seed(1)
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
-                                    dropout=0.0, share_embeddings=False, source_cursor=True), vocabs).eval()
+                                    dropout=0.0, share_embeddings=False, source_cursor=True), codec).eval()
     some = sources[:3] + sources[-1:]
-    preds, _ = pipeline.decode_sources(model, task, vocabs, some, DecodeConfig(beam=3, max_len_b=10),
+    preds, _ = pipeline.decode_sources(model, codec, some, DecodeConfig(beam=3, max_len_b=10),
                                        device=pipeline.select_device("cpu"))
     assert [p.tree.leaves() for p in preds] == [list(s.words) for s in some]
     assert all(p.repairs == 0 for p in preds)
 
 
 def test_sampled_segmentations_vary_by_seed_and_keep_one_start_per_word(tmp_path: Path) -> None:
-    task, vocabs, train = _small_task(tmp_path)
-    assert vocabs.cursor is not None
-    starts = set(vocabs.cursor.starts)
+    task, codec, train = _small_task(tmp_path)
+    starts = set(codec.source_walk().starts)
     sources = [e.source for e in train]
-    fixed = [task.source_tokens(s) for s in sources]
-    first = task.sample_source_tokens(sources, 0.3, seed=5)
-    assert task.sample_source_tokens(sources, 0.3, seed=5) == first  # reproducible
-    assert task.sample_source_tokens(sources, 0.3, seed=6) != first
+    fixed = [codec.source_tokens(s) for s in sources]
+    first = codec.sample_source_tokens(sources, 0.3, seed=5)
+    assert codec.sample_source_tokens(sources, 0.3, seed=5) == first  # reproducible
+    assert codec.sample_source_tokens(sources, 0.3, seed=6) != first
     changed = sum(a != b for a, b in zip(first, fixed))
     assert changed > len(sources) // 2
     for tokens, source in zip(first, sources):
         assert "".join(tokens).replace("\u2581", " ").split() == list(source.words)
-        ids = vocabs.source.encode(tokens)
+        ids = codec.vocabularies.source.encode(tokens)
         assert sum(i in starts for i in ids) == len(source.words)
         assert UNK not in ids
     # a larger alpha stays closer to the most likely segmentation
-    near = task.sample_source_tokens(sources, 5.0, seed=5)
+    near = codec.sample_source_tokens(sources, 5.0, seed=5)
     assert sum(a != b for a, b in zip(near, fixed)) < changed
 
 
 def test_a_tagging_target_writes_tags_walks_the_cursor_on_them_and_decodes_trees(tmp_path: Path) -> None:
-    task, vocabs, train = _small_task(tmp_path, preterminals="tags")
+    task, codec, train = _small_task(tmp_path, preterminals="tags")
     tags = set(PTB_TAGS) | {t for e in train for t in e.source.tags or ()}
-    target = vocabs.target
+    target = codec.vocabularies.target
     assert {s for s in target.symbols if s[0] not in "(<)"} == tags and "XX" not in target
-    assert vocabs.cursor is not None
-    assert sorted(vocabs.cursor.advance) == sorted(target.index(t) for t in tags)
+    assert sorted(codec.source_walk().advance) == sorted(target.index(t) for t in tags)
     example = train[0]
-    tokens = task.target_tokens(example.target)
+    tokens = codec.target_tokens(example.target)
     assert [t for t in tokens if t in tags] == list(example.source.tags or ())
     torch.manual_seed(1)
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
-                                    dropout=0.0, share_embeddings=False, source_cursor=True), vocabs).eval()
+                                    dropout=0.0, share_embeddings=False, source_cursor=True), codec).eval()
     sentence = task.parse_source("The dog barked .")  # no gold tags: the tree has the decoded ones
-    preds, _ = pipeline.decode_sources(model, task, vocabs, [sentence], DecodeConfig(beam=3, max_len_b=10),
+    preds, _ = pipeline.decode_sources(model, codec, [sentence], DecodeConfig(beam=3, max_len_b=10),
                                        device=pipeline.select_device("cpu"))
     leaves = preds[0].tree.tagged()
     assert preds[0].repairs == 0 and [w for _, w in leaves] == list(sentence.words)
@@ -146,7 +144,7 @@ def test_a_tagging_target_writes_tags_walks_the_cursor_on_them_and_decodes_trees
     # tagging accuracy over every word: one sentence right, one with its last tag missing
     a, b = train[:2]
     assert a.source.tags and b.source.tags
-    preds = [task.prediction(task.target_tokens(e.target), e.source) for e in (a, b)]
+    preds = [codec.prediction(codec.target_tokens(e.target), e.source) for e in (a, b)]
     assert [p.preterminals for p in preds] == [a.source.tags, b.source.tags]
     short = replace(preds[1], preterminals=b.source.tags[:-1])
     words = len(a.source.tags) + len(b.source.tags)
@@ -155,7 +153,7 @@ def test_a_tagging_target_writes_tags_walks_the_cursor_on_them_and_decodes_trees
     assert "tag_accuracy" not in _small_task(tmp_path / "xx")[0].score(preds, [a, b])
     # a saved run loads the same preterminals back
     loaded = ParsingTask(task.config)
-    assert loaded.vocabulary(tmp_path, None).cursor == vocabs.cursor
+    assert loaded.vocabulary(tmp_path, None).source_walk() == codec.source_walk()
 
 
 def _first_trees(path: Path, n: int, out: Path) -> Path:
@@ -167,8 +165,11 @@ def test_a_tiny_run_end_to_end_and_predict(tmp_path: Path) -> None:
     train = _first_trees(SAMPLE / "dev.trees", 200, tmp_path / "train.trees")
     dev = _first_trees(SAMPLE / "dev.trees", 5, tmp_path / "dev.trees")
     test = _first_trees(SAMPLE / "test.trees", 12, tmp_path / "test.trees")
+    with test.open("a") as f:
+        f.write("(S (NN broken)\n")  # malformed: left out and counted for the test split alone
     config = pipeline.resolve_config("parsing", overrides=[
         f"data.train={train}", f"data.dev={dev}", f"data.test={test}", "data.vocab_size=200",
+        "data.malformed=skip",
         "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16", "model.d_ff=32",
         "model.heads=2", "train.max_steps=3", "train.eval_every=3", "train.checkpoint_every=3",
         "train.average_last=1", "train.keep_checkpoints=1", "train.valid_max_examples=5",
@@ -181,9 +182,13 @@ def test_a_tiny_run_end_to_end_and_predict(tmp_path: Path) -> None:
     lines = (tmp_path / "run" / "predictions" / "test.txt").read_text().splitlines()
     assert len(lines) == 12 and all(line.startswith("(TOP ") for line in lines)
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["test_sentences"] == 12
+    assert metrics["skipped"] == 1
+    again = pipeline.evaluate(tmp_path / "run", split="test", device="cpu")
+    assert again["skipped"] == 1 and again["f1"] == metrics["f1"]
+    assert pipeline.evaluate(tmp_path / "run", split="dev", device="cpu")["skipped"] == 0
 
     loaded = pipeline.load(tmp_path / "run", device="cpu")
-    (out,) = list(pipeline.predict(loaded, ["The dog ( barked ) ."]))
+    (out,) = list(online.predict(loaded, ["The dog ( barked ) ."]))
     assert out.startswith("(TOP ")
     ((tree, _),) = read_trees(out)
     assert tree.leaves() == ["The", "dog", "-LRB-", "barked", "-RRB-", "."]

@@ -1,0 +1,6 @@
+"""Where the translation tests' data lives: the shared data directory beside the repository."""
+
+from pathlib import Path
+
+SHARED_DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
+MULTI30K = SHARED_DATA / "multi30k"

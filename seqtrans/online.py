@@ -1,0 +1,126 @@
+"""Decoding input as it arrives: ``seqtrans predict`` line by line, and ``--stream``
+word by word (simultaneous decoding, :mod:`seqtrans.decoding.streaming`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+
+from seqtrans.data import prediction
+from seqtrans.errors import DataError, UsageError
+from seqtrans.pipeline import Loaded
+
+log = logging.getLogger(__name__)
+
+
+def predict(loaded: Loaded, lines: Iterable[str]) -> Iterator[str]:
+    """One output per input line, as each is decoded. With ``decode.nbest`` > 1, each
+    input gives ``nbest`` lines ``rank<TAB>score<TAB>output`` and an empty line."""
+    nbest = loaded.config.decode.nbest
+    for line in lines:
+        source = loaded.task.parse_source(line.rstrip("\n"))
+        preds, hyps = loaded.decode([source])
+        if nbest == 1:
+            yield loaded.task.format(preds[0])
+            continue
+        for rank, hyp in enumerate(hyps[0], 1):
+            pred = prediction(loaded.codec, hyp.tokens, source)
+            yield f"{rank}\t{hyp.score:.4f}\t{loaded.task.format(pred)}"
+        yield ""
+
+
+def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], None]) -> None:
+    """Simultaneous decoding of inputs that arrive word by word (see
+    :mod:`seqtrans.decoding.streaming`).
+
+    ``words`` yields each input's words as they arrive and ``None`` where an input line
+    ends; it is pulled only as far as decoding needs. Each target token is passed to
+    ``write`` as soon as it is decided (the model's target tokens, space-separated); when
+    an input's output is complete, a tab, the delays (the source tokens read when each
+    token was written) and a line break follow, and the rest of that input is skipped as
+    it arrives. The average proportion and average lagging are logged at the end.
+
+    The task's tokenisation is applied to the words arrived so far and the new tokens
+    are fed to the model; the tokens of a line's first n words must be a prefix of
+    those of its first n + 1 (true of whitespace tokens and of sentencepiece), else
+    :class:`DataError`.
+    """
+    from seqtrans.decoding.streaming import (
+        average_lagging,
+        average_proportion,
+        check_streamable,
+        stream_greedy,
+    )
+
+    check_streamable(loaded.model.config)
+    if loaded.config.decode.nbest > 1:
+        raise UsageError("streaming decodes greedily: decode.nbest must be 1")
+    model, task, codec = loaded.model, loaded.task, loaded.codec
+    vocabs = codec.vocabularies
+    limit = model.config.max_positions - 1 if model.config.positions == "learned" else None
+    events = iter(words)
+    proportions, laggings = [], []
+    line_number = 0
+
+    def ids_of(words_so_far: list[str]) -> list[int]:
+        return vocabs.source.encode(codec.source_tokens(task.parse_source(" ".join(words_so_far))))
+
+    def source(word: str | None, arrived: list[str]) -> Iterator[int]:
+        """The ids of a line's words as they arrive, ending with the line."""
+        fed: list[int] = []
+        while word is not None:
+            arrived.append(word)
+            ids = ids_of(arrived)
+            if ids[: len(fed)] != fed:
+                raise DataError("<stdin>", line_number,
+                                "the task's tokens of the words read so far are not a prefix of those "
+                                "of more words: this task cannot be streamed word by word")
+            yield from ids[len(fed):]
+            fed = ids
+            word = next(events, None)
+        arrived.append("")  # marks the end of the line as read
+
+    for first in events:
+        line_number += 1
+        arrived: list[str] = []
+        delays: list[int] = []
+        for emission in stream_greedy(model, source(first, arrived), loaded.config.decode,
+                                      position_limit=limit):
+            write((" " if delays else "") + " ".join(vocabs.target.decode([emission.token])))
+            delays.append(emission.delay)
+        write("\t" + " ".join(map(str, delays)) + "\n")
+        if first is not None and arrived[-1:] != [""]:
+            # the output is complete before the input: the rest of the line is not needed
+            while (word := next(events, None)) is not None:
+                arrived.append(word)
+        length = len(ids_of([w for w in arrived if w]))
+        if delays and length:
+            proportions.append(average_proportion(delays, length))
+            laggings.append(average_lagging(delays, length))
+    if proportions:
+        log.info("streamed %d inputs: average proportion %.3f, average lagging %.2f source tokens",
+                 len(proportions), sum(proportions) / len(proportions), sum(laggings) / len(laggings))
+
+
+def words_of(chunks: Iterable[str]) -> Iterator[str | None]:
+    """The words of text arriving in chunks, each as soon as the whitespace after it has
+    arrived, and ``None`` at each line break (and at the end of an unterminated last line)."""
+    word: list[str] = []
+    pending_line = False
+    for chunk in chunks:
+        for ch in chunk:
+            if ch.isspace():
+                if word:
+                    yield "".join(word)
+                    word = []
+                    pending_line = True
+                if ch == "\n":
+                    yield None
+                    pending_line = False
+            else:
+                word.append(ch)
+                pending_line = True
+    if word:
+        yield "".join(word)
+    if pending_line:
+        yield None
