@@ -1,14 +1,15 @@
-"""Inference-time choice among equivalent formulations of ``x @ W.T + b``.
+"""Inference-time choice among equivalent formulations of ``x @ W.T`` for the output
+projection, and the autocast context of the precision settings.
 
-Decoding multiplies skinny activations (one row per hypothesis) by large weight
-matrices. CPU BLAS libraries are far from equally fast on the equivalent forms
-``x @ W.T``, ``(W @ x.T).T`` and ``x @ W_T`` (W_T a contiguous transposed copy of W):
-on a 2-core AVX2 machine with MKL, a base model's 37,000-word output projection runs
-2-2.6x faster in the best form than in ``F.linear``'s for 1-32 rows. So at inference
-time on the CPU, :func:`linear` times the forms once per shape (rows, in, out) and
-keeps the fastest for the rest of the process, like cuDNN's benchmark mode. During
-training, on CUDA, for other dtypes, or when disabled (``SEQTRANS_TUNE_MATMUL=0``) it
-is ``F.linear``. The forms agree up to floating-point rounding in the last bits.
+Decoding multiplies skinny activations (one row per hypothesis) by the large output
+projection. CPU BLAS libraries are far from equally fast on the equivalent forms
+``x @ W.T`` (``F.linear``), ``(W @ x.T).T`` and ``x @ W_T`` (W_T a contiguous
+transposed copy of W); for the vocabulary-sized projection the best form is several
+times faster than ``F.linear``'s for a few rows (docs/speed.md). The forms round
+differently in the last bits, so the choice is fixed by the shape alone, never by a
+timing: the same model on the same input computes the same bits in every process
+(docs/design.md, "Reproducible decoding"). During training, on CUDA, for other dtypes,
+or when disabled (``SEQTRANS_TUNE_MATMUL=0``) it is ``F.linear``.
 
 Shapes: M rows, K inputs, O outputs.
 """
@@ -16,13 +17,12 @@ Shapes: M rows, K inputs, O outputs.
 from __future__ import annotations
 
 import os
-import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 _Form = Callable[[Tensor, Tensor, "Tensor | None"], Tensor]
 
@@ -56,51 +56,23 @@ class _TransposedCopies:
         return out + b if b is not None else out
 
 
-class MatmulTuner:
-    """Remembers, per (M, K, O, bias, copy allowed), the fastest form of the product."""
-
-    def __init__(self) -> None:
-        self._choice: dict[tuple[int, int, int, bool, bool], _Form] = {}
-        self._transposed = _TransposedCopies()
-
-    def __call__(self, x: Tensor, weight: Tensor, bias: Tensor | None = None, *,
-                 allow_copy: bool = False) -> Tensor:
-        """x [..., K] -> [..., O]; ``allow_copy`` offers a transposed copy of the weight."""
-        if (x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled()
-                or os.environ.get("SEQTRANS_TUNE_MATMUL", "1") == "0"):
-            return F.linear(x, weight, bias)
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, x.size(-1))  # [M, K]
-        key = (x2.size(0), x2.size(1), weight.size(0), bias is not None, allow_copy)
-        form = self._choice.get(key)
-        if form is None:
-            forms = [_plain, _weight_first] + ([self._transposed] if allow_copy else [])
-            form = self._choice[key] = _fastest(forms, x2, weight, bias)
-        return form(x2, weight, bias).reshape(*lead, weight.size(0))
+_transposed = _TransposedCopies()
 
 
-def _fastest(forms: Sequence[_Form], x: Tensor, w: Tensor, b: Tensor | None) -> _Form:
-    best, best_time = forms[0], float("inf")
-    for form in forms:
-        form(x, w, b)  # warm-up; makes the transposed copy once
-        start = time.perf_counter()
-        for _ in range(3):
-            form(x, w, b)
-        elapsed = time.perf_counter() - start
-        if elapsed < best_time:
-            best, best_time = form, elapsed
-    return best
+def form_for(rows: int) -> _Form:
+    """The form of the output projection for ``rows`` rows: a transposed copy of the
+    weight for one row, the weight as the left operand for more."""
+    return _transposed if rows == 1 else _weight_first
 
 
-#: The process's tuner: its memo is a cache of measurements, not configuration.
-linear = MatmulTuner()
-
-
-class Linear(nn.Linear):
-    """``nn.Linear`` whose inference on the CPU goes through :data:`linear`."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.weight, self.bias)
+def output_projection(x: Tensor, weight: Tensor) -> Tensor:
+    """``x @ weight.T`` for the pre-softmax projection.  x [..., K], weight [O, K] -> [..., O]"""
+    if (x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled()
+            or os.environ.get("SEQTRANS_TUNE_MATMUL", "1") == "0"):
+        return F.linear(x, weight)
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.size(-1))  # [M, K]
+    return form_for(x2.size(0))(x2, weight, None).reshape(*lead, weight.size(0))
 
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:

@@ -31,7 +31,7 @@ from seqtrans.config import ModelConfig
 from seqtrans.cursor import CursorState, SourceCursor
 from seqtrans.dropout import Dropout
 from seqtrans.errors import ConfigError
-from seqtrans.kernels import Linear, linear
+from seqtrans.kernels import output_projection
 from seqtrans.masks import padding_mask
 from seqtrans.tasks.protocol import Codec, SourceWalk, SourceWalking
 from seqtrans.vocab import PAD
@@ -73,8 +73,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, *, dropout: float) -> None:
         super().__init__()
-        self.inner = Linear(d_model, d_ff)
-        self.outer = Linear(d_ff, d_model)
+        self.inner = nn.Linear(d_model, d_ff)
+        self.outer = nn.Linear(d_ff, d_model)
         self.dropout = Dropout(dropout)
         for lin in (self.inner, self.outer):
             nn.init.xavier_uniform_(lin.weight)
@@ -305,7 +305,7 @@ class Transformer(nn.Module):
         hypothesis after those already in the state, which is updated in place.
         """
         hidden = self.decode_hidden(tokens, encoded, state=state)  # [N, T, D]
-        return linear(hidden, self.output_weight, allow_copy=True)
+        return output_projection(hidden, self.output_weight)
 
     def decode_hidden(self, tokens: Tensor, encoded: Encoded | None = None, *,
                       state: DecoderState | None = None) -> Tensor:

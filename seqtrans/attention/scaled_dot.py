@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqtrans.kernels import Linear
 from seqtrans.masks import causal_mask, key_mask
 
 
@@ -80,8 +79,8 @@ class SelfAttention(nn.Module):
         super().__init__()
         self.heads = heads
         self.dropout = dropout
-        self.qkv = Linear(d_model, 3 * d_model)
-        self.out = Linear(d_model, d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
         nn.init.xavier_uniform_(self.qkv.weight, gain=1 / math.sqrt(2))
         nn.init.xavier_uniform_(self.out.weight)
         nn.init.zeros_(self.qkv.bias)
@@ -145,9 +144,9 @@ class CrossAttention(nn.Module):
         super().__init__()
         self.heads = heads
         self.dropout = dropout
-        self.q = Linear(d_model, d_model)
-        self.kv = Linear(d_model, 2 * d_model)
-        self.out = Linear(d_model, d_model)
+        self.q = nn.Linear(d_model, d_model)
+        self.kv = nn.Linear(d_model, 2 * d_model)
+        self.out = nn.Linear(d_model, d_model)
         for lin in (self.q, self.kv, self.out):
             nn.init.xavier_uniform_(lin.weight, gain=1 / math.sqrt(2) if lin is not self.out else 1.0)
             nn.init.zeros_(lin.bias)
