@@ -48,9 +48,9 @@ import torch
 
 from seqtrans import pipeline
 from seqtrans.config import DecodeConfig
+from seqtrans.data import source_ids
 from seqtrans.decoding import generate
 from seqtrans.model import Transformer
-from seqtrans.vocab import EOS
 from seqtrans_copy import CopyConfig, CopyTask
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -166,7 +166,7 @@ def run_config(name: str, overrides: list[str], length: int, args: argparse.Name
         metrics = pipeline.run(config, out, device="cpu")
     loaded = pipeline.load(out, device="cpu")
     task = CopyTask(config.data)
-    sources = [loaded.vocabs.source.encode(task.source_tokens(e.source)) + [EOS] for e in task.read("test")]
+    sources = [source_ids(loaded.codec, e.source) for e in task.read("test")]
     timing = decode_timing(loaded.model, sources)
     return {"exact_match": metrics["exact_match"], "token_accuracy": metrics["token_accuracy"],
             "train_steps": metrics["train_steps"], "train_minutes": metrics["train_minutes"],
@@ -181,8 +181,7 @@ def scaling(name: str, args: argparse.Namespace) -> dict[str, Any]:
     points = []
     for n in SCALING:
         task = CopyTask(CopyConfig(min_length=n, max_length=n, test_size=200, seed=args.seed + 7))
-        sources = [loaded.vocabs.source.encode(task.source_tokens(e.source)) + [EOS]
-                   for e in task.read("test")]
+        sources = [source_ids(loaded.codec, e.source) for e in task.read("test")]
         points.append({"length": n, **decode_timing(loaded.model, sources, exact=n)})
     lengths = np.array([p["length"] for p in points], dtype=float)
     attention = np.array([p["attention_seconds"] for p in points])

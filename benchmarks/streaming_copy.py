@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from seqtrans import pipeline
+from seqtrans.data import prediction, source_ids
 from seqtrans.decoding import generate
 from seqtrans.decoding.streaming import average_lagging, average_proportion, stream_greedy
 from seqtrans.vocab import EOS
@@ -45,10 +46,10 @@ def _mean(values: list[float]) -> float:
 
 def evaluate(out: Path) -> dict[str, Any]:
     loaded = pipeline.load(out, device="cpu")
-    task, vocabs, model = loaded.task, loaded.vocabs, loaded.model
-    examples = list(task.read("test"))
+    task, codec, model = loaded.task, loaded.codec, loaded.model
+    examples = pipeline.read_split(task, "test").examples
     decode = dataclasses.replace(loaded.config.decode, beam=1, nbest=1)
-    sources = [vocabs.source.encode(task.source_tokens(e.source)) for e in examples]
+    sources = [source_ids(codec, e.source)[:-1] for e in examples]  # without the end symbol
 
     started = time.perf_counter()
     streamed = [list(stream_greedy(model, ids, decode)) for ids in sources]
@@ -58,8 +59,7 @@ def evaluate(out: Path) -> dict[str, Any]:
                        device=torch.device("cpu"))
     offline_seconds = time.perf_counter() - started
 
-    preds = [task.prediction(vocabs.target.decode([e.token for e in out]), ex.source)
-             for out, ex in zip(streamed, examples)]
+    preds = [prediction(codec, [e.token for e in out], ex.source) for out, ex in zip(streamed, examples)]
     same = sum([e.token for e in out] == (hyps[0].tokens if hyps else [])
                for out, hyps in zip(streamed, offline))
     delays = [([e.delay for e in out], len(ids)) for out, ids in zip(streamed, sources) if out and ids]

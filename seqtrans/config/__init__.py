@@ -1,0 +1,30 @@
+"""Run configuration: the schema (:mod:`.schema`, every default once, with its help
+text), value checking (:mod:`.values`) and resolution in layers (:mod:`.layers`)."""
+
+from seqtrans.config.layers import (
+    describe,
+    from_dict,
+    load_file,
+    markdown_table,
+    merge,
+    parse_overrides,
+    preset_names,
+    resolve,
+    to_dict,
+)
+from seqtrans.config.schema import (
+    CROSS_MECHANISMS,
+    PRECISIONS,
+    PRESETS,
+    SELF_MECHANISMS,
+    DecodeConfig,
+    Mechanism,
+    ModelConfig,
+    RunConfig,
+    TrainConfig,
+    option,
+)
+
+__all__ = ["CROSS_MECHANISMS", "PRECISIONS", "PRESETS", "SELF_MECHANISMS", "DecodeConfig", "Mechanism",
+           "ModelConfig", "RunConfig", "TrainConfig", "describe", "from_dict", "load_file", "markdown_table",
+           "merge", "option", "parse_overrides", "preset_names", "resolve", "to_dict"]
