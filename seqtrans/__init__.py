@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _API = {
-    "resolve_config": "seqtrans.pipeline",
+    "resolve_config": "seqtrans.config",
     "run": "seqtrans.pipeline",
     "load": "seqtrans.pipeline",
     "evaluate": "seqtrans.pipeline",
@@ -55,13 +55,13 @@ __all__ = sorted([*_API, "tasks", "__version__"])
 
 if TYPE_CHECKING:
     from seqtrans import tasks
-    from seqtrans.config import DecodeConfig, ModelConfig, RunConfig, TrainConfig
+    from seqtrans.config import DecodeConfig, ModelConfig, RunConfig, TrainConfig, resolve_config
     from seqtrans.decoding.constraints import Constraint
     from seqtrans.decoding.search import Hypothesis
     from seqtrans.errors import ConfigError, DataError, SeqtransError, UsageError
     from seqtrans.model import Transformer, build_model
     from seqtrans.online import predict
-    from seqtrans.pipeline import Loaded, average, evaluate, load, resolve_config, run
+    from seqtrans.pipeline import Loaded, average, evaluate, load, run
     from seqtrans.tasks.protocol import Codec, Example, Skipped, Task, TaskClass
     from seqtrans.vocab import Vocab, Vocabularies
 

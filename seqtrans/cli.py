@@ -144,8 +144,7 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from seqtrans.config import describe, markdown_table, to_dict
-    from seqtrans.pipeline import resolve_config
+    from seqtrans.config import describe, markdown_table, resolve_config, to_dict
 
     config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
                             overrides=args.overrides)

@@ -27,6 +27,7 @@ import torch
 from seqtrans import config as cfg
 from seqtrans import tasks
 from seqtrans.config import DecodeConfig, RunConfig
+from seqtrans.config import resolve_config as resolve_config  # part of the operations API
 from seqtrans.data import Pairs, encode_pairs, prediction, source_ids
 from seqtrans.decoding import Hypothesis, generate
 from seqtrans.errors import CheckpointError, ConfigError, UsageError
@@ -48,15 +49,6 @@ from seqtrans.vocab import EOS
 log = logging.getLogger(__name__)
 
 AVERAGE = "average.pt"
-
-
-def resolve_config(task: str, *, preset: str | None = None, config_file: str | Path | None = None,
-                   overrides: Iterable[str] = ()) -> RunConfig:
-    """The fully resolved configuration of a run of ``task`` (see :mod:`seqtrans.config`)."""
-    task_cls = tasks.load(task)
-    return cfg.resolve(task, data_cls=task_cls.Config, task_defaults=task_cls.defaults,
-                       task_presets=task_cls.presets, preset=preset, config_file=config_file,
-                       overrides=overrides)
 
 
 def select_device(name: str = "auto") -> torch.device:

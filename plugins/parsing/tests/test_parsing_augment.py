@@ -8,8 +8,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from parsing_data import SHARED_DATA
 
+from parsing_data import SHARED_DATA
 from seqtrans.errors import ConfigError
 from seqtrans_parsing import ParsingConfig, ParsingTask
 from seqtrans_parsing.augment import substitute

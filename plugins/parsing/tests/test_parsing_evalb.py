@@ -4,11 +4,13 @@ behaviours, with the fast paths checked against the program's literal loops."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from parsing_data import SHARED_DATA
 
+from parsing_data import SHARED_DATA
 from seqtrans import cli
 from seqtrans_parsing.evalb import COLLINS, Parameters, evalb, parse_parameters, read_parameters
 
@@ -30,6 +32,16 @@ def test_the_command_prints_what_the_reference_program_prints(
     assert code == 0
     assert out == (EVALB / f"{reference}.rsl").read_bytes()
     assert err == (EVALB / f"{reference}.stderr").read_bytes()
+
+
+def test_the_command_imports_neither_torch_nor_the_task() -> None:
+    heavy = "('torch', 'seqtrans_parsing.task', 'sentencepiece', 'nltk')"
+    probe = ("import atexit, sys; from seqtrans.cli import main; atexit.register(lambda: sys.stderr.write("
+             f"str(sorted(m for m in {heavy} if m in sys.modules)))); sys.exit(main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", probe, "evalb", "--collins", str(EVALB / "sample.gld"),
+                           str(EVALB / "sample.tst")], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("  Sent.")
+    assert done.stderr.endswith("[]"), done.stderr
 
 
 def test_the_built_in_collins_parameters(capsysbinary: pytest.CaptureFixture[bytes]) -> None:

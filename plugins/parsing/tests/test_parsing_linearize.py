@@ -7,8 +7,8 @@ import random
 
 import pytest
 import torch
-from parsing_data import SHARED_DATA
 
+from parsing_data import SHARED_DATA
 from seqtrans.vocab import EOS, Vocab
 from seqtrans_parsing.constraint import BracketConstraint
 from seqtrans_parsing.linearize import linearize, to_tree

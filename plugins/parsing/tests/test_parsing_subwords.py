@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import sentencepiece as spm
-from parsing_data import SHARED_DATA
 
+from parsing_data import SHARED_DATA
 from seqtrans_parsing.subwords import WORD_START, seed_pieces, train_sentencepiece
 from seqtrans_parsing.trees import preprocess, read_trees
 

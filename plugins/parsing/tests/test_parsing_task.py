@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import torch
-from parsing_data import SHARED_DATA
 
+from parsing_data import SHARED_DATA
 from seqtrans import online, pipeline, tasks
 from seqtrans.config import DecodeConfig, ModelConfig
 from seqtrans.model import build_model

@@ -12,8 +12,8 @@ import nltk
 import pytest
 from nltk.corpus.reader import BracketParseCorpusReader
 from nltk.corpus.util import LazyCorpusLoader
-from parsing_data import SHARED_DATA
 
+from parsing_data import SHARED_DATA
 from seqtrans import pipeline
 from seqtrans.errors import ConfigError, DataError
 from seqtrans.tasks import Example, Skipped

@@ -11,13 +11,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
-from translation_data import MULTI30K
 
 from seqtrans import download, pipeline
 from seqtrans.errors import DataError, DownloadError
 from seqtrans.tasks import Example, Skipped
 from seqtrans.testing import serve_directory
 from seqtrans_translation import TranslationConfig, TranslationTask, datasets
+from translation_data import MULTI30K
 
 
 @pytest.fixture

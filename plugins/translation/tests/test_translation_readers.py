@@ -6,10 +6,10 @@ import gzip
 from pathlib import Path
 
 import pytest
-from translation_data import MULTI30K
 
 from seqtrans.errors import DataError
 from seqtrans_translation.readers import TextFile, read_lines, read_parallel, read_sentences, read_tsv
+from translation_data import MULTI30K
 
 
 def _write(path: Path, data: bytes, *, gz: bool = False) -> Path:

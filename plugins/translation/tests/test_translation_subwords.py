@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from translation_data import MULTI30K
 
 from seqtrans.errors import DataError
 from seqtrans.vocab import SPECIALS
 from seqtrans_translation import subwords
 from seqtrans_translation.readers import read_lines
 from seqtrans_translation.subwords import Subwords, SubwordSettings
+from translation_data import MULTI30K
 
 
 @pytest.fixture(scope="module")

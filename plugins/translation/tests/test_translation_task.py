@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from translation_data import MULTI30K
 
 from seqtrans import config as cfg
 from seqtrans import download, pipeline, tasks
@@ -20,6 +19,7 @@ from seqtrans.errors import ConfigError, DataError
 from seqtrans.tasks.contract import check_task
 from seqtrans_translation import TranslationConfig, TranslationTask
 from seqtrans_translation.metrics import score
+from translation_data import MULTI30K
 
 
 @pytest.fixture(autouse=True)
