@@ -15,6 +15,7 @@ process. Writes ``benchmarks/results/matmul_forms-cpu.json``.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -29,6 +30,7 @@ from decode_speed import SHAPES, seqtrans_model, sources  # noqa: E402
 
 from seqtrans import kernels  # noqa: E402
 from seqtrans.decoding import beam_search, greedy_search  # noqa: E402
+from seqtrans.model import Transformer  # noqa: E402
 
 ROWS = [1, 2, 4, 8, 16, 21, 32, 42, 64, 84, 128, 256]
 FORMS = {"f_linear": kernels._plain, "weight_first": kernels._weight_first,
@@ -57,7 +59,7 @@ def forms_table(repeats: int) -> list[dict[str, Any]]:
             x = torch.randn(m, shape["d_model"])
             for form in FORMS.values():
                 form(x, w, None)  # warm-up; makes the transposed copy once
-            seconds = {key: best_time(lambda f=form: f(x, w, None), repeats, inner)  # type: ignore[misc]
+            seconds = {key: best_time(functools.partial(form, x, w, None), repeats, inner)
                        for key, form in FORMS.items()}
             chosen = next(key for key, form in FORMS.items() if form is kernels.form_for(m))
             fastest = min(seconds, key=seconds.__getitem__)
@@ -71,19 +73,21 @@ def forms_table(repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
+def search(model: Transformer, src: torch.Tensor, beam: int, out_len: int) -> None:
+    """Decode ``src`` to exactly ``out_len`` tokens per output."""
+    max_len = torch.full((src.size(0),), out_len)
+    if beam == 1:
+        greedy_search(model, src, max_len=max_len, min_len=out_len)
+    else:
+        beam_search(model, src, beam=beam, alpha=0.6, max_len=max_len, min_len=out_len)
+
+
 def decoding(repeats: int, out_len: int) -> list[dict[str, Any]]:
     shape = SHAPES["base"]
     model = seqtrans_model(shape, torch.device("cpu"))
     rows = []
     for label, beam, batch in CASES:
-        src = sources(batch, shape["vocab"])
-        max_len = torch.full((batch,), out_len)
-
-        def decode() -> None:
-            if beam == 1:
-                greedy_search(model, src, max_len=max_len, min_len=out_len)
-            else:
-                beam_search(model, src, beam=beam, alpha=0.6, max_len=max_len, min_len=out_len)
+        decode = functools.partial(search, model, sources(batch, shape["vocab"]), beam, out_len)
 
         seconds: dict[str, list[float]] = {"fixed": [], "f_linear": []}
         decode()
@@ -105,7 +109,8 @@ def decoding(repeats: int, out_len: int) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out-len", type=int, default=32)
     args = parser.parse_args()

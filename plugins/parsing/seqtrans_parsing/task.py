@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from seqtrans_parsing import treebank
 from seqtrans_parsing.augment import substitute
 from seqtrans_parsing.evalb import COLLINS, evalb
 from seqtrans_parsing.linearize import PLACEHOLDER, is_close, is_open, linearize, to_tree
+from seqtrans_parsing.sampling import UnigramSampler
 from seqtrans_parsing.subwords import WORD_START, train_sentencepiece
 from seqtrans_parsing.trees import Tree, preprocess
 
@@ -146,12 +148,15 @@ class ParsingCodec:
     pieces: Any  # sentencepiece.SentencePieceProcessor (it pickles)
     vocabularies: Vocabularies
     tags: bool  # the target writes part-of-speech tags for the words (data.preterminals=tags)
+    unigram: bool = True  # a unigram model (else BPE), whose segmentations can be sampled
     preterminals: frozenset[str] = field(init=False)
+    sampler: UnigramSampler | None = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         target = self.vocabularies.target
         object.__setattr__(self, "preterminals", frozenset(
             s for s in target.symbols[len(SPECIALS):] if not is_open(s) and not is_close(s)))
+        object.__setattr__(self, "sampler", UnigramSampler.of(self.pieces) if self.unigram else None)
 
     def source_tokens(self, source: Sentence) -> list[str]:
         # each word's first piece is marked "▁" (a piece of its own before an unseen
@@ -174,13 +179,14 @@ class ParsingCodec:
 
     def sample_source_tokens(self, sources: Sequence[Sentence], alpha: float, seed: int) -> list[list[str]]:
         """Each source with a segmentation sampled from the unigram model's full lattice at
-        smoothing ``alpha`` (Kudo 2018); one piece per word is still marked "▁" (the
+        smoothing ``alpha`` (Kudo 2018), the same in every process for the same ``seed``
+        (:mod:`seqtrans_parsing.sampling`); one piece per word is still marked "▁" (the
         walk's count holds)."""
-        import sentencepiece as spm
-
-        spm.set_random_generator_seed(seed)
-        return [list(self.pieces.encode(" ".join(s.words), out_type=str, enable_sampling=True, alpha=alpha,
-                                        nbest_size=-1)) for s in sources]
+        if self.sampler is None:
+            raise ConfigError("train.subword_sampling", "sampled segmentations need a unigram model "
+                              "(data.sentencepiece_model=unigram)")
+        rng = random.Random(seed)
+        return [self.sampler.sample(s.words, alpha, rng) for s in sources]
 
     def source_walk(self) -> SourceWalk:
         source, target = self.vocabularies.source, self.vocabularies.target
@@ -300,7 +306,8 @@ class ParsingTask:
                 raise DataError(model_path, None, f"cannot load the sentencepiece model: {exc}") from None
             source = Vocab.load(directory / "source.vocab")
             target = Vocab.load(directory / "target.vocab")
-        return ParsingCodec(sp, Vocabularies(source, target), tags=self.config.preterminals == "tags")
+        return ParsingCodec(sp, Vocabularies(source, target), tags=self.config.preterminals == "tags",
+                            unigram=self.config.sentencepiece_model == "unigram")
 
     def parse_source(self, line: str) -> Sentence:
         return Sentence(tuple(_ESCAPES.get(w, w) for w in line.split()))
