@@ -1,0 +1,62 @@
+"""check_task catches the ways a plugin can break the contract."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fake_plugins.lines_task import LinesCodec, LinesConfig, LinesTask
+from seqtrans.tasks import Example
+from seqtrans.tasks.contract import ContractError, check_task
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> LinesConfig:
+    for split in ("train", "dev", "test"):
+        (tmp_path / f"{split}.tsv").write_text("a b\tb a\nc\tc\nb c a\ta c b\n")
+    return LinesConfig(**{split: str(tmp_path / f"{split}.tsv") for split in ("train", "dev", "test")})
+
+
+def test_a_task_that_keeps_the_contract_passes(tmp_path: Path, data: LinesConfig) -> None:
+    assert check_task(LinesTask(data), tmp_path / "vocab") == {"exact_match": 1.0}
+
+
+@dataclasses.dataclass(frozen=True)
+class Unpicklable(LinesCodec):
+    tokenize: Any = lambda text: text.split()
+
+
+class Sampling(LinesCodec):
+    calls = 0
+
+    def sample_source_tokens(self, sources: Sequence[str], alpha: float, seed: int) -> list[list[str]]:
+        Sampling.calls += 1  # a different sample every call, whatever the seed
+        return [s.split()[Sampling.calls % 2:] for s in sources]
+
+
+def _with_codec(codec_cls: type[LinesCodec]) -> type[LinesTask]:
+    class Task(LinesTask):
+        def vocabulary(self, directory: Path, train: Iterable[Example[str, str]] | None) -> LinesCodec:
+            return codec_cls(super().vocabulary(directory, train).vocabularies)
+
+    return Task
+
+
+class AnySplit(LinesTask):
+    def read(self, split: str) -> Iterator[Example[str, str]]:
+        return super().read(split if split in ("train", "dev", "test") else "test")
+
+
+@pytest.mark.parametrize("task_cls, problem", [
+    (_with_codec(Unpicklable), "the codec does not pickle"),
+    (_with_codec(Sampling), "must repeat its samples for the same seed"),
+    (AnySplit, "read\\(\\) of an unknown split must raise UsageError"),
+])
+def test_a_broken_task_is_named_by_its_problem(tmp_path: Path, data: LinesConfig, task_cls: type[LinesTask],
+                                               problem: str) -> None:
+    with pytest.raises(ContractError, match=problem):
+        check_task(task_cls(data), tmp_path / "vocab")
