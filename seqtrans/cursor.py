@@ -72,9 +72,12 @@ class SourceCursor(nn.Module):
         if before is not None:
             consumed = consumed + before.unsqueeze(1)
         n, b = tokens.size(0), units.size(0)
-        sentence = torch.arange(n, device=tokens.device) // (n // b)  # [N]
-        index = consumed.clamp(max=units.size(1) - 1)
-        return units[sentence.unsqueeze(1), index], consumed[:, -1]
+        rows = units.repeat_interleave(n // b, dim=0) if n != b else units  # [N, U+1, D]
+        index = consumed.clamp(max=units.size(1) - 1)  # [N, T]
+        # a gather, whose gradient (a scatter-add along one axis) sums in the same order in
+        # every run; advanced indexing's gradient on the CPU does not
+        seen = rows.gather(1, index.unsqueeze(-1).expand(-1, -1, units.size(-1)))  # [N, T, D]
+        return seen, consumed[:, -1]
 
     def step(self, tokens: Tensor, state: CursorState) -> Tensor:
         """The additions for the next tokens of each hypothesis; advances ``state``.
