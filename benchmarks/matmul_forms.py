@@ -34,7 +34,7 @@ from seqtrans.model import Transformer  # noqa: E402
 
 ROWS = [1, 2, 4, 8, 16, 21, 32, 42, 64, 84, 128, 256]
 FORMS = {"f_linear": kernels._plain, "weight_first": kernels._weight_first,
-         "transposed_copy": kernels._TransposedCopies()}
+         "transposed_copy": kernels._transposed}
 CASES = [("greedy, batch 1", 1, 1), ("greedy, batch 32", 1, 32), ("beam 4, batch 1", 4, 1),
          ("beam 4, batch 32", 4, 32)]
 
