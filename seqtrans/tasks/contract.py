@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from seqtrans import config as cfg
-from seqtrans.data import source_ids, target_ids
+from seqtrans.data import target_ids
 from seqtrans.errors import UsageError
 from seqtrans.tasks.protocol import (
     SPLITS,
@@ -133,8 +133,6 @@ def _check_constraint_admits_references(codec: Any, refs: list[Example[Any, Any]
     constraint = codec.constraint([ex.source for ex in refs])
     if constraint is None:
         return
-    for ex in refs:
-        source_ids(codec, ex.source)  # every source must encode
     targets = [target_ids(codec, ex.target) + [EOS] for ex in refs]
     longest = max(len(t) for t in targets)
     for step in range(longest):

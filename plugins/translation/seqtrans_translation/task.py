@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,10 +24,10 @@ class TranslationCodec:
     """Text to pieces of the shared sentencepiece model and back."""
 
     subwords: Subwords
+    vocabularies: Vocabularies = field(init=False)
 
-    @property
-    def vocabularies(self) -> Vocabularies:
-        return Vocabularies(self.subwords.vocab, self.subwords.vocab)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "vocabularies", Vocabularies(self.subwords.vocab, self.subwords.vocab))
 
     def source_tokens(self, source: str) -> list[str]:
         return self.subwords.encode(source)
