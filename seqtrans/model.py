@@ -267,9 +267,7 @@ class Transformer(nn.Module):
         rows = encoded.memory.size(0) * beam
         cursor = None
         if self.cursor is not None:
-            if encoded.units is None:
-                raise ValueError("a source-cursor model needs Encoded.units (from encode())")
-            cursor = self.cursor.start(encoded.units, rows)
+            cursor = self.cursor.start(_units(encoded), rows)
         return DecoderState(
             caches=[layer.self_attn.new_cache(rows, capacity, like=encoded.memory)
                     for layer in self.decoder_layers],
@@ -318,9 +316,7 @@ class Transformer(nn.Module):
             caches: list[KVCache | None] = [None] * len(self.decoder)
             offset = 0
             if self.cursor is not None:
-                if encoded.units is None:
-                    raise ValueError("a source-cursor model needs Encoded.units (from encode())")
-                extra, _ = self.cursor.inputs(tokens, encoded.units)
+                extra, _ = self.cursor.inputs(tokens, _units(encoded))
         else:
             cross, caches, offset = state.cross, list(state.caches), state.length
             state.length += tokens.size(1)
@@ -338,6 +334,12 @@ class Transformer(nn.Module):
     def hidden(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """src [B, S], tgt_in [B, T] -> the decoder's last hidden states [B, T, D]"""
         return self.decode_hidden(tgt_in, self.encode(src))
+
+
+def _units(encoded: Encoded) -> Tensor:
+    if encoded.units is None:
+        raise ValueError("a source-cursor model needs Encoded.units (from encode())")
+    return encoded.units
 
 
 def build_model(config: ModelConfig, codec: Codec[Any, Any, Any]) -> Transformer:

@@ -102,7 +102,6 @@ class Loaded:
     codec: Codec[Any, Any, Any]
     model: Transformer
     device: torch.device
-    _assets_dir: Any = field(default=None, repr=False)  # keeps a temporary directory alive
 
     def decode(self, sources: Sequence[Any], *, decode: DecodeConfig | None = None,
                progress: bool = False) -> tuple[list[Any], list[list[Hypothesis]]]:
@@ -133,7 +132,6 @@ def decode_sources(model: Transformer, codec: Codec[Any, Any, Any], sources: Seq
 class Split:
     """The examples of one split, and what the task left out of it (:class:`Skipped`)."""
 
-    name: str
     examples: list[Example[Any, Any]]
     skipped: Counter[str] = field(default_factory=Counter)  # reason -> count
 
@@ -142,7 +140,7 @@ def read_split(task: Task[Any, Any, Any], split: str) -> Split:
     """Read a split whole; the inputs the task left out are counted by reason and logged
     with the first origin of each reason."""
     check_split(split)
-    out = Split(split, [])
+    out = Split([])
     first: dict[str, str] = {}
     for item in task.read(split):
         if isinstance(item, Skipped):
@@ -336,10 +334,10 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
             raise UsageError(f"--set cannot change '{section}' of a trained model")
     config = cfg.from_dict(RunConfig, tree, data_cls=task_cls.Config)
     task = task_cls(config.data)
-    holder = tempfile.TemporaryDirectory(prefix="seqtrans-assets-")
-    for name, data in payload.get("assets", {}).items():
-        (Path(holder.name) / name).write_bytes(data)
-    codec = task.vocabulary(Path(holder.name), None)
+    with tempfile.TemporaryDirectory(prefix="seqtrans-assets-") as scratch:
+        for name, data in payload.get("assets", {}).items():
+            (Path(scratch) / name).write_bytes(data)
+        codec = task.vocabulary(Path(scratch), None)  # self-contained: it pickles
     dev_ = device if isinstance(device, torch.device) else select_device(device)
     model = build_model(config.model, codec)
     try:
@@ -347,7 +345,7 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
     except RuntimeError as exc:
         raise CheckpointError(f"{ckpt_path}: weights do not fit the model of its config: {exc}") from None
     model.to(dev_).eval()
-    return Loaded(config, task, codec, model, dev_, holder)
+    return Loaded(config, task, codec, model, dev_)
 
 
 def evaluate(path: str | Path, *, split: str = "test", overrides: Iterable[str] = (),
