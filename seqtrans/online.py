@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 
-from seqtrans.data import prediction
+from seqtrans.data import prediction, source_ids
 from seqtrans.errors import DataError, UsageError
 from seqtrans.pipeline import Loaded
 
@@ -63,7 +63,7 @@ def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], N
     line_number = 0
 
     def ids_of(words_so_far: list[str]) -> list[int]:
-        return vocabs.source.encode(codec.source_tokens(task.parse_source(" ".join(words_so_far))))
+        return source_ids(codec, task.parse_source(" ".join(words_so_far)))[:-1]  # without the end
 
     def source(word: str | None, arrived: list[str]) -> Iterator[int]:
         """The ids of a line's words as they arrive, ending with the line."""
