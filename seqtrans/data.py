@@ -16,6 +16,9 @@ import torch
 from torch import Tensor
 
 from seqtrans.vocab import BOS, EOS, PAD
+from seqtrans.vocab import prediction as prediction  # the id conversions live beside the vocabularies
+from seqtrans.vocab import source_ids as source_ids
+from seqtrans.vocab import target_ids as target_ids
 
 if TYPE_CHECKING:
     from seqtrans.tasks.protocol import Codec, Example
@@ -23,12 +26,29 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def pad_batch(seqs: Sequence[Sequence[int]], *, pad: int = PAD) -> Tensor:
-    """[[ids], ...] -> [B, longest], right-padded."""
-    out = torch.full((len(seqs), max(len(s) for s in seqs)), pad, dtype=torch.long)
+def pad_batch(seqs: Sequence[Sequence[int]], *, pad: int = PAD, before: int | None = None,
+              after: int | None = None) -> Tensor:
+    """[[ids], ...] -> [B, longest (+1 for ``before``, +1 for ``after``)], right-padded; each
+    row is ``before ids after`` when those symbols are given. Sequences may be lists or
+    arrays (:class:`~seqtrans.binarized.MappedSequences`)."""
+    lead = int(before is not None)
+    width = max(len(s) for s in seqs) + lead + int(after is not None)
+    out = np.full((len(seqs), width), pad, dtype=np.int64)
+    if before is not None:
+        out[:, 0] = before
     for i, s in enumerate(seqs):
-        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return out
+        out[i, lead: lead + len(s)] = s
+        if after is not None:
+            out[i, lead + len(s)] = after
+    return torch.from_numpy(out)
+
+
+def lengths_of(seqs: Sequence[Sequence[int]]) -> np.ndarray:
+    """The length of every sequence, as an array (mapped sequences keep theirs)."""
+    known = getattr(seqs, "lengths", None)
+    if known is not None:
+        return np.asarray(known)
+    return np.fromiter((len(s) for s in seqs), dtype=np.int32, count=len(seqs))
 
 
 @dataclass
@@ -54,37 +74,20 @@ class Batch:
 class Pairs:
     """Encoded parallel data: ``src[i]`` ends with EOS, ``tgt[i]`` has neither BOS nor EOS.
     ``kept[i]`` is the position of pair ``i`` among the examples it was encoded from
-    (empty when not tracked)."""
+    (empty when not tracked). The sides are lists in memory, or memory-mapped
+    (:mod:`seqtrans.binarized`, what :mod:`seqtrans.prepare` gives for training data)."""
 
-    src: list[list[int]]
-    tgt: list[list[int]]
-    kept: list[int] = field(default_factory=list)
+    src: Sequence[Any]  # of list[int] or np.ndarray
+    tgt: Sequence[Any]
+    kept: Sequence[int] | np.ndarray = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.src)
 
-    def batch(self, indices: Sequence[int]) -> Batch:
+    def batch(self, indices: Sequence[int] | np.ndarray) -> Batch:
         tgt = [self.tgt[i] for i in indices]
-        return Batch(
-            pad_batch([self.src[i] for i in indices]),
-            pad_batch([[BOS, *t] for t in tgt]),
-            pad_batch([[*t, EOS] for t in tgt]),
-        )
-
-
-def source_ids(codec: Codec[Any, Any, Any], source: Any) -> list[int]:
-    """A source's ids through the task's codec, ending with EOS."""
-    return codec.vocabularies.source.encode(codec.source_tokens(source)) + [EOS]
-
-
-def target_ids(codec: Codec[Any, Any, Any], target: Any) -> list[int]:
-    """A reference's ids through the task's codec, without BOS or EOS."""
-    return codec.vocabularies.target.encode(codec.target_tokens(target))
-
-
-def prediction(codec: Codec[Any, Any, Any], ids: Iterable[int], source: Any) -> Any:
-    """The task's prediction from decoded target ids (up to the first EOS)."""
-    return codec.prediction(codec.vocabularies.target.decode(ids), source)
+        return Batch(pad_batch([self.src[i] for i in indices]), pad_batch(tgt, before=BOS),
+                     pad_batch(tgt, after=EOS))
 
 
 def encode_pairs(codec: Codec[Any, Any, Any], examples: Iterable[Example[Any, Any]], *,
@@ -111,14 +114,16 @@ def encode_pairs(codec: Codec[Any, Any, Any], examples: Iterable[Example[Any, An
     return Pairs(src, tgt, kept)
 
 
-def token_batches(src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_tokens: int, *,
-                  seed: int, epoch: int, shuffle: bool = True) -> list[list[int]]:
-    """Batches of about ``max_tokens`` source and ``max_tokens`` target tokens, padding included.
+def token_batches(src_lengths: Sequence[int] | np.ndarray, tgt_lengths: Sequence[int] | np.ndarray,
+                  max_tokens: int, *, seed: int, epoch: int, shuffle: bool = True) -> list[np.ndarray]:
+    """Batches (arrays of example indices) of about ``max_tokens`` source and
+    ``max_tokens`` target tokens, padding included.
 
     Examples are sorted by length (ties in a random order) and cut into batches, so
     each batch holds similar lengths; with ``shuffle`` the batches come in a random
     order. The result depends only on the lengths, ``seed`` and ``epoch``. A single
-    example longer than ``max_tokens`` forms a batch of its own.
+    example longer than ``max_tokens`` forms a batch of its own. The batches are views
+    of one index array: memory grows by 8 bytes an example, not by Python objects.
     """
     n = len(src_lengths)
     if n == 0:
@@ -128,17 +133,29 @@ def token_batches(src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_to
     tgt = np.asarray(tgt_lengths) + 1  # the target side is fed with BOS / predicted with EOS
     tiebreak = rng.permutation(n) if shuffle else np.arange(n)
     order = np.lexsort((tiebreak, tgt, src))
-    batches: list[list[int]] = []
-    start, max_s, max_t = 0, 0, 0
-    for pos, i in enumerate(order.tolist()):
-        ms, mt = max(max_s, src[i]), max(max_t, tgt[i])
-        count = pos - start + 1
-        if count > 1 and (ms * count > max_tokens or mt * count > max_tokens):
-            batches.append(order[start:pos].tolist())
-            start, ms, mt = pos, src[i], tgt[i]
-        max_s, max_t = ms, mt
-    batches.append(order[start:].tolist())
+    cuts = _cuts(src[order], tgt[order], max_tokens)
+    batches = np.split(order, cuts)
     if shuffle:
         perm = rng.permutation(len(batches))
         batches = [batches[j] for j in perm]
     return batches
+
+
+def _cuts(src: np.ndarray, tgt: np.ndarray, max_tokens: int, chunk: int = 1 << 16) -> list[int]:
+    """Where sorted examples start a new batch: greedily, when adding one would make the
+    batch exceed ``max_tokens`` on either side (the longest of each side, times the
+    count). ``src`` is ascending, so its longest is the newest. Read in chunks, so that
+    a few million examples never become Python ints all at once."""
+    cuts: list[int] = []
+    start, max_t = 0, 0
+    for base in range(0, len(src), chunk):
+        for offset, (s, t) in enumerate(zip(src[base: base + chunk].tolist(),
+                                            tgt[base: base + chunk].tolist())):
+            pos = base + offset
+            mt = t if t > max_t else max_t
+            count = pos - start + 1
+            if count > 1 and (s * count > max_tokens or mt * count > max_tokens):
+                cuts.append(pos)
+                start, mt = pos, t
+            max_t = mt
+    return cuts

@@ -26,6 +26,9 @@ class ConfigError(UsageError):
         self.key = key
         self.problem = problem
 
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str]]:  # raised in worker processes
+        return type(self), (self.key, self.problem)
+
 
 class DataError(SeqtransError):
     """Malformed input data; names the file and, where known, the line."""
@@ -38,6 +41,9 @@ class DataError(SeqtransError):
         self.path = path
         self.line = line
         self.problem = problem
+
+    def __reduce__(self) -> tuple[type[DataError], tuple[str | Path | None, int | None, str]]:
+        return type(self), (self.path, self.line, self.problem)  # raised in worker processes
 
 
 class TaskError(UsageError):

@@ -32,6 +32,7 @@ from seqtrans.data import Pairs, encode_pairs, prediction, source_ids
 from seqtrans.decoding import Hypothesis, generate
 from seqtrans.errors import CheckpointError, ConfigError, UsageError
 from seqtrans.model import Transformer, build_model
+from seqtrans.prepare import prepare
 from seqtrans.tasks.protocol import (
     Codec,
     Constraining,
@@ -79,18 +80,6 @@ def _write_files(directory: Path, files: Mapping[str, bytes]) -> None:
     for name, data in files.items():
         (partial / name).write_bytes(data)
     os.replace(partial, directory)
-
-
-def _vocabulary(task: Task[Any, Any, Any], train: list[Example[Any, Any]],
-                directory: Path) -> tuple[Codec[Any, Any, Any], dict[str, bytes]]:
-    """The run's codec and the files it was built from: loaded from ``directory`` when an
-    earlier run in the same place built them, else built in a scratch directory (the run
-    directory is written only once the run is known to be possible)."""
-    if directory.is_dir() and any(directory.iterdir()):
-        return task.vocabulary(directory, None), _read_assets(directory)
-    with tempfile.TemporaryDirectory(prefix="seqtrans-vocab-") as scratch:
-        codec = task.vocabulary(Path(scratch), train)
-        return codec, _read_assets(Path(scratch))
 
 
 @dataclass
@@ -173,7 +162,24 @@ def _check_resumable(out: Path, config: RunConfig) -> None:
             )
 
 
-def _source_sampler(codec: Codec[Any, Any, Any], examples: Sequence[Example[Any, Any]], train: Pairs,
+def _sources_at(task: Task[Any, Any, Any], positions: Sequence[int]) -> list[Any]:
+    """The sources of the training examples at ``positions`` (ascending), read again."""
+    wanted = iter(positions)
+    out: list[Any] = []
+    target = next(wanted, None)
+    examples = (item for item in task.read("train") if not isinstance(item, Skipped))
+    for position, ex in enumerate(examples):
+        if target is None:
+            break
+        if position == target:
+            out.append(ex.source)
+            target = next(wanted, None)
+    if len(out) != len(positions):
+        raise UsageError("the training data changed since it was prepared; prepare it again")
+    return out
+
+
+def _source_sampler(codec: Codec[Any, Any, Any], task: Task[Any, Any, Any], train: Pairs,
                     config: RunConfig) -> Callable[[int], list[list[int]]] | None:
     """``train.subword_sampling``: each epoch's training sources, with segmentations the
     codec samples from a seed of the run's seed and the epoch. A sample longer than
@@ -185,7 +191,7 @@ def _source_sampler(codec: Codec[Any, Any, Any], examples: Sequence[Example[Any,
         raise ConfigError("train.subword_sampling", f"the codec of task {config.task!r} cannot sample "
                           "segmentations (it lacks sample_source_tokens)")
     sampler = codec
-    sources = [examples[i].source for i in train.kept]
+    sources = _sources_at(task, [int(p) for p in train.kept])
 
     def resample(epoch: int) -> list[list[int]]:
         seed = (config.seed * 1_000_003 + epoch) % 2**31
@@ -193,7 +199,7 @@ def _source_sampler(codec: Codec[Any, Any, Any], examples: Sequence[Example[Any,
         out = []
         for tokens, fixed in zip(sampled, train.src, strict=True):
             ids = codec.vocabularies.source.encode(tokens) + [EOS]
-            out.append(ids if len(ids) <= config.train.max_length else fixed)
+            out.append(ids if len(ids) <= config.train.max_length else [int(i) for i in fixed])
         return out
 
     return resample
@@ -210,14 +216,15 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     _check_resumable(out, config)
     _seed(config.seed)
 
-    train_examples = read_split(task, "train").examples
     vocab_dir = out / "vocab"
-    codec, assets = _vocabulary(task, train_examples, vocab_dir)
+    given = _read_assets(vocab_dir) if vocab_dir.is_dir() and any(vocab_dir.iterdir()) else None
+    prepared = prepare(task, config, vocabulary=given, progress=progress)
+    codec, assets = prepared.codec, prepared.assets
     vocabs = codec.vocabularies
     log.info("vocabulary: %d source / %d target symbols%s", len(vocabs.source), len(vocabs.target),
              " (shared)" if vocabs.shared else "")
-    train = encode_pairs(codec, train_examples, max_length=config.train.max_length, what="training pairs")
-    resample = _source_sampler(codec, train_examples, train, config)
+    train = Pairs(prepared.dataset.src, prepared.dataset.tgt, prepared.dataset.positions)
+    resample = _source_sampler(codec, task, train, config)
     dev_examples = read_split(task, "dev").examples
     dev = encode_pairs(codec, dev_examples, max_length=config.train.max_length,
                        what="dev pairs (dev loss only; all are decoded)")

@@ -177,6 +177,17 @@ class TrainConfig:
     max_length: int = option(
         1024, "Training pairs with more source or target tokens than this are dropped (and counted)."
     )
+    dedup: bool = option(
+        False, "Remove exact duplicate training pairs (the same source and target ids) when the data "
+        "is prepared; the first of each is kept and the count is logged."
+    )
+    prepare_workers: int = option(
+        0, "Processes that encode the training data when it is prepared; 0: one per CPU core."
+    )
+    data_cache: str = option(
+        "", "Where prepared training data is kept (a directory per dataset); empty: "
+        "$SEQTRANS_CACHE_DIR/prepared, else ~/.cache/seqtrans/prepared."
+    )
     log_every: int = option(100, "Log loss, learning rate and tokens/s every this many updates.")
     eval_every: int = option(
         1000, "Validate (loss and the task's metric) every this many updates, and at the end."
@@ -207,7 +218,7 @@ class TrainConfig:
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}", f"must be at least 1, got {getattr(self, key)}")
         for key in ("max_epochs", "max_minutes", "valid_beam", "valid_max_examples", "patience",
-                    "clip_norm", "lr_scale"):
+                    "clip_norm", "lr_scale", "prepare_workers"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}", f"must not be negative, got {getattr(self, key)}")
         if not 0.0 <= self.cooldown <= 1.0:

@@ -6,6 +6,7 @@ from seqtrans.tasks.protocol import (
     SPLITS,
     Codec,
     Constraining,
+    DataDigest,
     Example,
     SegmentationSampling,
     Skipped,
@@ -16,6 +17,6 @@ from seqtrans.tasks.protocol import (
     check_split,
 )
 
-__all__ = ["GROUP", "SPLITS", "Codec", "Constraining", "Example", "SegmentationSampling", "Skipped",
-           "SourceWalk", "SourceWalking", "Task", "TaskClass", "TaskEntry", "check_split", "find",
+__all__ = ["GROUP", "SPLITS", "Codec", "Constraining", "DataDigest", "Example", "SegmentationSampling",
+           "Skipped", "SourceWalk", "SourceWalking", "Task", "TaskClass", "TaskEntry", "check_split", "find",
            "installed", "load"]

@@ -16,7 +16,10 @@ A codec may have optional abilities, each a runtime-checkable protocol the engin
 tests with ``isinstance``: :class:`Constraining` (restrict next tokens during
 search), :class:`SegmentationSampling` (``train.subword_sampling``) and
 :class:`SourceWalking` (``model.source_cursor``). A codec without one writes nothing
-for it. The type parameters are the task's source, target and prediction types, so
+for it. A task may name its training data by a digest (:class:`DataDigest`), so that
+prepared data is found without reading the data again.
+
+The type parameters are the task's source, target and prediction types, so
 that mypy checks a plugin against the contract::
 
     _contract: TaskClass[str, str, str] = MyTask
@@ -227,6 +230,19 @@ class SourceWalking(Protocol):
     """A codec whose outputs consume their inputs in order, for ``model.source_cursor``."""
 
     def source_walk(self) -> SourceWalk: ...
+
+
+@runtime_checkable
+class DataDigest(Protocol):
+    """A task (not a codec) that names its training data cheaply, so that prepared data
+    (``seqtrans prepare``) is found again without reading the data."""
+
+    def train_digest(self) -> str:
+        """A string that changes whenever ``read("train")`` or ``vocabulary(directory,
+        train)`` could give another result: a digest of the training files' contents and
+        of the options that shape the training examples and the vocabulary. Without this
+        ability the engine reads the training split and hashes what it yields."""
+        ...
 
 
 # --------------------------------------------------------------------------- shared checks

@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
 from seqtrans.config import RunConfig, to_dict
-from seqtrans.data import Batch, Pairs, token_batches
+from seqtrans.data import Batch, Pairs, lengths_of, token_batches
 from seqtrans.errors import CheckpointError
 from seqtrans.kernels import autocast
 from seqtrans.model import Transformer
@@ -102,9 +103,9 @@ class Trainer:
         self.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=self.c.adam_betas,
                                           eps=self.c.adam_eps)
         self.state = Progress()
-        self._src_lengths = [len(s) for s in train.src]
-        self._tgt_lengths = [len(t) for t in train.tgt]
-        if not train.src:
+        self._src_lengths = lengths_of(train.src)
+        self._tgt_lengths = lengths_of(train.tgt)
+        if not len(train):
             raise ValueError("no training examples")
 
     # ------------------------------------------------------------------ checkpoints
@@ -147,14 +148,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ data
 
-    def _epoch_batches(self, epoch: int) -> list[list[int]]:
+    def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
         if self.resample is not None:
             src = self.resample(epoch)
             if len(src) != len(self.train_data.src):
                 raise ValueError(f"resample({epoch}) gave {len(src)} sources for "
                                  f"{len(self.train_data.src)} pairs")
             self.train_data = Pairs(src, self.train_data.tgt, self.train_data.kept)
-            self._src_lengths = [len(s) for s in src]
+            self._src_lengths = lengths_of(src)
         return token_batches(self._src_lengths, self._tgt_lengths, self.c.max_tokens,
                              seed=self.config.seed, epoch=epoch)
 
@@ -225,7 +226,7 @@ class Trainer:
         self.model.eval()
         loss_sum = nll_sum = 0.0
         tokens = 0
-        for idx in token_batches([len(s) for s in self.dev.src], [len(t) for t in self.dev.tgt],
+        for idx in token_batches(lengths_of(self.dev.src), lengths_of(self.dev.tgt),
                                  self.c.max_tokens, seed=0, epoch=0, shuffle=False):
             batch = self.dev.batch(idx).to(self.device)
             loss, nll = self._loss(batch)

@@ -7,8 +7,10 @@ that Python counts as white space other than the plain space (tabs, no-break spa
 are kept out of the learned pieces, so that every piece is a valid vocabulary token;
 they are encoded as bytes.
 
-Trained models are cached under ``CACHE/sentencepiece/`` by the sha256 of their
-training text and settings: a second run on the same data reuses the model.
+The training text is a uniform random sample of the training sentences, drawn from
+the stream in one pass (``data.subword_sample`` sentences; all of them, in order, when
+there are fewer). Trained models are cached under ``CACHE/sentencepiece/`` by the
+sha256 of that sample and the settings: a second run on the same data reuses the model.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import hashlib
 import io
 import json
 import logging
+import math
 import os
 import random
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -89,6 +92,31 @@ class Subwords:
         return str(self._sp.decode_pieces([p for p in pieces if p != UNK]))
 
 
+def sample(texts: Iterable[str], size: int, seed: int) -> list[str]:
+    """A uniform random sample of ``size`` texts from a stream read once (all of them, in
+    order, when there are no more): reservoir sampling with geometric skips (Li 1994,
+    Algorithm L), so that a long stream costs few random draws and ``size`` strings of memory."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    stream = iter(texts)
+    for text in stream:
+        out.append(text)
+        if size and len(out) == size:
+            break
+    if not size or len(out) < size:
+        return out
+    w = math.exp(math.log(rng.random()) / size)
+    skip = int(math.log(rng.random()) / math.log(1 - w)) if w < 1 else 0
+    for text in stream:
+        if skip:
+            skip -= 1
+            continue
+        out[rng.randrange(size)] = text
+        w *= math.exp(math.log(rng.random()) / size)
+        skip = int(math.log(rng.random()) / math.log(1 - w)) if w < 1 else 0
+    return out
+
+
 def fingerprint(texts: Sequence[str], settings: SubwordSettings) -> str:
     """sha256 of the training text and the settings: the cache key of a model."""
     digest = hashlib.sha256(json.dumps(asdict(settings), sort_keys=True).encode())
@@ -99,14 +127,16 @@ def fingerprint(texts: Sequence[str], settings: SubwordSettings) -> str:
     return digest.hexdigest()
 
 
-def build(texts: Sequence[str], settings: SubwordSettings, cache: Path) -> Subwords:
-    """The model for ``texts`` and ``settings``: from the cache, or trained and cached."""
-    key = fingerprint(texts, settings)
+def build(texts: Iterable[str], settings: SubwordSettings, cache: Path) -> Subwords:
+    """The model for ``texts`` (a stream, read once and sampled to
+    ``settings.sample_sentences``) and ``settings``: from the cache, or trained and cached."""
+    chosen = sample(texts, settings.sample_sentences, settings.seed)
+    key = fingerprint(chosen, settings)
     path = cache / "sentencepiece" / f"{key}.model"
     if path.is_file():
         log.info("sentencepiece: reusing %s", path)
         return Subwords(path.read_bytes(), origin=str(path))
-    model = train(texts, settings)
+    model = train(chosen, settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     try:
@@ -117,16 +147,12 @@ def build(texts: Sequence[str], settings: SubwordSettings, cache: Path) -> Subwo
         Path(tmp).unlink(missing_ok=True)
         raise
     log.info("sentencepiece: trained %s on %d sentences, cached as %s", settings.model_type,
-             len(texts), path)
+             len(chosen), path)
     return Subwords(model, origin=str(path))
 
 
 def train(texts: Sequence[str], settings: SubwordSettings) -> bytes:
-    """Train a model on ``texts`` (a seeded sample of them when there are more than
-    ``settings.sample_sentences``) and return it serialized."""
-    if settings.sample_sentences and len(texts) > settings.sample_sentences:
-        chosen = sorted(random.Random(settings.seed).sample(range(len(texts)), settings.sample_sentences))
-        texts = [texts[i] for i in chosen]
+    """Train a model on ``texts`` (already sampled) and return it serialized."""
     sample = [t.translate(_to_space()) for t in texts if t.strip()]
     if not sample:
         raise DataError(None, None, "no training text to learn subwords from")

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import itertools
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from seqtrans import download
-from seqtrans.errors import ConfigError
-from seqtrans.tasks import Example, Skipped, TaskClass, check_split
+from seqtrans.errors import ConfigError, DataError
+from seqtrans.tasks import DataDigest, Example, Skipped, TaskClass, check_split
 from seqtrans.vocab import Vocabularies
 from seqtrans_translation import datasets, metrics
 from seqtrans_translation.config import TranslationConfig
@@ -37,6 +40,20 @@ class TranslationCodec:
 
     def prediction(self, tokens: list[str], source: str) -> str:
         return self.subwords.decode(tokens)
+
+
+# options that do not change the training pairs or the vocabulary
+_NOT_TRAINING = frozenset({"test_set", "dev_src", "dev_tgt", "dev_tsv", "test_src", "test_tgt", "test_tsv",
+                           "bleu_tokenize", "cache_dir", "mirror"})
+
+
+def _file_digest(path: Path) -> str:
+    try:
+        return download.sha256_file(path)
+    except FileNotFoundError:
+        raise DataError(path, None, "no such file") from None
+    except OSError as exc:
+        raise DataError(path, None, f"cannot read: {exc.strerror}") from None
 
 
 class TranslationTask:
@@ -115,10 +132,29 @@ class TranslationTask:
             settings = SubwordSettings(model_type=c.subword_model, vocab_size=c.vocab_size,
                                        character_coverage=c.character_coverage,
                                        normalization=c.normalization, sample_sentences=c.subword_sample)
-            texts = [text for ex in train for text in (ex.source, ex.target)]
+            texts = (text for ex in train for text in (ex.source, ex.target))
             subwords = build(texts, settings, download.cache_dir(c.cache_dir or None))
             subwords.save(directory)
         return TranslationCodec(subwords)
+
+    def train_digest(self) -> str:
+        """sha256 of the training files (a named dataset's published digests; local files
+        read in full) and of every option that shapes the training pairs or the vocabulary
+        (:class:`~seqtrans.tasks.DataDigest`)."""
+        c = self.config
+        options = {k: v for k, v in dataclasses.asdict(c).items() if k not in _NOT_TRAINING}
+        digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode())
+        local = c.local("train")
+        if local is not None:
+            for path in (local,) if isinstance(local, str) else local:
+                digest.update(_file_digest(Path(path)).encode())
+        else:
+            dataset = datasets.get(c.dataset)
+            for corpus in dataset.train:
+                for lang in (c.source_lang, c.target_lang):
+                    side = corpus[lang]
+                    digest.update(f"{side.remote.sha256}:{side.member}:{lang}\n".encode())
+        return digest.hexdigest()
 
     def parse_source(self, line: str) -> str:
         return line
@@ -136,3 +172,4 @@ class TranslationTask:
 
 # mypy checks the task against the contract here
 _contract: TaskClass[str, str, str] = TranslationTask
+_digest: type[DataDigest] = TranslationTask

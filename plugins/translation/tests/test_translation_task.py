@@ -158,7 +158,7 @@ def test_run_predict_and_evaluate_end_to_end(tmp_path: Path) -> None:
         f"data.test_tgt={tmp_path / 'test.de'}")
     assert done.returncode == 0, done.stderr
     # long training pairs are dropped and counted; test lines never are
-    dropped = re.search(r"dropped (\d+) of 1500 training pairs longer than 30 tokens", done.stderr)
+    dropped = re.search(r"removed (\d+) of 1500 pairs: longer than train.max_length=30 tokens", done.stderr)
     assert dropped is not None and 0 < int(dropped.group(1)) < 1500, done.stderr
     metrics = json.loads((out / "metrics.json").read_text())
     assert isinstance(metrics["bleu"], float) and isinstance(metrics["chrf"], float)
