@@ -8,6 +8,10 @@ A prepared dataset (:mod:`seqtrans.prepare` writes it) is a directory of:
     BOS nor EOS (as :class:`seqtrans.data.Pairs` holds them).
 ``src.offsets.npy``, ``tgt.offsets.npy``
     int64, one more than the pairs: sequence ``i`` is ``ids[offsets[i]:offsets[i + 1]]``.
+``src.lengths.npy``, ``tgt.lengths.npy``
+    Every sequence's length (uint16, or int32 when one is longer than 65,535): token
+    batches are built from these alone, so training touches the offsets and ids only
+    of the sequences it reads.
 ``positions.npy``
     int64: pair ``i`` is the ``positions[i]``-th example the task read (0-based, left-out
     inputs not counted); resampling a source finds its example by it.
@@ -17,8 +21,11 @@ A prepared dataset (:mod:`seqtrans.prepare` writes it) is a directory of:
     Written last: the format, the key, counts, what was removed and why, and every
     file's size and sha256.
 
-Opening checks sizes, headers and offsets (cheap); :func:`open_dataset` with
-``verify=True`` also checks every file's sha256. Any mismatch is a
+Opening checks sizes, headers and totals (cheap); :func:`open_dataset` with
+``verify=True`` also checks every file's sha256 and every offset against its length.
+The ids and offsets are mapped for random access (no read-ahead), so that the pages a
+process holds are about those of the batches it has read, and processes on one machine
+share them. Any mismatch is a
 :class:`PreparedError` naming the file and the problem. Nothing here imports torch.
 """
 
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import struct
 from collections.abc import Iterator, Sequence
@@ -107,15 +115,25 @@ def read_ids(path: Path, *, key: str) -> np.memmap[Any, Any]:
         raise PreparedError(path, None, f"truncated or extended: {size} bytes, its header says {expected}")
     if count == 0:
         return np.memmap(path, dtype=dtype, mode="r", offset=0, shape=(0,))  # nothing to map
-    return np.memmap(path, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=(count,))
+    return _random_access(np.memmap(path, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=(count,)))
+
+
+def _random_access(array: Any) -> Any:
+    """Advise the kernel that a mapped array is read at random: no read-ahead around each
+    page touched, which would otherwise map many pages a batch never reads."""
+    mapped = getattr(array, "_mmap", None)
+    if mapped is not None and hasattr(mapped, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+        mapped.madvise(mmap.MADV_RANDOM)
+    return array
 
 
 class MappedSequences(Sequence[np.ndarray]):
     """Sequences of ids stored back to back: ``self[i]`` is an array view (no copy)."""
 
-    def __init__(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> None:
         self.ids = ids
         self.offsets = offsets
+        self.lengths = lengths  # every sequence's length
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -134,11 +152,6 @@ class MappedSequences(Sequence[np.ndarray]):
     def __iter__(self) -> Iterator[np.ndarray]:
         for i in range(len(self)):
             yield self[i]
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """int32 [n]: the length of every sequence."""
-        return np.diff(self.offsets).astype(np.int32)
 
 
 @dataclass
@@ -163,16 +176,17 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _load_array(path: Path, *, length: int) -> np.ndarray:
+def _load_array(path: Path, *, length: int, dtypes: tuple[str, ...] = ("<i8",)) -> np.ndarray:
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except FileNotFoundError:
         raise PreparedError(path, None, "missing") from None
     except (ValueError, OSError, EOFError) as exc:
         raise PreparedError(path, None, f"not a readable array file: {exc}") from None
-    if array.dtype != np.int64 or array.shape != (length,):
-        raise PreparedError(path, None, f"holds {array.dtype} {array.shape}, expected int64 ({length},)")
-    return array
+    if array.dtype.str not in dtypes or array.shape != (length,):
+        raise PreparedError(path, None, f"holds {array.dtype} {array.shape}, expected "
+                                        f"{' or '.join(dtypes)} ({length},)")
+    return _random_access(array)
 
 
 def open_dataset(directory: Path, *, key: str, verify: bool = False) -> Dataset:
@@ -188,6 +202,24 @@ def open_dataset(directory: Path, *, key: str, verify: bool = False) -> Dataset:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("key") != key:
         raise PreparedError(meta_path, None, f"describes another dataset or format (expected format "
                                              f"{FORMAT}, key {key[:12]})")
+    n = meta.get("pairs")
+    if not isinstance(n, int) or n < 0:
+        raise PreparedError(meta_path, None, f"'pairs' is {n!r}, not a count")
+    sides = []
+    for side in SIDES:
+        ids = read_ids(directory / f"{side}.ids", key=key)
+        offsets_path = directory / f"{side}.offsets.npy"
+        offsets = _load_array(offsets_path, length=n + 1)
+        lengths_path = directory / f"{side}.lengths.npy"
+        lengths = np.array(_load_array(lengths_path, length=n, dtypes=("<u2", "<i4")))  # read whole: small
+        if offsets[0] != 0 or offsets[-1] != len(ids):
+            raise PreparedError(offsets_path, None, "offsets do not span its ids file")
+        if int(lengths.sum(dtype=np.int64)) != len(ids) or (n and lengths.min() < 1):
+            raise PreparedError(lengths_path, None, "lengths do not add up to its ids file")
+        if verify and not np.array_equal(np.diff(offsets), lengths):
+            raise PreparedError(offsets_path, None, "offsets disagree with the lengths")
+        sides.append(MappedSequences(ids, offsets, lengths))
+    positions = _load_array(directory / "positions.npy", length=n)
     files = meta.get("files", {})
     for name, info in files.items():
         path = directory / name
@@ -197,23 +229,17 @@ def open_dataset(directory: Path, *, key: str, verify: bool = False) -> Dataset:
             raise PreparedError(path, None, f"{path.stat().st_size} bytes, {info['bytes']} when written")
         if verify and sha256_of(path) != info["sha256"]:
             raise PreparedError(path, None, "its sha256 differs from the one recorded when it was written")
-    n = int(meta["pairs"])
-    sides = []
-    for side in SIDES:
-        ids = read_ids(directory / f"{side}.ids", key=key)
-        offsets_path = directory / f"{side}.offsets.npy"
-        offsets = _load_array(offsets_path, length=n + 1)
-        if n and (offsets[0] != 0 or offsets[-1] != len(ids) or np.any(np.diff(offsets) < 0)):
-            raise PreparedError(offsets_path, None, "offsets do not cover its ids file in order")
-        sides.append(MappedSequences(ids, offsets))
-    positions = _load_array(directory / "positions.npy", length=n)
     return Dataset(directory, meta, sides[0], sides[1], positions)
+
+
+def lengths_dtype(longest: int) -> np.dtype[Any]:
+    return np.dtype("<u2") if longest <= 0xFFFF else np.dtype("<i4")
 
 
 def save_array(path: Path, array: np.ndarray) -> str:
     """Write a ``.npy`` file and flush it to disk; its sha256."""
     with open(path, "wb") as f:
-        np.save(f, np.ascontiguousarray(array, dtype=np.int64), allow_pickle=False)
+        np.save(f, np.ascontiguousarray(array), allow_pickle=False)
         f.flush()
         os.fsync(f.fileno())
     return sha256_of(path)

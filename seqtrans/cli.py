@@ -80,6 +80,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Run directory (default: runs/TASK-YYYYMMDD-HHMMSS).")
     _add_device(p)
 
+    p = sub.add_parser(
+        "prepare", help="Prepare a task's training data once: vocabulary and memory-mapped ids.",
+        description="Read the training split as a stream, build the vocabulary, encode the pairs with "
+                    "worker processes (train.prepare_workers) and write a memory-mapped dataset under "
+                    "train.data_cache, keyed by the data and the settings that shape it. 'seqtrans run' "
+                    "with the same data and settings uses it without preparing again (and prepares it "
+                    "itself when it is missing). Found in the cache, its files are checked against "
+                    "their sha256; an interrupted preparation resumes. Prints a summary as JSON.")
+    _add_config_args(p)
+
     p = sub.add_parser("config", help="Print the resolved configuration with each key's help.",
                        description="Resolve a run's configuration as 'seqtrans run' would and print "
                                    "every key, its value and its help (or JSON with --json).")
@@ -88,8 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="Print a Markdown table instead.")
 
     p = sub.add_parser("predict", help="Decode lines from stdin with a trained model.",
-                       description="Read inputs from stdin, one per line, and write each output to "
-                                   "stdout as soon as it is decoded.")
+                       description="Read inputs from stdin, one per line, and write the outputs to "
+                                   "stdout in input order. Lines that have arrived are decoded together "
+                                   "(up to 1,000 at a time, sorted by length into batches of "
+                                   "decode.batch_tokens), so a file decodes at batch speed, while a "
+                                   "line typed at a terminal is answered at once.")
     p.add_argument("model", metavar="RUN_DIR_OR_CHECKPOINT")
     p.add_argument("--beam", type=int, help="Beam size (default: the run's decode.beam).")
     p.add_argument("--stream", action="store_true",
@@ -143,6 +156,22 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    from seqtrans import tasks
+    from seqtrans.config import resolve_config
+    from seqtrans.prepare import prepare
+
+    config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
+                            overrides=args.overrides)
+    task = tasks.load(config.task)(config.data)
+    prepared = prepare(task, config, progress=_progress(args), verify=True)
+    meta = prepared.dataset.meta
+    summary = {"directory": str(prepared.directory), "reused": prepared.reused,
+               **{k: meta[k] for k in ("pairs", "inputs_read", "tokens", "removed", "vocabulary")}}
+    print(json.dumps(summary, indent=2, sort_keys=True))
+    return 0
+
+
 def _cmd_config(args: argparse.Namespace) -> int:
     from seqtrans.config import describe, markdown_table, resolve_config, to_dict
 
@@ -179,7 +208,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    from seqtrans.online import predict, stream, words_of
+    from seqtrans.online import line_batches, predict, predict_batches, stream, words_of
     from seqtrans.pipeline import load
 
     overrides = list(args.overrides)
@@ -191,7 +220,13 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     if args.stream:
         stream(loaded, words_of(_stdin_chunks()), _write_now)
         return 0
-    for line in predict(loaded, sys.stdin):
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):  # a stream without a descriptor
+        outputs = predict(loaded, sys.stdin)
+    else:
+        outputs = predict_batches(loaded, line_batches(fd))
+    for line in outputs:
         _write_now(line + "\n")
     return 0
 
@@ -236,8 +271,8 @@ def _progress(args: argparse.Namespace) -> bool:
     return not args.quiet and sys.stderr.isatty()
 
 
-COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "run": _cmd_run, "predict": _cmd_predict,
-            "evaluate": _cmd_evaluate, "average": _cmd_average}
+COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "prepare": _cmd_prepare, "run": _cmd_run,
+            "predict": _cmd_predict, "evaluate": _cmd_evaluate, "average": _cmd_average}
 
 
 def _run_plugin_command(argv: list[str]) -> int | None:

@@ -4,6 +4,8 @@ word by word (simultaneous decoding, :mod:`seqtrans.decoding.streaming`)."""
 from __future__ import annotations
 
 import logging
+import os
+import select
 from collections.abc import Callable, Iterable, Iterator
 
 from seqtrans.data import prediction, source_ids
@@ -16,17 +18,62 @@ log = logging.getLogger(__name__)
 def predict(loaded: Loaded, lines: Iterable[str]) -> Iterator[str]:
     """One output per input line, as each is decoded. With ``decode.nbest`` > 1, each
     input gives ``nbest`` lines ``rank<TAB>score<TAB>output`` and an empty line."""
+    return predict_batches(loaded, ([line.rstrip("\n")] for line in lines))
+
+
+def predict_batches(loaded: Loaded, batches: Iterable[list[str]]) -> Iterator[str]:
+    """The outputs of batches of input lines (without line ends), in input order. Each
+    batch is decoded at once, sorted by length into batches of ``decode.batch_tokens``,
+    so a file decodes at batch speed; a batch of one line is answered at once."""
     nbest = loaded.config.decode.nbest
-    for line in lines:
-        source = loaded.task.parse_source(line.rstrip("\n"))
-        preds, hyps = loaded.decode([source])
-        if nbest == 1:
-            yield loaded.task.format(preds[0])
+    task = loaded.task
+    for lines in batches:
+        sources = [task.parse_source(line) for line in lines]
+        preds, hyps = loaded.decode(sources)
+        for source, pred, nbest_hyps in zip(sources, preds, hyps):
+            if nbest == 1:
+                yield task.format(pred)
+                continue
+            for rank, hyp in enumerate(nbest_hyps, 1):
+                yield f"{rank}\t{hyp.score:.4f}\t{task.format(prediction(loaded.codec, hyp.tokens, source))}"
+            yield ""
+
+
+def line_batches(fd: int, *, max_lines: int = 1000, name: str = "<stdin>") -> Iterator[list[str]]:
+    """Lines of the file descriptor ``fd`` in batches: each batch holds the lines that have
+    arrived and no more than ``max_lines``. A file or a full pipe gives full batches; a
+    line typed at a terminal, or sent by a program that waits for its answer, forms a
+    batch of its own at once. Invalid UTF-8 is a :class:`DataError` naming the line."""
+    pending: list[str] = []
+    buffer = b""
+    number = 0
+
+    def text(raw: bytes) -> str:
+        nonlocal number
+        number += 1
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(name, number, f"invalid UTF-8 at byte {exc.start + 1} of the line") from None
+
+    while True:
+        while len(pending) >= max_lines:
+            yield pending[:max_lines]
+            del pending[:max_lines]
+        if pending and not select.select([fd], [], [], 0)[0]:
+            yield pending  # nothing more has arrived: answer what has
+            pending = []
             continue
-        for rank, hyp in enumerate(hyps[0], 1):
-            pred = prediction(loaded.codec, hyp.tokens, source)
-            yield f"{rank}\t{hyp.score:.4f}\t{loaded.task.format(pred)}"
-        yield ""
+        data = os.read(fd, 1 << 16)
+        if not data:
+            break
+        *complete, buffer = (buffer + data).split(b"\n")
+        pending.extend(text(raw) for raw in complete)
+    if buffer:
+        pending.append(text(buffer))
+    while pending:
+        yield pending[:max_lines]
+        del pending[:max_lines]
 
 
 def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], None]) -> None:

@@ -25,6 +25,8 @@ This module imports no torch: workers start quickly and small.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import fcntl
 import hashlib
 import json
@@ -38,6 +40,8 @@ import time
 from array import array
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +58,7 @@ from seqtrans.binarized import (
     IdsWriter,
     PreparedError,
     ids_dtype,
+    lengths_dtype,
     open_dataset,
     save_array,
 )
@@ -248,7 +253,17 @@ def _vocabulary(task: Task[Any, Any, Any], partial: Path, given: Mapping[str, by
             os.replace(scratch, directory)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+        _release_memory()
     return task.vocabulary(directory, None)
+
+
+def _release_memory() -> None:
+    """Give memory freed by a vocabulary trainer back to the system (glibc keeps freed
+    heap memory otherwise, and this process lives on through encoding and training)."""
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _encode(task: Task[Any, Any, Any], codec: Codec[Any, Any, Any], config: RunConfig, shards: Path, *,
@@ -260,6 +275,7 @@ def _encode(task: Task[Any, Any, Any], codec: Codec[Any, Any, Any], config: RunC
     encoder = _Encoder(codec, shards, config.train.max_length, workers)
     chunk: list[Example[Any, Any]] = []
     index = read = 0
+    started = reported = time.monotonic()
     with tqdm(total=total, desc="prepare: encoding", unit=" examples", unit_scale=True,
               disable=not progress, smoothing=0.1) as bar, encoder:
         for item in task.read("train"):
@@ -272,6 +288,12 @@ def _encode(task: Task[Any, Any, Any], codec: Codec[Any, Any, Any], config: RunC
                 encoder.submit(index, read - len(chunk), chunk)
                 bar.update(len(chunk))
                 index, chunk = index + 1, []
+                if not progress and time.monotonic() - reported > 60:  # a log line where no bar shows
+                    reported = time.monotonic()
+                    log.info("prepare: %d examples read, %.0f a second%s", read,
+                             read / (reported - started),
+                             f", about {(total - read) * (reported - started) / read:.0f} s left"
+                             if total else "")
         if chunk:
             encoder.submit(index, read - len(chunk), chunk)
             bar.update(len(chunk))
@@ -288,20 +310,17 @@ class _Encoder:
 
     def __init__(self, codec: Codec[Any, Any, Any], shards: Path, max_length: int, workers: int) -> None:
         self.codec, self.shards, self.max_length, self.workers = codec, shards, max_length, workers
-        self.pool: Any = None
+        self.pool: ProcessPoolExecutor | None = None
         self.held: tuple[int, int, list[Example[Any, Any]]] | None = None
-        self.pending: deque[Any] = deque()
+        self.pending: deque[Future[None]] = deque()
 
     def __enter__(self) -> _Encoder:
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
-            if exc[0] is not None:
-                self.pool.terminate()
-            else:
-                self.pool.close()
-            self.pool.join()
+            # after a failure, the chunks not yet started are dropped
+            self.pool.shutdown(wait=True, cancel_futures=exc[0] is not None)
 
     def submit(self, index: int, first: int, examples: list[Example[Any, Any]]) -> None:
         if _shard_path(self.shards, index).is_file():
@@ -313,26 +332,36 @@ class _Encoder:
             self.held = (index, first, examples)  # a single chunk is not worth starting workers
             return
         if self.pool is None:
-            context = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
-            self.pool = context.Pool(self.workers, initializer=_init_worker,
-                                     initargs=(pickle.dumps(self.codec),))
+            # spawn, not fork: this process may hold threads; an executor, not a Pool: a worker
+            # that dies ends the preparation with an error instead of a wait for ever
+            self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=_init_worker, initargs=(pickle.dumps(self.codec),))
             assert self.held is not None
             self._send(*self.held)
             self.held = None
         self._send(index, first, examples)
 
     def _send(self, index: int, first: int, examples: list[Example[Any, Any]]) -> None:
+        assert self.pool is not None
         while len(self.pending) >= 2 * self.workers:
-            self.pending.popleft().get()
-        self.pending.append(self.pool.apply_async(
-            _encode_in_worker, ((index, first, examples, str(self.shards), self.max_length),)))
+            self._wait(self.pending.popleft())
+        self.pending.append(self.pool.submit(
+            _encode_in_worker, (index, first, examples, str(self.shards), self.max_length)))
+
+    @staticmethod
+    def _wait(future: Future[None]) -> None:
+        try:
+            future.result()
+        except BrokenProcessPool as exc:
+            raise DataError(None, None, f"an encoding worker process died ({exc}); nothing it "
+                                        "had not finished was kept, and preparing again resumes") from None
 
     def finish(self) -> None:
         if self.held is not None:
             encode_shard(self.codec, *self.held, self.shards, self.max_length)
             self.held = None
         while self.pending:
-            self.pending.popleft().get()
+            self._wait(self.pending.popleft())
 
 
 _WORKER_CODEC: Codec[Any, Any, Any] | None = None
@@ -440,9 +469,11 @@ def _join(codec: Codec[Any, Any, Any], config: RunConfig, key: str, partial: Pat
         offsets = np.zeros(len(lens) + 1, dtype=np.int64)
         np.cumsum(lens, out=offsets[1:])
         files[f"{side}.offsets.npy"] = {"sha256": save_array(partial / f"{side}.offsets.npy", offsets)}
+        narrow = lens.astype(lengths_dtype(int(lens.max(initial=0))))
+        files[f"{side}.lengths.npy"] = {"sha256": save_array(partial / f"{side}.lengths.npy", narrow)}
         tokens[side] = int(offsets[-1])
     pos = np.concatenate(positions) if positions else np.zeros(0, np.int64)
-    files["positions.npy"] = {"sha256": save_array(partial / "positions.npy", pos)}
+    files["positions.npy"] = {"sha256": save_array(partial / "positions.npy", pos.astype(np.int64))}
     for name, info in files.items():
         info["bytes"] = (partial / name).stat().st_size
     shutil.rmtree(shards)

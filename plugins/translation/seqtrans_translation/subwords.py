@@ -153,13 +153,15 @@ def build(texts: Iterable[str], settings: SubwordSettings, cache: Path) -> Subwo
 
 def train(texts: Sequence[str], settings: SubwordSettings) -> bytes:
     """Train a model on ``texts`` (already sampled) and return it serialized."""
-    sample = [t.translate(_to_space()) for t in texts if t.strip()]
-    if not sample:
+    if not any(t.strip() for t in texts):
         raise DataError(None, None, "no training text to learn subwords from")
+    table = _to_space()
+    # a generator, not a list: the trainer keeps its own copy of every sentence
+    sample = (t.translate(table) for t in texts if t.strip())
     buffer = io.BytesIO()
     spm.set_random_generator_seed(settings.seed)
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sample), model_writer=buffer,
+        sentence_iterator=sample, model_writer=buffer,
         model_type=settings.model_type, vocab_size=settings.vocab_size,
         character_coverage=settings.character_coverage,
         normalization_rule_name=settings.normalization, remove_extra_whitespaces=False,
