@@ -141,6 +141,14 @@ def rss_bytes(pid: int, *, tree: bool = True) -> int:
     return total
 
 
+def _rss_parts(pid: int) -> dict[str, int]:
+    parts = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("RssAnon:", "RssFile:", "RssShmem:")):
+            parts[line.split(":")[0]] = int(line.split()[1]) * 1024
+    return parts
+
+
 class Watched:
     """A command run with its stderr read line by line and its memory sampled."""
 
@@ -157,15 +165,15 @@ class Watched:
             self.peak = max(self.peak, rss_bytes(self.proc.pid))
             time.sleep(0.25)
 
-    def wait_for(self, pattern: str) -> tuple[float, int] | None:
-        """Seconds from the start when a stderr line matches, and the process's own
-        resident memory then; None if it ends first."""
+    def wait_for(self, pattern: str) -> tuple[float, int, dict[str, int]] | None:
+        """Seconds from the start when a stderr line matches, the process's own resident
+        memory then, and its anonymous and file-backed parts; None if it ends first."""
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             now = time.perf_counter() - self.started
             self.lines.append((now, line.rstrip()))
             if re.search(pattern, line):
-                return now, rss_bytes(self.proc.pid, tree=False)
+                return now, rss_bytes(self.proc.pid, tree=False), _rss_parts(self.proc.pid)
         return None
 
     def finish(self, *, kill: bool = False) -> float:
@@ -219,13 +227,15 @@ def measure(files: dict[str, Path], work: Path, pairs: int, *, vocab: int, worke
                          for _, line in run.lines)
     reused = any("prepared data: reusing" in line for _, line in run.lines)
     print(f"{'':>9}  first update {first[0]:.1f} s after start (reused: {reused}); "
-          f"resident at update 100: {hundred[1] / 1e6:.0f} MB", flush=True)
+          f"resident at update 100: {hundred[1] / 1e6:.0f} MB "
+          f"({', '.join(f'{k} {v / 1e6:.0f}' for k, v in hundred[2].items())})", flush=True)
     shutil.rmtree(run_dir, ignore_errors=True)
     return {"pairs": pairs, "pairs_kept": summary["pairs"], "tokens": summary["tokens"],
             "removed": summary["removed"], "prepare_s": round(seconds, 1),
             "prepare_peak_rss_gb": round(prep.peak / 1e9, 3), "first_update_s": round(first[0], 2),
             "run_reused_prepared": reused, "run_prepared_again": prepared_again,
             "rss_at_update_100_mb": round(hundred[1] / 1e6, 1),
+            "rss_parts_at_update_100_mb": {k: round(v / 1e6, 1) for k, v in hundred[2].items()},
             "corpus_mb": round(sum(files[k].stat().st_size for k in ("train_src", "train_tgt")) / 1e6, 1)}
 
 

@@ -129,8 +129,8 @@ def token_batches(src_lengths: Sequence[int] | np.ndarray, tgt_lengths: Sequence
     if n == 0:
         return []
     rng = np.random.default_rng([seed, epoch])
-    src = np.asarray(src_lengths)
-    tgt = np.asarray(tgt_lengths) + 1  # the target side is fed with BOS / predicted with EOS
+    src = np.asarray(src_lengths, dtype=np.int64)
+    tgt = np.asarray(tgt_lengths, dtype=np.int64) + 1  # the target side is fed with BOS / predicted with EOS
     tiebreak = rng.permutation(n) if shuffle else np.arange(n)
     order = np.lexsort((tiebreak, tgt, src))
     cuts = _cuts(src[order], tgt[order], max_tokens)

@@ -80,3 +80,30 @@ def test_the_model_travels_in_the_vocabulary_directory(tmp_path: Path, model: Su
     (tmp_path / subwords.MODEL_FILE).write_bytes(b"not a model")
     with pytest.raises(DataError, match="not a sentencepiece model"):
         Subwords.load(tmp_path)
+
+
+def test_the_subword_sample_keeps_everything_in_order_when_it_fits() -> None:
+    from seqtrans_translation.subwords import sample
+
+    texts = [f"s{i}" for i in range(50)]
+    assert sample(iter(texts), 50, seed=1) == texts
+    assert sample(iter(texts), 0, seed=1) == texts
+    assert sample(iter(texts), 80, seed=1) == texts
+
+
+def test_the_subword_sample_is_uniform_over_the_stream() -> None:
+    from collections import Counter
+
+    from seqtrans_translation.subwords import sample
+
+    n, k, rounds = 200, 20, 3000
+    counts: Counter[int] = Counter()
+    for seed in range(rounds):
+        chosen = sample((str(i) for i in range(n)), k, seed=seed)
+        assert len(set(chosen)) == k
+        counts.update(int(c) for c in chosen)
+    expected = rounds * k / n  # 300 a text; the binomial spread is about 17
+    assert all(abs(counts[i] - expected) < 6 * 17.3 for i in range(n))
+    first, last = sum(counts[i] for i in range(50)), sum(counts[i] for i in range(150, 200))
+    assert abs(first - last) < 0.06 * first  # no drift along the stream
+    assert sample((str(i) for i in range(n)), k, seed=7) == sample((str(i) for i in range(n)), k, seed=7)
