@@ -99,7 +99,7 @@ def test_round_trip_offsets_and_positions(tmp_path: Path) -> None:
     assert data.src.offsets[0] == 0 and data.src.offsets[-1] == len(data.src.ids)
     assert data.meta["removed"] == {"empty source": 2} and data.meta["inputs_read"] == 62
     assert not prepared.reused
-    # the same data and settings: found again, nothing read beyond the digest's one read
+    # the same data and settings: found again (the data is read once, to hash it, not encoded)
     again = prep.prepare(task, config(tmp_path))
     assert again.reused and again.directory == prepared.directory
 
