@@ -32,7 +32,7 @@ from seqtrans.data import Pairs, encode_pairs, prediction, source_ids
 from seqtrans.decoding import Hypothesis, generate
 from seqtrans.errors import CheckpointError, ConfigError, UsageError
 from seqtrans.model import Transformer, build_model
-from seqtrans.prepare import prepare
+from seqtrans.prepare import examples_of, prepare
 from seqtrans.tasks.protocol import (
     Codec,
     Constraining,
@@ -167,8 +167,7 @@ def _sources_at(task: Task[Any, Any, Any], positions: Sequence[int]) -> list[Any
     wanted = iter(positions)
     out: list[Any] = []
     target = next(wanted, None)
-    examples = (item for item in task.read("train") if not isinstance(item, Skipped))
-    for position, ex in enumerate(examples):
+    for position, ex in enumerate(examples_of(task.read("train"))):
         if target is None:
             break
         if position == target:

@@ -205,7 +205,8 @@ def _open(task: Task[Any, Any, Any], directory: Path, key: str, *, verify: bool)
     return Prepared(dataset, task.vocabulary(vocab_dir, None), _assets(vocab_dir), reused=True)
 
 
-def _examples(items: Iterable[Example[Any, Any] | Skipped]) -> Iterator[Example[Any, Any]]:
+def examples_of(items: Iterable[Example[Any, Any] | Skipped]) -> Iterator[Example[Any, Any]]:
+    """The examples of what :meth:`Task.read` yields, without the :class:`Skipped` records."""
     return (item for item in items if not isinstance(item, Skipped))
 
 
@@ -221,8 +222,6 @@ def _build(task: Task[Any, Any, Any], config: RunConfig, key: str, partial: Path
     shards = partial / "shards"
     shards.mkdir(exist_ok=True)
     removed, examples = _encode(task, codec, config, shards, total=total, progress=progress)
-    if total is None:
-        count_path.write_text(json.dumps({"examples": examples}))
     _join(codec, config, key, partial, shards, removed, examples)
 
 
@@ -243,7 +242,7 @@ def _vocabulary(task: Task[Any, Any, Any], partial: Path, given: Mapping[str, by
                           disable=not progress, leave=False) as bar:
                     def examples() -> Iterator[Example[Any, Any]]:
                         nonlocal counted
-                        for ex in _examples(task.read("train")):
+                        for ex in examples_of(task.read("train")):
                             counted += 1
                             bar.update(1)
                             yield ex
