@@ -78,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p)
     p.add_argument("--out", metavar="DIR", type=Path,
                    help="Run directory (default: runs/TASK-YYYYMMDD-HHMMSS).")
+    p.add_argument("--nproc", type=int, default=1, metavar="N",
+                   help="Train data-parallel with N processes on this machine (one per GPU, or N "
+                        "CPU processes with gloo): a shortcut for 'torchrun --standalone "
+                        "--nproc_per_node N -m seqtrans run ...'. Under torchrun it is ignored.")
     _add_device(p)
 
     p = sub.add_parser(
@@ -191,20 +195,75 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from seqtrans import distributed
     from seqtrans.pipeline import resolve_config, run
 
     config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
                             overrides=args.overrides)
+    if args.nproc < 1:
+        raise UsageError(f"--nproc must be at least 1, got {args.nproc}")
     out = args.out or Path("runs") / f"{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(out / "run.log", encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.getLogger().addHandler(handler)
-    log.info("run directory: %s", out)
-    metrics = run(config, out, device=args.device, progress=_progress(args))
-    print(json.dumps(metrics, indent=2, sort_keys=True))
-    print(f"run directory: {out}", file=sys.stderr)
+    if args.nproc > 1 and not distributed.world_from_env().distributed:
+        return _launch(args.nproc, [*args.argv, *([] if args.out else ["--out", str(out)])])
+    world = distributed.init(args.device, timeout=config.train.dist_timeout)
+    try:
+        out = distributed.broadcast(out)  # ranks started by torchrun at different seconds
+        if world.main:
+            out.mkdir(parents=True, exist_ok=True)
+            handler = logging.FileHandler(out / "run.log", encoding="utf-8")
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            logging.getLogger().addHandler(handler)
+            log.info("run directory: %s", out)
+        try:
+            metrics = run(config, out, device=args.device, progress=_progress(args))
+        except RuntimeError as exc:
+            if world.distributed and _lost_contact(exc):
+                raise SeqtransError(
+                    f"lost contact with the other ranks ({_first_line(exc)}): one failed, or did not "
+                    f"answer within train.dist_timeout ({config.train.dist_timeout:g} s); its "
+                    "message, if it left one, says why") from None
+            raise
+        if world.main:
+            print(json.dumps(metrics, indent=2, sort_keys=True))
+            print(f"run directory: {out}", file=sys.stderr)
+    finally:
+        distributed.shutdown()
     return 0
+
+
+def _launch(nproc: int, argv: list[str]) -> int:
+    """``seqtrans ARGV`` in ``nproc`` processes under torchrun's agent, which ends them
+    all when one fails; the failure is reported by rank."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser
+    from torch.distributed.run import run as torchrun
+
+    launch = get_args_parser().parse_args(
+        ["--standalone", f"--nproc_per_node={nproc}", "--shutdown-timeout=10", "--module", "seqtrans"])
+    launch.training_script_args = argv  # as given: torchrun's parser would read them as its own
+    try:
+        torchrun(launch)
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        how = (f"was killed by {failure.signal_name()}" if failure.exitcode < 0
+               else f"exited with status {failure.exitcode}")
+        raise SeqtransError(f"rank {rank} of {nproc} (pid {failure.pid}) {how}; the other ranks were "
+                            "stopped (the failing rank's message, if it left one, is above)") from None
+    return 0
+
+
+def _lost_contact(exc: RuntimeError) -> bool:
+    """Whether ``exc`` says a collective failed because another rank is gone or late."""
+    import torch.distributed as dist
+
+    text = str(exc)
+    markers = ("Connection closed by peer", "Connection reset by peer", "Timed out", "timed out", "NCCL",
+               "gloo")
+    return isinstance(exc, dist.DistError) or any(marker in text for marker in markers)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
@@ -301,20 +360,31 @@ def _run_plugin_command(argv: list[str]) -> int | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from seqtrans.world import SINGLE, world_from_env
+
     argv = list(sys.argv[1:] if argv is None else argv)
     code = _run_plugin_command(argv)
     if code is not None:
         return code
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args.argv = argv
+    try:
+        world = world_from_env()
+    except UsageError:
+        world = SINGLE  # reported when the command joins the group
+    # ranks other than 0 log warnings only, each line naming its rank
+    where = f"seqtrans {args.command}" + (f" (rank {world.rank})" if world.distributed else "")
+    logging.basicConfig(level=logging.WARNING if args.quiet or world.rank else logging.INFO,
+                        stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s "
+                        + (f"[rank {world.rank}] " if world.distributed else "") + "%(name)s: %(message)s")
     try:
         return COMMANDS[args.command](args)
     except UsageError as exc:
-        print(f"seqtrans {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{where}: error: {exc}", file=sys.stderr)
         return 2
     except SeqtransError as exc:
-        print(f"seqtrans {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{where}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("seqtrans: interrupted", file=sys.stderr)

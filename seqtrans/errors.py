@@ -56,3 +56,7 @@ class CheckpointError(SeqtransError):
 
 class DownloadError(SeqtransError):
     """A download failed or did not match its published checksum; names the URL."""
+
+
+class TrainingError(SeqtransError):
+    """Training cannot go on: names the step and what went wrong."""

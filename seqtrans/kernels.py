@@ -77,5 +77,6 @@ def output_projection(x: Tensor, weight: Tensor) -> Tensor:
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:
     """The autocast context of a ``train.precision`` / ``decode.precision`` setting:
-    bfloat16 for ``"bf16"``, disabled for ``"fp32"``."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    bfloat16 for ``"bf16"``, float16 for ``"fp16"``, disabled for ``"fp32"``."""
+    dtype = torch.float16 if precision == "fp16" else torch.bfloat16
+    return torch.autocast(device.type, dtype=dtype, enabled=precision in ("bf16", "fp16"))

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from seqtrans import config as cfg
-from seqtrans import tasks
+from seqtrans import distributed, tasks
 from seqtrans.config import DecodeConfig, RunConfig
 from seqtrans.config import resolve_config as resolve_config  # part of the operations API
 from seqtrans.data import Pairs, encode_pairs, prediction, source_ids
@@ -100,8 +100,19 @@ class Loaded:
 
 
 def decode_sources(model: Transformer, codec: Codec[Any, Any, Any], sources: Sequence[Any],
-                   decode: DecodeConfig, *, device: torch.device,
-                   progress: bool = False) -> tuple[list[Any], list[list[Hypothesis]]]:
+                   decode: DecodeConfig, *, device: torch.device, progress: bool = False,
+                   spread: bool = False) -> tuple[list[Any], list[list[Hypothesis]]]:
+    """Predictions and n-best hypotheses of ``sources``, in order. With ``spread``, in a
+    process group, every rank decodes a share (by length, in turn) and all ranks get
+    all outputs back in input order."""
+    world = distributed.current()
+    if spread and world.distributed:
+        lengths = [len(source_ids(codec, s)) for s in sources]
+        mine = distributed.spread(lengths, world)
+        preds, hyps = decode_sources(model, codec, [sources[i] for i in mine], decode, device=device,
+                                     progress=progress and world.main)
+        return (distributed.gather_in_order(len(sources), mine, preds),
+                distributed.gather_in_order(len(sources), mine, hyps))
     ids = [source_ids(codec, s) for s in sources]
     limit = model.config.max_positions - 1 if model.config.positions == "learned" else None
     constraints = None
@@ -207,9 +218,18 @@ def _source_sampler(codec: Codec[Any, Any, Any], task: Task[Any, Any, Any], trai
 def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "auto",
         progress: bool = False) -> dict[str, Metric]:
     """Prepare data, build the vocabulary, train, average checkpoints, decode and score
-    the test split. Continues a run already in ``out``. Returns the metrics."""
+    the test split. Continues a run already in ``out``. Returns the metrics.
+
+    Started by torchrun (or ``seqtrans run --nproc``), every process calls this with the
+    same arguments: it joins the process group, rank 0 prepares the data and the others
+    open what it prepared, training is data-parallel, and the test split is decoded by
+    all ranks; rank 0 writes the run directory (which all ranks must see)."""
     out = Path(out)
-    dev_ = device if isinstance(device, torch.device) else select_device(device)
+    world = distributed.init(device if isinstance(device, str) else device.type,
+                             timeout=config.train.dist_timeout)
+    dev_ = distributed.device_of(device if isinstance(device, torch.device) else select_device(device),
+                                 world)
+    progress = progress and world.main
     task_cls = tasks.load(config.task)
     task = task_cls(config.data)
     _check_resumable(out, config)
@@ -217,7 +237,13 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
 
     vocab_dir = out / "vocab"
     given = _read_assets(vocab_dir) if vocab_dir.is_dir() and any(vocab_dir.iterdir()) else None
-    prepared = prepare(task, config, vocabulary=given, progress=progress)
+    if world.main:
+        prepared = prepare(task, config, vocabulary=given, progress=progress)
+    # the others use rank 0's vocabulary: found in this node's cache, or prepared again with it
+    if world.main:
+        distributed.broadcast(prepared.assets)
+    else:
+        prepared = prepare(task, config, vocabulary=distributed.broadcast(None))
     codec, assets = prepared.codec, prepared.assets
     vocabs = codec.vocabularies
     log.info("vocabulary: %d source / %d target symbols%s", len(vocabs.source), len(vocabs.target),
@@ -231,11 +257,13 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     model = build_model(config.model, codec)
 
     # everything the settings ask of the task has been checked: the run directory is written from here
-    for sub in ("checkpoints", "predictions"):
-        (out / sub).mkdir(parents=True, exist_ok=True)
-    _write_json(out / "config.json", cfg.to_dict(config))
-    if not vocab_dir.is_dir() or not any(vocab_dir.iterdir()):
-        _write_files(vocab_dir, assets)
+    if world.main:
+        for sub in ("checkpoints", "predictions"):
+            (out / sub).mkdir(parents=True, exist_ok=True)
+        _write_json(out / "config.json", cfg.to_dict(config))
+        if not vocab_dir.is_dir() or not any(vocab_dir.iterdir()):
+            _write_files(vocab_dir, assets)
+    distributed.barrier()
     params = model.num_parameters()
     log.info("model: %s parameters (%.1f M)", f"{params:,}", params / 1e6)
 
@@ -245,8 +273,9 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     def validate(m: Transformer) -> dict[str, float]:
         if not valid_examples:
             return {}
-        preds, _ = decode_sources(m, codec, [e.source for e in valid_examples], valid_decode, device=dev_)
-        return numeric(task.score(preds, valid_examples))
+        preds, _ = decode_sources(m, codec, [e.source for e in valid_examples], valid_decode,
+                                  device=dev_, spread=True)
+        return numeric(task.score(preds, valid_examples)) if world.main else {}  # rank 0's is broadcast
 
     trainer = Trainer(model, config, train, directory=out / "checkpoints", device=dev_, dev=dev,
                       validate=validate, metric=task_cls.metric, assets=assets,
@@ -254,15 +283,19 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
                       resample=resample)
     result = trainer.fit()
 
-    found = checkpoint.list_checkpoints(out / "checkpoints")[-config.train.average_last :]
-    final = checkpoint.average(found, out / "checkpoints" / AVERAGE)
-    log.info("averaged %d checkpoint(s) into %s", len(found), final)
+    final = out / "checkpoints" / AVERAGE
+    if world.main:
+        found = checkpoint.list_checkpoints(out / "checkpoints")[-config.train.average_last :]
+        checkpoint.average(found, final)
+        log.info("averaged %d checkpoint(s) into %s", len(found), final)
+    distributed.barrier()
     model.load_state_dict(checkpoint.load(final)["model"])
 
     test = read_split(task, "test")
     preds, metrics = score_examples(model, task, codec, test, config.decode, device=dev_, progress=progress)
-    (out / "predictions" / "test.txt").write_text(
-        "".join(task.format(p) + "\n" for p in preds), encoding="utf-8")
+    if world.main:
+        (out / "predictions" / "test.txt").write_text(
+            "".join(task.format(p) + "\n" for p in preds), encoding="utf-8")
     metrics.update({
         "params": params,
         "train_tokens_per_s": round(result.tokens_per_second, 1),
@@ -270,8 +303,10 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
         "train_minutes": round(result.progress.seconds / 60, 3),
         "test_sentences": len(test.examples),
     })
-    _write_json(out / "metrics.json", metrics)
+    if world.main:
+        _write_json(out / "metrics.json", metrics)
     log.info("test: %s", ", ".join(f"{k} {v}" for k, v in metrics.items()))
+    distributed.barrier()
     return metrics
 
 
@@ -280,21 +315,25 @@ def score_examples(model: Transformer, task: Task[Any, Any, Any], codec: Codec[A
                    progress: bool = False) -> tuple[list[Any], dict[str, Metric]]:
     """Decode and score a split: the predictions and the task's metrics, plus
     ``decode_sentences_per_s``, ``skipped`` (the inputs the task left out of the split)
-    and, with ``decode.compare_unconstrained``, ``unconstrained_*``."""
+    and, with ``decode.compare_unconstrained``, ``unconstrained_*``. In a process group
+    the ranks decode a share each and rank 0's scores are returned on all."""
     examples = split.examples
     sources = [e.source for e in examples]
+    main = distributed.current().main
     started = time.perf_counter()
-    preds, _ = decode_sources(model, codec, sources, decode, device=device, progress=progress)
+    preds, _ = decode_sources(model, codec, sources, decode, device=device, progress=progress,
+                              spread=True)
     seconds = time.perf_counter() - started
-    metrics = _metrics(task.score(preds, examples))
+    metrics = _metrics(task.score(preds, examples)) if main else {}
     metrics["decode_sentences_per_s"] = round(len(examples) / max(seconds, 1e-9), 2)
     metrics["skipped"] = float(sum(split.skipped.values()))
     if decode.compare_unconstrained and decode.constrained and isinstance(codec, Constraining):
         free = dataclasses.replace(decode, constrained=False)
-        free_preds, _ = decode_sources(model, codec, sources, free, device=device)
-        free_scores = _metrics(task.score(free_preds, examples))
-        metrics.update({f"unconstrained_{k}": v for k, v in free_scores.items()})
-    return preds, metrics
+        free_preds, _ = decode_sources(model, codec, sources, free, device=device, spread=True)
+        if main:
+            free_scores = _metrics(task.score(free_preds, examples))
+            metrics.update({f"unconstrained_{k}": v for k, v in free_scores.items()})
+    return preds, distributed.broadcast(metrics)
 
 
 def _metrics(scores: Mapping[str, Metric]) -> dict[str, Metric]:

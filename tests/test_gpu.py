@@ -6,10 +6,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from distributed_worker import MODEL, copy_pairs
 
 from conftest import tiny_model
 from seqtrans import pipeline
+from seqtrans.config import RunConfig, TrainConfig
 from seqtrans.decoding import beam_search, greedy_search
+from seqtrans.errors import TrainingError
+from seqtrans.model import Transformer
+from seqtrans.training.loop import Trainer
 from seqtrans.vocab import BOS, EOS, PAD
 
 pytestmark = pytest.mark.gpu
@@ -76,3 +81,42 @@ def test_attention_mechanisms_match_the_cpu(options: dict) -> None:
         streamed = [e.token for e in stream_greedy(model, [5, 6, 7], DecodeConfig(beam=1))]
         offline = greedy_search(model, src[:1].to(CUDA), max_len=torch.tensor([53]))
         assert streamed == offline[0][0].tokens
+
+
+def gpu_trainer(tmp_path: Path, **train: object) -> Trainer:
+    options = {"max_tokens": 64, "warmup": 10, "checkpoint_every": 1000, "eval_every": 1000,
+               "log_every": 1000, "keep_checkpoints": 1, "average_last": 1, **train}
+    config = RunConfig(task="test", model=MODEL, train=TrainConfig(**options), seed=3)  # type: ignore[arg-type]
+    torch.manual_seed(0)
+    model = Transformer(MODEL, source_vocab_size=12, target_vocab_size=12, shared_vocab=True)
+    return Trainer(model, config, copy_pairs(40), directory=tmp_path, device=CUDA)
+
+
+def test_precision_auto_is_bf16_on_a_gpu_with_bf16(tmp_path: Path) -> None:
+    expected = "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    assert gpu_trainer(tmp_path, precision="auto").precision == expected
+
+
+def test_fp16_skips_overflowing_updates_and_stops_when_the_scale_collapses(tmp_path: Path) -> None:
+    t = gpu_trainer(tmp_path / "a", precision="fp16", max_steps=3)
+    t.fit()
+    assert t.state.step == 3 and t.scaler.get_scale() > 1  # fp16 trains
+    t = gpu_trainer(tmp_path / "b", precision="fp16", max_steps=3)
+    t.scaler.update(1e30)  # a scale that makes the fp16 gradients overflow
+    t.fit()
+    assert t.state.skipped_updates >= 1 and t.state.step == 3  # skipped, not counted
+    t = gpu_trainer(tmp_path / "c", precision="fp16", max_steps=3)
+    with torch.no_grad():
+        next(t.model.parameters()).fill_(float("nan"))  # every update overflows
+    with pytest.raises(TrainingError, match="loss scale fell"):
+        t.fit()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_two_gpus_make_the_updates_of_one_process_accumulating_two(tmp_path: Path) -> None:
+    from test_distributed import STEPS, assert_weights_close, final_weights, train, updates
+
+    train(tmp_path / "one", 1, STEPS, 2, device="cuda")
+    train(tmp_path / "two", 2, STEPS, 1, device="cuda")
+    assert updates(tmp_path / "two") == updates(tmp_path / "one")
+    assert_weights_close(final_weights(tmp_path / "two"), final_weights(tmp_path / "one"))

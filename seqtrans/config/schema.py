@@ -207,8 +207,14 @@ class TrainConfig:
         5, "Average the last N checkpoints into the final model (paper: 5 base, 20 big); 1 keeps the last."
     )
     precision: str = option(
-        "fp32", "fp32, or bf16: run the forward pass under bfloat16 autocast (for CUDA and CPUs with "
-        "AMX); weights, gradients, optimizer state and the loss's softmax stay fp32."
+        "auto", "auto: bf16 on a GPU with bfloat16 arithmetic, fp32 elsewhere. bf16: the forward pass "
+        "under bfloat16 autocast (CUDA, and CPUs with AMX). fp16 (CUDA only): float16 autocast with "
+        "dynamic loss scaling; updates whose gradients overflow are skipped and logged. Weights, "
+        "gradients, optimizer state and the loss's softmax stay fp32."
+    )
+    dist_timeout: float = option(
+        1800.0, "Seconds a rank waits for the others at a collective before the job fails "
+        "(data-parallel training): a rank that died or hangs ends the job instead of hanging it."
     )
 
     def __post_init__(self) -> None:
@@ -227,7 +233,9 @@ class TrainConfig:
             raise ConfigError("train.label_smoothing", f"must be in [0, 1), got {self.label_smoothing}")
         if self.subword_sampling < 0.0:
             raise ConfigError("train.subword_sampling", f"must be >= 0, got {self.subword_sampling}")
-        _check_precision("train.precision", self.precision)
+        _check_precision("train.precision", self.precision, TRAIN_PRECISIONS)
+        if self.dist_timeout <= 0:
+            raise ConfigError("train.dist_timeout", f"must be positive, got {self.dist_timeout}")
         if self.keep_checkpoints < self.average_last:
             raise ConfigError(
                 "train.keep_checkpoints",
@@ -268,13 +276,14 @@ class DecodeConfig:
         _check_precision("decode.precision", self.precision)
 
 
-#: Values of ``train.precision`` and ``decode.precision``.
+#: Values of ``decode.precision`` and ``train.precision``.
 PRECISIONS = ("fp32", "bf16")
+TRAIN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
-def _check_precision(key: str, value: str) -> None:
-    if value not in PRECISIONS:
-        raise ConfigError(key, f"must be one of {', '.join(PRECISIONS)}, got {value!r}")
+def _check_precision(key: str, value: str, allowed: tuple[str, ...] = PRECISIONS) -> None:
+    if value not in allowed:
+        raise ConfigError(key, f"must be one of {', '.join(allowed)}, got {value!r}")
 
 
 @dataclass(frozen=True)

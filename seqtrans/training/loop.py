@@ -1,5 +1,11 @@
 """The training loop: token-based batches, Adam with the paper's schedule, label
-smoothing, validation with early stopping, a time budget and exact resumption."""
+smoothing, validation with early stopping, a time budget and exact resumption; on one
+process or data-parallel across several (:mod:`seqtrans.distributed`).
+
+Under data parallelism every rank builds the same global batches of an epoch from the
+lengths of the whole training set; an update takes the next ``ranks * accumulate`` of
+them and deals them out (:func:`seqtrans.distributed.deal`), so the data position,
+the schedule and the checkpoints are the same whatever the number of ranks."""
 
 from __future__ import annotations
 
@@ -9,17 +15,21 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from seqtrans import distributed
 from seqtrans.config import RunConfig, to_dict
 from seqtrans.data import Batch, Pairs, lengths_of, token_batches
-from seqtrans.errors import CheckpointError
+from seqtrans.distributed import World
+from seqtrans.errors import CheckpointError, TrainingError
 from seqtrans.kernels import autocast
 from seqtrans.model import Transformer
 from seqtrans.training import checkpoint
@@ -41,8 +51,13 @@ class Progress:
     best_metric: float | None = None
     bad_validations: int = 0
     target_tokens: int = 0
-    seconds: float = 0.0  # training wall time, validation excluded
+    seconds: float = 0.0  # training wall time, validation excluded (the slowest rank's)
     stop_reason: str = ""
+    skipped_updates: int = 0  # fp16 updates skipped because the gradients overflowed
+
+
+#: Below this fp16 loss scale the run stops: the loss overflows even when barely scaled.
+MIN_LOSS_SCALE = 1e-4
 
 
 @dataclass
@@ -71,6 +86,42 @@ def _set_rng_state(state: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _seed_rank(seed: int, rank: int, step: int) -> None:
+    """Dropout of rank > 0 draws from its own stream (rank 0 keeps the run's, so one
+    process trains as it always did)."""
+    mixed = (seed * 1_000_003 + rank * 10_007 + step) % 2**63
+    torch.manual_seed(mixed)
+    random.seed(mixed)
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``auto``: bf16 on a GPU with bf16 arithmetic, fp32 elsewhere."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return "bf16"
+    return "fp32"
+
+
+class LossModule(torch.nn.Module):
+    """The model with its loss as ``forward``, the unit that data parallelism wraps
+    (so that its gradient hooks see every parameter the loss uses)."""
+
+    def __init__(self, model: Transformer, smoothing: float, precision: str) -> None:
+        super().__init__()
+        self.model = model
+        self.smoothing = smoothing
+        self.precision = precision
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor,
+                tgt_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed label-smoothed loss and NLL of a batch."""
+        with autocast(src.device, self.precision):
+            hidden = self.model.hidden(src, tgt_in)  # [B, T, D]
+            return projected_label_smoothed_loss(hidden, self.model.output_weight, tgt_out,
+                                                 smoothing=self.smoothing)
+
+
 class Trainer:
     """Trains ``model`` on ``train`` and writes checkpoints to ``directory``.
 
@@ -79,6 +130,10 @@ class Trainer:
     stored in every checkpoint. ``resample(epoch)``, when given, returns the training
     sources (ids, ending with EOS) to use in that epoch, one per pair of ``train``; it
     must depend only on the epoch, so that a resumed run sees the same data.
+
+    In a process group (``world``, by default the current one) the model is wrapped in
+    :class:`~torch.nn.parallel.DistributedDataParallel`; only rank 0 logs, shows
+    progress and writes checkpoints.
     """
 
     def __init__(self, model: Transformer, config: RunConfig, train: Pairs, *,
@@ -86,7 +141,9 @@ class Trainer:
                  validate: Validator | None = None, metric: str | None = None,
                  assets: Mapping[str, bytes] | None = None, progress_bar: bool = False,
                  log_file: str | Path | None = None,
-                 resample: Callable[[int], list[list[int]]] | None = None) -> None:
+                 resample: Callable[[int], list[list[int]]] | None = None,
+                 world: World | None = None) -> None:
+        self.world = world or distributed.current()
         self.model = model.to(device)
         self.config = config
         self.c = config.train
@@ -97,12 +154,26 @@ class Trainer:
         self.assets = dict(assets or {})
         self.device = device
         self.directory = Path(directory)
-        self.progress_bar = progress_bar
-        self.log_file = Path(log_file) if log_file else None
+        self.progress_bar = progress_bar and self.world.main
+        self.log_file = Path(log_file) if log_file and self.world.main else None
         self.resample = resample
+        self.precision = resolve_precision(self.c.precision, device)
+        if self.precision == "fp16" and device.type != "cuda":
+            raise TrainingError("train.precision=fp16 needs a CUDA device; use fp32 or bf16 on CPU")
+        self.loss_module = LossModule(self.model, self.c.label_smoothing, self.precision)
+        self.net: torch.nn.Module = self.loss_module
+        if self.world.distributed:
+            # buffers are constants (positions, masks): nothing to broadcast each step
+            self.net = DistributedDataParallel(
+                self.loss_module, device_ids=[device.index] if device.type == "cuda" else None,
+                forward_sync_buffers=False, gradient_as_bucket_view=True)
+        fused = device.type == "cuda"  # one kernel for all parameters instead of several per tensor
         self.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=self.c.adam_betas,
-                                          eps=self.c.adam_eps)
+                                          eps=self.c.adam_eps, fused=fused or None)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.precision == "fp16")
         self.state = Progress()
+        if self.world.rank > 0:
+            _seed_rank(config.seed, self.world.rank, 0)
         self._src_lengths = lengths_of(train.src)
         self._tgt_lengths = lengths_of(train.tgt)
         if not len(train):
@@ -111,22 +182,31 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
 
     def save(self) -> Path:
-        payload = {
-            "format": checkpoint.FORMAT,
-            "config": to_dict(self.config),
-            "assets": self.assets,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "progress": asdict(self.state),
-            "rng": _rng_state(),
-        }
+        """Rank 0 writes a checkpoint with every rank's random state; the others wait."""
+        rngs = distributed.gather_all(_rng_state())
         path = self.directory / checkpoint.checkpoint_name(self.state.step)
-        checkpoint.save_atomic(payload, path)
-        checkpoint.prune(self.directory, self.c.keep_checkpoints)
+        if self.world.main:
+            payload = {
+                "format": checkpoint.FORMAT,
+                "config": to_dict(self.config),
+                "assets": self.assets,
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "progress": asdict(self.state),
+                "rng": rngs[0],
+                "rng_ranks": rngs,
+            }
+            if self.scaler.is_enabled():
+                payload["scaler"] = self.scaler.state_dict()
+            checkpoint.save_atomic(payload, path)
+            checkpoint.prune(self.directory, self.c.keep_checkpoints)
+        distributed.barrier()
         return path
 
     def resume(self) -> bool:
-        """Continue from the newest checkpoint in the directory, if there is one."""
+        """Continue from the newest checkpoint in the directory, if there is one. It may
+        have been written by another number of ranks: the data position is global, and a
+        rank the checkpoint has no random state for seeds its own from the step."""
         found = checkpoint.list_checkpoints(self.directory)
         if not found:
             return False
@@ -140,9 +220,15 @@ class Trainer:
             )
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
+        if "scaler" in payload and self.scaler.is_enabled():
+            self.scaler.load_state_dict(payload["scaler"])
         self.state = Progress(**payload["progress"])
         self.state.stop_reason = ""
-        _set_rng_state(payload["rng"])
+        rngs = payload.get("rng_ranks") or [payload["rng"]]
+        if self.world.rank < len(rngs):
+            _set_rng_state(rngs[self.world.rank])
+        else:
+            _seed_rank(self.config.seed, self.world.rank, self.state.step)
         log.info("resumed from %s at step %d", found[-1], self.state.step)
         return True
 
@@ -159,22 +245,31 @@ class Trainer:
         return token_batches(self._src_lengths, self._tgt_lengths, self.c.max_tokens,
                              seed=self.config.seed, epoch=epoch)
 
-    def _updates(self) -> Iterator[list[Batch]]:
-        """Groups of ``accumulate`` batches, from the saved data position on."""
+    def _updates(self) -> Iterator[list[np.ndarray]]:
+        """The global batches of each update (``ranks * accumulate``, as index arrays),
+        from the saved data position on. An update may span two epochs; at the end of
+        the last epoch (``max_epochs``) it takes what is left."""
+        per_update = self.world.size * self.c.accumulate
         epoch_batches = self._epoch_batches(self.state.epoch)
         while True:
-            group: list[Batch] = []
-            while len(group) < self.c.accumulate:
+            group: list[np.ndarray] = []
+            while len(group) < per_update:
                 if self.state.batch_in_epoch >= len(epoch_batches):
                     if self.c.max_epochs and self.state.epoch >= self.c.max_epochs:
                         self.state.stop_reason = f"reached {self.c.max_epochs} epochs"
+                        if group:
+                            yield group
                         return
                     self.state.epoch += 1
                     self.state.batch_in_epoch = 0
                     epoch_batches = self._epoch_batches(self.state.epoch)
-                group.append(self.train_data.batch(epoch_batches[self.state.batch_in_epoch]))
+                group.append(epoch_batches[self.state.batch_in_epoch])
                 self.state.batch_in_epoch += 1
             yield group
+
+    def _target_tokens(self, indices: np.ndarray) -> int:
+        """Target tokens of a batch (EOS included), from the lengths alone."""
+        return int(np.asarray(self._tgt_lengths)[indices].sum()) + len(indices)
 
     # ------------------------------------------------------------------ steps
 
@@ -191,49 +286,82 @@ class Trainer:
             lr *= cooldown_factor(used, self.c.cooldown)
         return lr
 
-    def _update(self, group: list[Batch]) -> tuple[float, int]:
-        """One optimizer step on a group of batches; the loss is averaged over all
-        their target tokens.  -> (loss per token, target tokens)"""
-        self.model.train()
+    def _update(self, group: list[np.ndarray]) -> tuple[float, int, int]:
+        """One optimizer step on an update's global batches, of which this rank computes
+        its dealt share; the loss is averaged over all their target tokens, on every
+        rank. -> (this rank's summed loss, its target tokens, the update's target tokens)"""
+        self.net.train()
         self.optimizer.zero_grad(set_to_none=True)
-        tokens = sum(b.target_tokens for b in group)
-        total = 0.0
-        for batch in group:
-            batch = batch.to(self.device)
-            loss, _ = self._loss(batch)
-            (loss / tokens).backward()
-            total += float(loss.detach())
+        tokens = sum(self._target_tokens(b) for b in group)
+        slots = distributed.deal(group, self.world, self.c.accumulate)
+        total, mine = 0.0, 0
+        for i, indices in enumerate(slots):
+            # data parallelism averages gradients over ranks; weighting by the rank count
+            # makes that average the sum over all the update's tokens, divided by them
+            weight = self.world.size
+            if indices is None:  # no batch left for this rank: a zero-weight step keeps it in step
+                indices, weight = group[0], 0
+            batch = self.train_data.batch(indices).to(self.device)
+            last = i == len(slots) - 1
+            sync = nullcontext() if last or not isinstance(self.net, DistributedDataParallel) \
+                else self.net.no_sync()
+            with sync:
+                loss, _ = self.net(batch.src, batch.tgt_in, batch.tgt_out)
+                self.scaler.scale(loss * weight / tokens).backward()
+            if weight:
+                total += float(loss.detach())
+                mine += batch.target_tokens
         if self.c.clip_norm > 0:
+            self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.c.clip_norm)
         lr = self.learning_rate(self.state.step + 1)
         for group_ in self.optimizer.param_groups:
             group_["lr"] = lr
-        self.optimizer.step()
+        if self.scaler.is_enabled():
+            before = self.scaler.get_scale()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            if self.scaler.get_scale() < before:  # overflow: the step was skipped
+                self._overflowed(before)
+                return total, mine, tokens
+        else:
+            self.optimizer.step()
         self.state.step += 1
-        return total / tokens, tokens
+        return total, mine, tokens
+
+    def _overflowed(self, scale: float) -> None:
+        self.state.skipped_updates += 1
+        new = self.scaler.get_scale()
+        log.warning("update %d skipped: fp16 gradients overflowed at loss scale %g (now %g)",
+                    self.state.step + 1, scale, new)
+        if new < MIN_LOSS_SCALE:
+            raise TrainingError(
+                f"update {self.state.step + 1}: the fp16 loss scale fell to {new:g} after "
+                f"{self.state.skipped_updates} skipped updates; the loss overflows even unscaled. "
+                "Train with train.precision=bf16 or fp32, or lower the learning rate")
 
     def _loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed label-smoothed loss and NLL of a batch (on the device)."""
-        with autocast(self.device, self.c.precision):
-            hidden = self.model.hidden(batch.src, batch.tgt_in)  # [B, T, D]
-            return projected_label_smoothed_loss(hidden, self.model.output_weight, batch.tgt_out,
-                                                 smoothing=self.c.label_smoothing)
+        return self.loss_module(batch.src, batch.tgt_in, batch.tgt_out)
 
     @torch.inference_mode()
     def dev_loss(self) -> dict[str, float]:
-        """Label-smoothed loss and perplexity per target token on the dev set."""
+        """Label-smoothed loss and perplexity per target token on the dev set (its
+        batches dealt to ranks in turn and the sums added up)."""
         assert self.dev is not None
         self.model.eval()
         loss_sum = nll_sum = 0.0
         tokens = 0
-        for idx in token_batches(lengths_of(self.dev.src), lengths_of(self.dev.tgt),
-                                 self.c.max_tokens, seed=0, epoch=0, shuffle=False):
+        batches = token_batches(lengths_of(self.dev.src), lengths_of(self.dev.tgt),
+                                self.c.max_tokens, seed=0, epoch=0, shuffle=False)
+        for idx in batches[self.world.rank:: self.world.size]:
             batch = self.dev.batch(idx).to(self.device)
             loss, nll = self._loss(batch)
             loss_sum += float(loss)
             nll_sum += float(nll)
             tokens += batch.target_tokens
-        return {"dev_loss": loss_sum / tokens, "dev_ppl": math.exp(min(nll_sum / tokens, 50.0))}
+        loss_sum, nll_sum, total = distributed.all_sum([loss_sum, nll_sum, tokens])
+        return {"dev_loss": loss_sum / total, "dev_ppl": math.exp(min(nll_sum / total, 50.0))}
 
     def _validate(self) -> dict[str, float]:
         record: dict[str, float] = {"step": self.state.step}
@@ -241,6 +369,7 @@ class Trainer:
             record.update(self.dev_loss())
         if self.validate is not None:
             record.update({f"dev_{k}": float(v) for k, v in self.validate(self.model).items()})
+        record = distributed.broadcast(record)  # early stopping decides alike on every rank
         key = f"dev_{self.metric}"
         if self.metric and key in record:
             value = record[key]
@@ -275,18 +404,25 @@ class Trainer:
         last_saved = -1
         started = time.perf_counter()
         seconds_before = self.state.seconds
+        timed = self.world.distributed and bool(c.max_minutes)
         for group in self._updates():
-            loss, tokens = self._update(group)
-            result.losses.append(loss)
+            before = self.state.step
+            loss, mine, tokens = self._update(group)
+            if self.state.step == before:  # skipped (fp16 overflow)
+                continue
+            result.losses.append(loss / mine if mine else 0.0)
             self.state.target_tokens += tokens
-            self.state.seconds = seconds_before + time.perf_counter() - started
-            window_loss += loss * tokens
+            seconds = seconds_before + time.perf_counter() - started
+            # ranks stop and cool down by the same clock: the slowest one's
+            self.state.seconds = distributed.all_max(seconds) if timed else seconds
+            window_loss += loss
             window_tokens += tokens
             step = self.state.step
             bar.update(1)
             if step % c.log_every == 0 or step == 1:
                 elapsed = time.perf_counter() - window_start
-                line = {"step": step, "epoch": self.state.epoch, "loss": window_loss / window_tokens,
+                (summed,) = distributed.all_sum([window_loss])
+                line = {"step": step, "epoch": self.state.epoch, "loss": summed / window_tokens,
                         "lr": self.learning_rate(step), "tokens_per_s": window_tokens / max(elapsed, 1e-9)}
                 bar.set_postfix(loss=f"{line['loss']:.3f}", lr=f"{line['lr']:.2e}",
                                 tok_s=f"{line['tokens_per_s']:.0f}")

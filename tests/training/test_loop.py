@@ -5,11 +5,13 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from seqtrans.config import ModelConfig, RunConfig, TrainConfig
 from seqtrans.data import Pairs
+from seqtrans.errors import TrainingError
 from seqtrans.model import Transformer
 from seqtrans.training import checkpoint
 from seqtrans.training.loop import Trainer
@@ -88,10 +90,10 @@ def test_accumulated_batches_give_the_gradient_of_their_union(tmp_path: Path) ->
     t.model.eval()  # no dropout, so both ways see the same function
     t.model.train = lambda mode=True: t.model  # type: ignore[method-assign]
     before = {k: v.clone() for k, v in t.model.state_dict().items()}
-    t._update([data.batch([0, 1, 2]), data.batch([3, 4, 5, 6, 7])])
+    t._update([np.array([0, 1, 2]), np.array([3, 4, 5, 6, 7])])
     accumulated = {n: p.grad.clone() for n, p in t.model.named_parameters()}
     t.model.load_state_dict(before)
-    t._update([data.batch(list(range(8)))])
+    t._update([np.arange(8)])
     for n, p in t.model.named_parameters():
         torch.testing.assert_close(p.grad, accumulated[n], atol=1e-6, rtol=1e-4)
 
@@ -138,13 +140,31 @@ def test_early_stopping_on_the_task_metric(tmp_path: Path) -> None:
 
 def test_bf16_precision_trains_under_autocast_with_fp32_weights(tmp_path: Path) -> None:
     data = copy_pairs(8)
-    losses = {}
+    losses: dict[str, float] = {}
     for precision in ("fp32", "bf16"):
         t = trainer(tmp_path / precision, data=data, max_steps=1, precision=precision)
         t.model.eval()  # no dropout, so both see the same function
         t.model.train = lambda mode=True, m=t.model: m  # type: ignore[method-assign]
-        losses[precision], _ = t._update([data.batch(list(range(8)))])
+        total, _, tokens = t._update([np.arange(8)])
+        losses[precision] = total / tokens
         assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32
                    for p in t.model.parameters())
     assert losses["fp32"] != losses["bf16"]  # autocast was on
     assert losses["bf16"] == pytest.approx(losses["fp32"], rel=0.02)
+
+
+def test_precision_auto_is_fp32_on_cpu_and_fp16_needs_cuda(tmp_path: Path) -> None:
+    data = copy_pairs(8)
+    assert trainer(tmp_path / "a", data=data, precision="auto").precision == "fp32"
+    with pytest.raises(TrainingError, match="fp16 needs a CUDA device"):
+        trainer(tmp_path / "h", data=data, precision="fp16")
+
+
+def test_the_last_epoch_trains_on_its_remainder_and_covers_every_batch(tmp_path: Path) -> None:
+    data = copy_pairs(40)
+    t = trainer(tmp_path, data=data, max_steps=1000, max_epochs=1, accumulate=3)
+    batches = len(t._epoch_batches(1))
+    assert batches % 3  # a remainder that does not fill an update
+    result = t.fit()
+    assert result.progress.step == -(-batches // 3)
+    assert result.progress.target_tokens == sum(len(s) + 1 for s in data.tgt)
