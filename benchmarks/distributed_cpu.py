@@ -13,7 +13,7 @@ The ratio N-process / one-process-all-cores is what data parallelism costs or ga
 on a CPU; N-process / one-thread is its scaling efficiency times N. Writes
 ``benchmarks/results/distributed_cpu-cpu.json``.
 
-    python benchmarks/distributed_cpu.py [--nproc 2] [--steps 300]
+    python benchmarks/distributed_cpu.py [--nproc 2] [--steps 100]
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=100)
     args = parser.parse_args()
     n = args.nproc
     cores = os.cpu_count() or 1

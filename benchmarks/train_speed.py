@@ -111,7 +111,8 @@ def seqtrans_step(shape: dict[str, int], device: torch.device, b: dict[str, torc
                   target_tokens: int, *, autocast: bool = False, dropout: float = 0.0) -> Callable[[], None]:
     """One training step exactly as the trainer takes it (fused projection and loss)."""
     model = seqtrans_model(shape, device, dropout=dropout).train()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
+                           fused=device.type == "cuda" or None)  # as the trainer's
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
