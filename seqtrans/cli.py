@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from seqtrans import __version__
-from seqtrans.errors import SeqtransError, UsageError
+from seqtrans.errors import Interrupted, SeqtransError, UsageError
 from seqtrans.tasks.discovery import COMMAND_GROUP, TaskEntry, installed, load_object
 
 log = logging.getLogger("seqtrans")
@@ -380,6 +380,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         + (f"[rank {world.rank}] " if world.distributed else "") + "%(name)s: %(message)s")
     try:
         return COMMANDS[args.command](args)
+    except Interrupted as exc:
+        print(f"{where}: {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except UsageError as exc:
         print(f"{where}: error: {exc}", file=sys.stderr)
         return 2

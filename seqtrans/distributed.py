@@ -118,12 +118,13 @@ def all_sum(values: Sequence[float]) -> list[float]:
     return [float(v) for v in t.cpu()]
 
 
-def all_max(value: float) -> float:
+def all_max(values: Sequence[float]) -> list[float]:
+    """Element-wise maxima over ranks, in float64."""
     if not current().distributed:
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=_tensor_device())
+        return [float(v) for v in values]
+    t = torch.tensor(list(values), dtype=torch.float64, device=_tensor_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
+    return [float(v) for v in t.cpu()]
 
 
 def broadcast(obj: T, src: int = 0) -> T:

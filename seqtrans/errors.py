@@ -60,3 +60,11 @@ class DownloadError(SeqtransError):
 
 class TrainingError(SeqtransError):
     """Training cannot go on: names the step and what went wrong."""
+
+
+class Interrupted(SeqtransError):
+    """A signal stopped training after a checkpoint of the current update was written."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.signum = signum

@@ -171,6 +171,10 @@ class TrainConfig:
         "(SegmentationSampling)."
     )
     clip_norm: float = option(0.0, "Clip the gradient norm to this value; 0 disables clipping.")
+    max_nonfinite: int = option(
+        5, "An update whose loss or gradients are not finite (NaN or infinite) is skipped, with a "
+        "warning naming it; after this many in a row the run stops, naming the update and its batch."
+    )
     max_steps: int = option(100000, "Stop after this many updates (paper, base: 100,000).")
     max_epochs: int = option(0, "Stop after this many epochs; 0 means no limit.")
     max_minutes: float = option(0.0, "Training time budget in minutes; 0 means no limit.")
@@ -219,7 +223,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         positive = ("max_tokens", "accumulate", "warmup", "max_steps", "max_length", "log_every",
-                    "eval_every", "checkpoint_every", "keep_checkpoints", "average_last")
+                    "max_nonfinite", "eval_every", "checkpoint_every", "keep_checkpoints", "average_last")
         for key in positive:
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}", f"must be at least 1, got {getattr(self, key)}")

@@ -1,12 +1,19 @@
-"""Checkpoints: written atomically, pruned to the last K, averaged.
+"""Checkpoints: written atomically, verified by a digest, pruned to the last K, averaged.
 
 A checkpoint is self-contained: the resolved run config, the task's vocabulary
 files ("assets") and the model weights, plus, for training checkpoints, everything
 needed to resume exactly (optimizer, step, data position, random states).
+
+Every checkpoint carries ``digest``, a sha256 of its whole content (every tensor's
+bytes, dtype and shape, and every other value), checked when it is loaded: a
+truncated or corrupted file is reported by name instead of being resumed from or
+averaged. Files are loaded with ``weights_only=True``: tensors and plain data only.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 import re
 import tempfile
@@ -18,8 +25,39 @@ import torch
 
 from seqtrans.errors import CheckpointError
 
+log = logging.getLogger(__name__)
+
 FORMAT = 1
 _NAME = re.compile(r"^checkpoint_(\d+)\.pt$")
+_TEMPORARY = re.compile(r"^\..+\.tmp$")
+#: The suffix a damaged checkpoint is renamed with: kept for inspection, never loaded.
+DAMAGED = ".damaged"
+
+
+def digest(payload: Mapping[str, Any]) -> str:
+    """sha256 of a checkpoint's content, ``digest`` itself excluded."""
+    h = hashlib.sha256()
+    _feed(h, {k: v for k, v in payload.items() if k != "digest"})
+    return h.hexdigest()
+
+
+def _feed(h: Any, value: Any) -> None:
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+    elif isinstance(value, Mapping):
+        h.update(f"D{len(value)}".encode())
+        for key in sorted(value, key=repr):
+            h.update(repr(key).encode())
+            _feed(h, value[key])
+    elif isinstance(value, (list, tuple)):
+        h.update(f"L{len(value)}".encode())
+        for item in value:
+            _feed(h, item)
+    else:
+        h.update(f"V{value!r}".encode())
 
 
 def checkpoint_name(step: int) -> str:
@@ -29,17 +67,27 @@ def checkpoint_name(step: int) -> str:
 def save_atomic(payload: Mapping[str, Any], path: str | Path) -> None:
     """Write to a temporary file beside ``path``, flush it to disk, then rename it over ``path``.
 
-    A crash at any moment leaves either the old file or the new one, never a torn one.
+    A crash at any moment leaves either the old file or the new one, never a torn one;
+    a write that fails (a full disk) leaves the old one and raises :class:`CheckpointError`.
+    The payload gets its ``digest``.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    payload = {**payload, "digest": digest(payload)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot be written: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(dict(payload), f)
+            torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise CheckpointError(f"{path}: writing it failed: {exc.strerror or exc} (nothing was replaced: "
+                              "the files written before it are intact)") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -64,7 +112,48 @@ def load(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT or "model" not in payload:
         raise CheckpointError(f"{path}: not a seqtrans checkpoint (format {FORMAT})")
+    if "digest" not in payload:
+        log.warning("%s: has no digest (written by an earlier seqtrans); its content is not verified", path)
+    elif payload["digest"] != digest(payload):
+        raise CheckpointError(f"{path}: damaged: its content does not match the digest it was written with")
     return payload
+
+
+def load_newest(directory: str | Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest step checkpoint of ``directory`` that loads and verifies, or None when
+    there is none. Newer ones that are damaged are renamed with the suffix
+    :data:`DAMAGED` (kept, never loaded again) and reported; when every checkpoint is
+    damaged, :class:`CheckpointError` names them."""
+    found = list_checkpoints(directory)
+    damaged: list[str] = []
+    for path in reversed(found):
+        try:
+            payload = load(path)
+        except CheckpointError as exc:
+            log.warning("%s; falling back to the checkpoint before it", exc)
+            damaged.append(str(exc))
+            set_aside(path)
+            continue
+        return path, payload
+    if damaged:
+        raise CheckpointError("no usable checkpoint: " + "; ".join(damaged))
+    return None
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a damaged checkpoint so that it is neither loaded nor pruned again."""
+    target = path.with_name(path.name + DAMAGED)
+    os.replace(path, target)
+    return target
+
+
+def remove_temporary(directory: str | Path) -> None:
+    """Delete what an interrupted :func:`save_atomic` left behind in ``directory``."""
+    directory = Path(directory)
+    if directory.is_dir():
+        for p in directory.iterdir():
+            if _TEMPORARY.match(p.name):
+                p.unlink(missing_ok=True)
 
 
 def list_checkpoints(directory: str | Path) -> list[Path]:

@@ -9,10 +9,14 @@ the schedule and the checkpoints are the same whatever the number of ranks."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import os
 import random
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import nullcontext
@@ -29,7 +33,7 @@ from seqtrans import distributed
 from seqtrans.config import RunConfig, to_dict
 from seqtrans.data import Batch, Pairs, lengths_of, token_batches
 from seqtrans.distributed import World
-from seqtrans.errors import CheckpointError, TrainingError
+from seqtrans.errors import CheckpointError, Interrupted, TrainingError
 from seqtrans.kernels import autocast
 from seqtrans.model import Transformer
 from seqtrans.training import checkpoint
@@ -53,7 +57,8 @@ class Progress:
     target_tokens: int = 0
     seconds: float = 0.0  # training wall time, validation excluded (the slowest rank's)
     stop_reason: str = ""
-    skipped_updates: int = 0  # fp16 updates skipped because the gradients overflowed
+    skipped_updates: int = 0  # updates skipped: fp16 overflow, or a loss or gradient not finite
+    nonfinite_in_row: int = 0
 
 
 #: Below this fp16 loss scale the run stops: the loss overflows even when barely scaled.
@@ -204,19 +209,26 @@ class Trainer:
         return path
 
     def resume(self) -> bool:
-        """Continue from the newest checkpoint in the directory, if there is one. It may
+        """Continue from the newest usable checkpoint in the directory, if there is one;
+        damaged ones are set aside and reported (:func:`checkpoint.load_newest`). It may
         have been written by another number of ranks: the data position is global, and a
         rank the checkpoint has no random state for seeds its own from the step."""
-        found = checkpoint.list_checkpoints(self.directory)
-        if not found:
+        chosen: str | None = None
+        if self.world.main:  # one rank judges the files, so all resume from the same one
+            checkpoint.remove_temporary(self.directory)
+            newest = checkpoint.load_newest(self.directory)
+            chosen = str(newest[0]) if newest else None
+        chosen = distributed.broadcast(chosen)
+        if chosen is None:
             return False
-        payload = checkpoint.load(found[-1])
+        path = Path(chosen)
+        payload = newest[1] if self.world.main and newest else checkpoint.load(path)
         if "optimizer" not in payload:
-            raise CheckpointError(f"{found[-1]}: holds no training state to resume from")
+            raise CheckpointError(f"{path}: holds no training state to resume from")
         saved_model = payload["config"].get("model")
         if saved_model != to_dict(self.config.model):
             raise CheckpointError(
-                f"{found[-1]}: was written for another model configuration; use a new output directory"
+                f"{path}: was written for another model configuration; use a new output directory"
             )
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
@@ -229,7 +241,7 @@ class Trainer:
             _set_rng_state(rngs[self.world.rank])
         else:
             _seed_rank(self.config.seed, self.world.rank, self.state.step)
-        log.info("resumed from %s at step %d", found[-1], self.state.step)
+        log.info("resumed from %s at step %d", path, self.state.step)
         return True
 
     # ------------------------------------------------------------------ data
@@ -313,7 +325,16 @@ class Trainer:
                 mine += batch.target_tokens
         if self.c.clip_norm > 0:
             self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.c.clip_norm)
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.c.clip_norm)
+        elif not self.scaler.is_enabled():  # fp16 finds non-finite gradients itself
+            norm = torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters()
+                                                  if p.grad is not None])
+        if not self.scaler.is_enabled() and not math.isfinite(float(norm)):
+            # gradients are all-reduced, so every rank takes the same decision
+            self.optimizer.zero_grad(set_to_none=True)
+            self._nonfinite(group, total)
+            return total, mine, tokens
+        self.state.nonfinite_in_row = 0
         lr = self.learning_rate(self.state.step + 1)
         for group_ in self.optimizer.param_groups:
             group_["lr"] = lr
@@ -328,6 +349,23 @@ class Trainer:
             self.optimizer.step()
         self.state.step += 1
         return total, mine, tokens
+
+    def _nonfinite(self, group: list[np.ndarray], loss: float) -> None:
+        self.state.skipped_updates += 1
+        self.state.nonfinite_in_row += 1
+        update = self.state.step + 1
+        what = "loss" if not math.isfinite(loss) else "gradient norm"
+        log.warning("update %d skipped: its %s is not finite (%d in a row)", update, what,
+                    self.state.nonfinite_in_row)
+        if self.state.nonfinite_in_row >= self.c.max_nonfinite:
+            kept = self.train_data.kept
+            examples = np.concatenate(group)
+            positions = [int(kept[i]) if len(kept) else int(i) for i in examples[:5]]
+            raise TrainingError(
+                f"update {update}: {self.state.nonfinite_in_row} updates in a row had a {what} that is not "
+                f"finite (train.max_nonfinite); the last one's batch, epoch {self.state.epoch}, held "
+                f"{len(examples)} training examples, the first at positions {positions} of the training "
+                "data. Lower the learning rate, set train.clip_norm, or check those examples")
 
     def _overflowed(self, scale: float) -> None:
         self.state.skipped_updates += 1
@@ -390,7 +428,39 @@ class Trainer:
     # ------------------------------------------------------------------ loop
 
     def fit(self, *, resume: bool = True) -> TrainResult:
-        """Train until a stopping condition; always ends with a checkpoint."""
+        """Train until a stopping condition; always ends with a checkpoint.
+
+        SIGTERM or SIGINT (a scheduler's notice of preemption, or Ctrl-C) ends training
+        after the current update with a checkpoint of it, raising :class:`Interrupted`;
+        a second signal ends the process at once (the checkpoints already written are
+        complete: they are replaced atomically)."""
+        with self._signals():
+            return self._fit(resume)
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        self._signal = 0
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handle(signum: int, frame: object) -> None:
+            if self._signal:  # the second: at once, with the signal's own default action
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+                return
+            self._signal = signum
+            log.warning("%s received: stopping after this update with a checkpoint "
+                        "(send it again to stop at once)", signal.Signals(signum).name)
+
+        previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+    def _fit(self, resume: bool) -> TrainResult:
         if resume:
             self.resume()
         c = self.c
@@ -404,17 +474,20 @@ class Trainer:
         last_saved = -1
         started = time.perf_counter()
         seconds_before = self.state.seconds
-        timed = self.world.distributed and bool(c.max_minutes)
         for group in self._updates():
             before = self.state.step
             loss, mine, tokens = self._update(group)
-            if self.state.step == before:  # skipped (fp16 overflow)
+            seconds = seconds_before + time.perf_counter() - started
+            # ranks stop and cool down by the same clock, the slowest one's, and stop for a
+            # signal any of them received
+            seconds, signalled = distributed.all_max([seconds, self._signal])
+            if signalled:
+                self._interrupted(int(signalled), bar)
+            if self.state.step == before:  # skipped (fp16 overflow, or not finite)
                 continue
             result.losses.append(loss / mine if mine else 0.0)
             self.state.target_tokens += tokens
-            seconds = seconds_before + time.perf_counter() - started
-            # ranks stop and cool down by the same clock: the slowest one's
-            self.state.seconds = distributed.all_max(seconds) if timed else seconds
+            self.state.seconds = seconds
             window_loss += loss
             window_tokens += tokens
             step = self.state.step
@@ -452,6 +525,14 @@ class Trainer:
             self.save()
         log.info("training stopped at step %d: %s", self.state.step, self.state.stop_reason)
         return result
+
+    def _interrupted(self, signum: int, bar: Any) -> None:
+        bar.close()
+        path = self.save()
+        name = signal.Signals(signum).name
+        log.warning("%s: stopped at update %d; checkpoint %s written", name, self.state.step, path)
+        raise Interrupted(f"stopped by {name} at update {self.state.step}; the checkpoint {path} holds it: "
+                          "run the same command again to resume", signum)
 
     def _stop_reason(self) -> str:
         c = self.c

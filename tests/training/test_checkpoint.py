@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
@@ -37,10 +38,11 @@ def test_a_crash_while_saving_leaves_the_old_checkpoint_intact(tmp_path: Path, m
 
     def crash(obj: object, f: object) -> None:
         f.write(b"half a checkpoint")  # type: ignore[attr-defined]
-        raise OSError("disk full")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", crash)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(CheckpointError, match="checkpoint_00000001.pt: writing it failed: No space left on "
+                                              "device .nothing was replaced"):
         write(path, tiny_model(seed=1))
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
