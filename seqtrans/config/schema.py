@@ -171,9 +171,10 @@ class TrainConfig:
         "(SegmentationSampling)."
     )
     clip_norm: float = option(0.0, "Clip the gradient norm to this value; 0 disables clipping.")
-    max_nonfinite: int = option(
-        5, "An update whose loss or gradients are not finite (NaN or infinite) is skipped, with a "
-        "warning naming it; after this many in a row the run stops, naming the update and its batch."
+    max_skipped: int = option(
+        5, "Updates that cannot be made (a loss or gradient that is not finite; on one GPU, a batch "
+        "that does not fit in memory even split in 8) are skipped with a warning naming them; after "
+        "this many in a row the run stops, naming the update and its batch."
     )
     max_steps: int = option(100000, "Stop after this many updates (paper, base: 100,000).")
     max_epochs: int = option(0, "Stop after this many epochs; 0 means no limit.")
@@ -223,7 +224,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         positive = ("max_tokens", "accumulate", "warmup", "max_steps", "max_length", "log_every",
-                    "max_nonfinite", "eval_every", "checkpoint_every", "keep_checkpoints", "average_last")
+                    "max_skipped", "eval_every", "checkpoint_every", "keep_checkpoints", "average_last")
         for key in positive:
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}", f"must be at least 1, got {getattr(self, key)}")

@@ -57,8 +57,8 @@ class Progress:
     target_tokens: int = 0
     seconds: float = 0.0  # training wall time, validation excluded (the slowest rank's)
     stop_reason: str = ""
-    skipped_updates: int = 0  # updates skipped: fp16 overflow, or a loss or gradient not finite
-    nonfinite_in_row: int = 0
+    skipped_updates: int = 0  # fp16 overflow, a loss or gradient not finite, out of GPU memory
+    skipped_in_row: int = 0
 
 
 #: Below this fp16 loss scale the run stops: the loss overflows even when barely scaled.
@@ -301,20 +301,46 @@ class Trainer:
     def _update(self, group: list[np.ndarray]) -> tuple[float, int, int]:
         """One optimizer step on an update's global batches, of which this rank computes
         its dealt share; the loss is averaged over all their target tokens, on every
-        rank. -> (this rank's summed loss, its target tokens, the update's target tokens)"""
+        rank. On one process, a batch that does not fit in GPU memory is retried split
+        in 2, 4 and 8 parts (the same update), then skipped.
+        -> (this rank's summed loss, its target tokens, the update's target tokens)"""
+        tokens = sum(self._target_tokens(b) for b in group)
+        for parts in (1, 2, 4, 8):
+            try:
+                total, mine = self._gradients(group, tokens, parts)
+                break
+            except torch.OutOfMemoryError:
+                self.optimizer.zero_grad(set_to_none=True)  # a backward pass may have stopped halfway
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                update = self.state.step + 1
+                if self.world.distributed:  # the other ranks are already in the all-reduce
+                    raise TrainingError(f"update {update}: rank {self.world.rank} ran out of GPU memory; "
+                                        "lower train.max_tokens (and raise train.accumulate)") from None
+                log.warning("update %d: out of GPU memory with its batches in %d part(s)%s", update, parts,
+                            "; retrying with smaller parts" if parts < 8 else "")
+        else:
+            self._skipped(group, "batch does not fit in GPU memory even split in 8")
+            return 0.0, 0, tokens
+        return self._step(group, total, mine, tokens)
+
+    def _gradients(self, group: list[np.ndarray], tokens: int, parts: int) -> tuple[float, int]:
+        """Accumulate this rank's gradients of an update, its batches cut in ``parts``.
+        -> (summed loss, target tokens)"""
         self.net.train()
         self.optimizer.zero_grad(set_to_none=True)
-        tokens = sum(self._target_tokens(b) for b in group)
-        slots = distributed.deal(group, self.world, self.c.accumulate)
-        total, mine = 0.0, 0
-        for i, indices in enumerate(slots):
+        micro: list[tuple[np.ndarray, int]] = []
+        for indices in distributed.deal(group, self.world, self.c.accumulate):
             # data parallelism averages gradients over ranks; weighting by the rank count
             # makes that average the sum over all the update's tokens, divided by them
-            weight = self.world.size
             if indices is None:  # no batch left for this rank: a zero-weight step keeps it in step
-                indices, weight = group[0], 0
+                micro.append((group[0], 0))
+            else:
+                micro += [(part, self.world.size) for part in np.array_split(indices, parts) if len(part)]
+        total, mine = 0.0, 0
+        for i, (indices, weight) in enumerate(micro):
             batch = self.train_data.batch(indices).to(self.device)
-            last = i == len(slots) - 1
+            last = i == len(micro) - 1
             sync = nullcontext() if last or not isinstance(self.net, DistributedDataParallel) \
                 else self.net.no_sync()
             with sync:
@@ -323,6 +349,10 @@ class Trainer:
             if weight:
                 total += float(loss.detach())
                 mine += batch.target_tokens
+        return total, mine
+
+    def _step(self, group: list[np.ndarray], total: float, mine: int, tokens: int) -> tuple[float, int, int]:
+        """The optimizer step on the accumulated gradients, unless they are not finite."""
         if self.c.clip_norm > 0:
             self.scaler.unscale_(self.optimizer)
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.c.clip_norm)
@@ -332,9 +362,10 @@ class Trainer:
         if not self.scaler.is_enabled() and not math.isfinite(float(norm)):
             # gradients are all-reduced, so every rank takes the same decision
             self.optimizer.zero_grad(set_to_none=True)
-            self._nonfinite(group, total)
+            what = "loss is" if not math.isfinite(total) else "gradient norm is"
+            self._skipped(group, f"{what} not finite")
             return total, mine, tokens
-        self.state.nonfinite_in_row = 0
+        self.state.skipped_in_row = 0
         lr = self.learning_rate(self.state.step + 1)
         for group_ in self.optimizer.param_groups:
             group_["lr"] = lr
@@ -350,22 +381,21 @@ class Trainer:
         self.state.step += 1
         return total, mine, tokens
 
-    def _nonfinite(self, group: list[np.ndarray], loss: float) -> None:
+    def _skipped(self, group: list[np.ndarray], why: str) -> None:
         self.state.skipped_updates += 1
-        self.state.nonfinite_in_row += 1
+        self.state.skipped_in_row += 1
         update = self.state.step + 1
-        what = "loss" if not math.isfinite(loss) else "gradient norm"
-        log.warning("update %d skipped: its %s is not finite (%d in a row)", update, what,
-                    self.state.nonfinite_in_row)
-        if self.state.nonfinite_in_row >= self.c.max_nonfinite:
+        log.warning("update %d skipped: its %s (%d in a row)", update, why, self.state.skipped_in_row)
+        if self.state.skipped_in_row >= self.c.max_skipped:
             kept = self.train_data.kept
             examples = np.concatenate(group)
             positions = [int(kept[i]) if len(kept) else int(i) for i in examples[:5]]
             raise TrainingError(
-                f"update {update}: {self.state.nonfinite_in_row} updates in a row had a {what} that is not "
-                f"finite (train.max_nonfinite); the last one's batch, epoch {self.state.epoch}, held "
-                f"{len(examples)} training examples, the first at positions {positions} of the training "
-                "data. Lower the learning rate, set train.clip_norm, or check those examples")
+                f"update {update}: {self.state.skipped_in_row} updates in a row were skipped "
+                f"(train.max_skipped), the last because its {why}; its batch, epoch {self.state.epoch}, "
+                f"held {len(examples)} training examples, the first at positions {positions} of the "
+                "training data. Lower the learning rate, set train.clip_norm, lower train.max_tokens, "
+                "or check those examples")
 
     def _overflowed(self, scale: float) -> None:
         self.state.skipped_updates += 1

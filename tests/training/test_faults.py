@@ -9,6 +9,7 @@ import os
 import signal
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from training.test_loop import copy_pairs, trainer
@@ -134,7 +135,7 @@ def test_an_update_with_a_nan_loss_is_skipped_and_named(tmp_path: Path, caplog) 
 
 
 def test_updates_that_stay_not_finite_stop_the_run_naming_update_and_batch(tmp_path: Path) -> None:
-    t = trainer(tmp_path, data=copy_pairs(40), max_steps=40, max_nonfinite=3)
+    t = trainer(tmp_path, data=copy_pairs(40), max_steps=40, max_skipped=3)
     update = t._update
 
     def poisoning(group):  # type: ignore[no-untyped-def]
@@ -144,8 +145,9 @@ def test_updates_that_stay_not_finite_stop_the_run_naming_update_and_batch(tmp_p
         return update(group)
 
     t._update = poisoning  # type: ignore[method-assign]
-    with pytest.raises(TrainingError, match=r"update 21: 3 updates in a row had a loss that is not finite "
-                                            r"\(train.max_nonfinite\).*positions \["):
+    expected = (r"update 21: 3 updates in a row were skipped \(train.max_skipped\), the last because its "
+                r"loss is not finite.*positions \[")
+    with pytest.raises(TrainingError, match=expected):
         t.fit()
     assert t.state.step == 20 and t.state.skipped_updates == 3
 
@@ -174,3 +176,47 @@ def test_a_signal_writes_a_checkpoint_of_the_update_and_the_run_resumes(whole: P
     assert signal.getsignal(signum) == handler  # restored
     trainer(tmp_path, data=data, seed=9, max_steps=12).fit()
     assert_same_weights(final(tmp_path), final(whole))
+
+
+# ---------------------------------------------------------------------- out of GPU memory (simulated)
+
+
+def out_of_memory_above(t, examples: int) -> None:  # type: ignore[no-untyped-def]
+    """Make ``t``'s forward pass fail as CUDA does for batches of more than ``examples``."""
+    forward = t.loss_module.forward
+
+    def limited(src: torch.Tensor, *rest: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if src.size(0) > examples:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return forward(src, *rest)  # type: ignore[no-any-return]
+
+    t.loss_module.forward = limited
+
+
+def test_a_batch_out_of_memory_is_split_into_the_same_update(tmp_path: Path, caplog) -> None:
+    grads = []
+    for limit in (None, 3):
+        t = trainer(tmp_path / str(limit), data=copy_pairs(8), max_steps=1)
+        t.model.eval()  # no dropout, so both see the same function
+        t.model.train = lambda mode=True, m=t.model: m  # type: ignore[method-assign]
+        if limit:
+            out_of_memory_above(t, limit)
+        with caplog.at_level(logging.WARNING):
+            t._update([np.arange(8)])  # 8 examples: fits in 4 parts of 2, after 3 tries
+        grads.append({n: p.grad.clone() for n, p in t.model.named_parameters() if p.grad is not None})
+    assert "out of GPU memory with its batches in 2 part(s); retrying with smaller parts" in caplog.text
+    assert t.state.step == 1 and t.state.skipped_updates == 0
+    for name, grad in grads[0].items():  # the same update, summed in another order
+        torch.testing.assert_close(grads[1][name], grad, rtol=1e-5, atol=1e-7, msg=name)
+    result = trainer(tmp_path / "run", data=copy_pairs(40), max_steps=12)
+    out_of_memory_above(result, 3)
+    assert result.fit().progress.step == 12  # a whole run goes on
+
+
+def test_a_batch_that_never_fits_is_skipped_and_counted(tmp_path: Path) -> None:
+    t = trainer(tmp_path, data=copy_pairs(40), max_steps=12, max_skipped=2)
+    out_of_memory_above(t, 0)
+    with pytest.raises(TrainingError, match="update 1: 2 updates in a row were skipped .* the last because "
+                                            "its batch does not fit in GPU memory even split in 8"):
+        t.fit()
+    assert t.state.skipped_updates == 2
