@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from seqtrans.errors import DataError
 from seqtrans_parsing import ParsingConfig, ParsingTask
+from seqtrans_parsing.evalb import Parameters, parse_parameters, read_parameters
 from seqtrans_parsing.linearize import PLACEHOLDER, linearize, to_tree
 from seqtrans_parsing.trees import MAX_DEPTH, MalformedTree, Tree, preprocess, read_trees
 
@@ -187,3 +188,50 @@ def test_an_empty_training_set_names_where_the_trees_were_looked_for(tmp_path: P
         task.vocabulary(tmp_path, [])
     with pytest.raises(DataError, match=r"no such file, directory or glob match"):
         list(ParsingTask(ParsingConfig(train=str(tmp_path / "missing*.mrg"))).read("train"))
+
+
+# ---------------------------------------------------------------- EVALB parameter files
+
+PRM_KEY = st.sampled_from(["DEBUG", "MAX_ERROR", "CUTOFF_LEN", "LABELED", "DELETE_LABEL", "QUOTE_LABEL",
+                           "DELETE_LABEL_FOR_LENGTH", "EQ_LABEL", "EQ_WORD", "#", "FOO", ""])
+PRM_LINE = st.builds(lambda key, gap, value: key + gap + value, PRM_KEY, st.sampled_from(["", " ", "\t"]),
+                     st.text(_LINE_CHAR | st.sampled_from("()"), max_size=8))
+
+
+@settings(max_examples=300)
+@given(lines=st.lists(PRM_LINE | st.text(max_size=6), max_size=12), end=st.sampled_from(["\n", "\r\n"]))
+def test_any_parameter_text_gives_parameters_and_the_programs_warnings(lines: list[str], end: str) -> None:
+    params, warnings = parse_parameters(end.join(lines))
+    assert isinstance(params, Parameters) and all(w.endswith("\n") for w in warnings)
+    for value in (params.debug, params.max_error, params.cutoff_len):
+        assert -(2**31) <= value < 2**31  # a C int, whatever the digits
+
+
+_VALUE = st.text(_ATOM_CHAR, min_size=1, max_size=5)  # no white space of any kind
+_INT = st.integers(-(2**31), 2**31 - 1)
+
+
+@settings(max_examples=150)
+@given(debug=_INT, max_error=_INT, cutoff=_INT, labeled=st.booleans(), deleted=st.lists(_VALUE, max_size=3),
+       pairs=st.lists(st.tuples(_VALUE, _VALUE), max_size=3))
+def test_written_parameters_read_back(debug: int, max_error: int, cutoff: int, labeled: bool,
+                                      deleted: list[str], pairs: list[tuple[str, str]]) -> None:
+    text = "".join([f"DEBUG {debug}\n", f"MAX_ERROR\t{max_error}\n", f"CUTOFF_LEN {cutoff}  \n",
+                    f"LABELED {int(labeled)}\n", *(f"DELETE_LABEL {d}\n" for d in deleted),
+                    *(f"EQ_LABEL {a} {b}\n" for a, b in pairs)])
+    params, warnings = parse_parameters(text)
+    assert params == Parameters(debug=debug, max_error=max_error, cutoff_len=cutoff, labeled=labeled,
+                                delete_labels=tuple(deleted), eq_labels=tuple(pairs)) and warnings == []
+
+
+def test_numbers_read_as_the_programs_atoi_reads_them(tmp_path: Path) -> None:
+    huge = "9" * 5000  # more digits than int() takes
+    params, _ = parse_parameters(f"DEBUG {huge}\nMAX_ERROR 4294967297\nCUTOFF_LEN -{huge}\nLABELED \u0663\n")
+    assert (params.debug, params.max_error, params.cutoff_len, params.labeled) == (-1, 1, 0, False)
+    path = tmp_path / "odd.prm"
+    path.write_bytes(b"\xef\xbb\xbfDEBUG 1\r\nDELETE_LABEL caf\xe9\r\n")  # not UTF-8, and a mark
+    params, warnings = read_parameters(path)
+    assert params.delete_labels == ("caf\udce9",) and params.debug == 0  # as bytes, as the program has them
+    assert warnings == ["Unknown keyword (\ufeffDEBUG 1) in parameter file\n"]
+    with pytest.raises(DataError, match=r"missing.prm: cannot read the parameter file"):
+        read_parameters(tmp_path / "missing.prm")
