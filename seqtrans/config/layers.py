@@ -179,6 +179,8 @@ def resolve(
             raise UsageError(f"{config_file}: is a config for task '{loaded['task']}', not '{task_name}'")
         tree = merge(tree, loaded)
     tree = merge(tree, parse_overrides(overrides, data_cls=data_cls))
+    if tree.get("task", task_name) != task_name:  # the command names the task; a config cannot switch it
+        raise ConfigError("task", f"is {tree['task']!r}, but the command runs the task '{task_name}'")
     tree["task"] = task_name
     if data_cls is None:
         tree.pop("data", None)
