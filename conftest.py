@@ -6,6 +6,14 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
+
+# Property-based tests draw the same examples on every run and keep no example database,
+# so a failure in CI is reproduced by running the test again; "explore" draws afresh
+# (pytest --hypothesis-profile=explore).
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+settings.register_profile("explore", database=None, deadline=None)
+settings.load_profile("ci")
 
 
 @pytest.fixture(autouse=True, scope="session")

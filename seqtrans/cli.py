@@ -241,6 +241,10 @@ def _launch(nproc: int, argv: list[str]) -> int:
     launch = get_args_parser().parse_args(
         ["--standalone", f"--nproc_per_node={nproc}", "--shutdown-timeout=10", "--module", "seqtrans"])
     launch.training_script_args = argv  # as given: torchrun's parser would read them as its own
+    # the ranks run 'python -m seqtrans', which would put the working directory first on
+    # sys.path (a seqtrans.py there would run instead); Python 3.11 leaves it out with this
+    safe_path = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
     try:
         torchrun(launch)
     except ChildFailedError as exc:
@@ -249,6 +253,11 @@ def _launch(nproc: int, argv: list[str]) -> int:
                else f"exited with status {failure.exitcode}")
         raise SeqtransError(f"rank {rank} of {nproc} (pid {failure.pid}) {how}; the other ranks were "
                             "stopped (the failing rank's message, if it left one, is above)") from None
+    finally:
+        if safe_path is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = safe_path
     return 0
 
 

@@ -15,15 +15,39 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from seqtrans.errors import DataError
 from seqtrans.vocab import BOS, EOS, PAD
 from seqtrans.vocab import prediction as prediction  # the id conversions live beside the vocabularies
 from seqtrans.vocab import source_ids as source_ids
 from seqtrans.vocab import target_ids as target_ids
 
 if TYPE_CHECKING:
+    from seqtrans.config import ModelConfig
     from seqtrans.tasks.protocol import Codec, Example
 
 log = logging.getLogger(__name__)
+
+
+def too_long(config: ModelConfig, codec: Codec[Any, Any, Any], source: Any) -> str | None:
+    """Why a model of ``config`` cannot read ``source`` (more tokens than its learned
+    positions reach), or None when it can."""
+    if config.positions != "learned":
+        return None
+    length = len(source_ids(codec, source))
+    if length <= config.max_positions:
+        return None
+    return (f"{length} source tokens (with the end symbol), more than the {config.max_positions} positions "
+            "the model learned (model.max_positions)")
+
+
+def check_sources(config: ModelConfig, codec: Codec[Any, Any, Any],
+                  examples: Sequence[Example[Any, Any]]) -> None:
+    """A :class:`DataError` naming the first example a model of ``config`` cannot read:
+    checked before decoding starts, instead of failing in the middle of it."""
+    for example in examples:
+        problem = too_long(config, codec, example.source)
+        if problem is not None:
+            raise DataError(example.origin, None, problem)
 
 
 def pad_batch(seqs: Sequence[Sequence[int]], *, pad: int = PAD, before: int | None = None,

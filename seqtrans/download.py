@@ -16,24 +16,35 @@ Any plugin that needs published data calls :func:`fetch`:
 - The cache directory is, in order of precedence, the ``cache`` argument (a task's
   config key), ``$SEQTRANS_CACHE_DIR``, ``$XDG_CACHE_HOME/seqtrans`` or
   ``~/.cache/seqtrans``; the mirror is the ``mirror`` argument or ``$SEQTRANS_MIRROR``.
+
+Members of a downloaded tar or zip archive are read with :func:`extract`, which writes
+only the regular files asked for, by names that stay inside the target directory: an
+archive is data from elsewhere, and a member named ``../x`` or a symbolic link must
+not write or read outside it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import lzma
 import os
 import re
+import stat
+import tarfile
 import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
-from typing import BinaryIO
+import zipfile
+import zlib
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+from typing import IO, BinaryIO
 
 from tqdm import tqdm
 
-from seqtrans.errors import DownloadError
+from seqtrans.errors import DataError, DownloadError
 
 log = logging.getLogger(__name__)
 
@@ -143,3 +154,80 @@ def _copy(source: str, out: BinaryIO, *, name: str, progress: bool | None, timeo
         raise DownloadError(f"{source}: download interrupted after {received} of {total} bytes")
     return digest.hexdigest()
 
+
+
+def extract(archive: str | Path, members: Sequence[str], directory: str | Path) -> dict[str, Path]:
+    """Extract the regular files ``members`` of a tar (plain or compressed) or zip archive
+    into ``directory``, each written to a temporary name and renamed; where each went.
+
+    A name that would leave ``directory`` (absolute, or with a ``..`` part), a member
+    missing from the archive, and one that is not a regular file (a symbolic or hard
+    link, a directory, a device) are a :class:`~seqtrans.errors.DataError` naming the
+    archive and the member; so is a damaged archive.
+    """
+    archive, directory = Path(archive), Path(directory)
+    paths = {m: directory.joinpath(*_inside(archive, m)) for m in members}
+    try:
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as z:
+                for member in members:
+                    _write_atomic(paths[member], _zip_member(archive, z, member))
+        else:
+            with tarfile.open(archive, "r:*") as tar:
+                for member in members:
+                    _write_atomic(paths[member], _tar_member(archive, tar, member))
+    # zipfile raises NotImplementedError for methods and versions it lacks, RuntimeError
+    # for an encrypted member and UnicodeDecodeError for a name; lzma its own error
+    except (tarfile.TarError, zipfile.BadZipFile, zlib.error, lzma.LZMAError, OSError, EOFError, ValueError,
+            NotImplementedError, RuntimeError) as exc:
+        raise DataError(archive, None, f"cannot extract from the archive: {exc}") from None
+    return paths
+
+
+def _inside(archive: Path, member: str) -> tuple[str, ...]:
+    """The parts of a member's name, refused when it would lead out of the target."""
+    path = PurePosixPath(member)
+    if not member or path.is_absolute() or ".." in path.parts or "\\" in member:
+        raise DataError(archive, None, f"refused the member name {member!r}: it leads out of the directory "
+                                       "it is extracted into")
+    return path.parts
+
+
+def _tar_member(archive: Path, tar: tarfile.TarFile, member: str) -> IO[bytes]:
+    try:
+        info = tar.getmember(member)
+    except KeyError:
+        raise DataError(archive, None, f"the archive holds no '{member}'") from None
+    if not info.isreg():  # extractfile() would follow a link to wherever it points
+        kind = ("a symbolic link" if info.issym() else "a hard link" if info.islnk()
+                else "a directory" if info.isdir() else "not a regular file")
+        target = f" to {info.linkname!r}" if info.issym() or info.islnk() else ""
+        raise DataError(archive, None, f"refused the member '{member}': it is {kind}{target}")
+    source = tar.extractfile(info)
+    assert source is not None  # a regular file always has a reader
+    return source
+
+
+def _zip_member(archive: Path, z: zipfile.ZipFile, member: str) -> IO[bytes]:
+    try:
+        info = z.getinfo(member)
+    except KeyError:
+        raise DataError(archive, None, f"the archive holds no '{member}'") from None
+    mode = info.external_attr >> 16  # Unix mode bits, where the archive has them
+    if info.is_dir() or stat.S_ISLNK(mode) or (stat.S_IFMT(mode) and not stat.S_ISREG(mode)):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "a directory" if info.is_dir() else "not a file"
+        raise DataError(archive, None, f"refused the member '{member}': it is {kind}")
+    return z.open(info)
+
+
+def _write_atomic(path: Path, source: IO[bytes]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out, source:
+            while chunk := source.read(_CHUNK):
+                out.write(chunk)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -8,9 +8,10 @@ import os
 import select
 from collections.abc import Callable, Iterable, Iterator
 
-from seqtrans.data import prediction, source_ids
+from seqtrans.data import prediction, source_ids, too_long
 from seqtrans.errors import DataError, UsageError
 from seqtrans.pipeline import Loaded
+from seqtrans.vocab import UNK
 
 log = logging.getLogger(__name__)
 
@@ -21,14 +22,21 @@ def predict(loaded: Loaded, lines: Iterable[str]) -> Iterator[str]:
     return predict_batches(loaded, ([line.rstrip("\n")] for line in lines))
 
 
-def predict_batches(loaded: Loaded, batches: Iterable[list[str]]) -> Iterator[str]:
+def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str = "<stdin>") -> Iterator[str]:
     """The outputs of batches of input lines (without line ends), in input order. Each
     batch is decoded at once, sorted by length into batches of ``decode.batch_tokens``,
-    so a file decodes at batch speed; a batch of one line is answered at once."""
+    so a file decodes at batch speed; a batch of one line is answered at once.
+
+    Symbols the model has never seen are read as ``<unk>`` and logged with the line
+    (``name:line``); an input longer than learned positions reach is a :class:`DataError`."""
     nbest = loaded.config.decode.nbest
     task = loaded.task
+    number = 0
     for lines in batches:
         sources = [task.parse_source(line) for line in lines]
+        for source in sources:
+            number += 1
+            _check_source(loaded, source, name, number)
         preds, hyps = loaded.decode(sources)
         for source, pred, nbest_hyps in zip(sources, preds, hyps):
             if nbest == 1:
@@ -37,6 +45,23 @@ def predict_batches(loaded: Loaded, batches: Iterable[list[str]]) -> Iterator[st
             for rank, hyp in enumerate(nbest_hyps, 1):
                 yield f"{rank}\t{hyp.score:.4f}\t{task.format(prediction(loaded.codec, hyp.tokens, source))}"
             yield ""
+
+
+def unseen(loaded: Loaded, source: object) -> list[str]:
+    """The source's tokens that are not in the model's source vocabulary (read as ``<unk>``)."""
+    vocab = loaded.codec.vocabularies.source
+    return [t for t in loaded.codec.source_tokens(source) if vocab.index(t) == UNK]
+
+
+def _check_source(loaded: Loaded, source: object, name: str, number: int) -> None:
+    unknown = unseen(loaded, source)
+    if unknown:
+        shown = ", ".join(repr(t) for t in unknown[:10]) + (", ..." if len(unknown) > 10 else "")
+        log.warning("%s:%d: %d symbol(s) the model has never seen, read as <unk>: %s", name, number,
+                    len(unknown), shown)
+    problem = too_long(loaded.model.config, loaded.codec, source)
+    if problem is not None:
+        raise DataError(name, number, problem)
 
 
 def line_batches(fd: int, *, max_lines: int = 1000, name: str = "<stdin>") -> Iterator[list[str]]:
@@ -140,6 +165,11 @@ def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], N
             # the output is complete before the input: the rest of the line is not needed
             while (word := next(events, None)) is not None:
                 arrived.append(word)
+        line = task.parse_source(" ".join(w for w in arrived if w))
+        unknown = unseen(loaded, line)
+        if unknown:
+            log.warning("<stdin>:%d: %d symbol(s) the model has never seen, read as <unk>: %s", line_number,
+                        len(unknown), ", ".join(repr(t) for t in unknown[:10]))
         length = len(ids_of([w for w in arrived if w]))
         if delays and length:
             proportions.append(average_proportion(delays, length))

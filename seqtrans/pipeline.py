@@ -28,7 +28,7 @@ from seqtrans import config as cfg
 from seqtrans import distributed, tasks
 from seqtrans.config import DecodeConfig, RunConfig
 from seqtrans.config import resolve_config as resolve_config  # part of the operations API
-from seqtrans.data import Pairs, encode_pairs, prediction, source_ids
+from seqtrans.data import Pairs, check_sources, encode_pairs, prediction, source_ids
 from seqtrans.decoding import Hypothesis, generate
 from seqtrans.errors import CheckpointError, ConfigError, UsageError
 from seqtrans.model import Transformer, build_model
@@ -254,6 +254,7 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     dev = encode_pairs(codec, dev_examples, max_length=config.train.max_length,
                        what="dev pairs (dev loss only; all are decoded)")
     log.info("data: %d training pairs, %d dev examples", len(train), len(dev_examples))
+    check_sources(config.model, codec, dev_examples[: config.train.valid_max_examples or None])
     model = build_model(config.model, codec)
 
     # everything the settings ask of the task has been checked: the run directory is written from here
@@ -318,6 +319,7 @@ def score_examples(model: Transformer, task: Task[Any, Any, Any], codec: Codec[A
     and, with ``decode.compare_unconstrained``, ``unconstrained_*``. In a process group
     the ranks decode a share each and rank 0's scores are returned on all."""
     examples = split.examples
+    check_sources(model.config, codec, examples)
     sources = [e.source for e in examples]
     main = distributed.current().main
     started = time.perf_counter()

@@ -59,6 +59,12 @@ def test_predict_reads_stdin_and_writes_one_line_per_input(run_dir: Path) -> Non
     assert [r[0] for r in rank_lines] == ["1", "2"] and float(rank_lines[0][1]) >= float(rank_lines[1][1])
 
 
+def test_predict_reports_symbols_the_model_has_never_seen(run_dir: Path) -> None:
+    done = seqtrans("predict", str(run_dir), "--device", "cpu", stdin="1 2 3\n4 57 5 99\n")
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 2
+    assert "<stdin>:2: 2 symbol(s) the model has never seen, read as <unk>: '57', '99'" in done.stderr
+
+
 def test_predict_stream_writes_outputs_with_their_delays(tmp_path: Path, run_dir: Path) -> None:
     out = tmp_path / "stream"
     done = seqtrans("run", "copy", "--out", str(out), "--device", "cpu", "--set", *TINY,
@@ -74,6 +80,9 @@ def test_predict_stream_writes_outputs_with_their_delays(tmp_path: Path, run_dir
         assert len(delays.split()) == len(output.split())
         assert all(1 <= int(d) <= length for d in delays.split())
     assert "average lagging" in done.stderr
+    done = seqtrans("predict", str(out), "--stream", "--device", "cpu", stdin="1 2\n3 57\n")
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 2
+    assert "<stdin>:2: 1 symbol(s) the model has never seen, read as <unk>: '57'" in done.stderr
     done = seqtrans("predict", str(run_dir), "--stream", stdin="1 2\n")
     assert done.returncode == 2 and "model.cross_attention=monotonic" in done.stderr
 

@@ -229,4 +229,9 @@ def test_no_pairs_left_is_an_error(tmp_path: Path) -> None:
 
     with pytest.raises(DataError, match="no training pairs are left"):
         prep.prepare(WordTask([Example("a a a a a a", "a")]), config(tmp_path, max_length=3))
+    # an empty training set, or one the task left out whole, says what was removed
+    with pytest.raises(DataError, match=r"no training pairs are left after preparation \(removed: none\)"):
+        prep.prepare(WordTask([]), config(tmp_path))
+    with pytest.raises(DataError, match=r"\(removed: \{'empty pair': 2\}\)"):
+        prep.prepare(WordTask([Skipped("t:1", "empty pair"), Skipped("t:2", "empty pair")]), config(tmp_path))
     assert not [p for p in (tmp_path / "cache").iterdir() if not p.suffix]  # no finished dataset

@@ -135,6 +135,8 @@ def load_file(path: str | Path) -> dict[str, Any]:
             loaded = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'JSON'}: {exc}") from None
+    except RecursionError:  # both parsers recurse per level of brackets
+        raise UsageError(f"{path}: not a config file: its arrays or tables nest too deeply") from None
     if not isinstance(loaded, dict):
         raise UsageError(f"{path}: expected a table of config sections")
     return loaded
@@ -177,6 +179,8 @@ def resolve(
             raise UsageError(f"{config_file}: is a config for task '{loaded['task']}', not '{task_name}'")
         tree = merge(tree, loaded)
     tree = merge(tree, parse_overrides(overrides, data_cls=data_cls))
+    if tree.get("task", task_name) != task_name:  # the command names the task; a config cannot switch it
+        raise ConfigError("task", f"is {tree['task']!r}, but the command runs the task '{task_name}'")
     tree["task"] = task_name
     if data_cls is None:
         tree.pop("data", None)

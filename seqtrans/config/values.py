@@ -4,6 +4,7 @@ expected); the text of ``--set key=value`` is cast first."""
 
 from __future__ import annotations
 
+import math
 import types
 import typing
 from typing import Any, Literal
@@ -57,7 +58,10 @@ def coerce(value: Any, tp: Any, key: str, *, text: bool = False) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(key, f"expected a number, got {value!r}")
-        return float(value)
+        number = float(value) if isinstance(value, float) or abs(value) < 2**1023 else math.inf
+        if not math.isfinite(number):  # NaN passes every range check; no option means infinity
+            raise ConfigError(key, f"expected a finite number, got {value!r}")
+        return number
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(key, f"expected a string, got {value!r}")

@@ -5,11 +5,16 @@ Entry points are the registry: listing reads the installed distributions' metada
 without importing anything; a task's module is imported only when it is used. A
 plugin that fails to import is reported with its name and distribution and does not
 affect the others. Two distributions offering the same task name is an error for
-that name, never a silent shadow.
+that name, never a silent shadow. Only installed distributions count: the working
+directory, which ``python -m`` puts first on ``sys.path``, is not searched, so a
+``*.dist-info`` folder that lies there (in a data directory, an unpacked archive) cannot
+register a plugin.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -38,13 +43,21 @@ class TaskEntry:
         return f"'{self.name}' (from {self.distribution} {self.version})"
 
 
+def search_path() -> list[str]:
+    """``sys.path`` without the working directory that ``python -m`` or ``-c`` put first."""
+    path = list(sys.path)
+    if path and path[0] in ("", os.getcwd()):
+        del path[0]
+    return path
+
+
 def installed(path: Sequence[str] | None = None, *, group: str = GROUP) -> dict[str, list[TaskEntry]]:
     """Every name in ``group`` with the entries offering it (more than one means a clash).
 
-    ``path`` defaults to ``sys.path``; tests pass their own.
+    ``path`` defaults to :func:`search_path`; tests pass their own.
     """
     found: dict[str, list[TaskEntry]] = {}
-    for ep in entrypoints.get_group_all(group, path=list(path) if path is not None else None):
+    for ep in entrypoints.get_group_all(group, path=list(path) if path is not None else search_path()):
         distro = ep.distro
         entry = TaskEntry(
             name=ep.name,

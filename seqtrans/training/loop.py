@@ -225,12 +225,21 @@ class Trainer:
         payload = newest[1] if self.world.main and newest else checkpoint.load(path)
         if "optimizer" not in payload:
             raise CheckpointError(f"{path}: holds no training state to resume from")
-        saved_model = payload["config"].get("model")
-        if saved_model != to_dict(self.config.model):
+        saved = payload["config"]
+        if saved.get("task") != self.config.task:
+            raise CheckpointError(f"{path}: was written by a run of task '{saved.get('task')}', not "
+                                  f"'{self.config.task}'; use a new output directory")
+        if saved.get("model") != to_dict(self.config.model):
             raise CheckpointError(
                 f"{path}: was written for another model configuration; use a new output directory"
             )
-        self.model.load_state_dict(payload["model"])
+        if payload.get("assets", {}) != self.assets:  # same shapes, other symbols: would train on nonsense
+            raise CheckpointError(f"{path}: was written with another vocabulary; use a new output "
+                                  "directory")
+        try:
+            self.model.load_state_dict(payload["model"])
+        except RuntimeError as exc:
+            raise CheckpointError(f"{path}: weights do not fit the model: {exc}") from None
         self.optimizer.load_state_dict(payload["optimizer"])
         if "scaler" in payload and self.scaler.is_enabled():
             self.scaler.load_state_dict(payload["scaler"])

@@ -33,18 +33,17 @@ def linearize(tree: Tree, *, placeholder: str = PLACEHOLDER, tags: bool = False)
     """The bracket sequence of a tree; preterminals become ``placeholder``, or their tags
     with ``tags=True``."""
     out: list[str] = []
-
-    def walk(node: Tree) -> None:
-        if node.is_preterminal:
+    stack: list[Tree | str] = [tree]  # iterative: a decoded tree may nest deeper than the recursion limit
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):  # a closing bracket
+            out.append(node)
+        elif node.is_preterminal:
             out.append(node.label if tags else placeholder)
-            return
-        out.append("(" + node.label)
-        for child in node.children:
-            if isinstance(child, Tree):
-                walk(child)
-        out.append(")" + node.label)
-
-    walk(tree)
+        else:
+            out.append("(" + node.label)
+            stack.append(")" + node.label)
+            stack.extend(c for c in reversed(node.children) if isinstance(c, Tree))
     return out
 
 

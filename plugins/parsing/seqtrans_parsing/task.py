@@ -246,6 +246,16 @@ class ParsingTask:
             yield from treebank.read_nltk(c.corpus, numbers, data_dir=c.nltk_data, download=c.download,
                                           skip=skip, skipped=skipped)
 
+    def source_of(self, split: str) -> str:
+        """Where the trees of a split are read from, as messages name it."""
+        c = self.config
+        explicit = {"train": c.train, "dev": c.dev, "test": c.test}[split]
+        if explicit:
+            return explicit
+        if c.wsj_root:
+            return f"{c.wsj_root} (WSJ sections {getattr(c, f'{split}_sections')})"
+        return f"{c.corpus} (NLTK files {getattr(c, f'{split}_files')})"
+
     def read(self, split: str) -> Iterator[Example[Sentence, Tree] | Skipped]:
         check_split(split)
         return self._read(split)
@@ -281,7 +291,8 @@ class ParsingTask:
         if train is not None:
             examples = list(train)
             if not examples:
-                raise DataError(None, None, "no training trees to build the vocabulary from")
+                raise DataError(self.source_of("train"), None, "holds no training trees to build the "
+                                "vocabulary from")
             sentences = [" ".join(e.source.words) for e in examples]
             train_sentencepiece(sentences, model_path, vocab_size=self.config.vocab_size,
                                 model_type=self.config.sentencepiece_model)

@@ -45,7 +45,10 @@ def _read_text(path: Path) -> str:
         raise DataError(path, None, f"cannot read: {exc.strerror}") from None
     try:
         return data.decode("utf-8")
-    except UnicodeDecodeError:
+    except UnicodeDecodeError as exc:  # older treebanks are Latin-1; said, so that a wrong guess shows
+        line = data.count(b"\n", 0, exc.start) + 1
+        log.warning("%s:%d: not valid UTF-8 (%r); the whole file is read as Latin-1", path, line,
+                    data[exc.start:exc.start + 4])
         return data.decode("latin-1")
 
 

@@ -14,7 +14,7 @@ from typing import Union
 
 from seqtrans.errors import DataError
 
-__all__ = ["Tree", "MalformedTree", "read_trees", "preprocess", "strip_function_tags"]
+__all__ = ["Tree", "MalformedTree", "MAX_DEPTH", "read_trees", "preprocess", "strip_function_tags"]
 
 Child = Union["Tree", str]
 
@@ -55,14 +55,18 @@ class Tree:
 
 
 def _write(tree: Tree, parts: list[str]) -> None:
-    parts.append("(" + tree.label)
-    for child in tree.children:
-        parts.append(" ")
-        if isinstance(child, Tree):
-            _write(child, parts)
+    # iterative: a decoded tree may be nested deeper than Python's recursion limit
+    stack: list[Child] = [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Tree):
+            parts.append("(" + item.label)
+            stack.append(")")
+            for child in reversed(item.children):
+                stack.append(child)
+                stack.append(" ")
         else:
-            parts.append(child)
-    parts.append(")")
+            parts.append(item)
 
 
 class MalformedTree(DataError):
@@ -70,6 +74,10 @@ class MalformedTree(DataError):
 
 
 _TOKEN = re.compile(r"\(|\)|[^\s()]+")
+
+#: Trees nested deeper are malformed: preprocessing, copying and pickling walk trees
+#: recursively, and treebanks nest a few dozen brackets at most.
+MAX_DEPTH = 100
 
 
 def read_trees(text: str, *, path: str | Path | None = None, skip_malformed: bool = False,
@@ -79,9 +87,12 @@ def read_trees(text: str, *, path: str | Path | None = None, skip_malformed: boo
 
     A node is ``(LABEL WORD)`` or ``(LABEL SUBTREE...)``; the label may be empty. A
     malformed tree raises :class:`MalformedTree` naming the file and line, or, with
-    ``skip_malformed``, is skipped and ``file:line: problem`` appended to ``skipped``;
-    reading resumes at the next line that starts with ``(``.
+    ``skip_malformed``, is skipped and ``file:line: problem`` appended to ``skipped``.
+    Reading resumes after a malformed tree's closing bracket; after text outside any
+    tree, at the next line; after a tree left open, at the next line that starts with
+    ``(``. A byte-order mark at the start of the text is ignored.
     """
+    text = text.removeprefix("\ufeff")
     tokens: list[tuple[str, int, int]] = []  # (token, line, column)
     for number, line in enumerate(text.split("\n"), 1):
         tokens.extend((m.group(), number, m.start()) for m in _TOKEN.finditer(line))
@@ -90,6 +101,7 @@ def read_trees(text: str, *, path: str | Path | None = None, skip_malformed: boo
         tok, number, _ = tokens[i]
         problem: tuple[int, str] | None = None
         tree: Tree | None = None
+        end: int | None = None  # where a balanced but malformed tree ends
         if tok == ")":
             problem = (number, "unbalanced ')' with no open bracket")
         elif tok != "(":
@@ -108,6 +120,7 @@ def read_trees(text: str, *, path: str | Path | None = None, skip_malformed: boo
                 problem = (number, f"tree not closed: {depth} bracket(s) still open at the end of the input")
             else:
                 tree, problem = _build(tokens[i:j])
+                end = j
                 if problem is None:
                     i = j
                     assert tree is not None
@@ -118,9 +131,17 @@ def read_trees(text: str, *, path: str | Path | None = None, skip_malformed: boo
             raise MalformedTree(path, problem[0], problem[1])
         if skipped is not None:
             skipped.append(f"{path if path is not None else '<input>'}:{problem[0]}: {problem[1]}")
-        i += 1
-        while i < len(tokens) and not (tokens[i][0] == "(" and tokens[i][2] == 0 and tokens[i][1] > number):
+        if end is not None:
+            i = end
+        elif tok != "(":  # the rest of the line is reported with it; the next line is read
             i += 1
+            while i < len(tokens) and tokens[i][1] == number:
+                i += 1
+        else:  # an open tree ends where the next one starts, at the start of a line
+            i += 1
+            while i < len(tokens) and not (tokens[i][0] == "(" and tokens[i][2] == 0
+                                           and tokens[i][1] > number):
+                i += 1
 
 
 def _build(tokens: list[tuple[str, int, int]]) -> tuple[Tree | None, tuple[int, str] | None]:
@@ -137,6 +158,8 @@ def _build(tokens: list[tuple[str, int, int]]) -> tuple[Tree | None, tuple[int, 
                     return None, (number, f"({parent.label} ...) holds both a word and a subtree")
                 parent.children.append(node)
             stack.append(node)
+            if len(stack) > MAX_DEPTH:
+                return None, (number, f"brackets nested more than {MAX_DEPTH} deep")
             expect_label = True
         elif tok == ")":
             node = stack.pop()

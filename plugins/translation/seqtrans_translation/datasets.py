@@ -1,24 +1,20 @@
 """Named datasets: where their files are published, their sha256, and which files pair up.
 
 Files are fetched with :func:`seqtrans.download.fetch` (cache, mirror, verification);
-members of archives are extracted once into the cache beside the archive, each file
-written to a temporary name and renamed, with a marker written last, so an interrupted
-extraction is simply done again.
+members of archives are extracted once with :func:`seqtrans.download.extract` into the
+cache beside the archive, with a marker written last, so an interrupted extraction is
+simply done again.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import tarfile
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import IO
+from pathlib import Path
 
 from seqtrans import download
-from seqtrans.errors import ConfigError, DataError
+from seqtrans.errors import ConfigError
 from seqtrans_translation.readers import TextFile
 
 log = logging.getLogger(__name__)
@@ -173,47 +169,16 @@ def _sides(dataset: Dataset) -> list[Side]:
 def _extract(dataset: Dataset, remote: Remote, members: Sequence[str], where: Where) -> dict[str, Path]:
     """Extract ``members`` of an archive once; later calls find them without the archive."""
     root = download.cache_dir(where.cache or None) / dataset.name / (download.file_name(remote.url) + ".d")
-    paths = {m: root.joinpath(*_safe_parts(m)) for m in members}
     marker = root / ".complete"
     wanted = remote.sha256 + "\n" + "\n".join(members) + "\n"
-    if marker.is_file() and marker.read_text() == wanted and all(p.is_file() for p in paths.values()):
-        return paths
+    if marker.is_file() and marker.read_text() == wanted:
+        paths = {m: root / m for m in members}
+        if all(p.is_file() for p in paths.values()):
+            return paths
     archive = download.fetch(remote.url, sha256=remote.sha256, cache=where.cache or None,
                              subdir=dataset.name, mirror=where.mirror or None)
     log.info("extracting %d file(s) from %s", len(members), archive)
     marker.unlink(missing_ok=True)
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            names = set(tar.getnames())
-            for member in members:
-                if member not in names:
-                    raise DataError(archive, None, f"the archive holds no '{member}' "
-                                                   f"(it holds {len(names)} entries)")
-                source = tar.extractfile(member)
-                if source is None:
-                    raise DataError(archive, None, f"'{member}' is not a regular file")
-                _write_atomic(paths[member], source)
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise DataError(archive, None, f"cannot extract from the archive: {exc}") from None
+    paths = download.extract(archive, members, root)  # refuses links and names that leave root
     marker.write_text(wanted)
     return paths
-
-
-def _safe_parts(member: str) -> tuple[str, ...]:
-    parts = PurePosixPath(member).parts
-    if not parts or PurePosixPath(member).is_absolute() or ".." in parts:
-        raise ValueError(f"unsafe archive member name {member!r}")
-    return parts
-
-
-def _write_atomic(path: Path, source: IO[bytes]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            while chunk := source.read(1 << 20):
-                out.write(chunk)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -1,8 +1,9 @@
 """Reading parallel text: one file per language (plain or gzipped, one sentence a line),
 tab-separated pairs, or the SGML test sets of WMT.
 
-Lines are kept exactly as written, only their line end (``\\n`` or ``\\r\\n``) removed:
-the references that metrics compare against are the raw text. Every problem is a
+Lines are kept exactly as written, only their line end (``\\n`` or ``\\r\\n``) and a
+byte-order mark at the start of the file removed: the references that metrics compare
+against are the raw text. Every problem is a
 :class:`~seqtrans.errors.DataError` naming the file and, where there is one, the line.
 """
 
@@ -21,6 +22,7 @@ from seqtrans.errors import DataError
 from seqtrans.tasks import Example
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_BOM = "\ufeff".encode()
 _SEG = re.compile(r"<seg[^>]*>(.*)</seg>")
 _SPACES = re.compile(r"\s+")
 
@@ -59,6 +61,10 @@ def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
         number = 0
         try:
             for number, raw in enumerate(f, 1):
+                if number == 1 and raw.startswith(_BOM):  # an editor's mark, not part of the sentence
+                    raw = raw[len(_BOM):]
+                    if not raw:  # the mark alone is no line
+                        break
                 if raw.endswith(b"\n"):
                     raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
                 try:

@@ -127,16 +127,18 @@ def fingerprint(texts: Sequence[str], settings: SubwordSettings) -> str:
     return digest.hexdigest()
 
 
-def build(texts: Iterable[str], settings: SubwordSettings, cache: Path) -> Subwords:
+def build(texts: Iterable[str], settings: SubwordSettings, cache: Path, *,
+          origin: str | None = None) -> Subwords:
     """The model for ``texts`` (a stream, read once and sampled to
-    ``settings.sample_sentences``) and ``settings``: from the cache, or trained and cached."""
+    ``settings.sample_sentences``) and ``settings``: from the cache, or trained and cached.
+    ``origin`` names where the texts come from in errors."""
     chosen = sample(texts, settings.sample_sentences, settings.seed)
     key = fingerprint(chosen, settings)
     path = cache / "sentencepiece" / f"{key}.model"
     if path.is_file():
         log.info("sentencepiece: reusing %s", path)
         return Subwords(path.read_bytes(), origin=str(path))
-    model = train(chosen, settings)
+    model = train(chosen, settings, origin=origin)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     try:
@@ -151,10 +153,10 @@ def build(texts: Iterable[str], settings: SubwordSettings, cache: Path) -> Subwo
     return Subwords(model, origin=str(path))
 
 
-def train(texts: Sequence[str], settings: SubwordSettings) -> bytes:
+def train(texts: Sequence[str], settings: SubwordSettings, *, origin: str | None = None) -> bytes:
     """Train a model on ``texts`` (already sampled) and return it serialized."""
     if not any(t.strip() for t in texts):
-        raise DataError(None, None, "no training text to learn subwords from")
+        raise DataError(origin, None, "holds no training text to learn subwords from")
     table = _to_space()
     # a generator, not a list: the trainer keeps its own copy of every sentence
     sample = (t.translate(table) for t in texts if t.strip())

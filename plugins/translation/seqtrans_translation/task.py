@@ -133,9 +133,17 @@ class TranslationTask:
                                        character_coverage=c.character_coverage,
                                        normalization=c.normalization, sample_sentences=c.subword_sample)
             texts = (text for ex in train for text in (ex.source, ex.target))
-            subwords = build(texts, settings, download.cache_dir(c.cache_dir or None))
+            subwords = build(texts, settings, download.cache_dir(c.cache_dir or None),
+                             origin=self.source_of("train"))
             subwords.save(directory)
         return TranslationCodec(subwords)
+
+    def source_of(self, split: str) -> str:
+        """Where the pairs of a split are read from, as messages name it."""
+        local = self.config.local(split)
+        if isinstance(local, tuple):
+            return f"{local[0]} (with {local[1]})"
+        return local or f"{self.config.dataset} ({split} corpora)"
 
     def train_digest(self) -> str:
         """sha256 of the training files (a named dataset's published digests; local files

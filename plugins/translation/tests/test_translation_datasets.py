@@ -190,3 +190,21 @@ def test_an_archive_without_the_expected_member_is_a_data_error(
     monkeypatch.setitem(datasets.DATASETS, "wmt14-en-de", _with_digests(datasets.WMT14_EN_DE, wmt_mirror))
     with pytest.raises(DataError, match=r"holds no 'commoncrawl\.de-en\.(de|en)'"):
         list(_task(tmp_path, dataset="wmt14-en-de", mirror=str(wmt_mirror)).read("train"))
+
+
+def test_an_archive_member_that_is_a_link_is_refused_not_followed(
+        tmp_path: Path, wmt_mirror: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("not for the model\n")
+    with tarfile.open(wmt_mirror / "dev.tgz", "w:gz") as tar:
+        links = {"dev/newstest2013.en": str(secret), "dev/newstest2013.de": "newstest2013.en"}
+        for name, target in links.items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    monkeypatch.setitem(datasets.DATASETS, "wmt14-en-de", _with_digests(datasets.WMT14_EN_DE, wmt_mirror))
+    with pytest.raises(DataError, match=r"dev.tgz: refused the member 'dev/newstest2013.(de|en)': it is a "
+                                        r"symbolic link"):
+        list(_task(tmp_path, dataset="wmt14-en-de", mirror=str(wmt_mirror)).read("dev"))
+    extracted = tmp_path / "cache" / "wmt14-en-de" / "dev.tgz.d"
+    assert not any(p.is_file() for p in extracted.rglob("*")) and secret.read_text() == "not for the model\n"

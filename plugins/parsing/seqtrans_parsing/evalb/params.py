@@ -40,9 +40,16 @@ SPACE = "[ \t\n\v\f\r]"
 
 
 def _atoi(text: str) -> int:
-    """C's atoi: leading white space, an optional sign, digits; 0 when there are none."""
-    m = re.match(r"[ \t\n\v\f\r]*([+-]?\d+)", text)
-    return int(m.group(1)) if m else 0
+    """C's atoi as glibc has it, ``(int) strtol(text, NULL, 10)``: leading white space, an
+    optional sign, ASCII digits; 0 when there are none; a value past a 64-bit long is
+    saturated, then cut to 32 bits (so any number of digits is read, none raises)."""
+    m = re.match(r"[ \t\n\v\f\r]*([+-]?)([0-9]+)", text)
+    if not m:
+        return 0
+    digits = m.group(2).lstrip("0")[:20] or "0"  # 20 digits already saturate
+    value = -int(digits) if m.group(1) == "-" else int(digits)
+    value = max(-(1 << 63), min(value, (1 << 63) - 1))
+    return (value + (1 << 31)) % (1 << 32) - (1 << 31)
 
 
 def _keyword(line: str, key: str) -> bool:

@@ -1,0 +1,81 @@
+"""Bad input the engine meets itself: a run directory holding another task's or another
+vocabulary's checkpoint, and inputs at ``predict`` time with symbols the model has never
+seen or more tokens than its learned positions reach."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqtrans import config as cfg
+from seqtrans import tasks
+from seqtrans.config import ModelConfig, RunConfig, TrainConfig
+from seqtrans.data import Pairs
+from seqtrans.errors import CheckpointError, DataError
+from seqtrans.model import Transformer, build_model
+from seqtrans.online import predict_batches
+from seqtrans.pipeline import Loaded, Split, score_examples
+from seqtrans.tasks import Example
+from seqtrans.training.loop import Trainer
+
+MODEL = ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2)
+
+
+def _trainer(directory: Path, *, task: str = "copy", assets: dict[str, bytes] | None = None,
+             model: ModelConfig = MODEL) -> Trainer:
+    train = TrainConfig(max_steps=2, checkpoint_every=2, average_last=1, max_tokens=64, warmup=2)
+    config = RunConfig(task=task, model=model, train=train)
+    net = Transformer(model, source_vocab_size=12, target_vocab_size=12, shared_vocab=True)
+    data = Pairs([[4, 5, 2], [6, 2]], [[4, 5], [6]])
+    return Trainer(net, config, data, directory=directory, device=torch.device("cpu"),
+                   assets=assets if assets is not None else {"vocab.txt": b"4\n5\n6\n"})
+
+
+@pytest.mark.parametrize(("other", "words"), [
+    ({"task": "parsing"}, "was written by a run of task 'copy', not 'parsing'"),
+    ({"assets": {"vocab.txt": b"6\n5\n4\n"}}, "was written with another vocabulary"),
+    ({"model": ModelConfig(encoder_layers=1, decoder_layers=1, d_model=32, d_ff=32, heads=2)},
+     "was written for another model configuration"),
+])
+def test_a_checkpoint_of_another_task_or_vocabulary_is_not_resumed(tmp_path: Path, other: dict[str, object],
+                                                                   words: str) -> None:
+    _trainer(tmp_path).fit()  # writes checkpoint_00000002.pt
+    with pytest.raises(CheckpointError, match=rf"checkpoint_00000002.pt: {words}; use a new output dir"):
+        _trainer(tmp_path, **other).resume()  # type: ignore[arg-type]
+    assert _trainer(tmp_path).resume()  # the same run goes on
+
+
+def _loaded(tmp_path: Path, *overrides: str) -> Loaded:
+    """An untrained copy model over the symbols 0 .. 9."""
+    config = cfg.resolve_config("copy", overrides=["model.encoder_layers=1", "model.decoder_layers=1",
+                                                   "model.d_model=16", "model.d_ff=32", "model.heads=2",
+                                                   "data.vocab_size=10", *overrides])
+    task = tasks.load("copy")(config.data)
+    codec = task.vocabulary(tmp_path, [])
+    return Loaded(config, task, codec, build_model(config.model, codec).eval(), torch.device("cpu"))
+
+
+def test_symbols_the_model_has_never_seen_are_reported_with_their_line(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    loaded = _loaded(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        outputs = list(predict_batches(loaded, [["1 2 3", "4 57 5 99"], ["6"]]))
+    assert len(outputs) == 3  # every input still has its output line
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["<stdin>:2: 2 symbol(s) the model has never seen, read as <unk>: '57', '99'"]
+
+
+def test_an_input_longer_than_the_learned_positions_names_its_line(tmp_path: Path) -> None:
+    loaded = _loaded(tmp_path, "model.positions=learned", "model.max_positions=6")
+    assert len(list(predict_batches(loaded, [["1 2 3 4 5"]]))) == 1  # five symbols and the end fit
+    with pytest.raises(DataError, match=r"^<stdin>:3: 7 source tokens \(with the end symbol\), more than "
+                                        r"the 6 positions the model learned \(model.max_positions\)$"):
+        list(predict_batches(loaded, [["1", "2"], ["1 2 3 4 5 6"]]))
+    # a split to score is checked before any of it is decoded, and the error names the example
+    split = Split([Example([1, 2], [1, 2], "test.txt:1"), Example([1] * 6, [1] * 6, "test.txt:2")])
+    with pytest.raises(DataError, match=r"^test.txt:2: 7 source tokens"):
+        score_examples(loaded.model, loaded.task, loaded.codec, split, loaded.config.decode,
+                       device=torch.device("cpu"))
