@@ -111,19 +111,19 @@ def _tensor_device() -> torch.device:
 
 def all_sum(values: Sequence[float]) -> list[float]:
     """Element-wise sums over ranks, in float64."""
-    if not current().distributed:
-        return [float(v) for v in values]
-    t = torch.tensor(list(values), dtype=torch.float64, device=_tensor_device())
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return [float(v) for v in t.cpu()]
+    return _all_reduce(values, "SUM")
 
 
 def all_max(values: Sequence[float]) -> list[float]:
     """Element-wise maxima over ranks, in float64."""
+    return _all_reduce(values, "MAX")
+
+
+def _all_reduce(values: Sequence[float], op: str) -> list[float]:
     if not current().distributed:
         return [float(v) for v in values]
     t = torch.tensor(list(values), dtype=torch.float64, device=_tensor_device())
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
     return [float(v) for v in t.cpu()]
 
 
