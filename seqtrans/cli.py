@@ -16,6 +16,7 @@ import io
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -234,12 +235,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _launch(nproc: int, argv: list[str]) -> int:
     """``seqtrans ARGV`` in ``nproc`` processes under torchrun's agent, which ends them
     all when one fails; the failure is reported by rank."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser
     from torch.distributed.run import run as torchrun
 
     launch = get_args_parser().parse_args(
-        ["--standalone", f"--nproc_per_node={nproc}", "--shutdown-timeout=10", "--module", "seqtrans"])
+        ["--standalone", f"--nproc_per_node={nproc}", "--shutdown-timeout=30", "--module", "seqtrans"])
     launch.training_script_args = argv  # as given: torchrun's parser would read them as its own
     # the ranks run 'python -m seqtrans', which would put the working directory first on
     # sys.path (a seqtrans.py there would run instead); Python 3.11 leaves it out with this
@@ -247,6 +249,10 @@ def _launch(nproc: int, argv: list[str]) -> int:
     os.environ["PYTHONSAFEPATH"] = "1"
     try:
         torchrun(launch)
+    except SignalException as exc:  # passed on to the ranks, which checkpoint and stop
+        name = signal.Signals(exc.sigval).name
+        raise Interrupted(f"stopped by {name}: each rank finished its update and rank 0 wrote a checkpoint "
+                          "of it (see above); run the same command again to resume", exc.sigval) from None
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
         how = (f"was killed by {failure.signal_name()}" if failure.exitcode < 0

@@ -279,3 +279,22 @@ def _ancestors(pid: int) -> list[int]:
         pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state
         out.append(pid)
     return out
+
+
+def test_sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint(tmp_path: Path) -> None:
+    args = [sys.executable, "-m", "seqtrans", "-q", "run", "copy", "--nproc", "2", "--out", str(tmp_path),
+            "--set", *RUN, "train.max_steps=100000", "train.max_minutes=5"]
+    job = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        deadline = time.monotonic() + 120
+        while not checkpoint.list_checkpoints(tmp_path / "checkpoints"):
+            assert time.monotonic() < deadline and job.poll() is None
+            time.sleep(0.2)
+        job.send_signal(signal.SIGTERM)
+        _, err = job.communicate(timeout=120)
+    finally:
+        job.kill()
+    assert job.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "seqtrans run: stopped by SIGTERM: each rank finished its update" in err
+    step = int(err.split("(rank 0): stopped by SIGTERM at update ")[1].split(";")[0])
+    assert checkpoint.list_checkpoints(tmp_path / "checkpoints")[-1].name == checkpoint.checkpoint_name(step)
