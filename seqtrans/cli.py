@@ -128,6 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="KEY=VALUE", help="Override decode.* (or data.*) keys.")
     _add_device(p)
 
+    p = sub.add_parser("plot", help="Draw the learning curves of runs as a PNG.",
+                       description="Read the runs' logs (DIR/train.jsonl) and draw training loss, dev "
+                                   "loss, the task's dev metrics, learning rate and tokens/s, against "
+                                   "updates and against training minutes, every run in each panel. "
+                                   "Needs matplotlib (pip install 'seqtrans[plot]').")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", type=Path)
+    p.add_argument("--out", metavar="FILE", type=Path,
+                   help="The PNG to write (default: RUN_DIR/curves.png of the first run).")
+
     p = sub.add_parser("average", help="Average checkpoints into one model.",
                        description="Write the element-wise mean of the checkpoints' parameters.")
     p.add_argument("checkpoints", nargs="+", metavar="CKPT", type=Path)
@@ -333,6 +342,14 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from seqtrans.plot import plot
+
+    path = plot(args.runs, args.out or args.runs[0] / "curves.png")
+    print(f"wrote {path}")
+    return 0
+
+
 def _cmd_average(args: argparse.Namespace) -> int:
     from seqtrans.pipeline import average
 
@@ -346,7 +363,7 @@ def _progress(args: argparse.Namespace) -> bool:
 
 
 COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "prepare": _cmd_prepare, "run": _cmd_run,
-            "predict": _cmd_predict, "evaluate": _cmd_evaluate, "average": _cmd_average}
+            "predict": _cmd_predict, "evaluate": _cmd_evaluate, "average": _cmd_average, "plot": _cmd_plot}
 
 
 def _run_plugin_command(argv: list[str]) -> int | None:

@@ -101,6 +101,14 @@ def test_average_writes_a_loadable_checkpoint(run_dir: Path, tmp_path: Path) -> 
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 1
 
 
+def test_plot_draws_the_curves_of_a_run(run_dir: Path, tmp_path: Path) -> None:
+    done = seqtrans("plot", str(run_dir), "--out", str(tmp_path / "c.png"))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
+    records = [json.loads(line) for line in (run_dir / "train.jsonl").read_text().splitlines()]
+    assert all("seconds" in r for r in records)  # the time axis has its data
+
+
 def test_tasks_lists_copy_with_its_distribution() -> None:
     done = seqtrans("tasks")
     assert done.returncode == 0

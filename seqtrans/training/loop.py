@@ -456,7 +456,7 @@ class Trainer:
             else:
                 self.state.bad_validations += 1
         log.info("validation | %s", " | ".join(f"{k} {v:.4g}" for k, v in record.items()))
-        self._write_log({"event": "validation", **record})
+        self._write_log({"event": "validation", **record, "seconds": round(self.state.seconds, 3)})
         return record
 
     def _write_log(self, record: Mapping[str, Any]) -> None:
@@ -540,7 +540,7 @@ class Trainer:
                                 tok_s=f"{line['tokens_per_s']:.0f}")
                 log.info("step %d | epoch %d | loss %.4f | lr %.3e | %.0f tok/s", step,
                          self.state.epoch, line["loss"], line["lr"], line["tokens_per_s"])
-                self._write_log({"event": "train", **line})
+                self._write_log({"event": "train", **line, "seconds": round(self.state.seconds, 3)})
                 window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
             stop = self._stop_reason()
             if step % c.eval_every == 0 or stop:

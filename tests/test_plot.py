@@ -1,0 +1,52 @@
+"""`seqtrans plot`: learning curves from the runs' own logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from seqtrans.errors import DataError, UsageError
+from seqtrans.plot import curves, plot
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def write_log(directory: Path, records: list[dict[str, object]]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return directory
+
+
+def test_a_resumed_run_keeps_the_later_record_of_an_update(tmp_path: Path) -> None:
+    run = write_log(tmp_path / "run", [
+        {"event": "train", "step": 1, "loss": 5.0, "seconds": 0.1},
+        {"event": "train", "step": 2, "loss": 4.0, "seconds": 0.2},
+        {"event": "validation", "step": 2, "dev_loss": 3.9, "dev_bleu": 1.0, "seconds": 0.2},
+        {"event": "train", "step": 2, "loss": 4.1, "seconds": 0.25},  # done again after a resume
+        {"event": "train", "step": 3, "loss": 3.0, "seconds": 0.3},
+    ])
+    found = curves(run)
+    assert [(r["step"], r["loss"]) for r in found["train"]] == [(1, 5.0), (2, 4.1), (3, 3.0)]
+    assert [r["dev_bleu"] for r in found["validation"]] == [1.0]
+
+
+def test_a_bad_log_line_names_file_and_line(tmp_path: Path) -> None:
+    run = write_log(tmp_path / "run", [{"event": "train", "step": 1, "loss": 5.0}])
+    with (run / "train.jsonl").open("a") as f:
+        f.write('{"event": "train"}\n')
+    with pytest.raises(DataError, match=r"train.jsonl:2: not a log record"):
+        curves(run)
+    with pytest.raises(UsageError, match="not a run directory"):
+        curves(tmp_path / "nothing")
+
+
+def test_several_runs_are_drawn_into_one_png(tmp_path: Path) -> None:
+    runs = [write_log(tmp_path / name, [
+        {"event": "train", "step": s, "loss": 5.0 / s, "lr": 1e-4 * s, "tokens_per_s": 1000.0, "seconds": s}
+        for s in range(1, 6)] + [{"event": "validation", "step": 5, "dev_loss": 1.0, "dev_f1": 50.0,
+                                  "seconds": 5.0}]) for name in ("a", "b")]
+    out = plot(runs, tmp_path / "figures" / "curves.png")
+    assert out.read_bytes().startswith(PNG) and out.stat().st_size > 10_000
+    assert [p.name for p in out.parent.iterdir()] == ["curves.png"]  # no temporary file left
