@@ -42,6 +42,13 @@ def curves(run_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
     return {event: [records[s] for s in sorted(records)] for event, records in by_event.items()}
 
 
+def labels(run_dirs: Sequence[str | Path]) -> list[str]:
+    """The runs' names in the legend: their directories' names, or their paths where
+    two share a name."""
+    names = [Path(d).name or str(d) for d in run_dirs]
+    return names if len(set(names)) == len(names) else [str(d) for d in run_dirs]
+
+
 def plot(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     """Write the learning curves of ``run_dirs`` to ``out`` (PNG)."""
     try:
@@ -51,7 +58,7 @@ def plot(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = {Path(d).name or str(d): curves(d) for d in run_dirs}
+    runs = {name: curves(d) for name, d in zip(labels(run_dirs), run_dirs, strict=True)}
     metrics = sorted({k for c in runs.values() for r in c.get("validation", [])
                       for k in r if k.startswith("dev_") and k not in ("dev_loss", "dev_ppl")})
     panels = _PANELS + [("validation", m, f"dev {m[4:].replace('_', ' ')}") for m in metrics] + _AFTER

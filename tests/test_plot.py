@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from seqtrans.errors import DataError, UsageError
-from seqtrans.plot import curves, plot
+from seqtrans.plot import curves, labels, plot
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -50,3 +50,9 @@ def test_several_runs_are_drawn_into_one_png(tmp_path: Path) -> None:
     out = plot(runs, tmp_path / "figures" / "curves.png")
     assert out.read_bytes().startswith(PNG) and out.stat().st_size > 10_000
     assert [p.name for p in out.parent.iterdir()] == ["curves.png"]  # no temporary file left
+
+
+def test_runs_of_the_same_name_are_told_apart_by_their_paths(tmp_path: Path) -> None:
+    assert labels([tmp_path / "x" / "one", tmp_path / "y" / "two"]) == ["one", "two"]
+    same = [tmp_path / "a" / "run", tmp_path / "b" / "run"]
+    assert labels(same) == [str(p) for p in same]
