@@ -1,17 +1,26 @@
 """Rewrite the generated tables of the docs from the code: ``python docs/generate.py``.
 
-Each generated table follows a ``<!-- generated: EXPRESSION ... -->`` comment and runs
-to the end of the file; ``tests/test_docs.py`` fails when a table is out of date.
+Two kinds of generated text, both kept in step by ``tests/test_docs.py``:
+
+- a table that follows a ``<!-- generated: EXPRESSION ... -->`` comment and runs to the
+  end of the file (configuration and command-line references, from the code);
+- a block between ``<!-- begin generated: NAME -->`` and ``<!-- end generated: NAME -->``
+  (tables of measurements, from the JSON the benchmarks write under
+  ``benchmarks/results/``), which may sit anywhere in a page.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from seqtrans.config import RunConfig, markdown_table
 
 DOCS = Path(__file__).resolve().parent
+RESULTS = DOCS.parent / "benchmarks" / "results"
 
 
 def cli_reference() -> str:
@@ -55,6 +64,195 @@ def tables() -> dict[Path, str]:
     return out
 
 
+# --- tables of measurements, from benchmarks/results/*.json ---------------------------------
+
+
+def _result(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((RESULTS / name).read_text(encoding="utf-8"))
+    return data
+
+
+def _num(value: float, digits: int = 1) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def _ratio(value: float, *, bold_from: float = 1.5) -> str:
+    text = f"{value:.2f}"
+    return f"**{text}**" if value >= bold_from else text
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f} %"
+
+
+def _mib(value: float) -> str:
+    return f"{value / 2**20:,.0f} MiB"
+
+
+def _mfu(r: dict[str, Any]) -> str:
+    return f"{_pct(r['seqtrans_mfu_fp32'])} / {_pct(r['hf_mfu_fp32'])}"
+
+
+def _memory(r: dict[str, Any]) -> str:
+    return f"{_mib(r['seqtrans_peak_bytes'])} / {_mib(r['hf_peak_bytes'])} (**{r['memory_ratio']:.2f}**)"
+
+
+def _case(case: str) -> str:
+    """``base-beam4-b32`` -> ``base, beam 4, batch 32``."""
+    shape, search, batch = case.split("-")
+    search = "greedy" if search == "greedy" else f"beam {search.removeprefix('beam')}"
+    return f"{shape}, {search}, batch {batch.removeprefix('b')}"
+
+
+def _source(*names: str, machine: str = "") -> str:
+    files = ", ".join(f"`benchmarks/results/{n}`" for n in names)
+    return f"\nFrom {files}" + (f" ({machine})" if machine else "") + ".\n"
+
+
+def _machine(data: dict[str, Any], *, dated: bool = True) -> str:
+    return f"{data['device']}, PyTorch {data['torch']}" + (f", {data['time'][:10]}" if dated else "")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def decode_cpu() -> str:
+    data = _result("decode_speed-cpu.json")
+    rows = [[_case(r["case"]), _num(r["seqtrans_tok_s"]), _num(r["hf_tok_s"]), _ratio(r["ratio"]),
+             _pct(r["seqtrans_mfu_fp32"]), _pct(r["hf_mfu_fp32"])] for r in data["rows"]]
+    return (_table(["case", "seqtrans tok/s", "HF tok/s", "ratio", "MFU seqtrans", "MFU HF"], rows)
+            + _source("decode_speed-cpu.json", machine=_machine(data)))
+
+
+def decode_cuda() -> str:
+    data = _result("decode_speed-cuda.json")
+    rows = [[_case(r["case"]), _num(r["seqtrans_tok_s"]), _num(r["hf_tok_s"]), _ratio(r["ratio"]),
+             _num(r["seqtrans_bf16_tok_s"])] for r in data["rows"]]
+    return (_table(["case", "seqtrans tok/s", "HF tok/s", "ratio", "seqtrans bf16 tok/s"], rows)
+            + _source("decode_speed-cuda.json", machine=_machine(data)))
+
+
+def train_cpu() -> str:
+    names = ["train_speed-base-cpu.json", "train_speed-base-dropout0.1-cpu.json"]
+    rows = []
+    for name in names:
+        r = _result(name)
+        rows.append([f"{r.get('dropout', 0.0):g}", _num(r["seqtrans_tok_s"]), _num(r["hf_tok_s"]),
+                     _ratio(r["ratio"], bold_from=1.25), _mfu(r), _memory(r)])
+    header = ["dropout", "seqtrans tok/s", "HF tok/s", "ratio", "MFU seqtrans / HF (fp32)",
+              "peak memory of a step, seqtrans / HF"]
+    return _table(header, rows) + _source(*names, machine=_machine(_result(names[0]), dated=False))
+
+
+def train_cuda() -> str:
+    names = ["train_speed-base-cuda.json", "train_speed-base-25000tok-cuda.json"]
+    rows = []
+    for name in names:
+        r = _result(name)
+        bf16 = r["seqtrans_bf16_tok_s"]
+        rows.append([f"{r['sentences']:,} sentences, {r['target_tokens']:,} target tokens",
+                     _num(r["seqtrans_tok_s"], 0), _num(r["hf_tok_s"], 0), _ratio(r["ratio"]),
+                     _mfu(r), _memory(r),
+                     f"{_num(bf16, 0)} ({bf16 / r['hf_tok_s']:.2f}x the peer's fp32)"])
+    header = ["batch", "seqtrans tok/s", "HF tok/s", "ratio", "MFU seqtrans / HF (fp32)",
+              "peak memory seqtrans / HF", "seqtrans bf16 tok/s"]
+    return _table(header, rows) + _source(*names, machine=_machine(_result(names[0]), dated=False))
+
+
+def distributed_cpu() -> str:
+    data = _result("distributed_cpu-cpu.json")
+    runs = data["runs"]
+    first = next(iter(runs.values()))["tokens_per_s"]
+    rows = [[name, _num(run["tokens_per_s"], 0), _ratio(run["tokens_per_s"] / first, bold_from=1.01)]
+            for name, run in runs.items()]
+    return (_table(["setup", "target tokens/s", "ratio"], rows)
+            + _source("distributed_cpu-cpu.json", machine=_machine(data)))
+
+
+def matmul_decoding() -> str:
+    data = _result("matmul_forms-cpu.json")
+    rows = [[r["case"], _num(r["fixed_tok_s"]), _num(r["f_linear_tok_s"]), _ratio(r["ratio"], bold_from=1.3)]
+            for r in data["decoding"]]
+    return (_table(["base shape", "fixed forms tok/s", "`F.linear` tok/s", "ratio"], rows)
+            + _source("matmul_forms-cpu.json", machine=_machine(data)))
+
+
+def streaming_copy() -> str:
+    data = _result("streaming_copy.json")
+    rows = []
+    for variant in ("copy", "reverse"):
+        r = data[variant]
+        rows.append([variant, f"{r['exact_match']:.3f}", f"{r['average_proportion']:.3f}",
+                     f"{r['average_lagging']:.2f}", f"{r['mean_source_length']:.1f}",
+                     f"{r['same_as_offline_greedy']:.3f}", _num(1000 * r["stream_seconds_per_sentence"]),
+                     _num(1000 * r["offline_seconds_per_sentence"]), str(r["train_steps"])])
+    header = ["variant", "exact match", "AP", "AL", "mean source length", "same as offline greedy",
+              "stream ms/sentence", "offline ms/sentence", "train steps"]
+    return _table(header, rows) + _source("streaming_copy.json")
+
+
+def attention_copy() -> str:
+    data = _result("attention_copy.json")
+    results: dict[str, dict[str, dict[str, float]]] = data["results"]
+    lengths = sorted({int(n) for by_length in results.values() for n in by_length})
+    baseline = results["scaled_dot"]
+
+    def grid(title: str, cell: Callable[[str, str], str]) -> str:
+        rows = [[name] + [cell(name, str(n)) if str(n) in by_length else "-" for n in lengths]
+                for name, by_length in results.items()]
+        table = _table([title] + [f"L={n}" for n in lengths], rows)
+        return table.replace("|---|" + "---|" * len(lengths), "|---|" + "---:|" * len(lengths))
+
+    out = [grid("exact match", lambda m, n: f"{results[m][n]['exact_match']:.3f}"),
+           grid("decode s (1,000 seq.)", lambda m, n: f"{results[m][n]['decode_seconds']:.2f}"),
+           grid("attention s", lambda m, n: f"{results[m][n]['attention_seconds']:.2f}"),
+           grid("speed-up over scaled_dot",
+                lambda m, n: f"{baseline[n]['decode_seconds'] / results[m][n]['decode_seconds']:.2f}x")]
+    rows = []
+    for name, fit in data["scaling"].items():
+        last = fit["points"][-1]
+        rows.append([name, f"{fit['linear_fit']['ms_per_source_token']:.2f} ({fit['linear_fit']['r2']:.3f})",
+                     f"{1000 * fit['quadratic_fit']['a_ms']:.2f}",
+                     f"{fit['decode_linear_fit']['ms_per_source_token']:.2f}",
+                     f"{last['attention_seconds']:.2f}", f"{last['decode_seconds']:.2f}"])
+    n = data["scaling"]["scaled_dot"]["points"][-1]["length"]
+    header = [f"L={max(lengths)} model, exactly n tokens in and out", "attention ms per source token (R²)",
+              "x² term of a parabola, µs", "decode ms per source token", f"attention s at n={n}",
+              f"decode s at n={n}"]
+    out.append(_table(header, rows).replace("|---|" + "---|" * 5, "|---|" + "---:|" * 5))
+    return "".join(out) + _source("attention_copy.json")
+
+
+#: Generated blocks: page -> block name -> the function that writes it.
+BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
+    DOCS / "speed.md": {"decode_cpu": decode_cpu, "train_cpu": train_cpu, "decode_cuda": decode_cuda,
+                        "train_cuda": train_cuda, "distributed_cpu": distributed_cpu,
+                        "matmul_decoding": matmul_decoding},
+    DOCS / "streaming.md": {"streaming_copy": streaming_copy},
+    DOCS / "attention.md": {"attention_copy": attention_copy},
+}
+
+
+def _block_pattern(name: str) -> re.Pattern[str]:
+    name = re.escape(name)
+    return re.compile(rf"(<!-- begin generated: {name} -->\n)(.*?)(<!-- end generated: {name} -->)",
+                      re.DOTALL)
+
+
+def blocks() -> dict[tuple[Path, str], tuple[str | None, str]]:
+    """Every generated block: (page, name) -> (the text there now or None, the text it should have)."""
+    out: dict[tuple[Path, str], tuple[str | None, str]] = {}
+    for path, makers in BLOCKS.items():
+        text = path.read_text(encoding="utf-8")
+        for name, make in makers.items():
+            match = _block_pattern(name).search(text)
+            out[path, name] = (match.group(2) if match else None, make())
+    return out
+
+
 def main() -> None:
     for path, table in tables().items():
         text = path.read_text(encoding="utf-8")
@@ -62,6 +260,17 @@ def main() -> None:
         if match is None:
             raise SystemExit(f"{path}: no '<!-- generated: ... -->' marker")
         path.write_text(text[: match.end()] + table, encoding="utf-8")
+        print(f"updated {path.relative_to(DOCS.parent)}")
+    for path, makers in BLOCKS.items():
+        text = path.read_text(encoding="utf-8")
+        for name, make in makers.items():
+            pattern = _block_pattern(name)
+            match = pattern.search(text)
+            if match is None:
+                raise SystemExit(f"{path}: no '<!-- begin generated: {name} -->' ... "
+                                 f"'<!-- end generated: {name} -->' markers")
+            text = text[: match.start(2)] + make() + text[match.end(2):]
+        path.write_text(text, encoding="utf-8")
         print(f"updated {path.relative_to(DOCS.parent)}")
 
 
