@@ -124,8 +124,8 @@ class MappedSequences(Sequence[np.ndarray]):
     page cache, which the processes of a machine share; ``ids`` maps the whole file for
     bulk access. Reading a batch through the mapping would map, by the kernel's
     fault-around, some 64 KB of the file around every sequence touched, so the pages a
-    training process holds would grow with the file (measured: 174 MB more after 100
-    batches of 1.5 M pairs). The offsets are held in memory (8 bytes a sequence).
+    training process holds would grow with the file (docs/data.md, "Format"). The
+    offsets are held in memory (8 bytes a sequence).
     """
 
     def __init__(self, ids: np.memmap[Any, Any], offsets: np.ndarray, lengths: np.ndarray) -> None:
