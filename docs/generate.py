@@ -226,6 +226,41 @@ def attention_copy() -> str:
     return "".join(out) + _source("attention_copy.json")
 
 
+def translation_multi30k() -> str:
+    run, tuned = _result("translation_multi30k.json"), _result("translation_multi30k-alpha.json")
+    m, machine, test = run["metrics"], run["machine"], tuned["test"]
+    first = (f"`{run['preset']}` preset, {machine['cpus']} CPU cores, PyTorch {machine['torch']}, "
+             f"α {run['config']['decode']['alpha']:g}")
+    empty = [""] * 4
+    rows = [[first, f"{m['bleu']:.2f}", f"{m['chrf']:.2f}", f"{m['bleu_length_ratio']:.3f}",
+             f"{m['train_steps']:,}", _num(m["train_tokens_per_s"], 0), f"{m['train_minutes']:.1f}",
+             f"{run['wall_minutes']:.1f}"],
+            [f"the same model, α {tuned['chosen_alpha']:g} tuned on dev (now the `{run['preset']}` preset's)",
+             f"**{test['bleu']:.2f}**", f"{test['chrf']:.2f}", f"{test['bleu_length_ratio']:.3f}", *empty],
+            [f"reference: {run['reference']['name']}", f"{run['reference']['bleu']:.2f}", "", "", *empty]]
+    header = ["run", "BLEU", "chrF", "length ratio", "updates", "training tokens/s", "training min",
+              "wall min"]
+    return _table(header, rows) + _source("translation_multi30k.json", "translation_multi30k-alpha.json")
+
+
+def parsing_sample() -> str:
+    seeds = {1: _result("parsing_sample-cpu.json"), 2: _result("parsing_sample-cpu-seed2.json")}
+
+    def row(label: str, m: dict[str, float], prefix: str = "", bold: bool = False) -> list[str]:
+        f1 = f"{m[prefix + 'f1']:.2f}"
+        rest = [f"{m[prefix + k]:.2f}" for k in ("recall", "precision", "complete_match", "f1_len40")]
+        repairs = f"{m[prefix + 'malformed']:.1f} % ({m[prefix + 'repairs']:,.0f} repairs)"
+        return [label, f"**{f1}**" if bold else f1, *rest, repairs]
+
+    rows = [row("with the bracket constraint (default), seed 1", seeds[1]["metrics"], bold=True),
+            row("the same, seed 2", seeds[2]["metrics"], bold=True),
+            row("without it (`decode.constrained=false`), seed 1", seeds[1]["metrics"], "unconstrained_")]
+    n = seeds[1]["metrics"]["test_sentences"]
+    header = [f"test split ({n:.0f} sentences), EVALB COLLINS.prm", "F1", "recall", "precision",
+              "complete match", "F1 len ≤ 40", "malformed before repair"]
+    return _table(header, rows) + _source("parsing_sample-cpu.json", "parsing_sample-cpu-seed2.json")
+
+
 #: Generated blocks: page -> block name -> the function that writes it.
 BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
     DOCS / "speed.md": {"decode_cpu": decode_cpu, "train_cpu": train_cpu, "decode_cuda": decode_cuda,
@@ -233,6 +268,8 @@ BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
                         "matmul_decoding": matmul_decoding},
     DOCS / "streaming.md": {"streaming_copy": streaming_copy},
     DOCS / "attention.md": {"attention_copy": attention_copy},
+    DOCS / "tasks" / "translation.md": {"translation_multi30k": translation_multi30k},
+    DOCS / "tasks" / "parsing.md": {"parsing_sample": parsing_sample},
 }
 
 
