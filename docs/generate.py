@@ -261,11 +261,35 @@ def parsing_sample() -> str:
     return _table(header, rows) + _source("parsing_sample-cpu.json", "parsing_sample-cpu-seed2.json")
 
 
+def speed_summary() -> str:
+    """One line per benchmark: seqtrans against the peer, the range over its cases."""
+
+    def span(values: list[float]) -> str:
+        low, high = min(values), max(values)
+        return f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
+
+    rows = []
+    for device in ("cpu", "cuda"):
+        data = _result(f"decode_speed-{device}.json")
+        rows.append([f"decoding, {len(data['rows'])} cases", data["device"],
+                     f"{span([r['ratio'] for r in data['rows']])} the tokens/s", ""])
+    for names in (["train_speed-base-cpu.json", "train_speed-base-dropout0.1-cpu.json"],
+                  ["train_speed-base-cuda.json", "train_speed-base-25000tok-cuda.json"]):
+        runs = [_result(n) for n in names]
+        rows.append([f"training, base shape, {len(runs)} cases", runs[0]["device"],
+                     f"{span([r['ratio'] for r in runs])} the tokens/s",
+                     f"{span([r['memory_ratio'] for r in runs])} the peak memory"])
+    ratios = _result("distributed_cpu-cpu.json")["ratios"]
+    rows.append(["`--nproc 2` against one process on both cores", "AMD EPYC, 2 cores",
+                 f"{ratios['2 processes / 1 process all cores']:.2f}x the tokens/s", ""])
+    return _table(["benchmark", "device", "seqtrans against the peer", "memory"], rows)
+
+
 #: Generated blocks: page -> block name -> the function that writes it.
 BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
-    DOCS / "speed.md": {"decode_cpu": decode_cpu, "train_cpu": train_cpu, "decode_cuda": decode_cuda,
-                        "train_cuda": train_cuda, "distributed_cpu": distributed_cpu,
-                        "matmul_decoding": matmul_decoding},
+    DOCS / "speed.md": {"summary": speed_summary, "decode_cpu": decode_cpu, "train_cpu": train_cpu,
+                        "decode_cuda": decode_cuda, "train_cuda": train_cuda,
+                        "distributed_cpu": distributed_cpu, "matmul_decoding": matmul_decoding},
     DOCS / "streaming.md": {"streaming_copy": streaming_copy},
     DOCS / "attention.md": {"attention_copy": attention_copy},
     DOCS / "tasks" / "translation.md": {"translation_multi30k": translation_multi30k},
