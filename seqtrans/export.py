@@ -200,5 +200,4 @@ def export(run: str | Path, *, to: str, out: str | Path, quantization: str | Non
     if to not in FORMATS:
         raise UsageError(f"unknown export format '{to}'; choose one of {', '.join(FORMATS)}")
     loaded = load(run, device="cpu")
-    check_exportable(loaded.config.model)  # before any other work
     return export_ctranslate2(loaded.model, loaded.codec.vocabularies, out, quantization=quantization)
