@@ -49,10 +49,11 @@ def padded(ids: list[list[int]]) -> torch.Tensor:
     return src
 
 
-def ct2_greedy(path: Path, vocab: Vocab, ids: list[list[int]]) -> list[ctranslate2.TranslationResult]:
+def ct2_decode(path: Path, vocab: Vocab, ids: list[list[int]], *,
+               beam: int = 1) -> list[ctranslate2.TranslationResult]:
     translator = ctranslate2.Translator(str(path), device="cpu", intra_threads=1)
     # seqtrans never emits padding or the start symbol; CTranslate2 must be told
-    return translator.translate_batch([[vocab.symbols[i] for i in s] for s in ids], beam_size=1,
+    return translator.translate_batch([[vocab.symbols[i] for i in s] for s in ids], beam_size=beam,
                                       max_decoding_length=MAX_LEN, min_decoding_length=0,
                                       length_penalty=0.0, return_scores=True,
                                       suppress_sequences=[["<pad>"], ["<s>"]])
@@ -85,10 +86,14 @@ def test_ctranslate2_greedy_outputs_are_seqtrans_token_for_token(case: str, tmp_
     ids = sources(vocabs.source, seed=1)
     src = padded(ids)
     ours = greedy_search(model, src, max_len=torch.full((len(ids),), MAX_LEN))
-    theirs = ct2_greedy(out, vocabs.source, ids)
+    theirs = ct2_decode(out, vocabs.source, ids)
     for i, (mine, result) in enumerate(zip(ours, theirs)):
         tokens = [vocabs.target.index(t) for t in result.hypotheses[0]]
         assert tokens == mine[0].tokens, f"source {i}"
+        assert result.scores[0] == pytest.approx(log_prob(model, src[i], tokens), abs=1e-4)
+    # beam search follows other conventions (docs/export.md), but scores with the same model
+    for i, result in enumerate(ct2_decode(out, vocabs.source, ids, beam=4)):
+        tokens = [vocabs.target.index(t) for t in result.hypotheses[0]]
         assert result.scores[0] == pytest.approx(log_prob(model, src[i], tokens), abs=1e-4)
 
 
@@ -99,7 +104,7 @@ def test_int8_stores_quantized_weights_that_decode(tmp_path: Path) -> None:
     # matrices and embeddings one byte a weight instead of four; norms and biases stay float
     assert (int8 / "model.bin").stat().st_size < 0.5 * (fp32 / "model.bin").stat().st_size
     ids = sources(vocabs.source, seed=2)
-    results = ct2_greedy(int8, vocabs.source, ids)
+    results = ct2_decode(int8, vocabs.source, ids)
     assert all(len(r.hypotheses[0]) <= MAX_LEN for r in results)
 
 
@@ -112,6 +117,15 @@ def test_what_ctranslate2_cannot_compute_is_refused_by_its_setting(overrides: di
                                                                    tmp_path: Path) -> None:
     model, vocabs = tiny(seed=0, shared=True, **overrides)
     with pytest.raises(ConfigError, match=key):
+        export_ctranslate2(model, vocabs, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_ctranslate2_the_export_says_what_to_install(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    model, vocabs = tiny(seed=0, shared=True)
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import fails
+    with pytest.raises(UsageError, match=r"seqtrans\[export\]"):
         export_ctranslate2(model, vocabs, tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
 
