@@ -179,13 +179,16 @@ def export_ctranslate2(model: Transformer, vocabularies: Vocabularies, out: str 
     if out.exists():
         raise UsageError(f"{out} exists; remove it or choose another output directory")
     spec = ctranslate2_spec(model, vocabularies)
-    spec.validate()
+    try:
+        spec.validate()
+    except ValueError as exc:  # e.g. a vocabulary of another size than the model's embeddings
+        raise UsageError(f"the model does not fit its description for CTranslate2: {exc}") from None
     spec.optimize(quantization=quantization)
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:
         spec.save(str(scratch))
-        os.rename(scratch, out)  # atomic on one file system; fails if out appeared meanwhile
+        os.rename(scratch, out)  # atomic; fails if a non-empty out appeared meanwhile
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise

@@ -180,3 +180,11 @@ def test_export_command_writes_a_model_that_decodes_as_seqtrans_does(
 
     assert main(["export", str(run), "--to", "ctranslate2", str(tmp_path / "ct2")]) == 2
     assert "exists" in capsys.readouterr().err
+
+
+def test_vocabularies_that_do_not_fit_the_model_are_a_usage_error(tmp_path: Path) -> None:
+    model, _ = tiny(seed=0, shared=True)
+    other = Vocab(f"x{i}" for i in range(10))
+    with pytest.raises(UsageError, match="vocabulary 0 has size 14"):
+        export_ctranslate2(model, Vocabularies(other, other), tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
