@@ -15,7 +15,7 @@ from seqtrans.cli import main
 from seqtrans.config import ModelConfig
 from seqtrans.decoding import greedy_search
 from seqtrans.errors import ConfigError, UsageError
-from seqtrans.export import export_ctranslate2
+from seqtrans.export import export_ctranslate2, unsupported
 from seqtrans.model import Transformer
 from seqtrans.pipeline import load
 from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies
@@ -119,6 +119,14 @@ def test_what_ctranslate2_cannot_compute_is_refused_by_its_setting(overrides: di
     with pytest.raises(ConfigError, match=key):
         export_ctranslate2(model, vocabs, tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_every_setting_ctranslate2_cannot_compute_is_listed() -> None:
+    config = ModelConfig(cross_attention="local", decoder_attention="additive", causal_encoder=True,
+                         source_cursor=True)
+    assert [key for key, _ in unsupported(config)] == [
+        "model.decoder_attention", "model.cross_attention", "model.causal_encoder", "model.source_cursor"]
+    assert unsupported(ModelConfig(norm="pre", positions="learned", tie_output=False)) == []
 
 
 def test_without_ctranslate2_the_export_says_what_to_install(tmp_path: Path,
