@@ -1,10 +1,14 @@
-"""Decoding speed: seqtrans against Hugging Face ``MarianMTModel.generate``.
+"""Decoding speed: seqtrans against Hugging Face ``MarianMTModel.generate`` and CTranslate2.
 
-Both models have the same shape (layers, d_model, heads, d_ff, shared vocabulary) and
+The models have the same shape (layers, d_model, heads, d_ff, shared vocabulary) and
 random weights, decode the same source batch, and produce exactly ``--out-len`` tokens
 per output (minimum = maximum length), so they do the same work. Prints target tokens
-per second of both and the ratio, and each system's model FLOP/s as a fraction of the
+per second of each and the ratios, and each system's model FLOP/s as a fraction of the
 machine's fp32 (and bf16) matrix-multiply peak; writes JSON under benchmarks/results/.
+
+CTranslate2 decodes the seqtrans model itself, exported by ``seqtrans.export`` (so the
+weights are the same), with ``intra_threads`` = torch's threads, in each compute type of
+:data:`CT2_COMPUTE_TYPES` for the device; the ratio printed is seqtrans (fp32) over it.
 
     python benchmarks/decode_speed.py                 # all cases, CPU or CUDA
     python benchmarks/decode_speed.py --cases base-beam4-b32 --repeats 5
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +39,9 @@ from common import (  # noqa: E402
 
 from seqtrans.config import ModelConfig  # noqa: E402
 from seqtrans.decoding import beam_search, greedy_search  # noqa: E402
+from seqtrans.export import export_ctranslate2  # noqa: E402
 from seqtrans.model import Transformer  # noqa: E402
-from seqtrans.vocab import BOS, EOS, PAD  # noqa: E402
+from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies  # noqa: E402
 
 SHAPES = {
     "base": {"layers": 6, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 37000},
@@ -97,6 +103,45 @@ def marian_model(shape: dict[str, int], device: torch.device, *, dropout: float 
     return MarianMTModel(config).to(device).eval()
 
 
+# CTranslate2's compute types timed on each device (int8 on CUDA: int8 matrices, fp16 elsewhere)
+CT2_COMPUTE_TYPES = {"cpu": ("float32", "int8"), "cuda": ("float32", "float16", "int8_float16")}
+
+
+class CTranslate2Models:
+    """The seqtrans benchmark model of each shape, exported once to CTranslate2 (float32
+    weights; CTranslate2 converts them to the compute type when it loads them)."""
+
+    def __init__(self) -> None:
+        self._scratch = tempfile.TemporaryDirectory(prefix="decode-speed-ct2-")
+        self._paths: dict[str, Path] = {}
+
+    def path(self, shape: str) -> Path:
+        if shape not in self._paths:
+            vocab = Vocab(f"w{i}" for i in range(SHAPES[shape]["vocab"] - 4))
+            model = seqtrans_model(SHAPES[shape], torch.device("cpu"))
+            self._paths[shape] = export_ctranslate2(model, Vocabularies(vocab, vocab),
+                                                    Path(self._scratch.name) / shape)
+        return self._paths[shape]
+
+
+def ct2_decoder(case: Case, device: torch.device, src: torch.Tensor, out_len: int, *, path: Path,
+                compute_type: str) -> Callable[[], None]:
+    """Decoding of ``src`` by CTranslate2, exactly ``out_len`` tokens each."""
+    import ctranslate2
+
+    translator = ctranslate2.Translator(str(path), device=device.type, compute_type=compute_type,
+                                        inter_threads=1, intra_threads=torch.get_num_threads())
+    # the exported vocabulary names id i "w{i-4}"; CTranslate2 appends the source's EOS itself
+    batch = [[f"w{i - 4}" for i in row if i not in (PAD, EOS)] for row in src.tolist()]
+
+    def decode() -> None:
+        out = translator.translate_batch(batch, beam_size=case.beam, length_penalty=0.6,
+                                         max_decoding_length=out_len, min_decoding_length=out_len)
+        assert all(len(r.hypotheses[0]) == out_len for r in out)
+
+    return decode
+
+
 def model_flops(shape: dict[str, int], src: torch.Tensor, beam: int, out_len: int) -> float:
     """Matrix-multiply FLOPs of encoding the batch and decoding ``out_len`` tokens per hypothesis."""
     d, f, v, n_layers = shape["d_model"], shape["d_ff"], shape["vocab"], shape["layers"]
@@ -147,7 +192,8 @@ def bound_seconds(shape: dict[str, int], flops: float, out_len: int, *, peak: fl
 
 
 def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, peer: bool,
-             bf16: bool, peak32: float, bandwidth: float) -> dict[str, Any]:
+             bf16: bool, peak32: float, bandwidth: float,
+             ct2: CTranslate2Models | None = None) -> dict[str, Any]:
     shape = SHAPES[case.shape]
     src = sources(case.batch, shape["vocab"]).to(device)
     flops = model_flops(shape, src, case.beam, out_len)
@@ -183,6 +229,16 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
         row["ratio"] = row["seqtrans_tok_s"] / row["hf_tok_s"]
         if bf16:
             row["bf16_ratio_vs_hf_fp32"] = row["seqtrans_bf16_tok_s"] / row["hf_tok_s"]
+    if ct2 is not None:
+        path = ct2.path(case.shape)
+        for compute_type in CT2_COMPUTE_TYPES[device.type]:
+            decode = ct2_decoder(case, device, src, out_len, path=path, compute_type=compute_type)
+            seconds = timed(decode, device, repeats=repeats)
+            row[f"ct2_{compute_type}_tok_s"] = out_tokens / seconds
+            row[f"ratio_vs_ct2_{compute_type}"] = row["seqtrans_tok_s"] / row[f"ct2_{compute_type}_tok_s"]
+            if bf16:
+                row[f"bf16_ratio_vs_ct2_{compute_type}"] = (row["seqtrans_bf16_tok_s"]
+                                                            / row[f"ct2_{compute_type}_tok_s"])
     return row
 
 
@@ -195,6 +251,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out-len", type=int, default=32, help="Target tokens per output.")
     parser.add_argument("--repeats", type=int, default=3, help="Timed runs per system (median).")
     parser.add_argument("--no-peer", action="store_true", help="Skip Hugging Face (seqtrans alone).")
+    parser.add_argument("--no-ct2", action="store_true",
+                        help="Skip CTranslate2 (skipped anyway when ctranslate2 is not installed).")
     parser.add_argument("--bf16", choices=["auto", "yes", "no"], default="auto",
                         help="Also time seqtrans under bf16 autocast: yes, no, or auto (when the "
                         "machine's bf16 matmul peak is above its fp32 peak).")
@@ -209,6 +267,16 @@ def main(argv: list[str] | None = None) -> None:
     print(f"matmul peak: fp32 {peak32 / 1e12:.3f} TFLOP/s, bf16 {peak16 / 1e12:.3f} TFLOP/s"
           + ("" if bf16 else " (bf16 runs skipped: no faster than fp32 here; --bf16 yes forces them)"))
     by_name = {c.name: c for c in CASES}
+    ct2 = None
+    if not args.no_ct2:
+        try:
+            import ctranslate2
+        except ImportError:
+            print("CTranslate2 runs skipped: pip install ctranslate2 (the bench extra)")
+        else:
+            ct2 = CTranslate2Models()
+            print(f"CTranslate2 {ctranslate2.__version__}: compute types "
+                  f"{', '.join(CT2_COMPUTE_TYPES[device.type])}, {torch.get_num_threads()} threads")
     rows = []
     header = (f"{'case':<22}{'seqtrans tok/s':>15}{'HF tok/s':>11}{'ratio':>8}{'MFU ours':>10}"
               f"{'MFU HF':>8}{'bound tok/s':>13}{'ours/bound':>12}")
@@ -216,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.cases:
         row = run_case(by_name[name], device, out_len=args.out_len, repeats=args.repeats,
                        peer=not args.no_peer, bf16=bf16, peak32=peak32,
-                       bandwidth=bandwidth)
+                       bandwidth=bandwidth, ct2=ct2)
         rows.append(row)
         print(f"{name:<22}{row['seqtrans_tok_s']:>15.1f}{row.get('hf_tok_s', float('nan')):>11.1f}"
               f"{row.get('ratio', float('nan')):>8.2f}{row['seqtrans_mfu_fp32']:>10.1%}"
@@ -224,8 +292,15 @@ def main(argv: list[str] | None = None) -> None:
               f"{row['seqtrans_of_bound']:>12.1%}"
               + (f"   bf16 {row['seqtrans_bf16_tok_s']:.1f} tok/s" if "seqtrans_bf16_tok_s" in row else ""),
               flush=True)
+        if ct2 is not None:
+            print(f"{'':<22}CTranslate2: " + ", ".join(
+                f"{t} {row[f'ct2_{t}_tok_s']:.1f} tok/s (ratio {row[f'ratio_vs_ct2_{t}']:.2f})"
+                for t in CT2_COMPUTE_TYPES[device.type]), flush=True)
+    ct2_types = list(CT2_COMPUTE_TYPES[device.type]) if ct2 is not None else []
     path = write_json("decode_speed", {"gemm_peak_fp32_flops": peak32, "gemm_peak_bf16_flops": peak16,
                                        "bf16_timed": bf16, "memory_bandwidth": bandwidth,
+                                       "ct2_compute_types": ct2_types,
+                                       "ct2_intra_threads": torch.get_num_threads(),
                                        "rows": rows}, device)
     print(f"wrote {path}")
 

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from seqtrans import __version__
 from seqtrans.errors import Interrupted, SeqtransError, UsageError
+from seqtrans.export import FORMATS as EXPORT_FORMATS
+from seqtrans.export import QUANTIZATIONS as EXPORT_QUANTIZATIONS
 from seqtrans.tasks.discovery import COMMAND_GROUP, TaskEntry, installed, load_object
 
 log = logging.getLogger("seqtrans")
@@ -136,6 +138,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", type=Path)
     p.add_argument("--out", metavar="FILE", type=Path,
                    help="The PNG to write (default: RUN_DIR/curves.png of the first run).")
+
+    p = sub.add_parser(
+        "export", help="Write a trained model in another engine's format (CTranslate2).",
+        description="Export the model of a run directory or checkpoint to a new directory OUT, "
+                    "written whole or not at all. 'ctranslate2': a CTranslate2 Transformer model "
+                    "(model.bin, config.json and the vocabularies), for models with scaled_dot "
+                    "attention at every site, a bidirectional encoder and no source cursor. Decode "
+                    "it with ctranslate2.Translator on token strings, the source without its end "
+                    "symbol (CTranslate2 appends it). Needs ctranslate2 (pip install "
+                    "'seqtrans[export]'); see docs/export.md.")
+    p.add_argument("model", metavar="RUN_DIR_OR_CHECKPOINT")
+    p.add_argument("--to", required=True, choices=list(EXPORT_FORMATS), help="The format to write.")
+    p.add_argument("out", metavar="OUT", type=Path, help="The directory to create (must not exist).")
+    p.add_argument("--quantization", choices=list(EXPORT_QUANTIZATIONS),
+                   help="Store the weights in this type (default: float32). int8 quantizes every "
+                        "weight matrix and embedding per row; CTranslate2 can still compute in "
+                        "another type (its compute_type).")
 
     p = sub.add_parser("average", help="Average checkpoints into one model.",
                        description="Write the element-wise mean of the checkpoints' parameters.")
@@ -342,6 +361,14 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from seqtrans.export import export
+
+    path = export(args.model, to=args.to, out=args.out, quantization=args.quantization)
+    print(f"wrote {path}")
+    return 0
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     from seqtrans.plot import plot
 
@@ -363,7 +390,8 @@ def _progress(args: argparse.Namespace) -> bool:
 
 
 COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "prepare": _cmd_prepare, "run": _cmd_run,
-            "predict": _cmd_predict, "evaluate": _cmd_evaluate, "average": _cmd_average, "plot": _cmd_plot}
+            "predict": _cmd_predict, "evaluate": _cmd_evaluate, "average": _cmd_average, "plot": _cmd_plot,
+            "export": _cmd_export}
 
 
 def _run_plugin_command(argv: list[str]) -> int | None:

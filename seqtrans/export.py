@@ -1,0 +1,206 @@
+"""Export a trained model to CTranslate2 (https://github.com/OpenNMT/CTranslate2).
+
+The model is described with CTranslate2's own specification API
+(``ctranslate2.specs.TransformerSpec``) and its weights copied in, so no converter of
+another toolkit is involved. Only what CTranslate2's Transformer can compute exports:
+scaled dot-product attention at all three sites, a bidirectional encoder and no source
+cursor; anything else is a :class:`~seqtrans.errors.ConfigError` naming the setting.
+
+Differences of layout that the export takes care of:
+
+- seqtrans's sinusoidal position table interleaves [sin, cos] per frequency, where
+  CTranslate2's built-in one puts all sines first, so the table is written out
+  explicitly (``model.max_positions`` rows, as learned positions are);
+- the four special symbols: ``<s>`` starts every output, ``</s>`` ends it and is
+  appended to every source (``add_source_eos``), ``<unk>`` stands for unknown tokens;
+- tied output projections and shared embeddings are written once (CTranslate2 aliases
+  equal variables).
+
+``ctranslate2`` is an optional dependency (``pip install 'seqtrans[export]'``), imported
+only when an export runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from seqtrans.config import ModelConfig
+from seqtrans.errors import ConfigError, UsageError
+from seqtrans.vocab import SPECIALS, Vocabularies
+
+if TYPE_CHECKING:  # torch is imported by the export itself, not by the command line reading FORMATS
+    import numpy as np
+    from torch import Tensor, nn
+
+    from seqtrans.model import Transformer
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("ctranslate2",)
+# the weight types CTranslate2 converts to (ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES)
+QUANTIZATIONS = ("float32", "float16", "bfloat16", "int8", "int8_float32", "int8_float16",
+                 "int8_bfloat16", "int16")
+
+
+def unsupported(config: ModelConfig) -> list[tuple[str, str]]:
+    """The settings of ``config`` CTranslate2's Transformer cannot compute, as
+    (config key, why) pairs; empty when the model exports."""
+    problems = []
+    for key in ("encoder_attention", "decoder_attention", "cross_attention"):
+        name = getattr(config, key)
+        if name != "scaled_dot":
+            problems.append((f"model.{key}", f"'{name}' attention has no CTranslate2 counterpart; "
+                                             "only scaled_dot models export"))
+    if config.causal_encoder:
+        problems.append(("model.causal_encoder", "CTranslate2's encoder is bidirectional"))
+    if config.source_cursor:
+        problems.append(("model.source_cursor", "CTranslate2's decoder has no source cursor input"))
+    return problems
+
+
+def check_exportable(config: ModelConfig) -> None:
+    """Raise a :class:`ConfigError` naming the first setting CTranslate2 cannot represent."""
+    problems = unsupported(config)
+    if problems:
+        key, why = problems[0]
+        raise ConfigError(key, f"cannot export to CTranslate2: {why}")
+
+
+def _ctranslate2() -> Any:
+    try:
+        import ctranslate2
+    except ImportError:
+        raise UsageError("exporting to CTranslate2 needs the ctranslate2 package: "
+                         "pip install 'seqtrans[export]'") from None
+    return ctranslate2
+
+
+def _array(t: Tensor) -> np.ndarray:
+    return t.detach().float().cpu().contiguous().numpy()
+
+
+def _linear(spec: Any, module: nn.Linear) -> None:
+    spec.weight = _array(module.weight)
+    if module.bias is not None:
+        spec.bias = _array(module.bias)
+
+
+def _layer_norm(spec: Any, module: nn.Module) -> None:
+    from torch import nn
+
+    if not isinstance(module, nn.LayerNorm):
+        raise TypeError(f"expected a LayerNorm, got {type(module).__name__}")
+    spec.gamma = _array(module.weight)
+    spec.beta = _array(module.bias)
+
+
+def _attention(spec: Any, module: object, *, cross: bool) -> None:
+    """Self-attention: linear[0] the fused [q; k; v], linear[1] the output. Encoder-decoder
+    attention: linear[0] q, linear[1] the fused [k; v], linear[2] the output."""
+    from seqtrans.attention import CrossAttention, SelfAttention
+
+    if cross:
+        if not isinstance(module, CrossAttention):
+            raise TypeError(f"expected scaled dot-product attention, got {type(module).__name__}")
+        linears = [module.q, module.kv, module.out]
+    else:
+        if not isinstance(module, SelfAttention):
+            raise TypeError(f"expected scaled dot-product attention, got {type(module).__name__}")
+        linears = [module.qkv, module.out]
+    for linear_spec, linear in zip(spec.linear, linears, strict=True):
+        _linear(linear_spec, linear)
+
+
+def ctranslate2_spec(model: Transformer, vocabularies: Vocabularies) -> Any:
+    """The ``ctranslate2.specs.TransformerSpec`` of ``model``, its weights filled in
+    (float32), its vocabularies registered."""
+    c = model.config
+    check_exportable(c)
+    ct2 = _ctranslate2()
+    from ctranslate2.specs import TransformerSpec  # the package is present: checked above
+
+    pre = c.norm == "pre"
+    spec = TransformerSpec.from_config((c.encoder_layers, c.decoder_layers), c.heads, pre_norm=pre)
+    # the same table serves encoder and decoder; it is copied, and aliased on save
+    positions = _array(model.positions(c.max_positions, device=model.target_embed.weight.device))  # [P, D]
+
+    enc = spec.encoder
+    enc.embeddings[0].weight = _array(model.source_embed.weight)
+    enc.position_encodings.encodings = positions
+    for layer_spec, layer in zip(enc.layer, model.encoder_layers):
+        _attention(layer_spec.self_attention, layer.self_attn, cross=False)
+        _layer_norm(layer_spec.self_attention.layer_norm, layer.r1.norm)
+        _linear(layer_spec.ffn.linear_0, layer.ffn.inner)
+        _linear(layer_spec.ffn.linear_1, layer.ffn.outer)
+        _layer_norm(layer_spec.ffn.layer_norm, layer.r2.norm)
+    if pre:
+        _layer_norm(enc.layer_norm, model.encoder_norm)
+
+    dec = spec.decoder
+    dec.embeddings.weight = _array(model.target_embed.weight)
+    dec.position_encodings.encodings = positions.copy()
+    dec.projection.weight = _array(model.output_weight)  # no bias, as in seqtrans
+    for layer_spec, dec_layer in zip(dec.layer, model.decoder_layers):
+        _attention(layer_spec.self_attention, dec_layer.self_attn, cross=False)
+        _layer_norm(layer_spec.self_attention.layer_norm, dec_layer.r1.norm)
+        _attention(layer_spec.attention, dec_layer.cross_attn, cross=True)
+        _layer_norm(layer_spec.attention.layer_norm, dec_layer.r2.norm)
+        _linear(layer_spec.ffn.linear_0, dec_layer.ffn.inner)
+        _linear(layer_spec.ffn.linear_1, dec_layer.ffn.outer)
+        _layer_norm(layer_spec.ffn.layer_norm, dec_layer.r3.norm)
+    if pre:
+        _layer_norm(dec.layer_norm, model.decoder_norm)
+
+    _, bos, eos, unk = SPECIALS
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = unk, bos, eos
+    spec.config.decoder_start_token = bos
+    spec.config.add_source_eos = True  # every seqtrans source ends in EOS
+    spec.config.layer_norm_epsilon = 1e-5  # nn.LayerNorm's, which seqtrans uses throughout
+    spec.register_source_vocabulary(list(vocabularies.source.symbols))
+    spec.register_target_vocabulary(list(vocabularies.target.symbols))
+    log.debug("built a CTranslate2 %s spec with ctranslate2 %s", spec.name, ct2.__version__)
+    return spec
+
+
+def export_ctranslate2(model: Transformer, vocabularies: Vocabularies, out: str | Path, *,
+                       quantization: str | None = None) -> Path:
+    """Write ``model`` as a CTranslate2 model directory ``out`` (which must not exist),
+    its weights stored as ``quantization`` (one of :data:`QUANTIZATIONS`; float32 when
+    None). The directory appears whole or not at all: it is written beside ``out`` under
+    a temporary name, then renamed."""
+    out = Path(out)
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise UsageError(f"unknown quantization '{quantization}'; choose one of {', '.join(QUANTIZATIONS)}")
+    if out.exists():
+        raise UsageError(f"{out} exists; remove it or choose another output directory")
+    spec = ctranslate2_spec(model, vocabularies)
+    try:
+        spec.validate()
+    except ValueError as exc:  # e.g. a vocabulary of another size than the model's embeddings
+        raise UsageError(f"the model does not fit its description for CTranslate2: {exc}") from None
+    spec.optimize(quantization=quantization)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        spec.save(str(scratch))
+        os.rename(scratch, out)  # atomic; fails if a non-empty out appeared meanwhile
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return out
+
+
+def export(run: str | Path, *, to: str, out: str | Path, quantization: str | None = None) -> Path:
+    """Export the trained model of a run directory (or checkpoint) ``run`` to format
+    ``to`` (one of :data:`FORMATS`) in the new directory ``out``."""
+    from seqtrans.pipeline import load
+
+    if to not in FORMATS:
+        raise UsageError(f"unknown export format '{to}'; choose one of {', '.join(FORMATS)}")
+    loaded = load(run, device="cpu")
+    return export_ctranslate2(loaded.model, loaded.codec.vocabularies, out, quantization=quantization)
