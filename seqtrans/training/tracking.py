@@ -94,8 +94,7 @@ class TrainingBar:
             self._shown = clock
 
     def close(self) -> None:
-        self._bar.refresh()
-        self._bar.close()
+        self._bar.close()  # drawn once more as it ends
 
 
 class _AboveBar(logging.Handler):

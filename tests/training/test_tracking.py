@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,3 +169,16 @@ def test_tensorboard_without_its_package_is_a_config_error(tmp_path: Path,
     with pytest.raises(ConfigError, match="train.tensorboard"):
         run(config, tmp_path / "run", device="cpu")
     assert not (tmp_path / "run" / "config.json").exists()  # refused before anything was written
+
+
+def test_the_command_line_forces_the_bar_off_a_terminal(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    command = ["--progress", "on", "run", "copy", "--out", str(out), "--device", "cpu", "--set", *TINY_COPY]
+    done = subprocess.run([sys.executable, "-m", "seqtrans", *command], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    bar = [frame for frame in done.stderr.splitlines() if frame.startswith("train:")]  # \r read as \n
+    assert bar and "6/6 updates" in bar[-1] and "loss=" in bar[-1]
+    assert " step 1 |" not in done.stderr and "validation | step 3" in done.stderr
+    logged = (out / "run.log").read_text()
+    assert " step 1 |" in logged and " step 6 |" in logged
