@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"seqtrans {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help="Log warnings only, no progress bars.")
+    parser.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
+                        help="Progress bars (training's shows updates or minutes, loss, lr, tokens/s and "
+                             "the time left, in place of the per-update log lines on the console, which "
+                             "the run's log file still gets): auto shows them when standard error is a "
+                             "terminal and -q is not given; on and off force either.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sub.add_parser("tasks", help="List installed tasks with their distribution, version and load status.",
@@ -386,6 +391,8 @@ def _cmd_average(args: argparse.Namespace) -> int:
 
 
 def _progress(args: argparse.Namespace) -> bool:
+    if args.progress != "auto":
+        return bool(args.progress == "on")
     return not args.quiet and sys.stderr.isatty()
 
 

@@ -45,6 +45,7 @@ from seqtrans.tasks.protocol import (
 )
 from seqtrans.training import checkpoint
 from seqtrans.training.loop import Trainer
+from seqtrans.training.tracking import require_tensorboard
 from seqtrans.vocab import EOS
 
 log = logging.getLogger(__name__)
@@ -233,6 +234,8 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     task_cls = tasks.load(config.task)
     task = task_cls(config.data)
     _check_resumable(out, config)
+    if config.train.tensorboard:
+        require_tensorboard()  # before the data is prepared, which may take long
     _seed(config.seed)
 
     vocab_dir = out / "vocab"
@@ -281,6 +284,7 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     trainer = Trainer(model, config, train, directory=out / "checkpoints", device=dev_, dev=dev,
                       validate=validate, metric=task_cls.metric, assets=assets,
                       progress_bar=progress, log_file=out / "train.jsonl",
+                      tensorboard=out / "tb" if config.train.tensorboard else None,
                       resample=resample)
     result = trainer.fit()
 

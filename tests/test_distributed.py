@@ -195,7 +195,8 @@ def test_nproc_and_torchrun_reach_the_metrics_of_one_process(tmp_path: Path) -> 
     one = seqtrans("-q", "run", "copy", "--out", str(tmp_path / "one"), "--set", *RUN, "train.accumulate=2",
                    threads=1)
     assert one.returncode == 0, one.stderr[-3000:]
-    two = seqtrans("-q", "run", "copy", "--nproc", "2", "--out", str(tmp_path / "two"), "--set", *RUN)
+    two = seqtrans("-q", "run", "copy", "--nproc", "2", "--out", str(tmp_path / "two"), "--set", *RUN,
+                   "train.tensorboard=true")
     assert two.returncode == 0, two.stderr[-3000:]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "-m", "seqtrans", "-q", "run", "copy", "--out", str(tmp_path / "torchrun"), "--set", *RUN]
@@ -211,6 +212,12 @@ def test_nproc_and_torchrun_reach_the_metrics_of_one_process(tmp_path: Path) -> 
     assert len(lines[1]) == 80 and lines[1] == lines[0]
     log = [json.loads(line) for line in (tmp_path / "two" / "train.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log if r["event"] == "validation"] == [60, 120]  # rank 0 alone logs
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (events,) = (tmp_path / "two" / "tb").glob("events.*")  # rank 0 alone writes them
+    scalars = EventAccumulator(str(events))
+    scalars.Reload()
+    assert [e.step for e in scalars.Scalars("dev/loss")] == [60, 120]
 
 
 def signal_rank_1(tmp_path: Path, signum: int, *settings: str) -> tuple[float, str]:

@@ -1,14 +1,17 @@
-"""The plugin author's guide works as written: its files, extracted from docs/plugins.md,
-make a distribution that installs, passes its own test and mypy, is listed by
-``seqtrans tasks``, trains and scores."""
+"""The plugin author's guide works as written: its files, shown in docs/plugins.md and
+kept as the finished example in docs/examples/seqtrans-mytask/, make a distribution that
+installs, passes its own tests and mypy, is listed by ``seqtrans tasks``, trains and
+scores."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,8 @@ import pytest
 from conftest import ROOT
 
 GUIDE = ROOT / "docs" / "plugins.md"
+EXAMPLE = ROOT / "docs" / "examples" / "seqtrans-mytask"
+LEFTOVERS = ("__pycache__", ".*", "*.egg-info", "build", "dist")  # of running or building it in place
 FILE_BLOCK = re.compile(r"<!-- file: (\S+) -->\n```\w+\n(.*?)```", re.DOTALL)
 
 
@@ -31,12 +36,11 @@ def _run(*args: str, site: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The guide's package, written out and pip-installed into a folder of its own."""
+    """The example package, copied out (a build writes beside its sources) and
+    pip-installed into a folder of its own."""
     work = tmp_path_factory.mktemp("guide")
     package, site = work / "seqtrans-mytask", work / "site"
-    for name, text in _files().items():
-        (package / name).parent.mkdir(parents=True, exist_ok=True)
-        (package / name).write_text(text, encoding="utf-8")
+    shutil.copytree(EXAMPLE, package, ignore=shutil.ignore_patterns(*LEFTOVERS))
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
                            "--no-build-isolation", "--target", str(site), str(package)],
                           capture_output=True, text=True)
@@ -44,8 +48,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return package, site
 
 
-def test_the_guide_holds_the_three_files() -> None:
-    assert set(_files()) == {"pyproject.toml", "seqtrans_mytask/__init__.py", "tests/test_mytask.py"}
+def test_the_guide_shows_the_example_files_byte_for_byte() -> None:
+    shown = _files()
+    assert set(shown) == {"pyproject.toml", "seqtrans_mytask/__init__.py", "tests/test_mytask.py"}
+    for name, text in shown.items():
+        assert (EXAMPLE / name).read_bytes() == text.encode("utf-8"), f"docs/plugins.md and {name} differ"
+    files = [path.relative_to(EXAMPLE) for path in EXAMPLE.rglob("*") if path.is_file()]
+    kept = {path.as_posix() for path in files
+            if not any(fnmatch(part, pattern) for part in path.parts for pattern in LEFTOVERS)}
+    assert kept == {*shown, "README.md"}
 
 
 def test_the_guides_plugin_passes_its_own_test(installed: tuple[Path, Path]) -> None:
@@ -53,7 +64,7 @@ def test_the_guides_plugin_passes_its_own_test(installed: tuple[Path, Path]) -> 
     done = _run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", site=site,
                 cwd=package)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 passed" in done.stdout
+    assert "3 passed" in done.stdout
 
 
 def test_mypy_checks_the_guides_plugin_against_the_contract(installed: tuple[Path, Path]) -> None:

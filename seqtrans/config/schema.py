@@ -194,6 +194,10 @@ class TrainConfig:
         "$SEQTRANS_CACHE_DIR/prepared, else ~/.cache/seqtrans/prepared."
     )
     log_every: int = option(100, "Log loss, learning rate and tokens/s every this many updates.")
+    tensorboard: bool = option(
+        False, "Also write the logged scalars and the validations as TensorBoard event files under the "
+        "run directory's tb/ (tensorboard --logdir DIR/tb); needs pip install 'seqtrans[tensorboard]'."
+    )
     eval_every: int = option(
         1000, "Validate (loss and the task's metric) every this many updates, and at the end."
     )

@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
-from tqdm import tqdm
 
 from seqtrans import distributed
 from seqtrans.config import RunConfig, to_dict
@@ -39,6 +38,7 @@ from seqtrans.model import Transformer
 from seqtrans.training import checkpoint
 from seqtrans.training.loss import projected_label_smoothed_loss
 from seqtrans.training.schedule import cooldown_factor, inverse_sqrt_lr
+from seqtrans.training.tracking import UPDATE_LINE, TensorBoard, TrainingBar, console_above_bar
 
 log = logging.getLogger(__name__)
 
@@ -139,13 +139,18 @@ class Trainer:
     In a process group (``world``, by default the current one) the model is wrapped in
     :class:`~torch.nn.parallel.DistributedDataParallel`; only rank 0 logs, shows
     progress and writes checkpoints.
+
+    ``progress_bar`` shows a bar on standard error in place of the per-update log lines
+    on the console (other handlers, such as the run's log file, still get them);
+    ``tensorboard``, a directory, receives the log's scalars as TensorBoard event files
+    (:mod:`seqtrans.training.tracking`).
     """
 
     def __init__(self, model: Transformer, config: RunConfig, train: Pairs, *,
                  directory: str | Path, device: torch.device, dev: Pairs | None = None,
                  validate: Validator | None = None, metric: str | None = None,
                  assets: Mapping[str, bytes] | None = None, progress_bar: bool = False,
-                 log_file: str | Path | None = None,
+                 log_file: str | Path | None = None, tensorboard: str | Path | None = None,
                  resample: Callable[[int], list[list[int]]] | None = None,
                  world: World | None = None) -> None:
         self.world = world or distributed.current()
@@ -161,6 +166,8 @@ class Trainer:
         self.directory = Path(directory)
         self.progress_bar = progress_bar and self.world.main
         self.log_file = Path(log_file) if log_file and self.world.main else None
+        self.tensorboard_dir = Path(tensorboard) if tensorboard and self.world.main else None
+        self._tensorboard: TensorBoard | None = None
         self.resample = resample
         self.precision = resolve_precision(self.c.precision, device)
         if self.precision == "fp16" and device.type != "cuda":
@@ -463,6 +470,11 @@ class Trainer:
         if self.log_file is not None:
             with self.log_file.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
+        if self._tensorboard is not None:
+            if record["event"] == "train":
+                self._tensorboard.train(record)
+            elif record["event"] == "validation":
+                self._tensorboard.validation(record)
 
     # ------------------------------------------------------------------ loop
 
@@ -473,8 +485,24 @@ class Trainer:
         after the current update with a checkpoint of it, raising :class:`Interrupted`;
         a second signal ends the process at once (the checkpoints already written are
         complete: they are replaced atomically)."""
-        with self._signals():
+        with self._signals(), self._following():
             return self._fit(resume)
+
+    @contextlib.contextmanager
+    def _following(self) -> Iterator[None]:
+        """TensorBoard's event files open, and the console written above the bar."""
+        with contextlib.ExitStack() as stack:
+            if self.tensorboard_dir is not None:
+                self._tensorboard = TensorBoard(self.tensorboard_dir)
+                stack.callback(self._close_tensorboard)
+            if self.progress_bar:
+                stack.enter_context(console_above_bar())
+            yield
+
+    def _close_tensorboard(self) -> None:
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+            self._tensorboard = None
 
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:
@@ -507,8 +535,8 @@ class Trainer:
         if self.state.step >= c.max_steps:
             self.state.stop_reason = f"reached {c.max_steps} updates"
             return result
-        bar = tqdm(total=c.max_steps, initial=self.state.step, desc="train", unit="step",
-                   disable=not self.progress_bar, dynamic_ncols=True)
+        bar = TrainingBar(max_steps=c.max_steps, max_minutes=c.max_minutes, step=self.state.step,
+                          seconds=self.state.seconds) if self.progress_bar else None
         window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
         last_saved = -1
         started = time.perf_counter()
@@ -530,16 +558,17 @@ class Trainer:
             window_loss += loss
             window_tokens += tokens
             step = self.state.step
-            bar.update(1)
+            if bar is not None:
+                bar.advance(step, self.state.seconds)
             if step % c.log_every == 0 or step == 1:
                 elapsed = time.perf_counter() - window_start
                 (summed,) = distributed.all_sum([window_loss])
                 line = {"step": step, "epoch": self.state.epoch, "loss": summed / window_tokens,
                         "lr": self.learning_rate(step), "tokens_per_s": window_tokens / max(elapsed, 1e-9)}
-                bar.set_postfix(loss=f"{line['loss']:.3f}", lr=f"{line['lr']:.2e}",
-                                tok_s=f"{line['tokens_per_s']:.0f}")
+                if bar is not None:
+                    bar.show(line)
                 log.info("step %d | epoch %d | loss %.4f | lr %.3e | %.0f tok/s", step,
-                         self.state.epoch, line["loss"], line["lr"], line["tokens_per_s"])
+                         self.state.epoch, line["loss"], line["lr"], line["tokens_per_s"], extra=UPDATE_LINE)
                 self._write_log({"event": "train", **line, "seconds": round(self.state.seconds, 3)})
                 window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
             stop = self._stop_reason()
@@ -556,7 +585,8 @@ class Trainer:
             if stop:
                 self.state.stop_reason = stop
                 break
-        bar.close()
+        if bar is not None:
+            bar.close()
         if not self.state.stop_reason:
             self.state.stop_reason = "data exhausted"
         if last_saved != self.state.step:  # ended by max_epochs
@@ -565,8 +595,9 @@ class Trainer:
         log.info("training stopped at step %d: %s", self.state.step, self.state.stop_reason)
         return result
 
-    def _interrupted(self, signum: int, bar: Any) -> None:
-        bar.close()
+    def _interrupted(self, signum: int, bar: TrainingBar | None) -> None:
+        if bar is not None:
+            bar.close()
         path = self.save()
         name = signal.Signals(signum).name
         log.warning("%s: stopped at update %d; checkpoint %s written", name, self.state.step, path)
