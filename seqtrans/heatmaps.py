@@ -203,12 +203,12 @@ def _monotonic(plt: Any, layers: list[tuple[int, Any]], attended: Attended) -> A
                              figsize=(_size(s) * len(layers), _size(t) + 0.4))
     for c, (layer, w) in enumerate(layers):
         ax = axes[0][c]
-        _heatmap(ax, w.expected[0], attended.outputs, attended.source, f"layer {layer + 1}")
         positions = w.positions[0].tolist()
         steps = [i for i, p in enumerate(positions) if p < s]
+        title = f"layer {layer + 1}" + ("" if steps else " (hard: attends to nothing)")
+        _heatmap(ax, w.expected[0], attended.outputs, attended.source, title)
         ax.scatter([positions[i] for i in steps], steps, marker="o", s=14, facecolors="none",
-                   edgecolors="tab:red", linewidths=1.0, label="hard")
-    axes[0][0].legend(fontsize=6, loc="upper right")
+                   edgecolors="tab:red", linewidths=1.0)
     fig.suptitle("monotonic attention: expected alignment,\nhard alignment circled", fontsize=9)
     return fig
 
