@@ -161,6 +161,28 @@ def build_parser() -> argparse.ArgumentParser:
                         "weight matrix and embedding per row; CTranslate2 can still compute in "
                         "another type (its compute_type).")
 
+    p = sub.add_parser("attention", help="Draw a trained model's attention on one input as PNGs.",
+                       description="Decode INPUT with the run's decoding settings (or take --target), "
+                                   "run the model on it once more asking for its attention weights, and "
+                                   "write heatmaps: OUT/encoder.png (encoder self-attention), "
+                                   "OUT/decoder.png (decoder self-attention) and OUT/cross.png "
+                                   "(encoder-decoder attention; for memory attention the K contexts, "
+                                   "for monotonic attention the alignment), each a grid of layers by "
+                                   "heads with the tokens as labels. Needs matplotlib "
+                                   "(pip install 'seqtrans[plot]').")
+    p.add_argument("model", metavar="RUN_DIR_OR_CHECKPOINT")
+    p.add_argument("input", metavar="INPUT", help="One input, as a line given to 'seqtrans predict'.")
+    p.add_argument("--target", metavar="TOKENS",
+                   help="Draw the attention on this target instead of the model's output: its tokens "
+                        "separated by spaces, as in the model's target vocabulary (subword pieces for "
+                        "a subword task).")
+    p.add_argument("--out", metavar="DIR", type=Path,
+                   help="Where to write the PNGs (default: RUN_DIR/attention).")
+    p.add_argument("--layers", nargs="+", type=int, metavar="N",
+                   help="Draw only these layers of each stack, counted from 1 (default: all).")
+    p.add_argument("--beam", type=int, help="Beam size (default: the run's decode.beam).")
+    _add_device(p)
+
     p = sub.add_parser("average", help="Average checkpoints into one model.",
                        description="Write the element-wise mean of the checkpoints' parameters.")
     p.add_argument("checkpoints", nargs="+", metavar="CKPT", type=Path)
@@ -382,6 +404,19 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_attention(args: argparse.Namespace) -> int:
+    from seqtrans.heatmaps import attend, draw
+    from seqtrans.pipeline import load
+
+    overrides = [f"decode.beam={args.beam}"] if args.beam is not None else []
+    loaded = load(args.model, overrides=overrides, device=args.device)
+    run_dir = Path(args.model) if Path(args.model).is_dir() else Path(args.model).parent
+    out = args.out or run_dir / "attention"
+    for path in draw(attend(loaded, args.input, target=args.target), out, layers=args.layers):
+        print(f"wrote {path}")
+    return 0
+
+
 def _cmd_average(args: argparse.Namespace) -> int:
     from seqtrans.pipeline import average
 
@@ -398,7 +433,7 @@ def _progress(args: argparse.Namespace) -> bool:
 
 COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "prepare": _cmd_prepare, "run": _cmd_run,
             "predict": _cmd_predict, "evaluate": _cmd_evaluate, "average": _cmd_average, "plot": _cmd_plot,
-            "export": _cmd_export}
+            "export": _cmd_export, "attention": _cmd_attention}
 
 
 def _run_plugin_command(argv: list[str]) -> int | None:

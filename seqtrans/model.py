@@ -20,8 +20,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqtrans.attention import (
+    AttentionMaps,
     DecodingState,
     KVCache,
+    Recorder,
     SourceStream,
     StreamingCrossAttention,
     cross_attention,
@@ -114,9 +116,13 @@ class EncoderLayer(nn.Module):
         self.r1 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
         self.r2 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
 
-    def forward(self, x: Tensor, mask: Tensor | None, *, cache: KVCache | None = None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None, *, cache: KVCache | None = None,
+                record: Recorder | None = None) -> Tensor:
         """x [B, S, D], mask [B, S] -> [B, S, D]; a causal encoder may extend a cache."""
-        x = self.r1(x, self.self_attn(self.r1.input(x), mask=mask, causal=self.causal, cache=cache))
+        h = self.r1.input(x)
+        if record is not None:
+            record.encoder_self(self.self_attn, h, mask=mask, causal=self.causal)
+        x = self.r1(x, self.self_attn(h, mask=mask, causal=self.causal, cache=cache))
         return self.r2(x, self.ffn(self.r2.input(x)))
 
 
@@ -131,10 +137,17 @@ class DecoderLayer(nn.Module):
         self.r2 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
         self.r3 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
 
-    def forward(self, x: Tensor, cross: DecodingState, *, cache: KVCache | None = None) -> Tensor:
+    def forward(self, x: Tensor, cross: DecodingState, *, cache: KVCache | None = None,
+                record: Recorder | None = None) -> Tensor:
         """x [N, T, D] -> [N, T, D]"""
-        x = self.r1(x, self.self_attn(self.r1.input(x), causal=True, cache=cache))
-        x = self.r2(x, self.cross_attn(self.r2.input(x), cross))
+        h = self.r1.input(x)
+        if record is not None:
+            record.decoder_self(self.self_attn, h)
+        x = self.r1(x, self.self_attn(h, causal=True, cache=cache))
+        h = self.r2.input(x)
+        if record is not None:
+            record.encoder_decoder(self.cross_attn, h)
+        x = self.r2(x, self.cross_attn(h, cross))
         return self.r3(x, self.ffn(self.r3.input(x)))
 
 
@@ -234,12 +247,13 @@ class Transformer(nn.Module):
             x = x + extra
         return self.dropout(x)
 
-    def encode(self, src: Tensor) -> Encoded:
-        """src [B, S] (padded with PAD) -> memory [B, S, D]"""
+    def encode(self, src: Tensor, *, record: Recorder | None = None) -> Encoded:
+        """src [B, S] (padded with PAD) -> memory [B, S, D]; ``record`` collects the
+        self-attention weights of each layer."""
         mask = padding_mask(src, PAD)  # [B, S]
         x = self._embed(self.source_embed, src, 0)
         for layer in self.encoder:
-            x = layer(x, mask)
+            x = layer(x, mask, record=record)
         memory = self.encoder_norm(x)
         units = self.cursor.units(src, memory) if self.cursor is not None else None
         return Encoded(memory, mask, units)
@@ -306,9 +320,15 @@ class Transformer(nn.Module):
         return output_projection(hidden, self.output_weight)
 
     def decode_hidden(self, tokens: Tensor, encoded: Encoded | None = None, *,
-                      state: DecoderState | None = None) -> Tensor:
-        """The decoder's last hidden states, before the output projection.  [N, T] -> [N, T, D]"""
+                      state: DecoderState | None = None, record: Recorder | None = None) -> Tensor:
+        """The decoder's last hidden states, before the output projection.  [N, T] -> [N, T, D]
+
+        ``record`` (a whole target, no ``state``) collects each layer's attention weights."""
         extra = None
+        if record is not None:
+            if state is not None or encoded is None:
+                raise ValueError("attention weights are recorded for a whole target and its encoder output")
+            record.memory, record.mask = encoded.memory, encoded.mask
         if state is None:
             if encoded is None:
                 raise ValueError("decode() needs the encoder output or a decoding state")
@@ -324,12 +344,21 @@ class Transformer(nn.Module):
                 extra = self.cursor.step(tokens, state.cursor)
         x = self._embed(self.target_embed, tokens, offset, extra)
         for layer, cross_state, cache in zip(self.decoder, cross, caches):
-            x = layer(x, cross_state, cache=cache)
+            x = layer(x, cross_state, cache=cache, record=record)
         return self.decoder_norm(x)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """src [B, S], tgt_in [B, T] -> logits [B, T, V]"""
         return self.decode(tgt_in, self.encode(src))
+
+    @torch.no_grad()
+    def attention_maps(self, src: Tensor, tgt_in: Tensor) -> AttentionMaps:
+        """The attention weights of every layer for sources and teacher-forced targets, as
+        in the model's current mode (``eval()`` for what decoding does).
+        src [B, S], tgt_in [B, T] (BOS first) -> :class:`AttentionMaps`"""
+        record = Recorder()
+        self.decode_hidden(tgt_in, self.encode(src, record=record), record=record)
+        return record.maps()
 
     def hidden(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """src [B, S], tgt_in [B, T] -> the decoder's last hidden states [B, T, D]"""

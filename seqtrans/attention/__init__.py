@@ -21,15 +21,16 @@ from seqtrans.attention.additive import AdditiveScore
 from seqtrans.attention.content import ContentCrossAttention, ContentSelfAttention
 from seqtrans.attention.local import LocalAttention
 from seqtrans.attention.luong import DotScore, GeneralScore, LocationScore
+from seqtrans.attention.maps import AttentionMaps, Recorder
 from seqtrans.attention.memory import MemoryAttention
 from seqtrans.attention.monotonic import MonotonicAttention, SourceStream
 from seqtrans.attention.restricted import RestrictedSelfAttention
 from seqtrans.attention.scaled_dot import CrossAttention, CrossState, KVCache, SelfAttention
 from seqtrans.config import ModelConfig
 
-__all__ = ["CROSS_ATTENTION", "SELF_ATTENTION", "CrossAttention", "CrossAttentionModule", "CrossState",
-           "DecodingState", "KVCache", "SelfAttention", "SelfAttentionModule", "SourceStream",
-           "StreamingCrossAttention", "cross_attention", "self_attention"]
+__all__ = ["CROSS_ATTENTION", "SELF_ATTENTION", "AttentionMaps", "CrossAttention", "CrossAttentionModule",
+           "CrossState", "DecodingState", "KVCache", "Recorder", "SelfAttention", "SelfAttentionModule",
+           "SourceStream", "StreamingCrossAttention", "cross_attention", "self_attention"]
 
 
 class DecodingState(Protocol):

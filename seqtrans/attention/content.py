@@ -82,6 +82,12 @@ class ContentSelfAttention(nn.Module):
         weights = masked_softmax(self.score.scores(x, keys), allowed)  # [N, H, T, L]
         return self.out(merge_heads(self.dropout(weights) @ values))
 
+    def weights(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+        """x [N, T, D] -> [N, H, T, T]"""
+        allowed = self_attention_mask(mask, causal=causal, queries=x.size(1), keys=x.size(1),
+                                      device=x.device)
+        return masked_softmax(self.score.scores(x, self.score.keys(x)), allowed)
+
 
 @dataclass
 class ContentState:
@@ -118,3 +124,7 @@ class ContentCrossAttention(nn.Module):
         weights = masked_softmax(self.score.scores(q, state.keys), state.mask)  # [B, H, K*T, S]
         context = merge_heads(self.dropout(weights) @ state.values)  # [B, K*T, D]
         return self.out(unfold(context, x.size(0)))  # [N, T, D]
+
+    def weights(self, x: Tensor, memory: Tensor, mask: Tensor) -> Tensor:
+        """x [B, T, D], memory [B, S, D], mask [B, S] -> [B, H, T, S]"""
+        return masked_softmax(self.score.scores(x, self.score.keys(memory)), key_mask(mask))

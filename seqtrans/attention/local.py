@@ -70,23 +70,31 @@ class LocalAttention(nn.Module):
 
     def forward(self, x: Tensor, state: LocalState) -> Tensor:
         n, t, _ = x.shape
+        weights = self._weights(fold(x, state.mask.size(0)), state, t)  # [B, H, K*T, S]
+        state.offset += t
+        context = merge_heads(self.dropout(weights) @ state.values)  # [B, K*T, D]
+        return self.out(unfold(context, n))  # [N, T, D]
+
+    def weights(self, x: Tensor, memory: Tensor, mask: Tensor) -> Tensor:
+        """x [B, T, D], memory [B, S, D], mask [B, S] -> [B, H, T, S]"""
+        return self._weights(x, self.prepare(memory, mask), x.size(1))
+
+    def _weights(self, q: Tensor, state: LocalState, t: int) -> Tensor:
+        """The weights of K hypotheses' T new queries each, folded.  q [B, K*T, D] -> [B, H, K*T, S]"""
         b, s = state.mask.shape
-        q = fold(x, b)  # [B, K*T, D]
         scores = self.score.scores(q, state.keys)  # [B, H, K*T, S]
         if self.predictive:
-            length = state.mask.sum(1).to(x.dtype)  # [B]
+            length = state.mask.sum(1).to(q.dtype)  # [B]
             gate = torch.sigmoid(self.v_p(torch.tanh(self.w_p(q))))  # [B, K*T, H]
             aligned = length[:, None, None] * gate.transpose(1, 2)  # [B, H, K*T]
         else:
-            target_pos = torch.arange(state.offset, state.offset + t, device=x.device, dtype=x.dtype)
-            aligned = target_pos.repeat(n // b)[None, None]  # [1, 1, K*T]
-        source_pos = torch.arange(s, device=x.device, dtype=x.dtype)
+            target_pos = torch.arange(state.offset, state.offset + t, device=q.device, dtype=q.dtype)
+            aligned = target_pos.repeat(q.size(1) // t if t else 1)[None, None]  # [1, 1, K*T]
+        source_pos = torch.arange(s, device=q.device, dtype=q.dtype)
         distance = source_pos - aligned.unsqueeze(-1)  # [B|1, H|1, K*T, S]
         allowed = (distance.abs() <= self.window) & state.mask[:, None, None, :]
         weights = masked_softmax(scores, allowed)  # [B, H, K*T, S]
         if self.predictive:
             sigma = self.window / 2
             weights = weights * torch.exp(-distance.square() / (2 * sigma**2))
-        state.offset += t
-        context = merge_heads(self.dropout(weights) @ state.values)  # [B, K*T, D]
-        return self.out(unfold(context, n))  # [N, T, D]
+        return weights

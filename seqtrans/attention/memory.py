@@ -37,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from seqtrans.attention.common import SENTENCE, fold, masked_softmax, reorder_fields, unfold
+from seqtrans.attention.maps import MemoryWeights
 
 
 def position_encodings(mask: Tensor, slots: int) -> Tensor:
@@ -112,3 +113,7 @@ class MemoryAttention(nn.Module):
         beta = fold(self.decoder_weights(x), b)  # [B, K*T, M]
         out = beta @ state.contexts + self.out.bias  # [B, K*T, D]
         return unfold(out, x.size(0))  # [N, T, D]
+
+    def weights(self, x: Tensor, memory: Tensor, mask: Tensor) -> MemoryWeights:
+        """beta over the contexts and alpha over the source.  x [B, T, D], memory [B, S, D], mask [B, S]"""
+        return MemoryWeights(self.decoder_weights(x), self.encoder_weights(memory, mask).transpose(1, 2))

@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqtrans.attention.common import ROW, SENTENCE, fold, reorder_fields, unfold
+from seqtrans.attention.maps import MonotonicWeights
 
 LOG_FLOOR = math.log(1e-30)
 SCAN = 4  # source positions whose energy hard attention evaluates at once
@@ -102,6 +103,22 @@ def expected_alignments(energy: Tensor, mask: Tensor | None = None, *,
         previous = _step(log_p[:, i], skipped[:, i], previous)
         steps.append(previous)
     return torch.stack(steps, dim=1) if steps else energy.new_zeros(r, 0, s)
+
+
+def hard_alignment(energy: Tensor, lengths: Tensor) -> Tensor:
+    """Where hard monotonic attention attends at each step, from all energies at once: the
+    first position from the previous step's with e >= 0, or the source length (nothing)
+    from the first step that finds none.  energy [R, T, S], lengths [R] -> [R, T] (long)"""
+    r, t, s = energy.shape
+    source = torch.arange(s, device=energy.device)  # [S]
+    inside = source < lengths.unsqueeze(1)  # [R, S]
+    position = torch.zeros(r, dtype=torch.long, device=energy.device)
+    steps = []
+    for i in range(t):
+        hit = (energy[:, i] >= 0) & inside & (source >= position.unsqueeze(1))  # [R, S]
+        position = torch.where(hit.any(1), hit.long().argmax(1), lengths)
+        steps.append(position)
+    return torch.stack(steps, dim=1) if steps else lengths.new_zeros(r, 0)
 
 
 class SourceStream(Protocol):
@@ -186,6 +203,11 @@ class MonotonicAttention(nn.Module):
         query = self.query(x)  # [N, T, A]
         context = self._expected(query, state) if self.training else self._hard(query, state)
         return self.out(context.to(x.dtype))
+
+    def weights(self, x: Tensor, memory: Tensor, mask: Tensor) -> MonotonicWeights:
+        """The hard and the expected alignment.  x [B, T, D], memory [B, S, D], mask [B, S]"""
+        energy = self.energy(self.query(x), self.key(memory)).float()  # [B, T, S]
+        return MonotonicWeights(hard_alignment(energy, mask.sum(1)), expected_alignments(energy, mask))
 
     # ------------------------------------------------------------------ training
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqtrans.attention.common import masked_softmax
+from seqtrans.attention.common import masked_softmax, self_attention_mask
 from seqtrans.attention.scaled_dot import KVCache, SelfAttention, merge_heads, split_heads
 from seqtrans.dropout import Dropout
 
@@ -44,6 +44,16 @@ class RestrictedSelfAttention(SelfAttention):
                 raise ValueError("a key padding mask cannot be combined with a cache")
             out = self._cached(q, *cache.append(k, v), causal)
         return self.out(merge_heads(out))
+
+    def weights(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+        """The window's weights placed in the full matrix, zero outside it.  x [N, T, D] -> [N, H, T, T]"""
+        q, k, _ = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))  # [N, H, T, d]
+        t = x.size(1)
+        pos = torch.arange(t, device=x.device)
+        allowed = self_attention_mask(mask, causal=causal, queries=t, keys=t, device=x.device)
+        band = (pos[None, :] - pos[:, None]).abs() <= self.radius  # [T, T]
+        allowed = band if allowed is None else allowed & band
+        return masked_softmax(q @ k.transpose(-1, -2) * q.size(-1) ** -0.5, allowed)
 
     def _windows(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         """Each position against its window of 2r+1 keys.  -> [N, H, T, d]"""

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seqtrans.attention.common import masked_softmax, self_attention_mask
 from seqtrans.masks import causal_mask, key_mask
 
 
@@ -112,6 +113,13 @@ class SelfAttention(nn.Module):
         )  # [N, H, T, d]
         return self.out(merge_heads(out))
 
+    def weights(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+        """softmax(q k^T / sqrt(d)) over the allowed keys.  x [N, T, D] -> [N, H, T, T]"""
+        q, k, _ = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))  # [N, H, T, d]
+        allowed = self_attention_mask(mask, causal=causal, queries=x.size(1), keys=x.size(1),
+                                      device=x.device)
+        return masked_softmax(q @ k.transpose(-1, -2) * q.size(-1) ** -0.5, allowed)
+
 
 @dataclass
 class CrossState:
@@ -170,3 +178,9 @@ class CrossAttention(nn.Module):
         )  # [B, H, K*T, d]
         out = out.view(b, self.heads, beam, t, -1).permute(0, 2, 3, 1, 4)  # [B, K, T, H, d]
         return self.out(out.reshape(n, t, d_model))
+
+    def weights(self, x: Tensor, memory: Tensor, mask: Tensor) -> Tensor:
+        """x [B, T, D], memory [B, S, D], mask [B, S] -> [B, H, T, S]"""
+        q = split_heads(self.q(x), self.heads)  # [B, H, T, d]
+        k = split_heads(self.kv(memory).chunk(2, dim=-1)[0], self.heads)  # [B, H, S, d]
+        return masked_softmax(q @ k.transpose(-1, -2) * q.size(-1) ** -0.5, key_mask(mask))

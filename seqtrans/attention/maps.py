@@ -1,0 +1,104 @@
+"""Attention weights as data, computed only when asked for (``Transformer.attention_maps``).
+
+Each mechanism reports its weights with a ``weights`` method that recomputes them from
+the inputs its forward pass reads: nothing is kept on modules, and a forward pass that
+was not asked for maps does no extra work. A :class:`Recorder` passed down the layers'
+forward calls collects them, layer by layer.
+
+- self-attention: ``weights(x [B, T, D], *, mask=[B, T] | None, causal=bool) -> [B, H, T, T]``
+- encoder-decoder: ``weights(x [B, T, D], memory [B, S, D], mask [B, S]) -> CrossWeights``:
+  ``[B, H, T, S]`` for mechanisms that attend over source positions, :class:`MemoryWeights`
+  for memory attention, :class:`MonotonicWeights` for monotonic attention.
+
+Weights are those of the model's mode (call ``eval()`` for test time) without dropout.
+
+Shapes: B sentences, S source, T target, H heads, D model, M memory slots (Britz et al.'s K).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from torch import Tensor
+
+from seqtrans.errors import UsageError
+
+
+class NoAttentionWeights(UsageError):
+    """An attention module that cannot report its weights."""
+
+
+@dataclass(frozen=True)
+class MemoryWeights:
+    """Memory attention (Britz et al. 2017): each decoder step's weights beta over the M
+    contexts, and the encoder's weights alpha that make each context from the source."""
+
+    contexts: Tensor  # [B, T, M]: beta, per target step
+    source: Tensor  # [B, M, S]: alpha transposed; row k is context k's weights over positions
+
+
+@dataclass(frozen=True)
+class MonotonicWeights:
+    """Monotonic attention (Raffel et al. 2017): the hard alignment used at test time and
+    the expected alignment used in training (without the training noise)."""
+
+    positions: Tensor  # [B, T] (long): the source position each step attends; the source length if none
+    expected: Tensor  # [B, T, S]: alpha_ij, eq. 9-14
+
+
+CrossWeights = Tensor | MemoryWeights | MonotonicWeights
+
+
+@dataclass(frozen=True)
+class AttentionMaps:
+    """The attention weights of one teacher-forced pass, per layer, bottom first."""
+
+    encoder: list[Tensor]  # per encoder layer: self-attention [B, H, S, S]
+    decoder: list[Tensor]  # per decoder layer: causal self-attention [B, H, T, T]
+    cross: list[CrossWeights]  # per decoder layer: encoder-decoder attention
+
+
+@runtime_checkable
+class SelfWeights(Protocol):
+    def weights(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False) -> Tensor: ...
+
+
+@runtime_checkable
+class EncoderDecoderWeights(Protocol):
+    def weights(self, x: Tensor, memory: Tensor, mask: Tensor) -> CrossWeights: ...
+
+
+@dataclass
+class Recorder:
+    """Collects the weights of every attention a forward pass runs through. The decoder's
+    encoder-decoder weights are computed against ``memory`` [B, S, D] and ``mask`` [B, S],
+    set before decoding."""
+
+    memory: Tensor | None = None
+    mask: Tensor | None = None
+    encoder: list[Tensor] = field(default_factory=list)
+    decoder: list[Tensor] = field(default_factory=list)
+    cross: list[CrossWeights] = field(default_factory=list)
+
+    def encoder_self(self, module: object, x: Tensor, *, mask: Tensor | None, causal: bool) -> None:
+        self.encoder.append(_self_weights(module).weights(x, mask=mask, causal=causal))
+
+    def decoder_self(self, module: object, x: Tensor) -> None:
+        self.decoder.append(_self_weights(module).weights(x, causal=True))
+
+    def encoder_decoder(self, module: object, x: Tensor) -> None:
+        if self.memory is None or self.mask is None:
+            raise ValueError("the recorder needs the encoder output (memory, mask) before decoding")
+        if not isinstance(module, EncoderDecoderWeights):
+            raise NoAttentionWeights(f"{type(module).__name__} does not report its attention weights")
+        self.cross.append(module.weights(x, self.memory, self.mask))
+
+    def maps(self) -> AttentionMaps:
+        return AttentionMaps(self.encoder, self.decoder, self.cross)
+
+
+def _self_weights(module: object) -> SelfWeights:
+    if not isinstance(module, SelfWeights):
+        raise NoAttentionWeights(f"{type(module).__name__} does not report its attention weights")
+    return module
