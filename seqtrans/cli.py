@@ -28,6 +28,9 @@ from seqtrans.tasks.discovery import COMMAND_GROUP, TaskEntry, installed, load_o
 
 log = logging.getLogger("seqtrans")
 
+MODELS_HELP = ("A run directory or checkpoint; several (of one vocabulary) decode as an ensemble that "
+               "averages their log-probabilities at each step, with the first one's task and decoding "
+               "settings.")
 SET_HELP = ("Override config keys, dotted: --set model.d_model=256 train.max_minutes=5. "
             "Takes several pairs and may be repeated; values are cast to the key's type. "
             "'seqtrans config TASK' lists every key with its help.")
@@ -108,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(up to 1,000 at a time, sorted by length into batches of "
                                    "decode.batch_tokens), so a file decodes at batch speed, while a "
                                    "line typed at a terminal is answered at once.")
-    p.add_argument("model", metavar="RUN_DIR_OR_CHECKPOINT")
+    p.add_argument("models", nargs="+", metavar="RUN_DIR_OR_CHECKPOINT", help=MODELS_HELP)
     p.add_argument("--beam", type=int, help="Beam size (default: the run's decode.beam).")
     p.add_argument("--stream", action="store_true",
                    help="Simultaneous decoding: read each input word by word as it arrives on "
@@ -122,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="Decode and score a split with a trained model.",
                        description="Decode one split of the model's task and print its metrics as JSON.")
-    p.add_argument("model", metavar="RUN_DIR_OR_CHECKPOINT")
+    p.add_argument("models", nargs="+", metavar="RUN_DIR_OR_CHECKPOINT", help=MODELS_HELP)
     p.add_argument("--split", default="test", choices=["train", "dev", "test"])
     p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
                    metavar="KEY=VALUE", help="Override decode.* (or data.*) keys.")
@@ -292,14 +295,14 @@ def _first_line(exc: BaseException) -> str:
 
 def _cmd_predict(args: argparse.Namespace) -> int:
     from seqtrans.online import line_batches, predict, predict_batches, stream, words_of
-    from seqtrans.pipeline import load
+    from seqtrans.pipeline import load_ensemble
 
     overrides = list(args.overrides)
     if args.beam is not None:
         if args.stream and args.beam != 1:
             raise UsageError("--stream decodes greedily; it takes no --beam")
         overrides.append(f"decode.beam={args.beam}")
-    loaded = load(args.model, overrides=overrides, device=args.device)
+    loaded = load_ensemble(args.models, overrides=overrides, device=args.device)
     if args.stream:
         stream(loaded, words_of(_stdin_chunks()), _write_now)
         return 0
@@ -336,7 +339,7 @@ def _stdin_chunks() -> Iterator[str]:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from seqtrans.pipeline import evaluate
 
-    metrics = evaluate(args.model, split=args.split, overrides=args.overrides, device=args.device,
+    metrics = evaluate(args.models, split=args.split, overrides=args.overrides, device=args.device,
                        progress=_progress(args))
     print(json.dumps(metrics, indent=2, sort_keys=True))
     return 0
