@@ -131,6 +131,25 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="KEY=VALUE", help="Override decode.* (or data.*) keys.")
     _add_device(p)
 
+    p = sub.add_parser("score", help="Print the log-probability of given source-target pairs.",
+                       description="Score the line pairs of --src and --tgt (the task reads and encodes "
+                                   "each side) by teacher forcing, in batches of decode.batch_tokens "
+                                   "sorted by length, and write one line per pair in input order: the "
+                                   "total log-probability of the target with its end symbol, the mean "
+                                   "per token, and the number of tokens, tab-separated. For reranking "
+                                   "and filtering. Several runs score as an ensemble.")
+    p.add_argument("models", nargs="+", metavar="RUN_DIR_OR_CHECKPOINT", help=MODELS_HELP)
+    p.add_argument("--src", required=True, metavar="FILE", type=Path, help="Sources, one per line.")
+    p.add_argument("--tgt", required=True, metavar="FILE", type=Path,
+                   help="Targets, one per line, line by line with --src.")
+    p.add_argument("--out", metavar="FILE", type=Path, help="Write the scores here instead of stdout.")
+    p.add_argument("--normalize", action="store_true",
+                   help="First column: the total divided by the length penalty with the run's "
+                        "decode.alpha, the score beam search ranks by.")
+    p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
+                   metavar="KEY=VALUE", help="Override decode.* (or data.*) keys.")
+    _add_device(p)
+
     p = sub.add_parser("plot", help="Draw the learning curves of runs as a PNG.",
                        description="Read the runs' logs (DIR/train.jsonl) and draw training loss, dev "
                                    "loss, the task's dev metrics, learning rate and tokens/s, against "
@@ -345,6 +364,21 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_score(args: argparse.Namespace) -> int:
+    from seqtrans.pipeline import load_ensemble
+    from seqtrans.scoring import format_score, score_files
+
+    loaded = load_ensemble(args.models, overrides=args.overrides, device=args.device)
+    scores = score_files(loaded, args.src, args.tgt, progress=_progress(args))
+    alpha = loaded.config.decode.alpha if args.normalize else None
+    text = "".join(format_score(s, alpha=alpha) + "\n" for s in scores)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text, encoding="utf-8")
+    return 0
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     from seqtrans.plot import plot
 
@@ -366,7 +400,8 @@ def _progress(args: argparse.Namespace) -> bool:
 
 
 COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "prepare": _cmd_prepare, "run": _cmd_run,
-            "predict": _cmd_predict, "evaluate": _cmd_evaluate, "average": _cmd_average, "plot": _cmd_plot}
+            "predict": _cmd_predict, "evaluate": _cmd_evaluate, "score": _cmd_score, "average": _cmd_average,
+            "plot": _cmd_plot}
 
 
 def _run_plugin_command(argv: list[str]) -> int | None:
