@@ -132,3 +132,16 @@ def test_ensemble_weights_are_checked() -> None:
         Ensemble([model, model], [1.0, -1.0])
     with pytest.raises(ValueError, match="at least one model"):
         Ensemble([])
+
+
+def test_an_ensembles_cached_steps_equal_its_teacher_forced_recomputation() -> None:
+    names = ("cursor", "narrow-memory", "monotonic-pre")
+    models = [mechanism_model(MEMBERS[name], seed=30 + i, vocab=11) for i, name in enumerate(names)]
+    ensemble = Ensemble(models, [0.5, 0.3, 0.2])
+    src = pad_batch([[4, 5, 6, EOS], [7, 8, EOS]])
+    tgt_in = torch.tensor([[BOS, 4, 6, 5, 4], [BOS, 6, 6, 4, 7]])
+    full = F.log_softmax(ensemble(src, tgt_in), dim=-1)  # [B, T, V]
+    state = ensemble.start(ensemble.encode(src), beam=1, capacity=8)
+    steps = torch.cat([ensemble.decode(tgt_in[:, t : t + 1], state=state)  # one token at a time, cached
+                       for t in range(tgt_in.size(1))], dim=1)
+    torch.testing.assert_close(F.log_softmax(steps, dim=-1), full, atol=1e-5, rtol=0)
