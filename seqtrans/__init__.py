@@ -26,6 +26,9 @@ _API = {
     "resolve_config": "seqtrans.config",
     "run": "seqtrans.pipeline",
     "load": "seqtrans.pipeline",
+    "load_ensemble": "seqtrans.pipeline",
+    "Ensemble": "seqtrans.ensemble",
+    "score_files": "seqtrans.scoring",
     "evaluate": "seqtrans.pipeline",
     "predict": "seqtrans.online",
     "average": "seqtrans.pipeline",
@@ -58,10 +61,12 @@ if TYPE_CHECKING:
     from seqtrans.config import DecodeConfig, ModelConfig, RunConfig, TrainConfig, resolve_config
     from seqtrans.decoding.constraints import Constraint
     from seqtrans.decoding.search import Hypothesis
+    from seqtrans.ensemble import Ensemble
     from seqtrans.errors import ConfigError, DataError, SeqtransError, UsageError
     from seqtrans.model import Transformer, build_model
     from seqtrans.online import predict
-    from seqtrans.pipeline import Loaded, average, evaluate, load, run
+    from seqtrans.pipeline import Loaded, average, evaluate, load, load_ensemble, run
+    from seqtrans.scoring import score_files
     from seqtrans.tasks.protocol import Codec, Example, Skipped, Task, TaskClass
     from seqtrans.vocab import Vocab, Vocabularies
 

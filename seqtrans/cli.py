@@ -30,6 +30,9 @@ from seqtrans.tasks.discovery import COMMAND_GROUP, TaskEntry, installed, load_o
 
 log = logging.getLogger("seqtrans")
 
+MODELS_HELP = ("A run directory or checkpoint; several (of one vocabulary) decode as an ensemble that "
+               "averages their log-probabilities at each step, with the first one's task and decoding "
+               "settings.")
 SET_HELP = ("Override config keys, dotted: --set model.d_model=256 train.max_minutes=5. "
             "Takes several pairs and may be repeated; values are cast to the key's type. "
             "'seqtrans config TASK' lists every key with its help.")
@@ -115,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(up to 1,000 at a time, sorted by length into batches of "
                                    "decode.batch_tokens), so a file decodes at batch speed, while a "
                                    "line typed at a terminal is answered at once.")
-    p.add_argument("model", metavar="RUN_DIR_OR_CHECKPOINT")
+    p.add_argument("models", nargs="+", metavar="RUN_DIR_OR_CHECKPOINT", help=MODELS_HELP)
     p.add_argument("--beam", type=int, help="Beam size (default: the run's decode.beam).")
     p.add_argument("--stream", action="store_true",
                    help="Simultaneous decoding: read each input word by word as it arrives on "
@@ -129,8 +132,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="Decode and score a split with a trained model.",
                        description="Decode one split of the model's task and print its metrics as JSON.")
-    p.add_argument("model", metavar="RUN_DIR_OR_CHECKPOINT")
+    p.add_argument("models", nargs="+", metavar="RUN_DIR_OR_CHECKPOINT", help=MODELS_HELP)
     p.add_argument("--split", default="test", choices=["train", "dev", "test"])
+    p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
+                   metavar="KEY=VALUE", help="Override decode.* (or data.*) keys.")
+    _add_device(p)
+
+    p = sub.add_parser("score", help="Print the log-probability of given source-target pairs.",
+                       description="Score the line pairs of --src and --tgt (the task reads and encodes "
+                                   "each side) by teacher forcing, in batches of decode.batch_tokens "
+                                   "sorted by length, and write one line per pair in input order: the "
+                                   "total log-probability of the target with its end symbol, the mean "
+                                   "per token, and the number of tokens, tab-separated. For reranking "
+                                   "and filtering. Several runs score as an ensemble.")
+    p.add_argument("models", nargs="+", metavar="RUN_DIR_OR_CHECKPOINT", help=MODELS_HELP)
+    p.add_argument("--src", required=True, metavar="FILE", type=Path, help="Sources, one per line.")
+    p.add_argument("--tgt", required=True, metavar="FILE", type=Path,
+                   help="Targets, one per line, line by line with --src.")
+    p.add_argument("--out", metavar="FILE", type=Path, help="Write the scores here instead of stdout.")
+    p.add_argument("--normalize", action="store_true",
+                   help="First column: the total divided by the length penalty with the run's "
+                        "decode.alpha, the score beam search ranks by.")
     p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
                    metavar="KEY=VALUE", help="Override decode.* (or data.*) keys.")
     _add_device(p)
@@ -338,14 +360,14 @@ def _first_line(exc: BaseException) -> str:
 
 def _cmd_predict(args: argparse.Namespace) -> int:
     from seqtrans.online import line_batches, predict, predict_batches, stream, words_of
-    from seqtrans.pipeline import load
+    from seqtrans.pipeline import load_ensemble
 
     overrides = list(args.overrides)
     if args.beam is not None:
         if args.stream and args.beam != 1:
             raise UsageError("--stream decodes greedily; it takes no --beam")
         overrides.append(f"decode.beam={args.beam}")
-    loaded = load(args.model, overrides=overrides, device=args.device)
+    loaded = load_ensemble(args.models, overrides=overrides, device=args.device)
     if args.stream:
         stream(loaded, words_of(_stdin_chunks()), _write_now)
         return 0
@@ -382,7 +404,7 @@ def _stdin_chunks() -> Iterator[str]:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from seqtrans.pipeline import evaluate
 
-    metrics = evaluate(args.model, split=args.split, overrides=args.overrides, device=args.device,
+    metrics = evaluate(args.models, split=args.split, overrides=args.overrides, device=args.device,
                        progress=_progress(args))
     print(json.dumps(metrics, indent=2, sort_keys=True))
     return 0
@@ -393,6 +415,24 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     path = export(args.model, to=args.to, out=args.out, quantization=args.quantization)
     print(f"wrote {path}")
+    return 0
+
+
+def _cmd_score(args: argparse.Namespace) -> int:
+    from seqtrans.pipeline import load_ensemble
+    from seqtrans.scoring import format_score, score_files
+
+    loaded = load_ensemble(args.models, overrides=args.overrides, device=args.device)
+    scores = score_files(loaded, args.src, args.tgt, progress=_progress(args))
+    alpha = loaded.config.decode.alpha if args.normalize else None
+    text = "".join(format_score(s, alpha=alpha) + "\n" for s in scores)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        # written whole or not at all: a failed run leaves no half-written scores
+        partial = args.out.with_name(args.out.name + ".partial")
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, args.out)
     return 0
 
 
@@ -432,8 +472,8 @@ def _progress(args: argparse.Namespace) -> bool:
 
 
 COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "prepare": _cmd_prepare, "run": _cmd_run,
-            "predict": _cmd_predict, "evaluate": _cmd_evaluate, "average": _cmd_average, "plot": _cmd_plot,
-            "export": _cmd_export, "attention": _cmd_attention}
+            "predict": _cmd_predict, "evaluate": _cmd_evaluate, "score": _cmd_score, "average": _cmd_average,
+            "plot": _cmd_plot, "export": _cmd_export, "attention": _cmd_attention}
 
 
 def _run_plugin_command(argv: list[str]) -> int | None:

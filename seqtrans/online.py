@@ -59,9 +59,10 @@ def _check_source(loaded: Loaded, source: object, name: str, number: int) -> Non
         shown = ", ".join(repr(t) for t in unknown[:10]) + (", ..." if len(unknown) > 10 else "")
         log.warning("%s:%d: %d symbol(s) the model has never seen, read as <unk>: %s", name, number,
                     len(unknown), shown)
-    problem = too_long(loaded.model.config, loaded.codec, source)
-    if problem is not None:
-        raise DataError(name, number, problem)
+    for model in loaded.models:
+        problem = too_long(model.config, loaded.codec, source)
+        if problem is not None:
+            raise DataError(name, number, problem)
 
 
 def line_batches(fd: int, *, max_lines: int = 1000, name: str = "<stdin>") -> Iterator[list[str]]:
@@ -124,6 +125,8 @@ def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], N
         stream_greedy,
     )
 
+    if loaded.others:
+        raise UsageError("streaming decodes with one model, not an ensemble")
     check_streamable(loaded.model.config)
     if loaded.config.decode.nbest > 1:
         raise UsageError("streaming decodes greedily: decode.nbest must be 1")

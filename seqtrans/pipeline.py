@@ -9,6 +9,7 @@ A run directory holds ``config.json``, ``vocab/`` (the task's files),
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ from seqtrans.config import DecodeConfig, RunConfig
 from seqtrans.config import resolve_config as resolve_config  # part of the operations API
 from seqtrans.data import Pairs, check_sources, encode_pairs, prediction, source_ids
 from seqtrans.decoding import Hypothesis, generate
+from seqtrans.ensemble import Ensemble, members, position_limit
 from seqtrans.errors import CheckpointError, ConfigError, UsageError
 from seqtrans.model import Transformer, build_model
 from seqtrans.prepare import examples_of, prepare
@@ -85,22 +87,35 @@ def _write_files(directory: Path, files: Mapping[str, bytes]) -> None:
 
 @dataclass
 class Loaded:
-    """A trained model with its task and codec, ready to decode."""
+    """A trained model with its task and codec, ready to decode; with ``others``, an
+    ensemble of models of one vocabulary (:mod:`seqtrans.ensemble`) whose task, codec
+    and decoding settings are the first's."""
 
     config: RunConfig
     task: Task[Any, Any, Any]
     codec: Codec[Any, Any, Any]
     model: Transformer
     device: torch.device
+    others: list[Transformer] = field(default_factory=list)  # further members of an ensemble
+    vocabulary_digest: str = ""  # sha256 of the vocabulary files the model was trained with
+
+    @property
+    def models(self) -> list[Transformer]:
+        return [self.model, *self.others]
+
+    @property
+    def searcher(self) -> Transformer | Ensemble:
+        """What decodes: the model, or the ensemble of all models."""
+        return Ensemble(self.models) if self.others else self.model
 
     def decode(self, sources: Sequence[Any], *, decode: DecodeConfig | None = None,
                progress: bool = False) -> tuple[list[Any], list[list[Hypothesis]]]:
         """Predictions (task objects) and the n-best hypotheses of ``sources``, in order."""
-        return decode_sources(self.model, self.codec, sources, decode or self.config.decode,
+        return decode_sources(self.searcher, self.codec, sources, decode or self.config.decode,
                               device=self.device, progress=progress)
 
 
-def decode_sources(model: Transformer, codec: Codec[Any, Any, Any], sources: Sequence[Any],
+def decode_sources(model: Transformer | Ensemble, codec: Codec[Any, Any, Any], sources: Sequence[Any],
                    decode: DecodeConfig, *, device: torch.device, progress: bool = False,
                    spread: bool = False) -> tuple[list[Any], list[list[Hypothesis]]]:
     """Predictions and n-best hypotheses of ``sources``, in order. With ``spread``, in a
@@ -115,7 +130,7 @@ def decode_sources(model: Transformer, codec: Codec[Any, Any, Any], sources: Seq
         return (distributed.gather_in_order(len(sources), mine, preds),
                 distributed.gather_in_order(len(sources), mine, hyps))
     ids = [source_ids(codec, s) for s in sources]
-    limit = model.config.max_positions - 1 if model.config.positions == "learned" else None
+    limit = position_limit(model)
     constraints = None
     if isinstance(codec, Constraining):
         constrained = codec
@@ -315,15 +330,16 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     return metrics
 
 
-def score_examples(model: Transformer, task: Task[Any, Any, Any], codec: Codec[Any, Any, Any], split: Split,
-                   decode: DecodeConfig, *, device: torch.device,
+def score_examples(model: Transformer | Ensemble, task: Task[Any, Any, Any], codec: Codec[Any, Any, Any],
+                   split: Split, decode: DecodeConfig, *, device: torch.device,
                    progress: bool = False) -> tuple[list[Any], dict[str, Metric]]:
     """Decode and score a split: the predictions and the task's metrics, plus
     ``decode_sentences_per_s``, ``skipped`` (the inputs the task left out of the split)
     and, with ``decode.compare_unconstrained``, ``unconstrained_*``. In a process group
     the ranks decode a share each and rank 0's scores are returned on all."""
     examples = split.examples
-    check_sources(model.config, codec, examples)
+    for member in members(model):
+        check_sources(member.config, codec, examples)
     sources = [e.source for e in examples]
     main = distributed.current().main
     started = time.perf_counter()
@@ -396,15 +412,46 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
     except RuntimeError as exc:
         raise CheckpointError(f"{ckpt_path}: weights do not fit the model of its config: {exc}") from None
     model.to(dev_).eval()
-    return Loaded(config, task, codec, model, dev_)
+    return Loaded(config, task, codec, model, dev_, vocabulary_digest=_digest(payload.get("assets", {})))
 
 
-def evaluate(path: str | Path, *, split: str = "test", overrides: Iterable[str] = (),
+def _digest(assets: Mapping[str, bytes]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(assets):
+        h.update(f"{len(name)}:{name}:{len(assets[name])}:".encode())
+        h.update(assets[name])
+    return h.hexdigest()
+
+
+def load_ensemble(paths: Sequence[str | Path], *, overrides: Iterable[str] = (),
+                  device: str | torch.device = "auto") -> Loaded:
+    """Load several runs or checkpoints to decode as one ensemble (one path: as :func:`load`).
+    The task, codec and decoding settings (with ``overrides``) are the first run's; every
+    run must be of that task and have been trained with the same vocabulary files."""
+    if not paths:
+        raise UsageError("no run directory or checkpoint given")
+    first = load(paths[0], overrides=overrides, device=device)
+    for path in paths[1:]:
+        other = load(path, device=first.device)
+        if other.config.task != first.config.task:
+            raise UsageError(f"{paths[0]} and {path} cannot be ensembled: they are models of tasks "
+                             f"'{first.config.task}' and '{other.config.task}'")
+        if other.vocabulary_digest != first.vocabulary_digest:
+            raise UsageError(f"{paths[0]} and {path} cannot be ensembled: they were trained with different "
+                             f"vocabularies (sha256 {first.vocabulary_digest[:12]} and "
+                             f"{other.vocabulary_digest[:12]}); an ensemble needs one vocabulary")
+        first.others.append(other.model)
+    return first
+
+
+def evaluate(path: str | Path | Sequence[str | Path], *, split: str = "test", overrides: Iterable[str] = (),
              device: str | torch.device = "auto", progress: bool = False) -> dict[str, Metric]:
-    """Decode and score one split with a trained model."""
+    """Decode and score one split with a trained model, or with an ensemble of several
+    (a sequence of paths, see :func:`load_ensemble`)."""
     check_split(split)
-    loaded = load(path, overrides=overrides, device=device)
-    _, metrics = score_examples(loaded.model, loaded.task, loaded.codec, read_split(loaded.task, split),
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    loaded = load_ensemble(paths, overrides=overrides, device=device)
+    _, metrics = score_examples(loaded.searcher, loaded.task, loaded.codec, read_split(loaded.task, split),
                                 loaded.config.decode, device=loaded.device, progress=progress)
     return metrics
 

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from seqtrans.decoding.constraints import Constraint, apply_constraint
+from seqtrans.decoding.protocol import SearchModel, SearchState
 from seqtrans.decoding.search import (
     NEG_INF,
     Hypothesis,
@@ -24,11 +25,10 @@ from seqtrans.decoding.search import (
     split_finished,
     top_candidates,
 )
-from seqtrans.model import DecoderState, Transformer
 from seqtrans.vocab import BOS, EOS, PAD
 
 
-def _extended_scores(model: Transformer, history: Tensor, step: int, state: DecoderState, *,
+def _extended_scores(model: SearchModel, history: Tensor, step: int, state: SearchState, *,
                      prefix: Tensor, max_len: Tensor, min_len: int, rows: Tensor,
                      constraint: Constraint | None) -> Tensor:
     """``prefix`` [N] plus the log-probability of each next token of each hypothesis,
@@ -42,7 +42,7 @@ def _extended_scores(model: Transformer, history: Tensor, step: int, state: Deco
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer, src: Tensor, *, beam: int, alpha: float, max_len: Tensor,
+def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max_len: Tensor,
                 min_len: int = 0, nbest: int = 1,
                 constraint: Constraint | None = None) -> list[list[Hypothesis]]:
     """The ``nbest`` best outputs of each source by ``log P(Y|X) / lp(Y)``.
@@ -124,7 +124,7 @@ def _hypotheses(tokens: Tensor, raw: Tensor, norm: Tensor) -> list[Hypothesis]:
 
 
 @torch.inference_mode()
-def greedy_search(model: Transformer, src: Tensor, *, max_len: Tensor, min_len: int = 0,
+def greedy_search(model: SearchModel, src: Tensor, *, max_len: Tensor, min_len: int = 0,
                   constraint: Constraint | None = None) -> list[list[Hypothesis]]:
     """The most probable next token at every step, until the end symbol or ``max_len``."""
     model.eval()

@@ -12,9 +12,9 @@ from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.constraints import Constraint
+from seqtrans.decoding.protocol import SearchModel
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.kernels import autocast
-from seqtrans.model import Transformer
 
 ConstraintFactory = Callable[[list[int]], "Constraint | None"]
 
@@ -42,7 +42,7 @@ def length_batches(lengths: Sequence[int], max_tokens: int) -> Iterator[list[int
         yield batch
 
 
-def generate(model: Transformer, sources: Sequence[list[int]], config: DecodeConfig, *,
+def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeConfig, *,
              device: torch.device, constraints: ConstraintFactory | None = None,
              position_limit: int | None = None, progress: bool = False) -> list[list[Hypothesis]]:
     """The n-best hypotheses of every source (ids ending in EOS), in input order.

@@ -12,11 +12,12 @@ from seqtrans.tasks.protocol import (
     Skipped,
     SourceWalk,
     SourceWalking,
+    TargetParsing,
     Task,
     TaskClass,
     check_split,
 )
 
 __all__ = ["GROUP", "SPLITS", "Codec", "Constraining", "DataDigest", "Example", "SegmentationSampling",
-           "Skipped", "SourceWalk", "SourceWalking", "Task", "TaskClass", "TaskEntry", "check_split", "find",
-           "installed", "load"]
+           "Skipped", "SourceWalk", "SourceWalking", "TargetParsing", "Task", "TaskClass", "TaskEntry",
+           "check_split", "find", "installed", "load"]

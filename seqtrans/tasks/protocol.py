@@ -245,6 +245,17 @@ class DataDigest(Protocol):
         ...
 
 
+@runtime_checkable
+class TargetParsing(Protocol):
+    """A task (not a codec) that reads a target from one line of text, for scoring given
+    pairs (``seqtrans score``)."""
+
+    def parse_target(self, line: str) -> Any:
+        """A target object (what :meth:`Codec.target_tokens` takes) from one line; a line
+        that holds no valid target raises :class:`~seqtrans.errors.DataError`."""
+        ...
+
+
 # --------------------------------------------------------------------------- shared checks
 
 #: Members the engine requires of a task class (:class:`TaskClass`) and of its

@@ -130,6 +130,9 @@ class CopyTask:
     def parse_source(self, line: str) -> Symbols:
         return [int(t) if t.isdigit() else -1 for t in line.split()]
 
+    def parse_target(self, line: str) -> Symbols:
+        return self.parse_source(line)
+
     def format(self, prediction: Symbols) -> str:
         return " ".join(str(s) if s >= 0 else "<unk>" for s in prediction)
 

@@ -26,7 +26,7 @@ from seqtrans_parsing.evalb import COLLINS, evalb
 from seqtrans_parsing.linearize import PLACEHOLDER, is_close, is_open, linearize, to_tree
 from seqtrans_parsing.sampling import UnigramSampler
 from seqtrans_parsing.subwords import WORD_START, train_sentencepiece
-from seqtrans_parsing.trees import Tree, preprocess
+from seqtrans_parsing.trees import Tree, preprocess, read_trees
 
 if TYPE_CHECKING:
     from seqtrans_parsing.constraint import BracketConstraint
@@ -322,6 +322,16 @@ class ParsingTask:
 
     def parse_source(self, line: str) -> Sentence:
         return Sentence(tuple(_ESCAPES.get(w, w) for w in line.split()))
+
+    def parse_target(self, line: str) -> Tree:
+        """One bracketed tree, preprocessed as the training trees are."""
+        trees = [tree for tree, _ in read_trees(line)]
+        if len(trees) != 1:
+            raise DataError(None, None, f"a target line must hold one tree, not {len(trees)}")
+        tree = preprocess(trees[0])
+        if tree is None:
+            raise DataError(None, None, "the tree holds only empty elements")
+        return tree
 
     def format(self, prediction: Parse) -> str:
         return str(_with_root(prediction.tree))

@@ -195,3 +195,15 @@ def test_a_tiny_run_end_to_end_and_predict(tmp_path: Path) -> None:
     # the default preset predicts tags: the printed tree carries the decoded ones
     tags = set((tmp_path / "run" / "vocab" / "target.vocab").read_text().split())
     assert all(tag in tags and tag[0] not in "()" for tag, _ in tree.tagged())
+
+
+def test_a_target_line_is_read_as_one_preprocessed_tree() -> None:
+    from seqtrans.errors import DataError
+
+    task = ParsingTask(ParsingConfig())
+    tree = task.parse_target("( (S (NP-SBJ (-NONE- *T*-1) (DT The) (NN dog)) (VP (VBD barked)) (. .)) )")
+    assert str(tree) == str(next(read_trees("(S (NP (DT The) (NN dog)) (VP (VBD barked)) (. .))"))[0])
+    with pytest.raises(DataError, match="must hold one tree, not 2"):
+        task.parse_target("(S (NN a)) (S (NN b))")
+    with pytest.raises(DataError, match="only empty elements"):
+        task.parse_target("(S (-NONE- *))")

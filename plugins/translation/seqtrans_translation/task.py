@@ -167,6 +167,9 @@ class TranslationTask:
     def parse_source(self, line: str) -> str:
         return line
 
+    def parse_target(self, line: str) -> str:
+        return line
+
     def format(self, prediction: str) -> str:
         # a model may emit the bytes of a line break; the output stays one line per input
         return prediction.replace("\r", " ").replace("\n", " ")

@@ -1,0 +1,37 @@
+"""What the search loops need of a model: encode once, start a state, decode a step.
+
+A :class:`~seqtrans.model.Transformer` is one; so is an :class:`~seqtrans.ensemble.Ensemble`
+of several, and so are the probability tables of the tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from torch import Tensor
+
+
+class SearchState(Protocol):
+    """The decoding state a search step updates and a search reorders."""
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep hypotheses ``rows`` [N'] and sentences ``sentences`` [B']."""
+        ...
+
+
+class SearchModel(Protocol):
+    """A model the search loops can decode with (:mod:`seqtrans.decoding.beam`)."""
+
+    def eval(self) -> Any: ...
+
+    def encode(self, src: Tensor) -> Any:
+        """What ``start`` needs of the sources src [B, S]."""
+        ...
+
+    def start(self, encoded: Any, *, beam: int = 1, capacity: int = 64) -> Any:
+        """A fresh :class:`SearchState` for ``beam`` hypotheses per source."""
+        ...
+
+    def decode(self, tokens: Tensor, encoded: Any = None, *, state: Any = None) -> Tensor:
+        """Next-token scores whose log-softmax is the model's log-probability.  [N, T] -> [N, T, V]"""
+        ...

@@ -1,0 +1,151 @@
+"""Scoring given pairs: the log-probability a model, or an ensemble, gives each target.
+
+For reranking and filtering (fairseq's ``--score-reference``, ``marian-scorer``,
+``sockeye-score``): ``log P(y EOS | x)`` by teacher forcing, the sum of what beam search
+would add up along ``y`` (the same log-softmax over the whole vocabulary, the same
+ensemble combination), so a hypothesis scores here what the search reported for it.
+
+Shapes: B pairs, S source length, T target length (with BOS in, with EOS out), V vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from seqtrans.data import pad_batch, source_ids, target_ids, too_long
+from seqtrans.decoding.generate import length_batches
+from seqtrans.decoding.search import length_penalty
+from seqtrans.ensemble import Ensemble
+from seqtrans.errors import DataError, UsageError
+from seqtrans.kernels import autocast
+from seqtrans.model import Transformer
+from seqtrans.pipeline import Loaded
+from seqtrans.tasks.protocol import TargetParsing
+from seqtrans.vocab import BOS, EOS, PAD
+
+
+@dataclass(frozen=True)
+class PairScore:
+    """The log-probability of one target given its source."""
+
+    log_prob: float  # log P(y EOS | x)
+    tokens: int  # target tokens, the end symbol included
+
+    @property
+    def per_token(self) -> float:
+        return self.log_prob / self.tokens
+
+    def normalized(self, alpha: float) -> float:
+        """The score beam search ranks by: log_prob / lp(|y| + 1) (GNMT's length penalty)."""
+        return float(self.log_prob / length_penalty(float(self.tokens), alpha))
+
+
+@torch.inference_mode()
+def score_ids(model: Transformer | Ensemble, sources: Sequence[list[int]], targets: Sequence[list[int]], *,
+              batch_tokens: int, device: torch.device, precision: str = "fp32",
+              progress: bool = False) -> list[PairScore]:
+    """The score of every pair (source ids ending in EOS, target ids without BOS or EOS),
+    in input order; pairs are batched by similar length, at most ``batch_tokens`` padded
+    tokens a side."""
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources and {len(targets)} targets")
+    model.eval()
+    results: list[PairScore | None] = [None] * len(sources)
+    lengths = [max(len(s), len(t) + 1) for s, t in zip(sources, targets)]
+    bar = tqdm(total=len(sources), desc="score", unit="pair", disable=not progress, leave=False)
+    for idx in length_batches(lengths, batch_tokens):
+        src = pad_batch([sources[i] for i in idx]).to(device)  # [B, S]
+        tgt = [targets[i] for i in idx]
+        tgt_in = pad_batch(tgt, before=BOS).to(device)  # [B, T]
+        tgt_out = pad_batch(tgt, after=EOS).to(device)  # [B, T]
+        with autocast(device, precision):
+            logits = model(src, tgt_in)  # [B, T, V]
+        log_probs = F.log_softmax(logits.float(), dim=-1)
+        picked = log_probs.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1)  # [B, T]
+        totals = picked.masked_fill(tgt_out.eq(PAD), 0.0).sum(dim=1)  # [B]
+        for i, total in zip(idx, totals.tolist()):
+            results[i] = PairScore(total, len(targets[i]) + 1)
+        bar.update(len(idx))
+    bar.close()
+    return [r for r in results if r is not None]
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file, without line ends (a byte-order mark ignored);
+    invalid UTF-8 is a :class:`DataError` naming the line."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    lines = raw.removeprefix(b"\xef\xbb\xbf").split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    for number, line in enumerate(lines, 1):
+        try:
+            out.append(line.decode("utf-8").removesuffix("\r"))
+        except UnicodeDecodeError as exc:
+            raise DataError(path, number, f"invalid UTF-8 at byte {exc.start + 1} of the line") from None
+    return out
+
+
+def read_pairs(loaded: Loaded, src_path: str | Path,
+               tgt_path: str | Path) -> tuple[list[list[int]], list[list[int]]]:
+    """The ids of the line pairs of two files, through the task's codec. Files of
+    different lengths, an empty line, a target the task cannot read, or a pair longer
+    than a model's learned positions are a :class:`DataError` naming file and line."""
+    task, codec = loaded.task, loaded.codec
+    if not isinstance(task, TargetParsing):
+        raise UsageError(f"task '{loaded.config.task}' cannot read targets from text (it has no "
+                         "parse_target), so its pairs cannot be scored")
+    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
+    if len(src_lines) != len(tgt_lines):
+        shorter, longer = sorted([(len(src_lines), str(src_path)), (len(tgt_lines), str(tgt_path))])
+        raise DataError(longer[1], shorter[0] + 1, f"{longer[1]} has {longer[0]} lines, {shorter[1]} has "
+                        f"{shorter[0]}: every source line needs its target line")
+    sources, targets = [], []
+    for number, (src_line, tgt_line) in enumerate(zip(src_lines, tgt_lines), 1):
+        for path, line in ((src_path, src_line), (tgt_path, tgt_line)):
+            if not line.strip():
+                raise DataError(path, number, "empty line: every line must hold a source or a target")
+        source = task.parse_source(src_line)
+        try:
+            target = task.parse_target(tgt_line)
+        except DataError as exc:
+            raise DataError(tgt_path, number, exc.problem) from None
+        src_ids, tgt_ids = source_ids(codec, source), target_ids(codec, target)
+        for model in loaded.models:
+            problem = too_long(model.config, codec, source)
+            if problem is not None:
+                raise DataError(src_path, number, problem)
+            c = model.config
+            if c.positions == "learned" and len(tgt_ids) + 1 > c.max_positions:
+                raise DataError(tgt_path, number, f"{len(tgt_ids) + 1} target tokens (with the start "
+                                f"symbol), more than the {c.max_positions} positions the model learned "
+                                "(model.max_positions)")
+        sources.append(src_ids)
+        targets.append(tgt_ids)
+    return sources, targets
+
+
+def score_files(loaded: Loaded, src_path: str | Path, tgt_path: str | Path, *,
+                progress: bool = False) -> list[PairScore]:
+    """The scores of the line pairs of two files, in input order, by the loaded model or
+    ensemble, batched by ``decode.batch_tokens`` at ``decode.precision``."""
+    sources, targets = read_pairs(loaded, src_path, tgt_path)
+    decode = loaded.config.decode
+    return score_ids(loaded.searcher, sources, targets, batch_tokens=decode.batch_tokens,
+                     device=loaded.device, precision=decode.precision, progress=progress)
+
+
+def format_score(score: PairScore, *, alpha: float | None = None) -> str:
+    """``total<TAB>per-token<TAB>tokens``; with ``alpha``, the first column is the
+    length-normalised score instead."""
+    first = score.log_prob if alpha is None else score.normalized(alpha)
+    return f"{first:.6f}\t{score.per_token:.6f}\t{score.tokens}"
