@@ -15,6 +15,7 @@ from seqtrans.decoding.constraints import Constraint
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.kernels import autocast
 from seqtrans.model import Transformer
+from seqtrans.quantize import quantized
 
 ConstraintFactory = Callable[[list[int]], "Constraint | None"]
 
@@ -51,6 +52,8 @@ def generate(model: Transformer, sources: Sequence[list[int]], config: DecodeCon
     (its ``rows`` are positions in that list). ``position_limit`` caps output lengths
     (learned positions).
     """
+    if config.precision == "int8":
+        model = quantized(model)
     results: list[list[Hypothesis]] = [[] for _ in sources]
     bar = tqdm(total=len(sources), desc="decode", unit="sent", disable=not progress, leave=False)
     for idx in length_batches([len(s) for s in sources], config.batch_tokens):
