@@ -27,10 +27,12 @@ def test_rows_quantize_by_their_largest_magnitude_with_ties_to_even() -> None:
     assert scale.view(-1).tolist() == [1.0, 2.0, 1.0]
 
 
-def test_int8_linear_equals_hand_computed_quantize_matmul_dequantize() -> None:
+@pytest.mark.parametrize("unsigned", [False, True])
+def test_int8_linear_equals_hand_computed_quantize_matmul_dequantize(unsigned: bool) -> None:
     # W rows: scale 1 -> [127, -1]; scale 2 -> [127, -2] (-1.5 ties to even)
     # x rows: scale 1 -> [127, 10]; scale 0.5 -> [-127, 0]
-    layer = Int8Linear(torch.tensor([[127.0, -1.0], [254.0, -3.0]]), torch.tensor([0.25, -1.0]))
+    layer = Int8Linear(torch.tensor([[127.0, -1.0], [254.0, -3.0]]), torch.tensor([0.25, -1.0]),
+                       unsigned=unsigned)
     assert layer.qweight.tolist() == [[127, -1], [127, -2]]
     y = layer(torch.tensor([[127.0, 10.0], [-63.5, 0.1]]))
     expected = [[(127 * 127 - 10) * 1 * 1 + 0.25, (127 * 127 - 20) * 1 * 2 - 1.0],
@@ -45,6 +47,8 @@ def test_int8_linear_matches_an_integer_reference_and_stays_within_its_error_bou
     layer = Int8Linear(w, b)
     y = layer(x)  # [2, 5, 48]
     assert y.shape == (2, 5, 48)
+    # unsigned activations with the compensation give the very same numbers
+    assert torch.equal(Int8Linear(w, b, unsigned=not layer.unsigned)(x), y)
     # the integer product is exact: the same as int64 arithmetic
     xq, xs = quantize_rows(x.reshape(10, 256))
     exact = (xq.long() @ layer.qweight.long().t()).double() * xs.double() * layer.scale.double() + b.double()
