@@ -9,6 +9,8 @@ int32 (``torch._int_mm``: VNNI instructions on x86 CPUs that have them). Where t
 processor has AVX-512 VNNI but no AMX, the activations go in as unsigned bytes
 ``x_q + 128`` (VNNI multiplies unsigned by signed bytes) and ``128 * sum_k W_q[o, k]`` is
 subtracted: the same integers either way, so the choice never changes a result.
+The CPU kernel takes any sizes (on CUDA it wants multiples of 8, and int8 decoding is
+CPU-only), so nothing is padded.
 
 :func:`quantized` makes a decoding copy of a model; the model itself is left as it is.
 

@@ -62,6 +62,18 @@ def test_int8_linear_matches_an_integer_reference_and_stays_within_its_error_bou
     assert error.norm() < 0.02 * F.linear(x2, w).norm()
 
 
+@pytest.mark.parametrize("unsigned", [False, True])
+@pytest.mark.parametrize("rows", [0, 1, 3])
+def test_int8_linear_takes_any_shape_on_the_cpu(rows: int, unsigned: bool) -> None:
+    # torch._int_mm on CUDA wants sizes in multiples of 8; the CPU kernel takes any
+    g = torch.Generator().manual_seed(rows)
+    w, x = torch.randn(9, 7, generator=g), torch.randn(rows, 7, generator=g)
+    layer = Int8Linear(w, unsigned=unsigned)
+    xq, xs = quantize_rows(x)
+    expected = (xq.long() @ layer.qweight.long().t()).double() * xs.double() * layer.scale.double()
+    torch.testing.assert_close(layer(x).double(), expected, rtol=1e-6, atol=1e-6)
+
+
 def test_the_decoding_copy_leaves_the_model_and_its_tensors_alone() -> None:
     model = tiny_model(vocab=11, seed=1).train()
     before = {k: v.clone() for k, v in model.state_dict().items()}
