@@ -5,6 +5,7 @@ random weights, decode the same source batch, and produce exactly ``--out-len`` 
 per output (minimum = maximum length), so they do the same work. Prints target tokens
 per second of each and the ratios, and each system's model FLOP/s as a fraction of the
 machine's fp32 (and bf16) matrix-multiply peak; writes JSON under benchmarks/results/.
+``--precision`` also times seqtrans in other ``decode.precision`` settings (int8 on CPU).
 
 CTranslate2 decodes the seqtrans model itself, exported by ``seqtrans.export`` (so the
 weights are the same), with ``intra_threads`` = torch's threads, in each compute type of
@@ -12,6 +13,7 @@ weights are the same), with ``intra_threads`` = torch's threads, in each compute
 
     python benchmarks/decode_speed.py                 # all cases, CPU or CUDA
     python benchmarks/decode_speed.py --cases base-beam4-b32 --repeats 5
+    python benchmarks/decode_speed.py --no-peer --precision fp32,int8,bf16
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from seqtrans.config import ModelConfig  # noqa: E402
 from seqtrans.decoding import beam_search, greedy_search  # noqa: E402
 from seqtrans.export import export_ctranslate2  # noqa: E402
 from seqtrans.model import Transformer  # noqa: E402
+from seqtrans.quantize import quantized  # noqa: E402
 from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies  # noqa: E402
 
 SHAPES = {
@@ -158,13 +161,16 @@ def model_flops(shape: dict[str, int], src: torch.Tensor, beam: int, out_len: in
 
 
 def seqtrans_decoder(case: Case, device: torch.device, src: torch.Tensor,
-                     out_len: int, *, bf16: bool = False) -> Callable[[], None]:
-    """Decoding of ``src`` by a fresh seqtrans model, exactly ``out_len`` tokens each."""
+                     out_len: int, *, precision: str = "fp32") -> Callable[[], None]:
+    """Decoding of ``src`` by a fresh seqtrans model, exactly ``out_len`` tokens each, in a
+    ``decode.precision`` setting (the int8 copy is made once, outside the timing)."""
     model = seqtrans_model(SHAPES[case.shape], device)
+    if precision == "int8":
+        model = quantized(model)
     max_len = torch.full((src.size(0),), out_len)
 
     def decode() -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
             search()
 
     def search() -> None:
@@ -193,7 +199,7 @@ def bound_seconds(shape: dict[str, int], flops: float, out_len: int, *, peak: fl
 
 def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, peer: bool,
              bf16: bool, peak32: float, bandwidth: float,
-             ct2: CTranslate2Models | None = None) -> dict[str, Any]:
+             ct2: CTranslate2Models | None = None, precisions: tuple[str, ...] = ()) -> dict[str, Any]:
     shape = SHAPES[case.shape]
     src = sources(case.batch, shape["vocab"]).to(device)
     flops = model_flops(shape, src, case.beam, out_len)
@@ -209,8 +215,16 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
     row["seqtrans_of_bound"] = row["seqtrans_tok_s"] / row["bound_tok_s"]
     row["seqtrans_mfu_fp32"] = flops / seconds / peak32
     if bf16:
-        seconds = timed(seqtrans_decoder(case, device, src, out_len, bf16=True), device, repeats=repeats)
+        seconds = timed(seqtrans_decoder(case, device, src, out_len, precision="bf16"), device,
+                        repeats=repeats)
         row["seqtrans_bf16_tok_s"] = out_tokens / seconds
+    for precision in precisions:  # beyond fp32 and bf16
+        seconds = timed(seqtrans_decoder(case, device, src, out_len, precision=precision), device,
+                        repeats=repeats)
+        row[f"seqtrans_{precision}_tok_s"] = out_tokens / seconds
+    for precision in ("bf16", *precisions):
+        if f"seqtrans_{precision}_tok_s" in row:
+            row[f"seqtrans_{precision}_of_fp32"] = row[f"seqtrans_{precision}_tok_s"] / row["seqtrans_tok_s"]
     if peer:
         hf = marian_model(shape, device)
         mask = src.ne(PAD).long()
@@ -256,12 +270,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bf16", choices=["auto", "yes", "no"], default="auto",
                         help="Also time seqtrans under bf16 autocast: yes, no, or auto (when the "
                         "machine's bf16 matmul peak is above its fp32 peak).")
+    parser.add_argument("--precision", default="fp32",
+                        help="Comma-separated decode.precision settings to time seqtrans in, of "
+                        "fp32, bf16, int8 (int8: CPU only). fp32 is always timed (the columns "
+                        "above); bf16 here is --bf16 yes.")
     args = parser.parse_args(argv)
+    chosen = [p for p in args.precision.split(",") if p]
+    unknown = sorted(set(chosen) - {"fp32", "bf16", "int8"})
+    if unknown:
+        parser.error(f"--precision: unknown {', '.join(unknown)} (fp32, bf16, int8)")
+    precisions = tuple(p for p in dict.fromkeys(chosen) if p not in ("fp32", "bf16"))
     device = pick_device(args.device)
     torch.set_grad_enabled(False)
     peak32 = gemm_peak(device, torch.float32)
     peak16 = gemm_peak(device, torch.bfloat16)
-    bf16 = args.bf16 == "yes" or (args.bf16 == "auto" and peak16 > peak32)
+    bf16 = args.bf16 == "yes" or (args.bf16 == "auto" and peak16 > peak32) or "bf16" in chosen
     bandwidth = memory_bandwidth(device)
     print(f"device: {device_name(device)}; memory read bandwidth {bandwidth / 1e9:.1f} GB/s")
     print(f"matmul peak: fp32 {peak32 / 1e12:.3f} TFLOP/s, bf16 {peak16 / 1e12:.3f} TFLOP/s"
@@ -284,13 +307,14 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.cases:
         row = run_case(by_name[name], device, out_len=args.out_len, repeats=args.repeats,
                        peer=not args.no_peer, bf16=bf16, peak32=peak32,
-                       bandwidth=bandwidth, ct2=ct2)
+                       bandwidth=bandwidth, ct2=ct2, precisions=precisions)
         rows.append(row)
         print(f"{name:<22}{row['seqtrans_tok_s']:>15.1f}{row.get('hf_tok_s', float('nan')):>11.1f}"
               f"{row.get('ratio', float('nan')):>8.2f}{row['seqtrans_mfu_fp32']:>10.1%}"
               f"{row.get('hf_mfu_fp32', float('nan')):>8.1%}{row['bound_tok_s']:>13.1f}"
               f"{row['seqtrans_of_bound']:>12.1%}"
-              + (f"   bf16 {row['seqtrans_bf16_tok_s']:.1f} tok/s" if "seqtrans_bf16_tok_s" in row else ""),
+              + "".join(f"   {p} {row[f'seqtrans_{p}_tok_s']:.1f} tok/s ({row[f'seqtrans_{p}_of_fp32']:.2f}x)"
+                        for p in ("bf16", *precisions) if f"seqtrans_{p}_tok_s" in row),
               flush=True)
         if ct2 is not None:
             print(f"{'':<22}CTranslate2: " + ", ".join(

@@ -227,6 +227,8 @@ class Transformer(nn.Module):
             self.output = nn.Linear(c.d_model, target_vocab_size, bias=False)
             nn.init.normal_(self.output.weight, std=c.d_model**-0.5)
         self.cursor = SourceCursor(c.d_model, walk) if c.source_cursor and walk is not None else None
+        # a decoding-only replacement of ``x @ output_weight.T`` (seqtrans.quantize); never trained
+        self.projection: nn.Module | None = None
 
     @property
     def encoder_layers(self) -> list[EncoderLayer]:
@@ -317,6 +319,8 @@ class Transformer(nn.Module):
         hypothesis after those already in the state, which is updated in place.
         """
         hidden = self.decode_hidden(tokens, encoded, state=state)  # [N, T, D]
+        if self.projection is not None:
+            return cast(Tensor, self.projection(hidden))
         return output_projection(hidden, self.output_weight)
 
     def decode_hidden(self, tokens: Tensor, encoded: Encoded | None = None, *,

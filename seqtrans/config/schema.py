@@ -269,7 +269,9 @@ class DecodeConfig:
         "with the prefix 'unconstrained_'."
     )
     precision: str = option(
-        "fp32", "fp32, or bf16: decode under bfloat16 autocast (for CUDA and CPUs with AMX); scores "
+        "fp32", "fp32; bf16: decode under bfloat16 autocast (for CUDA and CPUs with AMX); int8 (CPU "
+        "only): int8 weights in every linear layer and the output projection, activations quantized "
+        "per row as they come, integer products (fastest on CPUs with AVX-512 VNNI or AMX). Scores "
         "are accumulated in fp32."
     )
 
@@ -282,11 +284,13 @@ class DecodeConfig:
         for key in ("alpha", "max_len_a", "max_len_b", "min_len"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"decode.{key}", f"must not be negative, got {getattr(self, key)}")
-        _check_precision("decode.precision", self.precision)
+        _check_precision("decode.precision", self.precision, DECODE_PRECISIONS)
 
 
-#: Values of ``decode.precision`` and ``train.precision``.
+#: Precisions that both training and decoding take.
 PRECISIONS = ("fp32", "bf16")
+#: Values of ``decode.precision``: int8 is for decoding only.
+DECODE_PRECISIONS = (*PRECISIONS, "int8")
 TRAIN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 

@@ -14,7 +14,10 @@ from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.constraints import Constraint
 from seqtrans.decoding.protocol import SearchModel
 from seqtrans.decoding.search import Hypothesis
+from seqtrans.ensemble import Ensemble
 from seqtrans.kernels import autocast
+from seqtrans.model import Transformer
+from seqtrans.quantize import quantized
 
 ConstraintFactory = Callable[[list[int]], "Constraint | None"]
 
@@ -42,6 +45,15 @@ def length_batches(lengths: Sequence[int], max_tokens: int) -> Iterator[list[int
         yield batch
 
 
+def _quantized(model: SearchModel) -> SearchModel:
+    """The int8 decoding copy of a model, or of every member of an ensemble."""
+    if isinstance(model, Ensemble):
+        return Ensemble([quantized(m) for m in model.models], model.weights)
+    if not isinstance(model, Transformer):
+        raise TypeError(f"int8 decoding needs a Transformer or an Ensemble, not {type(model).__name__}")
+    return quantized(model)
+
+
 def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeConfig, *,
              device: torch.device, constraints: ConstraintFactory | None = None,
              position_limit: int | None = None, progress: bool = False) -> list[list[Hypothesis]]:
@@ -51,6 +63,8 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
     (its ``rows`` are positions in that list). ``position_limit`` caps output lengths
     (learned positions).
     """
+    if config.precision == "int8":
+        model = _quantized(model)
     results: list[list[Hypothesis]] = [[] for _ in sources]
     bar = tqdm(total=len(sources), desc="decode", unit="sent", disable=not progress, leave=False)
     for idx in length_batches([len(s) for s in sources], config.batch_tokens):

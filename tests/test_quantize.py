@@ -1,0 +1,167 @@
+"""int8 decoding: hand-computed quantization, the error bound of the integer product,
+a decoding copy that leaves the model alone, and decoding close to fp32."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from conftest import tiny_model
+from seqtrans.config import DecodeConfig
+from seqtrans.data import pad_batch
+from seqtrans.decoding.beam import beam_search, greedy_search
+from seqtrans.decoding.generate import generate
+from seqtrans.ensemble import Ensemble
+from seqtrans.errors import ConfigError
+from seqtrans.quantize import Int8Linear, quantize_rows, quantized
+from seqtrans.vocab import EOS
+
+
+def test_rows_quantize_by_their_largest_magnitude_with_ties_to_even() -> None:
+    # scales 1, 2 and (a row of zeros) 1: exact in binary, so the ties are real ties
+    x = torch.tensor([[127.0, -50.4, 3.6, 0.0], [-254.0, 100.0, 1.0, 3.0], [0.0, 0.0, 0.0, 0.0]])
+    q, scale = quantize_rows(x)
+    assert q.dtype == torch.int8
+    assert q.tolist() == [[127, -50, 4, 0], [-127, 50, 0, 2], [0, 0, 0, 0]]
+    assert scale.view(-1).tolist() == [1.0, 2.0, 1.0]
+
+
+@pytest.mark.parametrize("unsigned", [False, True])
+def test_int8_linear_equals_hand_computed_quantize_matmul_dequantize(unsigned: bool) -> None:
+    # W rows: scale 1 -> [127, -1]; scale 2 -> [127, -2] (-1.5 ties to even)
+    # x rows: scale 1 -> [127, 10]; scale 0.5 -> [-127, 0]
+    layer = Int8Linear(torch.tensor([[127.0, -1.0], [254.0, -3.0]]), torch.tensor([0.25, -1.0]),
+                       unsigned=unsigned)
+    assert layer.qweight.tolist() == [[127, -1], [127, -2]]
+    y = layer(torch.tensor([[127.0, 10.0], [-63.5, 0.1]]))
+    expected = [[(127 * 127 - 10) * 1 * 1 + 0.25, (127 * 127 - 20) * 1 * 2 - 1.0],
+                [-127 * 127 * 0.5 * 1 + 0.25, -127 * 127 * 0.5 * 2 - 1.0]]
+    assert y.tolist() == expected
+
+
+def test_int8_linear_matches_an_integer_reference_and_stays_within_its_error_bound() -> None:
+    g = torch.Generator().manual_seed(0)
+    w, b = torch.randn(48, 256, generator=g), torch.randn(48, generator=g)
+    x = torch.randn(2, 5, 256, generator=g) * torch.linspace(0.01, 10, 5)[:, None]  # rows of any size
+    layer = Int8Linear(w, b)
+    y = layer(x)  # [2, 5, 48]
+    assert y.shape == (2, 5, 48)
+    # unsigned activations with the compensation give the very same numbers
+    assert torch.equal(Int8Linear(w, b, unsigned=not layer.unsigned)(x), y)
+    # the integer product is exact: the same as int64 arithmetic
+    xq, xs = quantize_rows(x.reshape(10, 256))
+    exact = (xq.long() @ layer.qweight.long().t()).double() * xs.double() * layer.scale.double() + b.double()
+    torch.testing.assert_close(y.reshape(10, 48).double(), exact, rtol=1e-6, atol=1e-5)
+    # against fp32: each factor is off by at most half its scale per element
+    x2 = x.reshape(10, 256)
+    bound = (0.5 * layer.scale * x2.abs().sum(1, keepdim=True) + 0.5 * xs * w.abs().sum(1)
+             + 0.25 * xs * layer.scale * 256)  # [10, 48]
+    error = (y.reshape(10, 48) - F.linear(x2, w, b)).abs()
+    assert (error <= bound * 1.001 + 1e-5).all()
+    assert error.norm() < 0.02 * F.linear(x2, w).norm()
+
+
+@pytest.mark.parametrize("unsigned", [False, True])
+@pytest.mark.parametrize("rows", [0, 1, 3])
+def test_int8_linear_takes_any_shape_on_the_cpu(rows: int, unsigned: bool) -> None:
+    # torch._int_mm on CUDA wants sizes in multiples of 8; the CPU kernel takes any
+    g = torch.Generator().manual_seed(rows)
+    w, x = torch.randn(9, 7, generator=g), torch.randn(rows, 7, generator=g)
+    layer = Int8Linear(w, unsigned=unsigned)
+    xq, xs = quantize_rows(x)
+    expected = (xq.long() @ layer.qweight.long().t()).double() * xs.double() * layer.scale.double()
+    torch.testing.assert_close(layer(x).double(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_the_decoding_copy_leaves_the_model_and_its_tensors_alone() -> None:
+    model = tiny_model(vocab=11, seed=1).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    twin = quantized(model)
+    assert model.training and not twin.training and model.projection is None
+    assert not any(isinstance(m, Int8Linear) for m in model.modules())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    linears = [m for m in twin.modules() if isinstance(m, Int8Linear)]
+    assert linears and not any(type(m) is nn.Linear for m in twin.modules())
+    # tied embeddings: the projection quantizes the embedding matrix, the lookup stays fp32
+    assert isinstance(twin.projection, Int8Linear)
+    assert twin.projection.weight is model.target_embed.weight
+    assert twin.target_embed.weight is model.target_embed.weight
+    src = pad_batch([[4, 5, 6, EOS], [7, EOS]])
+    with torch.no_grad():
+        torch.testing.assert_close(twin.encode(src).memory, model.encode(src).memory, rtol=0.1, atol=0.1)
+
+
+def test_an_untied_output_layer_is_quantized_as_the_projection() -> None:
+    model = tiny_model(vocab=11, seed=2, tie_output=False)
+    twin = quantized(model)
+    assert model.output is not None and isinstance(twin.projection, Int8Linear)
+    assert twin.projection.weight is model.output.weight
+
+
+def test_int8_decoding_is_close_to_fp32() -> None:
+    """Random tiny models say much the same thing for every source, so the test asks more of
+    the scores than of the outputs: teacher-forced log-probabilities within 0.15, greedy
+    outputs the same for most sources, and scores of equal outputs within 0.2."""
+    g = torch.Generator().manual_seed(0)
+    sources = [torch.randint(4, 40, (int(n),), generator=g).tolist() + [EOS]
+               for n in torch.randint(3, 9, (20,), generator=g)]
+    src = pad_batch(sources)
+    for seed in (0, 1):
+        model = tiny_model(vocab=40, seed=seed, d_model=32, d_ff=64)
+        twin = quantized(model)
+        with torch.no_grad():
+            tgt = src[:, :6]
+            diff = model(src, tgt).log_softmax(-1) - twin(src, tgt).log_softmax(-1)
+        assert diff.abs().max() < 0.15
+        max_len = torch.full((20,), 8)
+        for beam in (1, 4):
+            if beam == 1:
+                ours = greedy_search(model, src, max_len=max_len)
+                theirs = greedy_search(twin, src, max_len=max_len)
+            else:
+                ours = beam_search(model, src, beam=beam, alpha=0.6, max_len=max_len)
+                theirs = beam_search(twin, src, beam=beam, alpha=0.6, max_len=max_len)
+            same = [(a[0], b[0]) for a, b in zip(ours, theirs) if a[0].tokens == b[0].tokens]
+            assert len(same) >= 17
+            assert all(abs(a.score - b.score) < 0.2 for a, b in same)
+
+
+def test_generate_with_int8_decodes_with_the_quantized_copy() -> None:
+    model = tiny_model(vocab=11, seed=1)
+    sources = [[4, 5, 6, 7, 8, 9, EOS], [9, 8, 7, EOS]]
+    config = DecodeConfig(beam=3, max_len_b=4, precision="int8")
+    out = generate(model, sources, config, device=torch.device("cpu"))
+    twin = quantized(model)
+    for src, hyps in zip(sources, out):
+        single = beam_search(twin, pad_batch([src]), beam=3, alpha=config.alpha,
+                             max_len=torch.tensor([len(src) - 1 + 4]))[0]
+        assert [(h.tokens, h.score) for h in hyps] == [(h.tokens, h.score) for h in single]
+
+
+def test_generate_with_int8_quantizes_every_member_of_an_ensemble() -> None:
+    members = [tiny_model(vocab=11, seed=s) for s in (1, 2)]
+    sources = [[4, 5, 6, 7, 8, 9, EOS], [9, 8, 7, EOS]]
+    config = DecodeConfig(beam=3, max_len_b=4, precision="int8")
+    out = generate(Ensemble(members, [1.0, 3.0]), sources, config, device=torch.device("cpu"))
+    twin = Ensemble([quantized(m) for m in members], [1.0, 3.0])
+    for src, hyps in zip(sources, out):
+        single = beam_search(twin, pad_batch([src]), beam=3, alpha=config.alpha,
+                             max_len=torch.tensor([len(src) - 1 + 4]))[0]
+        assert [(h.tokens, h.score) for h in hyps] == [(h.tokens, h.score) for h in single]
+    assert all(isinstance(m.decoder_layers[0].ffn.inner, nn.Linear) for m in members)  # left alone
+
+
+def test_int8_off_the_cpu_and_unknown_precisions_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="decode.precision.*fp32, bf16, int8.*'int4'"):
+        DecodeConfig(precision="int4")
+    with pytest.raises(ConfigError, match="decode.precision.*CPU only"):
+        quantized(tiny_model().to("meta"))
+
+
+@pytest.mark.gpu
+def test_int8_on_cuda_is_a_config_error() -> None:
+    model = tiny_model().cuda()
+    with pytest.raises(ConfigError, match="CPU only"):
+        generate(model, [[4, 5, EOS]], DecodeConfig(precision="int8"), device=torch.device("cuda"))
