@@ -72,11 +72,18 @@ class SourceCursor(nn.Module):
         if before is not None:
             consumed = consumed + before.unsqueeze(1)
         n, b = tokens.size(0), units.size(0)
-        rows = units.repeat_interleave(n // b, dim=0) if n != b else units  # [N, U+1, D]
         index = consumed.clamp(max=units.size(1) - 1)  # [N, T]
+        if n != b:
+            # K hypotheses per sentence (search, no gradient): pick each row's unit from its
+            # sentence's units, without copying them K times at every step
+            u, d = units.size(1), units.size(2)
+            sentence = torch.arange(n, device=tokens.device) // (n // b)  # [N]
+            flat = (sentence.unsqueeze(1) * u + index).flatten()  # [N*T] into [B*(U+1)]
+            seen = units.reshape(b * u, d).index_select(0, flat).view(n, -1, d)  # [N, T, D]
+            return seen, consumed[:, -1]
         # a gather, whose gradient (a scatter-add along one axis) sums in the same order in
         # every run; advanced indexing's gradient on the CPU does not
-        seen = rows.gather(1, index.unsqueeze(-1).expand(-1, -1, units.size(-1)))  # [N, T, D]
+        seen = units.gather(1, index.unsqueeze(-1).expand(-1, -1, units.size(-1)))  # [N, T, D]
         return seen, consumed[:, -1]
 
     def step(self, tokens: Tensor, state: CursorState) -> Tensor:

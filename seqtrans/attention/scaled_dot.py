@@ -66,8 +66,13 @@ class KVCache:
             self.k[:, :, :used] = self.k[:, :, :used].index_select(0, rows)
             self.v[:, :, :used] = self.v[:, :, :used].index_select(0, rows)
         else:
-            self.k = self.k.index_select(0, rows)
-            self.v = self.v.index_select(0, rows)
+            # fewer hypotheses (sentences finished): copy only the positions in use
+            n, h, capacity, d = self.k.shape
+            k = self.k.new_empty(rows.numel(), h, capacity, d)
+            v = self.v.new_empty(rows.numel(), h, capacity, d)
+            k[:, :, :used] = self.k[:, :, :used].index_select(0, rows)
+            v[:, :, :used] = self.v[:, :, :used].index_select(0, rows)
+            self.k, self.v = k, v
 
 
 class SelfAttention(nn.Module):

@@ -10,9 +10,10 @@ L longest output allowed.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from seqtrans.decoding.constraints import Constraint, apply_constraint
+from seqtrans.decoding.constraints import Constraint, ConstraintState, mask_disallowed, start_constraint
 from seqtrans.decoding.protocol import SearchModel, SearchState
 from seqtrans.decoding.search import (
     NEG_INF,
@@ -28,17 +29,19 @@ from seqtrans.decoding.search import (
 from seqtrans.vocab import BOS, EOS, PAD
 
 
-def _extended_scores(model: SearchModel, history: Tensor, step: int, state: SearchState, *,
-                     prefix: Tensor, max_len: Tensor, min_len: int, rows: Tensor,
-                     constraint: Constraint | None) -> Tensor:
-    """``prefix`` [N] plus the log-probability of each next token of each hypothesis,
-    -inf where the token is not allowed.  -> [N, V] (float32)"""
-    logits = model.decode(history[:, step : step + 1], state=state)[:, -1]  # [N, V]
+def _extended_scores(model: SearchModel, last: Tensor, step: int, state: SearchState, *,
+                     prefix: Tensor, limit: Tensor, min_len: int,
+                     constraint: ConstraintState | None) -> Tensor:
+    """``prefix`` [N] plus the log-probability of each next token of each hypothesis
+    after its ``last`` token [N, 1], -inf where the token is not allowed; ``limit`` [N]:
+    the most tokens each may have before its end symbol.  -> [N, V] (float32)"""
+    logits = model.decode(last, state=state)[:, -1]  # [N, V]
     log_probs = extend(logits, prefix)
-    remaining = max_len[rows] - step  # tokens still allowed before the end symbol
+    remaining = limit - step  # tokens still allowed before the end symbol
     log_probs = mask_log_probs(log_probs, force_eos=remaining <= 0, forbid_eos=step < min_len)
-    return apply_constraint(log_probs, constraint, history[:, 1 : step + 1], rows=rows,
-                            remaining=remaining + 1)
+    if constraint is None:
+        return log_probs
+    return mask_disallowed(log_probs, constraint.allowed(remaining=remaining + 1), by=constraint)
 
 
 @torch.inference_mode()
@@ -57,21 +60,24 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     max_len = max_len.to(device)
     longest = int(max_len.max())
     state = model.start(model.encode(src), beam=k, capacity=longest + 1)
-    history = torch.full((b0 * k, longest + 2), PAD, dtype=torch.long, device=device)  # [N, L+2]
-    history[:, 0] = BOS
+    sent_of_row = torch.arange(b0, device=device).repeat_interleave(k)  # [N]
+    limit = max_len[sent_of_row]  # [N]
+    constrained = start_constraint(constraint, sent_of_row) if constraint is not None else None
+    # the tokens so far, BOS first; it grows by one column a step, so that following the
+    # beam copies only the prefixes, not room for the longest output
+    history = torch.full((b0 * k, 1), BOS, dtype=torch.long, device=device)  # [N, t+1]
     scores = torch.full((b0, k), NEG_INF, device=device)  # [B, K]
     scores[:, 0] = 0.0  # one live hypothesis per sentence at the start
     kept = torch.full((b0, nbest), NEG_INF, device=device)  # [B, M] normalised scores
     kept_raw = torch.full((b0, nbest), NEG_INF, device=device)  # [B, M] log-probs
-    kept_tokens = torch.full((b0, nbest, longest + 1), PAD, dtype=torch.long, device=device)
+    kept_tokens = torch.full((b0, nbest, 0), PAD, dtype=torch.long, device=device)  # [B, M, t]
     active = torch.arange(b0, device=device)  # original index of each sentence still decoding
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
 
     for step in range(longest + 1):
         b = active.numel()
-        sent_of_row = active.repeat_interleave(k)  # [N]
-        total = _extended_scores(model, history, step, state, prefix=scores.view(-1), max_len=max_len,
-                                 min_len=min_len, rows=sent_of_row, constraint=constraint)
+        total = _extended_scores(model, history[:, -1:], step, state, prefix=scores.view(-1), limit=limit,
+                                 min_len=min_len, constraint=constrained)
         cand, src_beam, token = top_candidates(total.view(b, k, -1))  # [B, C]
         ends, go_on = split_finished(cand, token, k)
 
@@ -83,18 +89,17 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
         new_idx = (pick - nbest).clamp(min=0)
         old_idx = pick.clamp(max=nbest - 1)
         kept_raw = torch.where(from_new, cand.gather(1, new_idx), kept_raw.gather(1, old_idx))
-        new_tok = history[rows_c.gather(1, new_idx).flatten()].view(b, nbest, -1)  # [B, M, L+2]
-        new_tok = new_tok[:, :, 1:].clone()  # drop BOS -> [B, M, L+1]
-        new_tok[:, :, step] = EOS
-        old_tok = kept_tokens.gather(1, old_idx.unsqueeze(-1).expand_as(kept_tokens))
+        new_tok = history[rows_c.gather(1, new_idx).flatten(), 1:].view(b, nbest, step)  # [B, M, t] no BOS
+        new_tok = F.pad(new_tok, (0, 1), value=EOS)  # [B, M, t+1]
+        old_tok = F.pad(kept_tokens, (0, 1), value=PAD)  # [B, M, t+1]
+        old_tok = old_tok.gather(1, old_idx.unsqueeze(-1).expand_as(old_tok))
         kept_tokens = torch.where(from_new.unsqueeze(-1), new_tok, old_tok)
 
         # live: the K best candidates that go on
         scores = cand.gather(1, go_on)  # [B, K]
         scores = scores.masked_fill(ends.gather(1, go_on), NEG_INF)
         rows = rows_c.gather(1, go_on)  # [B, K]
-        history = history[rows.flatten()]
-        history[:, step + 1] = token.gather(1, go_on).flatten()
+        next_tok = token.gather(1, go_on)  # [B, K]
 
         done = cannot_improve(scores.max(dim=1).values, kept[:, -1], max_len[active] + 1, alpha)
         done |= ~torch.isfinite(scores).any(dim=1)
@@ -105,12 +110,16 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
             keep = (~done).nonzero().flatten()
             if keep.numel() == 0:
                 break
-            active, scores, kept, kept_raw, kept_tokens = (
-                t[keep] for t in (active, scores, kept, kept_raw, kept_tokens))
-            rows = rows[keep]
-            history = history.view(b, k, -1)[keep].view(-1, history.size(1))
-        # the decoding state follows: rows are indices into the previous step's hypotheses
-        state.reorder(rows.flatten(), keep)
+            active, scores, kept, kept_raw, kept_tokens, rows, next_tok = (
+                t[keep] for t in (active, scores, kept, kept_raw, kept_tokens, rows, next_tok))
+            limit = max_len[active].repeat_interleave(k)
+        # everything per hypothesis follows: rows are indices into the previous step's hypotheses
+        flat_rows = rows.flatten()  # [N']
+        history = torch.cat([history.index_select(0, flat_rows), next_tok.view(-1, 1)], dim=1)  # [N', t+2]
+        state.reorder(flat_rows, keep)
+        if constrained is not None:
+            constrained.reorder(flat_rows, keep)
+            constrained.advance(next_tok.flatten())
     return results
 
 
@@ -137,13 +146,18 @@ def greedy_search(model: SearchModel, src: Tensor, *, max_len: Tensor, min_len: 
     total = torch.zeros(b0, device=device)
     zeros = torch.zeros(b0, device=device)
     active = torch.arange(b0, device=device)
+    limit = max_len
+    constrained = start_constraint(constraint, active) if constraint is not None else None
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
     for step in range(longest + 1):
-        log_probs = _extended_scores(model, history, step, state, prefix=zeros[: active.numel()],
-                                     max_len=max_len, min_len=min_len, rows=active, constraint=constraint)
+        log_probs = _extended_scores(model, history[:, step : step + 1], step, state,
+                                     prefix=zeros[: active.numel()], limit=limit, min_len=min_len,
+                                     constraint=constrained)
         best, token = log_probs.max(dim=1)  # [B]
         total = total + best
         history[:, step + 1] = token
+        if constrained is not None:
+            constrained.advance(token)
         done = token.eq(EOS) | ~torch.isfinite(best)
         if not bool(done.any()):
             continue
@@ -155,6 +169,8 @@ def greedy_search(model: SearchModel, src: Tensor, *, max_len: Tensor, min_len: 
         keep = (~done).nonzero().flatten()
         if keep.numel() == 0:
             break
-        active, history, total = active[keep], history[keep], total[keep]
+        active, history, total, limit = active[keep], history[keep], total[keep], limit[keep]
         state.reorder(keep, keep)
+        if constrained is not None:
+            constrained.reorder(keep, keep)
     return results

@@ -1,6 +1,12 @@
 """The constraint hook: a task restricts, per hypothesis, which tokens may come next.
 
-Shapes: N hypotheses (sentences x beam), t tokens so far, V target vocabulary.
+A constraint reads each hypothesis's whole prefix at every step (:class:`Constraint`),
+or keeps a state per hypothesis that the search updates with each chosen token and
+reorders with the beam (:class:`IncrementalConstraint`), which costs the same at every
+step instead of growing with the prefix.
+
+Shapes: N hypotheses (sentences x beam), t tokens so far, V target vocabulary,
+B' sentences kept.
 """
 
 from __future__ import annotations
@@ -26,15 +32,75 @@ class Constraint(Protocol):
     def allowed(self, prefix: Tensor, *, rows: Tensor, remaining: Tensor) -> Tensor: ...
 
 
-def apply_constraint(log_probs: Tensor, constraint: Constraint | None, prefix: Tensor, *,
-                     rows: Tensor, remaining: Tensor) -> Tensor:
-    """Set the log-probability of tokens the constraint forbids to -inf.  [N, V] -> [N, V]"""
-    if constraint is None:
-        return log_probs
-    mask = constraint.allowed(prefix, rows=rows, remaining=remaining)
+@runtime_checkable
+class ConstraintState(Protocol):
+    """A constraint's state for the live hypotheses of one search.
+
+    ``allowed(remaining=)`` is :meth:`Constraint.allowed` for the prefixes the state
+    stands for. The search then follows the beam as it does with the decoder state:
+    ``reorder(rows, sentences)`` keeps hypotheses ``rows`` [N'] (indices into the
+    current ones, in that order) and, when some sentences finished, ``sentences``
+    [B'] (indices into the current sentences); ``advance(tokens)`` appends each
+    hypothesis's next token [N].
+    """
+
+    def allowed(self, *, remaining: Tensor) -> Tensor: ...
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None: ...
+
+    def advance(self, tokens: Tensor) -> None: ...
+
+
+@runtime_checkable
+class IncrementalConstraint(Constraint, Protocol):
+    """A constraint that can also keep its state per hypothesis: ``start(rows)`` returns
+    the state of empty prefixes, ``rows`` [N] as in :meth:`Constraint.allowed`. The
+    state must allow exactly what ``allowed`` allows for the same prefixes."""
+
+    def start(self, rows: Tensor) -> ConstraintState: ...
+
+
+class PrefixState:
+    """The state of a constraint that reads whole prefixes: the prefixes themselves."""
+
+    def __init__(self, constraint: Constraint, rows: Tensor) -> None:
+        self.constraint = constraint
+        self.rows = rows  # [N] source of each hypothesis
+        self.prefix = torch.empty(rows.numel(), 0, dtype=torch.long, device=rows.device)  # [N, t]
+
+    def allowed(self, *, remaining: Tensor) -> Tensor:
+        return self.constraint.allowed(self.prefix, rows=self.rows, remaining=remaining)
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        self.rows = self.rows.index_select(0, rows)
+        self.prefix = self.prefix.index_select(0, rows)
+
+    def advance(self, tokens: Tensor) -> None:
+        self.prefix = torch.cat([self.prefix, tokens.unsqueeze(1)], dim=1)  # [N, t+1]
+
+
+def start_constraint(constraint: Constraint, rows: Tensor) -> ConstraintState:
+    """The state of ``constraint`` for hypotheses of the sources ``rows`` [N], before any token."""
+    if isinstance(constraint, IncrementalConstraint):
+        return constraint.start(rows)
+    return PrefixState(constraint, rows)
+
+
+def mask_disallowed(log_probs: Tensor, mask: Tensor, *, by: object) -> Tensor:
+    """Set the log-probability of tokens ``mask`` forbids to -inf.  [N, V] -> [N, V]"""
     if mask.shape != log_probs.shape or mask.dtype != torch.bool:
         raise TypeError(
-            f"{type(constraint).__name__}.allowed returned {tuple(mask.shape)} {mask.dtype}; "
+            f"{type(by).__name__}.allowed returned {tuple(mask.shape)} {mask.dtype}; "
             f"expected a bool mask of shape {tuple(log_probs.shape)}"
         )
     return log_probs.masked_fill(~mask.to(log_probs.device), float("-inf"))
+
+
+def apply_constraint(log_probs: Tensor, constraint: Constraint | None, prefix: Tensor, *,
+                     rows: Tensor, remaining: Tensor) -> Tensor:
+    """Set the log-probability of tokens the constraint forbids after ``prefix`` to -inf.
+    [N, V] -> [N, V]"""
+    if constraint is None:
+        return log_probs
+    return mask_disallowed(log_probs, constraint.allowed(prefix, rows=rows, remaining=remaining),
+                           by=constraint)

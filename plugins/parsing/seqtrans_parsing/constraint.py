@@ -15,6 +15,10 @@ For a sentence of n words a hypothesis may, at every step:
 and only when what it then needs at least (n - k placeholders, a closing for each of
 the d open brackets, the end symbol) still fits in the tokens it has left. Every
 hypothesis the search returns is then a tree with exactly n preterminals.
+
+In search the constraint keeps this per hypothesis (:class:`BracketState`: the depth,
+the placeholders out, the last token's kind and the stack of closings the open brackets
+need), updated with each token, so that a step costs the same however long the prefix.
 """
 
 from __future__ import annotations
@@ -27,14 +31,15 @@ from torch import Tensor
 from seqtrans.vocab import EOS, Vocab
 from seqtrans_parsing.linearize import is_close, is_open
 
-__all__ = ["BracketConstraint"]
+__all__ = ["BracketConstraint", "BracketState"]
 
 _OTHER, _OPEN, _CLOSE, _XX = 0, 1, 2, 3
 
 
 class BracketConstraint:
-    """``allowed(prefix, rows=, remaining=)`` for the sentences of one batch; ``lengths``
-    are their numbers of words."""
+    """``allowed(prefix, rows=, remaining=)`` for the sentences of one batch, and
+    ``start(rows)``, the same as a state kept per hypothesis; ``lengths`` are their
+    numbers of words."""
 
     def __init__(self, lengths: Sequence[int], vocab: Vocab, *, preterminals: Collection[str]) -> None:
         preterminals = frozenset(preterminals)
@@ -58,6 +63,9 @@ class BracketConstraint:
         # openings without a closing in the vocabulary can never be closed
         self.is_open &= close_of != EOS
         self.lengths = torch.tensor(list(lengths), dtype=torch.long)  # [B]
+        # allowed tokens by (may open, may place a preterminal); closings and the end are per row
+        none = torch.zeros_like(self.is_open)
+        self.table = torch.stack([none, self.is_xx, self.is_open, self.is_open | self.is_xx])  # [4, V]
 
     def state(self, prefix: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(depth, placeholders out, last token's kind, closing id of the innermost
@@ -80,19 +88,87 @@ class BracketConstraint:
         return depth, placed, last, closing
 
     def allowed(self, prefix: Tensor, *, rows: Tensor, remaining: Tensor) -> Tensor:
-        dev = prefix.device
-        n_rows, t = prefix.shape
         depth, placed, last, closing = self.state(prefix)
-        words = self.lengths.to(dev)[rows]  # [N]
+        return self.mask(self.lengths.to(prefix.device)[rows], depth, placed, last, closing,
+                         remaining=remaining, started=prefix.size(1) > 0)
+
+    def mask(self, words: Tensor, depth: Tensor, placed: Tensor, last: Tensor, closing: Tensor, *,
+             remaining: Tensor, started: bool) -> Tensor:
+        """The allowed next tokens [N, V] of hypotheses in the state (depth, placeholders
+        out, last token's kind, closing of the innermost open bracket), each [N], of
+        sentences of ``words`` [N] words; ``started``: the prefixes are not empty."""
+        dev = depth.device
+        n_rows = depth.numel()
         left = words - placed
         remaining = remaining.to(dev)
-        started = t > 0
         inside = depth > 0
         can_open = (left + depth + 3 <= remaining) & ((inside & (left > 0)) | (not started))
         can_xx = inside & (left > 0) & (left + depth + 1 <= remaining)
         can_close = inside & (last != _OPEN) & ((depth > 1) | (left == 0)) & (left + depth <= remaining)
         can_end = (~inside) & (left == 0) & started
-        mask = (can_open.unsqueeze(1) & self.is_open.to(dev)) | (can_xx.unsqueeze(1) & self.is_xx.to(dev))
+        # one row of the table per (can_open, can_xx): [4, V] -> [N, V]
+        mask = self.table.to(dev)[can_open.long() * 2 + can_xx.long()]
         mask[torch.arange(n_rows, device=dev), closing] |= can_close
         mask[:, EOS] = can_end
         return mask
+
+    def start(self, rows: Tensor) -> BracketState:
+        return BracketState(self, self.lengths.to(rows.device)[rows])
+
+
+class BracketState:
+    """The bracket constraint's state of N hypotheses, each [N]: the words of its sentence,
+    its depth, placeholders out, last token's kind, and the closings its open brackets
+    need, innermost at ``stack[depth - 1]`` ([N, capacity], grown when a hypothesis
+    opens deeper).
+
+    Depths below zero (a closing with nothing open, which the constraint never allows)
+    are counted but store nothing, as :meth:`BracketConstraint.state` reads them.
+    """
+
+    def __init__(self, constraint: BracketConstraint, words: Tensor, *, capacity: int = 16) -> None:
+        self.constraint = constraint
+        dev = words.device
+        n = words.numel()
+        self.kind = constraint.kind.to(dev)
+        self.step = constraint.step.to(dev)
+        self.close_of = constraint.close_of.to(dev)
+        self.words = words
+        self.depth = torch.zeros(n, dtype=torch.long, device=dev)
+        self.placed = torch.zeros(n, dtype=torch.long, device=dev)
+        self.last = torch.zeros(n, dtype=torch.long, device=dev)
+        self.stack = torch.full((n, capacity), EOS, dtype=torch.long, device=dev)
+        self.started = False
+        # no hypothesis is deeper than this; checked against the depths only when a step
+        # could pass the capacity, so that most steps read nothing back from the device
+        self.depth_bound = 0
+
+    def allowed(self, *, remaining: Tensor) -> Tensor:
+        c = self.constraint
+        top = (self.depth - 1).clamp(min=0, max=self.stack.size(1) - 1).unsqueeze(1)  # [N, 1]
+        closing = torch.where(self.depth > 0, self.stack.gather(1, top).squeeze(1), EOS)
+        return c.mask(self.words, self.depth, self.placed, self.last, closing, remaining=remaining,
+                      started=self.started)
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        self.words, self.depth, self.placed, self.last, self.stack = (
+            t.index_select(0, rows) for t in (self.words, self.depth, self.placed, self.last, self.stack))
+
+    def advance(self, tokens: Tensor) -> None:
+        kind = self.kind[tokens]  # [N]
+        opens = kind == _OPEN
+        self.depth_bound += 1
+        if self.depth_bound >= self.stack.size(1):
+            self.depth_bound = int(self.depth.max()) + 1 if self.depth.numel() else 1
+            if self.depth_bound >= self.stack.size(1):
+                grown = torch.full_like(self.stack, EOS)
+                self.stack = torch.cat([self.stack, grown], dim=1)
+        # push the closing of each opening at its depth (only depths >= 0 are stored)
+        at = self.depth.clamp(min=0).unsqueeze(1)  # [N, 1]
+        below = self.stack.gather(1, at).squeeze(1)
+        pushed = torch.where(opens & (self.depth >= 0), self.close_of[tokens], below)
+        self.stack.scatter_(1, at, pushed.unsqueeze(1))
+        self.depth = self.depth + self.step[tokens]
+        self.placed = self.placed + (kind == _XX).long()
+        self.last = kind
+        self.started = True
