@@ -274,6 +274,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="Comma-separated decode.precision settings to time seqtrans in, of "
                         "fp32, bf16, int8 (int8: CPU only). fp32 is always timed (the columns "
                         "above); bf16 here is --bf16 yes.")
+    parser.add_argument("--label", default="",
+                        help="Write benchmarks/results/decode_speed-LABEL-DEVICE.json instead of "
+                        "decode_speed-DEVICE.json (to keep a run on another machine or with other cases).")
     args = parser.parse_args(argv)
     chosen = [p for p in args.precision.split(",") if p]
     unknown = sorted(set(chosen) - {"fp32", "bf16", "int8"})
@@ -321,11 +324,12 @@ def main(argv: list[str] | None = None) -> None:
                 f"{t} {row[f'ct2_{t}_tok_s']:.1f} tok/s (ratio {row[f'ratio_vs_ct2_{t}']:.2f})"
                 for t in CT2_COMPUTE_TYPES[device.type]), flush=True)
     ct2_types = list(CT2_COMPUTE_TYPES[device.type]) if ct2 is not None else []
-    path = write_json("decode_speed", {"gemm_peak_fp32_flops": peak32, "gemm_peak_bf16_flops": peak16,
-                                       "bf16_timed": bf16, "memory_bandwidth": bandwidth,
-                                       "ct2_compute_types": ct2_types,
-                                       "ct2_intra_threads": torch.get_num_threads(),
-                                       "rows": rows}, device)
+    name = "decode_speed" + (f"-{args.label}" if args.label else "")
+    path = write_json(name, {"gemm_peak_fp32_flops": peak32, "gemm_peak_bf16_flops": peak16,
+                             "bf16_timed": bf16, "memory_bandwidth": bandwidth,
+                             "ct2_compute_types": ct2_types,
+                             "ct2_intra_threads": torch.get_num_threads(),
+                             "rows": rows}, device)
     print(f"wrote {path}")
 
 

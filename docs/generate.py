@@ -127,6 +127,21 @@ def decode_cpu() -> str:
             + _source("decode_speed-cpu.json", machine=_machine(data)))
 
 
+def decode_ct2_cpu() -> str:
+    data = _result("decode_speed-ct2-cpu.json")
+    rows = []
+    for r in data["rows"]:
+        int8 = r["seqtrans_int8_tok_s"] / r["ct2_int8_tok_s"]
+        rows.append([_case(r["case"]), _num(r["seqtrans_tok_s"]), _num(r["ct2_float32_tok_s"]),
+                     _ratio(r["ratio_vs_ct2_float32"]), _num(r["seqtrans_int8_tok_s"]),
+                     _num(r["ct2_int8_tok_s"]), _ratio(int8), _num(r["seqtrans_bf16_tok_s"]),
+                     _num(r["hf_tok_s"]), _ratio(r["ratio"])])
+    header = ["case", "seqtrans fp32", "CT2 fp32", "ratio", "seqtrans int8", "CT2 int8", "ratio",
+              "seqtrans bf16", "HF fp32", "seqtrans fp32 / HF"]
+    return (_table(header, rows) + "\nTarget tokens per second; ratios are seqtrans over the peer in the "
+            "same precision.\n" + _source("decode_speed-ct2-cpu.json", machine=_machine(data)))
+
+
 def decode_cuda() -> str:
     data = _result("decode_speed-cuda.json")
     rows = [[_case(r["case"]), _num(r["seqtrans_tok_s"]), _num(r["hf_tok_s"]), _ratio(r["ratio"]),
@@ -288,6 +303,7 @@ def speed_summary() -> str:
 #: Generated blocks: page -> block name -> the function that writes it.
 BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
     DOCS / "speed.md": {"summary": speed_summary, "decode_cpu": decode_cpu, "train_cpu": train_cpu,
+                        "decode_ct2_cpu": decode_ct2_cpu,
                         "decode_cuda": decode_cuda, "train_cuda": train_cuda,
                         "distributed_cpu": distributed_cpu, "matmul_decoding": matmul_decoding},
     DOCS / "streaming.md": {"streaming_copy": streaming_copy},
