@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> None:
             pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
             print(text.getvalue())
     name = "parsing_decode" + (f"-{args.tag}" if args.tag else "")
-    path = write_json(name, {"run": str(args.run), "sentences": len(sources), "beam": d.beam,
+    # the run's name only: results name no machine paths
+    path = write_json(name, {"run": args.run.name, "sentences": len(sources), "beam": d.beam,
                              "alpha": d.alpha, "constrained": d.constrained, "baseline": args.baseline,
                              "rows": rows}, run.device)
     print(f"wrote {path}")
