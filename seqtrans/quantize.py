@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import weakref
 
 import torch
 from torch import Tensor, nn
@@ -118,3 +119,21 @@ def quantized(model: Transformer) -> Transformer:
                 setattr(parent, name, made[id(child)])
     twin.projection = Int8Linear(model.output_weight)
     return twin.eval()
+
+
+# model -> (the state its copy was made from, the copy); weak, so a model dropped is forgotten
+_copies: weakref.WeakKeyDictionary[Transformer, tuple[tuple[tuple[int, int], ...], Transformer]] = (
+    weakref.WeakKeyDictionary())
+
+
+def quantized_cached(model: Transformer) -> Transformer:
+    """:func:`quantized`, made again only when the model's parameters have changed since
+    (an optimizer step or ``load_state_dict`` writes them in place, which bumps their
+    version counters), so that decoding line after line quantizes once."""
+    state = tuple((id(p), p._version) for p in itertools.chain(model.parameters(), model.buffers()))
+    kept = _copies.get(model)
+    if kept is not None and kept[0] == state:
+        return kept[1]
+    twin = quantized(model)
+    _copies[model] = (state, twin)
+    return twin

@@ -15,7 +15,7 @@ from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.generate import generate
 from seqtrans.ensemble import Ensemble
 from seqtrans.errors import ConfigError
-from seqtrans.quantize import Int8Linear, quantize_rows, quantized
+from seqtrans.quantize import Int8Linear, quantize_rows, quantized, quantized_cached
 from seqtrans.vocab import EOS
 
 
@@ -165,3 +165,20 @@ def test_int8_on_cuda_is_a_config_error() -> None:
     model = tiny_model().cuda()
     with pytest.raises(ConfigError, match="CPU only"):
         generate(model, [[4, 5, EOS]], DecodeConfig(precision="int8"), device=torch.device("cuda"))
+
+
+def test_the_int8_copy_is_made_once_and_again_only_when_the_weights_change() -> None:
+    model = tiny_model(vocab=11, seed=1)
+    first = quantized_cached(model)
+    assert quantized_cached(model) is first  # decoding line after line quantizes once
+    sources = [[4, 5, 6, 7, 8, 9, EOS]]
+    config = DecodeConfig(beam=3, max_len_b=4, precision="int8")
+    before = generate(model, sources, config, device=torch.device("cpu"))
+    with torch.no_grad():  # as an optimizer step does: in place
+        model.output_weight.mul_(-1.0)
+    second = quantized_cached(model)
+    assert second is not first
+    assert torch.equal(second.projection.qweight, quantized(model).projection.qweight)
+    assert torch.equal(second.projection.qweight, -first.projection.qweight)
+    after = generate(model, sources, config, device=torch.device("cpu"))
+    assert [h.score for h in after[0]] != [h.score for h in before[0]]

@@ -17,7 +17,7 @@ from seqtrans.decoding.search import Hypothesis
 from seqtrans.ensemble import Ensemble
 from seqtrans.kernels import autocast
 from seqtrans.model import Transformer
-from seqtrans.quantize import quantized
+from seqtrans.quantize import quantized_cached
 
 ConstraintFactory = Callable[[list[int]], "Constraint | None"]
 
@@ -48,10 +48,10 @@ def length_batches(lengths: Sequence[int], max_tokens: int) -> Iterator[list[int
 def _quantized(model: SearchModel) -> SearchModel:
     """The int8 decoding copy of a model, or of every member of an ensemble."""
     if isinstance(model, Ensemble):
-        return Ensemble([quantized(m) for m in model.models], model.weights)
+        return Ensemble([quantized_cached(m) for m in model.models], model.weights)
     if not isinstance(model, Transformer):
         raise TypeError(f"int8 decoding needs a Transformer or an Ensemble, not {type(model).__name__}")
-    return quantized(model)
+    return quantized_cached(model)
 
 
 def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeConfig, *,
