@@ -5,9 +5,10 @@ Decodes the first ``--sentences`` test sentences with the run's decoding setting
 21, alpha 0.3, maximum length input + 300, the constraint), sorted by length and cut into
 batches of each ``--batch-sizes`` sentences, as ``generate`` does; ``tokens`` decodes with
 the run's ``decode.batch_tokens`` instead, as ``seqtrans run`` does. With ``--baseline REV``
-the beam search of git revision REV (``seqtrans/decoding/beam.py`` there, with the engine
-and constraint of this checkout) is timed in the same process on the same sentences,
-alternating with this one, and the outputs and scores of both are compared.
+the engine of git revision REV (its whole ``seqtrans`` package, with this checkout's
+plugins) and this checkout's are timed on the same sentences in fresh processes that
+alternate, so that a busier moment of the machine hits both, and the outputs and scores
+of both are compared.
 
 Prints sentences/s per batch size (median of ``--repeats``) and writes
 ``benchmarks/results/parsing_decode-DEVICE.json`` (``--tag`` adds a suffix).
@@ -20,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import importlib.util
+import hashlib
 import io
+import json
+import os
 import pstats
 import statistics
 import subprocess
@@ -30,7 +33,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -48,17 +50,13 @@ ROOT = Path(__file__).resolve().parents[1]
 Search = Callable[..., list[list[Hypothesis]]]
 
 
-def baseline_search(rev: str) -> Search:
-    """``beam_search`` as git revision ``rev`` wrote it, imported beside this checkout's engine."""
-    text = subprocess.run(["git", "show", f"{rev}:seqtrans/decoding/beam.py"], cwd=ROOT, check=True,
-                          capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp(prefix="parsing-decode-")) / "baseline_beam.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("baseline_beam", path)
-    assert spec is not None and spec.loader is not None
-    module: ModuleType = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.beam_search  # type: ignore[no-any-return]
+def engine_tree(rev: str) -> Path:
+    """The ``seqtrans`` package of git revision ``rev``, extracted into a temporary directory."""
+    tree = Path(tempfile.mkdtemp(prefix="parsing-decode-"))
+    archive = subprocess.run(["git", "archive", rev, "seqtrans"], cwd=ROOT, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
 
 
 def batches(lengths: list[int], size: str, batch_tokens: int) -> list[list[int]]:
@@ -93,6 +91,37 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
+def digest(outputs: list[list[Hypothesis]]) -> str:
+    """What two engines must agree on: every hypothesis's tokens, log-probability and score."""
+    text = repr([[(h.tokens, h.log_prob, h.score) for h in hyps] for hyps in outputs])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def in_process(loaded: tuple[Loaded, list[Any], list[list[int]]], size: str) -> dict[str, Any]:
+    """Time decoding the sentences in batches of ``size`` in this process."""
+    run, sources, ids = loaded
+    groups = batches([len(i) for i in ids], size, run.config.decode.batch_tokens)
+    took, outputs = timed(lambda: decode(current_beam.beam_search, run, sources, ids, groups))
+    return {"seconds": took, "digest": digest(outputs), "batches": len(groups)}
+
+
+def in_subprocess(args: argparse.Namespace, size: str, engine: Path) -> dict[str, Any]:
+    """:func:`in_process` in a fresh process that imports ``seqtrans`` from ``engine``."""
+    command = [sys.executable, __file__, str(args.run), "--worker", size, "--sentences", str(args.sentences),
+               *(["--trees", args.trees] if args.trees else []), *(["--set", *args.set] if args.set else [])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(engine), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def prepare(args: argparse.Namespace) -> tuple[Loaded, list[Any], list[list[int]]]:
+    overrides = [*args.set, *([f"data.test={args.trees}"] if args.trees else [])]
+    run = load(args.run, overrides=overrides, device="cpu")
+    examples = read_split(run.task, "test").examples[: args.sentences]
+    sources = [ex.source for ex in examples]
+    return run, sources, [source_ids(run.codec, s) for s in sources]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,47 +131,48 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-sizes", nargs="+", default=["1", "4", "16", "64", "tokens"],
                         help="Sentences per batch; 'tokens': the run's decode.batch_tokens.")
     parser.add_argument("--repeats", type=int, default=3, help="Timed runs per batch size (median).")
-    parser.add_argument("--baseline", default="", help="Also time the beam search of this git revision.")
+    parser.add_argument("--baseline", default="", help="Also time the engine of this git revision.")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="Override decode.* keys.")
     parser.add_argument("--profile", action="store_true", help="Print a cProfile of one run per batch size.")
     parser.add_argument("--tag", default="", help="Suffix of the JSON file's name.")
+    parser.add_argument("--worker", default="", help=argparse.SUPPRESS)  # one timing, printed as JSON
     args = parser.parse_args(argv)
     torch.set_grad_enabled(False)
-    overrides = [*args.set, *([f"data.test={args.trees}"] if args.trees else [])]
-    run = load(args.run, overrides=overrides, device="cpu")
-    examples = read_split(run.task, "test").examples[: args.sentences]
-    sources = [ex.source for ex in examples]
-    ids = [source_ids(run.codec, s) for s in sources]
-    searches: dict[str, Search] = {"current": current_beam.beam_search}
+    if args.worker:
+        print(json.dumps(in_process(prepare(args), args.worker)))
+        return
+    loaded = prepare(args)
+    run, sources, ids = loaded
+    engines = {"current": ROOT}
     if args.baseline:
-        searches = {"baseline": baseline_search(args.baseline), **searches}
+        engines = {"baseline": engine_tree(args.baseline), **engines}
     d = run.config.decode
     print(f"{device_name(run.device)}; {len(sources)} sentences, {sum(len(i) - 1 for i in ids)} source "
           f"tokens; beam {d.beam}, alpha {d.alpha}, constrained {d.constrained}")
     rows = []
     for size in args.batch_sizes:
-        groups = batches([len(i) for i in ids], size, d.batch_tokens)
-        seconds: dict[str, list[float]] = {name: [] for name in searches}
-        outputs: dict[str, list[list[Hypothesis]]] = {}
-        for _ in range(args.repeats):  # the searches alternate, so a busier moment hits both
-            for name, search in searches.items():
-                took, outputs[name] = timed(lambda s=search, g=groups: decode(s, run, sources, ids, g))
-                seconds[name].append(took)
-        row: dict[str, Any] = {"batch": size, "batches": len(groups)}
-        for name in searches:
+        seconds: dict[str, list[float]] = {name: [] for name in engines}
+        digests: dict[str, str] = {}
+        row: dict[str, Any] = {"batch": size}
+        for _ in range(args.repeats):  # alternating, so that a busier moment hits both
+            for name, engine in engines.items():
+                timing = in_subprocess(args, size, engine) if args.baseline else in_process(loaded, size)
+                seconds[name].append(timing["seconds"])
+                digests[name] = timing["digest"]
+                row["batches"] = timing["batches"]
+        for name in engines:
             row[f"{name}_sent_s"] = len(sources) / statistics.median(seconds[name])
             row[f"{name}_seconds"] = seconds[name]
-        line = f"batch {size:>6}: " + ", ".join(f"{n} {row[f'{n}_sent_s']:6.2f} sent/s" for n in searches)
+        line = f"batch {size:>6}: " + ", ".join(f"{n} {row[f'{n}_sent_s']:6.2f} sent/s" for n in engines)
         if args.baseline:
-            same = all([(h.tokens, h.log_prob, h.score) for h in a] == [(h.tokens, h.log_prob, h.score)
-                                                                         for h in b]
-                       for a, b in zip(outputs["baseline"], outputs["current"]))
-            row["identical"] = same
+            row["identical"] = digests["baseline"] == digests["current"]
             row["speedup"] = row["current_sent_s"] / row["baseline_sent_s"]
-            line += f", x{row['speedup']:.2f}, outputs and scores {'identical' if same else 'DIFFER'}"
+            same = "identical" if row["identical"] else "DIFFER"
+            line += f", x{row['speedup']:.2f}, outputs and scores {same}"
         print(line, flush=True)
         rows.append(row)
         if args.profile:
+            groups = batches([len(i) for i in ids], size, d.batch_tokens)
             profiler = cProfile.Profile()
             profiler.runcall(decode, current_beam.beam_search, run, sources, ids, groups)
             text = io.StringIO()
