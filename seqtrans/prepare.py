@@ -6,7 +6,7 @@
 shape the pairs, and the vocabulary when a run brings its own. It
 
 1. builds the vocabulary from the training examples, streamed (the task samples what it
-   needs, e.g. translation's ``data.subword_sample`` sentences);
+   needs for its vocabulary, a bounded sample for example);
 2. reads the examples again as a stream and sends chunks of them to worker processes,
    which encode them through the codec (it pickles) and write one shard file each;
 3. joins the shards into one ids file per side with offsets and the examples'
