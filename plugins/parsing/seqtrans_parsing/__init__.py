@@ -1,6 +1,7 @@
-"""Constituency parsing for seqtrans: Penn Treebank readers, the bracket linearization of
-Vinyals et al. (2015), bracket-constrained beam search and an exact reimplementation of
-EVALB. Registered as the task ``parsing``; ``seqtrans evalb`` prints EVALB's report.
+"""Constituency parsing for seqtrans: Penn Treebank readers, the bracket linearizations of
+Vinyals et al. (2015, top-down) and Liu and Zhang (2017, in-order), bracket-constrained
+beam search and an exact reimplementation of EVALB. Registered as the task ``parsing``;
+``seqtrans evalb`` prints EVALB's report.
 
 Names are imported on first use, so that the EVALB scorer loads without the task.
 """

@@ -2,7 +2,8 @@
 
 Shapes: N hypotheses, t tokens so far, V target vocabulary.
 
-For a sentence of n words a hypothesis may, at every step:
+For a sentence of n words, in the top-down order (the default), a hypothesis may, at
+every step:
 
 - open a bracket: as its first token (the root), or inside the root while fewer than
   n placeholders are out (an opening needs a word below it);
@@ -16,9 +17,29 @@ and only when what it then needs at least (n - k placeholders, a closing for eac
 the d open brackets, the end symbol) still fits in the tokens it has left. Every
 hypothesis the search returns is then a tree with exactly n preterminals.
 
+In the in-order order (``order="in_order"``, :mod:`seqtrans_parsing.linearize`) an
+opening comes after its constituent's first child, and a hypothesis may:
+
+- emit a placeholder: as its first token, or inside an open bracket, while fewer than
+  n are out (at the top level after the first token there is a finished subtree
+  already, and a second one could never join it);
+- open a bracket: right after a finished subtree (a placeholder or a closing), which
+  becomes its first child;
+- close the innermost open bracket, with its label: at any time, right after it opened
+  too (a unary constituent, whose only child is the first);
+- end: once nothing is open, all n placeholders are out and the last token is a
+  closing (the one finished subtree is a constituent, not a bare preterminal);
+
+and only when the least it then needs still fits: with d brackets open, n - k
+placeholders, d closings and the end; with none open, at the start n + 2 and the end
+(a placeholder, then an opening and its closing above it), after a bare first
+placeholder n - k + 2 and the end, after a closing the end alone or, with words left,
+n - k + 2 and the end (an opening above the tree so far, the words, its closing).
+
 In search the constraint keeps this per hypothesis (:class:`BracketState`: the depth,
 the placeholders out, the last token's kind and the stack of closings the open brackets
-need), updated with each token, so that a step costs the same however long the prefix.
+need), updated with each token, so that a step costs the same however long the prefix;
+both orders keep the same state and differ only in the rules above.
 """
 
 from __future__ import annotations
@@ -29,7 +50,7 @@ import torch
 from torch import Tensor
 
 from seqtrans.vocab import EOS, Vocab
-from seqtrans_parsing.linearize import is_close, is_open
+from seqtrans_parsing.linearize import ORDERS, Order, is_close, is_open
 
 __all__ = ["BracketConstraint", "BracketState"]
 
@@ -39,9 +60,13 @@ _OTHER, _OPEN, _CLOSE, _XX = 0, 1, 2, 3
 class BracketConstraint:
     """``allowed(prefix, rows=, remaining=)`` for the sentences of one batch, and
     ``start(rows)``, the same as a state kept per hypothesis; ``lengths`` are their
-    numbers of words."""
+    numbers of words, ``order`` the linearization the sequences follow."""
 
-    def __init__(self, lengths: Sequence[int], vocab: Vocab, *, preterminals: Collection[str]) -> None:
+    def __init__(self, lengths: Sequence[int], vocab: Vocab, *, preterminals: Collection[str],
+                 order: Order = "top_down") -> None:
+        if order not in ORDERS:
+            raise ValueError(f"unknown linearization order {order!r}, expected one of {ORDERS}")
+        self.order = order
         preterminals = frozenset(preterminals)
         v = len(vocab)
         kind = torch.zeros(v, dtype=torch.long)
@@ -97,23 +122,47 @@ class BracketConstraint:
         """The allowed next tokens [N, V] of hypotheses in the state (depth, placeholders
         out, last token's kind, closing of the innermost open bracket), each [N], of
         sentences of ``words`` [N] words; ``started``: the prefixes are not empty."""
-        dev = depth.device
+        rules = _top_down if self.order == "top_down" else _in_order
+        can_open, can_xx, can_close, can_end = rules(words - placed, depth, last, remaining.to(depth.device),
+                                                     started=started)
         n_rows = depth.numel()
-        left = words - placed
-        remaining = remaining.to(dev)
-        inside = depth > 0
-        can_open = (left + depth + 3 <= remaining) & ((inside & (left > 0)) | (not started))
-        can_xx = inside & (left > 0) & (left + depth + 1 <= remaining)
-        can_close = inside & (last != _OPEN) & ((depth > 1) | (left == 0)) & (left + depth <= remaining)
-        can_end = (~inside) & (left == 0) & started
         # one row of the table per (can_open, can_xx): [4, V] -> [N, V]
-        mask = self.table.to(dev)[can_open.long() * 2 + can_xx.long()]
-        mask[torch.arange(n_rows, device=dev), closing] |= can_close
+        mask = self.table.to(depth.device)[can_open.long() * 2 + can_xx.long()]
+        mask[torch.arange(n_rows, device=depth.device), closing] |= can_close
         mask[:, EOS] = can_end
         return mask
 
     def start(self, rows: Tensor) -> BracketState:
         return BracketState(self, self.lengths.to(rows.device)[rows])
+
+
+_Rules = tuple[Tensor, Tensor, Tensor, Tensor]
+
+
+def _top_down(left: Tensor, depth: Tensor, last: Tensor, remaining: Tensor, *, started: bool) -> _Rules:
+    """(may open, may place a preterminal, may close the innermost bracket, may end), each
+    [N], of hypotheses with ``left`` words to place, in the top-down order."""
+    inside = depth > 0
+    can_open = (left + depth + 3 <= remaining) & ((inside & (left > 0)) | (not started))
+    can_xx = inside & (left > 0) & (left + depth + 1 <= remaining)
+    can_close = inside & (last != _OPEN) & ((depth > 1) | (left == 0)) & (left + depth <= remaining)
+    can_end = (~inside) & (left == 0) & started
+    return can_open, can_xx, can_close, can_end
+
+
+def _in_order(left: Tensor, depth: Tensor, last: Tensor, remaining: Tensor, *, started: bool) -> _Rules:
+    """The same in the in-order order; each condition on ``remaining`` counts the token
+    itself and the least the hypothesis needs after it (see the module's docstring)."""
+    inside = depth > 0
+    finished = (last == _XX) | (last == _CLOSE)  # the last token ended a subtree
+    first = left + 3 <= remaining if not started else torch.zeros_like(inside)
+    can_xx = (left > 0) & ((inside & (left + depth + 1 <= remaining)) | first)
+    can_open = finished & (left + depth + 3 <= remaining) if started else torch.zeros_like(inside)
+    # closing the last open bracket leaves one tree: it ends there, or takes an opening above it
+    after_last = torch.where(left == 0, remaining >= 2, left + 4 <= remaining)
+    can_close = inside & torch.where(depth > 1, left + depth + 1 <= remaining, after_last)
+    can_end = (depth == 0) & (left == 0) & (last == _CLOSE)
+    return can_open, can_xx, can_close, can_end
 
 
 class BracketState:

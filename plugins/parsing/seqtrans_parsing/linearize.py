@@ -1,10 +1,19 @@
-"""Trees as bracket sequences (Vinyals et al. 2015) and back.
+"""Trees as bracket sequences and back, in two orders.
 
+Top-down (Vinyals et al. 2015, ``order="top_down"``):
 ``(S (NP (DT The) (NN dog)) (VP (VBD barked)) (. .))`` becomes
 ``(S (NP XX XX )NP (VP XX )VP XX )S``: labelled openings and closings, and one
 placeholder per word; the words come back from the input sentence. With ``tags=True``
 the preterminals are their part-of-speech tags instead (``(S (NP DT NN )NP (VP VBD )VP . )S``),
 which the model then also learns to predict.
+
+In-order (Liu and Zhang 2017; as a sequence for seq2seq parsing, Fernández-González and
+Gómez-Rodríguez 2020, ``order="in_order"``): a constituent is written after its first
+child, ``in_order(c1) (X in_order(c2) ... in_order(cm) )X``, so the same tree becomes
+``DT (NP NN )NP (S VBD (VP )VP . )S``; a unary constituent closes right after it opens
+(``(S (VP VBD))`` is ``VBD (VP )VP (S )S``). In both orders the preterminals come in
+the words' order.
+
 :func:`to_tree` turns any token sequence into a valid tree over exactly the input's
 words and counts the repairs it needed.
 """
@@ -13,12 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from seqtrans_parsing.trees import Tree
 
-__all__ = ["PLACEHOLDER", "linearize", "to_tree", "Built", "is_open", "is_close"]
+__all__ = ["ORDERS", "Order", "PLACEHOLDER", "linearize", "to_tree", "Built", "is_open", "is_close"]
 
 PLACEHOLDER = "XX"
+
+Order = Literal["top_down", "in_order"]
+ORDERS: tuple[Order, ...] = ("top_down", "in_order")
 
 
 def is_open(token: str) -> bool:
@@ -29,21 +42,30 @@ def is_close(token: str) -> bool:
     return len(token) > 1 and token[0] == ")"
 
 
-def linearize(tree: Tree, *, placeholder: str = PLACEHOLDER, tags: bool = False) -> list[str]:
-    """The bracket sequence of a tree; preterminals become ``placeholder``, or their tags
-    with ``tags=True``."""
+def linearize(tree: Tree, *, placeholder: str = PLACEHOLDER, tags: bool = False,
+              order: Order = "top_down") -> list[str]:
+    """The bracket sequence of a tree in ``order``; preterminals become ``placeholder``,
+    or their tags with ``tags=True``."""
+    if order not in ORDERS:
+        raise ValueError(f"unknown linearization order {order!r}, expected one of {ORDERS}")
     out: list[str] = []
     stack: list[Tree | str] = [tree]  # iterative: a decoded tree may nest deeper than the recursion limit
     while stack:
         node = stack.pop()
-        if isinstance(node, str):  # a closing bracket
+        if isinstance(node, str):  # a bracket
             out.append(node)
         elif node.is_preterminal:
             out.append(node.label if tags else placeholder)
-        else:
+        elif order == "top_down":
             out.append("(" + node.label)
             stack.append(")" + node.label)
             stack.extend(c for c in reversed(node.children) if isinstance(c, Tree))
+        else:
+            kids = [c for c in node.children if isinstance(c, Tree)]
+            stack.append(")" + node.label)
+            stack.extend(reversed(kids[1:]))
+            stack.append("(" + node.label)
+            stack.extend(kids[:1])
     return out
 
 
@@ -62,16 +84,20 @@ class Built:
 
 
 def to_tree(tokens: Sequence[str], words: Sequence[str], tags: Sequence[str] | None = None, *,
-            preterminals: Collection[str] = (PLACEHOLDER,), root: str = "TOP") -> Built:
-    """A valid tree over exactly ``words`` from any token sequence.
+            preterminals: Collection[str] = (PLACEHOLDER,), root: str = "TOP",
+            order: Order = "top_down") -> Built:
+    """A valid tree over exactly ``words`` from any token sequence in ``order``.
 
     A token in ``preterminals`` (the placeholder, or the tags of a tagging model) stands
     for the next word. Preterminals take the tags given (the gold tags, for scoring),
     else the decoded token (the placeholder for a word the sequence left out).
-    A closing bracket closes the innermost open one whatever its label; leftover
-    words join the root at the end; several top-level constituents are put under a
-    ``root`` node.
+    A closing bracket closes the innermost open one whatever its label. In in-order, an
+    opening takes the last finished subtree as its first child; one with none to take
+    (at the start, right after another opening) is dropped. Leftover words join the
+    root at the end; several top-level constituents are put under a ``root`` node.
     """
+    if order not in ORDERS:
+        raise ValueError(f"unknown linearization order {order!r}, expected one of {ORDERS}")
     n = len(words)
     preterminals = frozenset(preterminals)
 
@@ -90,7 +116,16 @@ def to_tree(tokens: Sequence[str], words: Sequence[str], tags: Sequence[str] | N
             (stack[-1].children if stack else top).append(leaf(k, tok))
             k += 1
         elif is_open(tok):
-            stack.append(Tree(tok[1:], []))
+            if order == "top_down":
+                stack.append(Tree(tok[1:], []))
+                continue
+            # the first child: the last finished subtree, unless it is already the
+            # first child of the innermost open constituent
+            siblings = stack[-1].children if stack else top
+            if len(siblings) < (2 if stack else 1):
+                repairs += 1
+                continue
+            stack.append(Tree(tok[1:], [siblings.pop()]))
         elif is_close(tok):
             if not stack:
                 repairs += 1

@@ -2,7 +2,7 @@
 (Vinyals et al. 2015; Vaswani et al. 2017, section 6.3).
 
 Source: the words, encoded with a sentencepiece model trained on the training words.
-Target: the tree's bracket sequence (:mod:`seqtrans_parsing.linearize`). Metric:
+Target: the tree's bracket sequence, top-down or in-order (:mod:`seqtrans_parsing.linearize`). Metric:
 EVALB's bracketing F1 with COLLINS.prm (:mod:`seqtrans_parsing.evalb`).
 """
 
@@ -23,7 +23,7 @@ from seqtrans.vocab import SPECIALS, Vocab, Vocabularies
 from seqtrans_parsing import treebank
 from seqtrans_parsing.augment import substitute
 from seqtrans_parsing.evalb import COLLINS, evalb
-from seqtrans_parsing.linearize import PLACEHOLDER, is_close, is_open, linearize, to_tree
+from seqtrans_parsing.linearize import PLACEHOLDER, Order, is_close, is_open, linearize, to_tree
 from seqtrans_parsing.sampling import UnigramSampler
 from seqtrans_parsing.subwords import WORD_START, train_sentencepiece
 from seqtrans_parsing.trees import Tree, preprocess, read_trees
@@ -104,6 +104,10 @@ class ParsingConfig:
     preterminals: Literal["placeholder", "tags"] = option(
         "placeholder", "What the target writes for each word: the placeholder XX (Vinyals et al. 2015), or "
         "its part-of-speech tag, which the model then also predicts (scoring still uses the gold tags).")
+    linearization: Order = option(
+        "top_down", "The order of the target's brackets: 'top_down', each opening before its constituent "
+        "(Vinyals et al. 2015), or 'in_order', each opening after its constituent's first child (Liu and "
+        "Zhang 2017; Fernández-González and Gómez-Rodríguez 2020).")
     substitute: float = option(
         0.0, "Subtree substitution (Shi et al. 2021): add this many new training trees per training tree "
         "(0.5: half as many), each a training tree with one phrase replaced by a phrase of the same label "
@@ -137,7 +141,7 @@ _SAMPLE: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class ParsingCodec:
-    """Words to sentencepiece pieces; trees to bracket sequences and back.
+    """Words to sentencepiece pieces; trees to bracket sequences (in ``order``) and back.
 
     The preterminals are the target's symbols for words (the placeholder, or the tags).
     Besides the conversions it has the three optional abilities: the bracket constraint,
@@ -149,6 +153,7 @@ class ParsingCodec:
     vocabularies: Vocabularies
     tags: bool  # the target writes part-of-speech tags for the words (data.preterminals=tags)
     unigram: bool = True  # a unigram model (else BPE), whose segmentations can be sampled
+    order: Order = "top_down"  # the linearization (data.linearization)
     preterminals: frozenset[str] = field(init=False)
     sampler: UnigramSampler | None = field(init=False, compare=False)
 
@@ -164,10 +169,10 @@ class ParsingCodec:
         return list(self.pieces.encode(" ".join(source.words), out_type=str))
 
     def target_tokens(self, target: Tree) -> list[str]:
-        return linearize(target, tags=self.tags)
+        return linearize(target, tags=self.tags, order=self.order)
 
     def prediction(self, tokens: list[str], source: Sentence) -> Parse:
-        built = to_tree(tokens, source.words, source.tags, preterminals=self.preterminals)
+        built = to_tree(tokens, source.words, source.tags, preterminals=self.preterminals, order=self.order)
         decoded = tuple(t for t in tokens if t in self.preterminals)[: len(source.words)]
         return Parse(built.tree, built.repairs, decoded)
 
@@ -175,7 +180,7 @@ class ParsingCodec:
         from seqtrans_parsing.constraint import BracketConstraint
 
         return BracketConstraint([len(s.words) for s in sources], self.vocabularies.target,
-                                 preterminals=self.preterminals)
+                                 preterminals=self.preterminals, order=self.order)
 
     def sample_source_tokens(self, sources: Sequence[Sentence], alpha: float, seed: int) -> list[list[str]]:
         """Each source with a segmentation sampled from the unigram model's full lattice at
@@ -302,7 +307,7 @@ class ParsingTask:
             source = Vocab(p for p in (sp.id_to_piece(i) for i in range(1, sp.get_piece_size()))
                            if p and not any(ch.isspace() for ch in p))
             labels: set[str] = set(PTB_LABELS)
-            for e in examples:
+            for e in examples:  # every order writes the same openings
                 labels.update(tok[1:] for tok in linearize(e.target) if tok[0] == "(")
             preterminals = [PLACEHOLDER]
             if self.config.preterminals == "tags":
@@ -318,7 +323,8 @@ class ParsingTask:
             source = Vocab.load(directory / "source.vocab")
             target = Vocab.load(directory / "target.vocab")
         return ParsingCodec(sp, Vocabularies(source, target), tags=self.config.preterminals == "tags",
-                            unigram=self.config.sentencepiece_model == "unigram")
+                            unigram=self.config.sentencepiece_model == "unigram",
+                            order=self.config.linearization)
 
     def parse_source(self, line: str) -> Sentence:
         return Sentence(tuple(_ESCAPES.get(w, w) for w in line.split()))

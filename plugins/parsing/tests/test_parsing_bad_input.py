@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from seqtrans.errors import DataError
 from seqtrans_parsing import ParsingConfig, ParsingTask
 from seqtrans_parsing.evalb import Parameters, parse_parameters, read_parameters
-from seqtrans_parsing.linearize import PLACEHOLDER, linearize, to_tree
+from seqtrans_parsing.linearize import ORDERS, PLACEHOLDER, Order, linearize, to_tree
 from seqtrans_parsing.trees import MAX_DEPTH, MalformedTree, Tree, preprocess, read_trees
 
 # Any character a label or word may hold: no brackets, no white space (str.isspace() is
@@ -103,16 +103,17 @@ def test_malformed_lines_are_skipped_and_counted_and_every_good_tree_is_kept(
 
 
 @settings(max_examples=200)
-@given(tree=PHRASES)
-def test_a_tree_comes_back_from_its_bracket_sequence(tree: Tree) -> None:
+@given(tree=PHRASES, order=st.sampled_from(ORDERS))
+def test_a_tree_comes_back_from_its_bracket_sequence(tree: Tree, order: Order) -> None:
     tagged = tree.tagged()
     words, tags = [w for _, w in tagged], [t for t, _ in tagged]
-    built = to_tree(linearize(tree), words, tags)
+    built = to_tree(linearize(tree, order=order), words, tags, order=order)
     assert built.repairs == 0 and str(built.tree) == str(tree)
-    built = to_tree(linearize(tree, tags=True), words, preterminals=set(tags))  # a tagging model's target
+    # a tagging model's target
+    built = to_tree(linearize(tree, tags=True, order=order), words, preterminals=set(tags), order=order)
     assert built.repairs == 0 and str(built.tree) == str(tree)
     (again, _), = read_trees(str(tree))  # and through the text
-    assert str(to_tree(linearize(again), again.leaves(), tags).tree) == str(tree)
+    assert str(to_tree(linearize(again, order=order), again.leaves(), tags, order=order).tree) == str(tree)
 
 
 TOKENS = st.lists(st.sampled_from([PLACEHOLDER, "(S", ")S", "(NP", ")NP", ")VP", "(", ")", "NN", "junk"]),
@@ -120,13 +121,14 @@ TOKENS = st.lists(st.sampled_from([PLACEHOLDER, "(S", ")S", "(NP", ")NP", ")VP",
 
 
 @settings(max_examples=300)
-@given(tokens=TOKENS, words=st.lists(WORD, max_size=6))
-def test_any_token_sequence_gives_a_tree_over_exactly_the_words(tokens: list[str], words: list[str]) -> None:
-    built = to_tree(tokens, words)
+@given(tokens=TOKENS, words=st.lists(WORD, max_size=6), order=st.sampled_from(ORDERS))
+def test_any_token_sequence_gives_a_tree_over_exactly_the_words(tokens: list[str], words: list[str],
+                                                                 order: Order) -> None:
+    built = to_tree(tokens, words, order=order)
     assert built.tree.leaves() == words
     assert not built.tree.is_preterminal
     if built.repairs == 0:  # nothing was repaired: the tokens were the tree's own sequence
-        assert linearize(built.tree) == tokens
+        assert linearize(built.tree, order=order) == tokens
 
 
 def _nested(depth: int) -> str:
@@ -143,6 +145,9 @@ def test_trees_nested_too_deep_are_malformed_and_not_a_crash() -> None:
     # a decoded sequence may nest deeper still: it is written and linearized without recursion
     deep = to_tree(["(A"] * 5000 + [PLACEHOLDER] + [")A"] * 5000, ["w"])
     assert deep.repairs == 0 and str(deep.tree).count("(") == 5001 and len(linearize(deep.tree)) == 10001
+    deep = to_tree([PLACEHOLDER] + ["(A", ")A"] * 5000, ["w"], order="in_order")  # a unary chain
+    assert deep.repairs == 0 and str(deep.tree).count("(") == 5001
+    assert linearize(deep.tree, order="in_order") == [PLACEHOLDER] + ["(A", ")A"] * 5000
 
 
 # ---------------------------------------------------------------- tree files

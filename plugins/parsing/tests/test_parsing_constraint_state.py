@@ -17,6 +17,7 @@ from seqtrans.decoding.constraints import IncrementalConstraint
 from seqtrans.model import Transformer
 from seqtrans.vocab import EOS, PAD, Vocab
 from seqtrans_parsing.constraint import BracketConstraint
+from seqtrans_parsing.linearize import ORDERS, Order, to_tree
 
 SYMBOLS = ["XX", "NN", "(A", ")A", "(B", ")B", "(C"]  # "(C" has no closing in the vocabulary
 PRETERMINALS = ("XX", "NN")
@@ -43,13 +44,15 @@ def _random_prefixes(rng: random.Random, n: int, t: int, valid: bool, c: Bracket
     return out
 
 
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("valid", [True, False])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_the_state_allows_what_recomputation_from_the_prefix_allows(valid: bool, seed: int) -> None:
+def test_the_state_allows_what_recomputation_from_the_prefix_allows(valid: bool, seed: int,
+                                                                    order: Order) -> None:
     rng = random.Random(seed)
     vocab = _vocab()
     lengths = [1, 3, 6, 40]
-    c = BracketConstraint(lengths, vocab, preterminals=PRETERMINALS)
+    c = BracketConstraint(lengths, vocab, preterminals=PRETERMINALS, order=order)
     assert isinstance(c, IncrementalConstraint)
     n, t = 12, 42  # deeper than the state's first capacity: it must grow
     rows = torch.tensor([rng.randrange(len(lengths)) for _ in range(n)])
@@ -87,8 +90,9 @@ def _model(vocab: Vocab, seed: int) -> Transformer:
     return Transformer(config, source_vocab_size=12, target_vocab_size=len(vocab), shared_vocab=False).eval()
 
 
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("seed", [0])
-def test_constrained_beam_search_is_the_same_batched_alone_and_from_prefixes(seed: int) -> None:
+def test_constrained_beam_search_is_the_same_batched_alone_and_from_prefixes(seed: int, order: Order) -> None:
     vocab = _vocab()
     model = _model(vocab, seed)
     sources = [[5, 6, EOS], [7, 8, 9, 10, 4, EOS], [11, EOS], [4, 5, 6, 7, EOS]]
@@ -96,7 +100,7 @@ def test_constrained_beam_search_is_the_same_batched_alone_and_from_prefixes(see
     max_len = torch.tensor([3 * n + 3 for n in words])
 
     def decode(idx: list[int], prefix_only: bool = False) -> list:
-        c = BracketConstraint([words[i] for i in idx], vocab, preterminals=PRETERMINALS)
+        c = BracketConstraint([words[i] for i in idx], vocab, preterminals=PRETERMINALS, order=order)
         with torch.inference_mode():
             return beam_search(model, pad_batch([sources[i] for i in idx]), beam=5, alpha=0.3,
                                max_len=max_len[idx], nbest=3, constraint=_PrefixOnly(c) if prefix_only else c)
@@ -115,3 +119,5 @@ def test_constrained_beam_search_is_the_same_batched_alone_and_from_prefixes(see
             symbols = [vocab.symbols[t] for t in h.tokens]
             assert sum(s in PRETERMINALS for s in symbols) == words[i]
             assert PAD not in h.tokens and symbols.count("(A") == symbols.count(")A")
+            ws = [f"w{j}" for j in range(words[i])]
+            assert to_tree(symbols, ws, preterminals=PRETERMINALS, order=order).repairs == 0

@@ -11,13 +11,15 @@ import pytest
 import torch
 
 from parsing_data import SHARED_DATA
-from seqtrans import online, pipeline, tasks
+from seqtrans import online, pipeline, scoring, tasks
+from seqtrans.cli import main
 from seqtrans.config import DecodeConfig, ModelConfig
 from seqtrans.model import build_model
 from seqtrans.tasks import Example
 from seqtrans.tasks.contract import check_task
-from seqtrans.vocab import UNK
+from seqtrans.vocab import UNK, target_ids
 from seqtrans_parsing import ParsingCodec, ParsingConfig, ParsingTask
+from seqtrans_parsing.linearize import linearize
 from seqtrans_parsing.task import PTB_TAGS
 from seqtrans_parsing.trees import read_trees
 
@@ -195,6 +197,61 @@ def test_a_tiny_run_end_to_end_and_predict(tmp_path: Path) -> None:
     # the default preset predicts tags: the printed tree carries the decoded ones
     tags = set((tmp_path / "run" / "vocab" / "target.vocab").read_text().split())
     assert all(tag in tags and tag[0] not in "()" for tag, _ in tree.tagged())
+
+
+def test_an_in_order_target_round_trips_and_decodes_well_formed_trees(tmp_path: Path) -> None:
+    task, codec, train = _small_task(tmp_path, preterminals="tags", linearization="in_order")
+    (tmp_path / "top_down").mkdir()
+    _, top_down, _ = _small_task(tmp_path / "top_down", preterminals="tags")
+    assert (codec.order, top_down.order) == ("in_order", "top_down")
+    # the same vocabulary: every order writes the same labels
+    assert codec.vocabularies.target.symbols == top_down.vocabularies.target.symbols
+    for e in train:
+        tokens = codec.target_tokens(e.target)
+        assert tokens == linearize(e.target, tags=True, order="in_order") != top_down.target_tokens(e.target)
+        assert target_ids(codec, e.target) == codec.vocabularies.target.encode(tokens)
+        pred = codec.prediction(tokens, e.source)
+        assert pred.repairs == 0 and str(pred.tree) == str(e.target)
+        assert pred.preterminals == e.source.tags
+    assert codec.constraint([e.source for e in train[:2]]).order == "in_order"
+    torch.manual_seed(1)
+    model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
+                                    dropout=0.0, share_embeddings=False, source_cursor=True), codec).eval()
+    sources = sorted((e.source for e in train), key=lambda s: len(s.words))[:8:2]
+    device = pipeline.select_device("cpu")
+    for beam in (1, 3):
+        decode = DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=10)
+        preds, _ = pipeline.decode_sources(model, codec, sources, decode, device=device)
+        assert all(p.repairs == 0 for p in preds)
+        assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
+    # a saved run loads the same order back
+    assert ParsingTask(task.config).vocabulary(tmp_path, None).order == "in_order"
+
+
+def test_a_tiny_in_order_run_through_the_command_line(tmp_path: Path) -> None:
+    train = _first_trees(SAMPLE / "dev.trees", 60, tmp_path / "train.trees")
+    dev = _first_trees(SAMPLE / "dev.trees", 3, tmp_path / "dev.trees")
+    test = _first_trees(SAMPLE / "test.trees", 5, tmp_path / "test.trees")
+    run = tmp_path / "run"
+    assert main(["-q", "run", "parsing", "--out", str(run), "--device", "cpu", "--set",
+                 f"data.train={train}", f"data.dev={dev}", f"data.test={test}", "data.vocab_size=200",
+                 "data.linearization=in_order", "model.encoder_layers=1", "model.decoder_layers=1",
+                 "model.d_model=16", "model.d_ff=32", "model.heads=2", "train.max_steps=2",
+                 "train.eval_every=2", "train.checkpoint_every=2", "train.average_last=1",
+                 "train.keep_checkpoints=1", "train.valid_max_examples=3", "decode.beam=2",
+                 "decode.max_len_b=10"]) == 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    # constrained outputs are well-formed in-order sequences (read back in order, no repairs)
+    assert metrics["malformed"] == 0.0 and metrics["evalb_errors"] == 0.0 and metrics["test_sentences"] == 5
+    loaded = pipeline.load(run, device="cpu")
+    assert loaded.config.data.linearization == "in_order" and loaded.codec.order == "in_order"
+    lines = (run / "predictions" / "test.txt").read_text().splitlines()
+    assert len(lines) == 5 and all(line.startswith("(TOP ") for line in lines)
+    # scoring reads the reference trees into in-order ids
+    (tmp_path / "src.txt").write_text("The dog barked .\n")
+    (tmp_path / "tgt.txt").write_text("(S (NP (DT The) (NN dog)) (VP (VBD barked)) (. .))\n")
+    _, targets = scoring.read_pairs(loaded, tmp_path / "src.txt", tmp_path / "tgt.txt")
+    assert loaded.codec.vocabularies.target.decode(targets[0]) == "DT (NP NN )NP (S VBD (VP )VP . )S".split()
 
 
 def test_a_target_line_is_read_as_one_preprocessed_tree() -> None:
