@@ -15,6 +15,7 @@ Prints sentences/s per batch size (median of ``--repeats``) and writes
 
     python benchmarks/parsing_decode.py RUN_DIR [--trees FILE] [--sentences 30]
         [--batch-sizes 1 4 16 64 tokens] [--repeats 3] [--baseline main] [--profile]
+        [--set decode.precision=int8]
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import device_name, write_json  # noqa: E402
 
 from seqtrans.data import pad_batch, source_ids  # noqa: E402
-from seqtrans.decoding import beam as current_beam  # noqa: E402
+from seqtrans.decoding.beam import beam_search  # noqa: E402
 from seqtrans.decoding.generate import length_batches, max_output_length  # noqa: E402
 from seqtrans.decoding.search import Hypothesis  # noqa: E402
 from seqtrans.pipeline import Loaded, load, read_split  # noqa: E402
+from seqtrans.quantize import quantized_cached  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-Search = Callable[..., list[list[Hypothesis]]]
 
 
 def engine_tree(rev: str) -> Path:
@@ -68,17 +69,18 @@ def batches(lengths: list[int], size: str, batch_tokens: int) -> list[list[int]]
     return [order[i : i + n] for i in range(0, len(order), n)]
 
 
-def decode(search: Search, run: Loaded, sources: list[Any], ids: list[list[int]],
+def decode(run: Loaded, sources: list[Any], ids: list[list[int]],
            groups: list[list[int]]) -> list[list[Hypothesis]]:
-    """What ``generate`` does for these groups, with ``search`` as the beam search."""
+    """What ``generate`` does for these groups (``decode.precision=int8``: with the int8 copy)."""
     d = run.config.decode
     out: list[list[Hypothesis]] = [[] for _ in ids]
     codec: Any = run.codec
+    model = quantized_cached(run.model) if d.precision == "int8" else run.model
     for idx in groups:
         src = pad_batch([ids[i] for i in idx]).to(run.device)
         max_len = torch.tensor([max_output_length(len(ids[i]) - 1, d) for i in idx])
         constraint = codec.constraint([sources[i] for i in idx]) if d.constrained else None
-        hyps = search(run.model, src, beam=d.beam, alpha=d.alpha, max_len=max_len, min_len=d.min_len,
+        hyps = beam_search(model, src, beam=d.beam, alpha=d.alpha, max_len=max_len, min_len=d.min_len,
                       nbest=d.nbest, constraint=constraint)
         for i, h in zip(idx, hyps):
             out[i] = h
@@ -101,7 +103,7 @@ def in_process(loaded: tuple[Loaded, list[Any], list[list[int]]], size: str) -> 
     """Time decoding the sentences in batches of ``size`` in this process."""
     run, sources, ids = loaded
     groups = batches([len(i) for i in ids], size, run.config.decode.batch_tokens)
-    took, outputs = timed(lambda: decode(current_beam.beam_search, run, sources, ids, groups))
+    took, outputs = timed(lambda: decode(run, sources, ids, groups))
     return {"seconds": took, "digest": digest(outputs), "batches": len(groups)}
 
 
@@ -174,14 +176,15 @@ def main(argv: list[str] | None = None) -> None:
         if args.profile:
             groups = batches([len(i) for i in ids], size, d.batch_tokens)
             profiler = cProfile.Profile()
-            profiler.runcall(decode, current_beam.beam_search, run, sources, ids, groups)
+            profiler.runcall(decode, run, sources, ids, groups)
             text = io.StringIO()
             pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
             print(text.getvalue())
     name = "parsing_decode" + (f"-{args.tag}" if args.tag else "")
     # the run's name only: results name no machine paths
     path = write_json(name, {"run": args.run.name, "sentences": len(sources), "beam": d.beam,
-                             "alpha": d.alpha, "constrained": d.constrained, "baseline": args.baseline,
+                             "alpha": d.alpha, "constrained": d.constrained, "precision": d.precision,
+                             "baseline": args.baseline,
                              "rows": rows}, run.device)
     print(f"wrote {path}")
 
