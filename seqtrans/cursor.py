@@ -156,9 +156,8 @@ class SpanCursor(nn.Module):
         # a close with nothing open is ignored: depth_t = max(0, depth_{t-1} + step_t),
         # which is the level less its lowest point so far below zero
         depth = level - level.cummin(1).values.clamp(max=0)  # [N, T]
-        # a span opened at j is still the innermost at t >= j when the depth after t is
-        # the depth after j and no later opening reached that depth: a close of it would
-        # need a later opening to climb back
+        # the innermost span open after t was opened by the last opening j <= t of the
+        # same depth: had that span closed since, a later opening would have climbed back
         t = torch.arange(tokens.size(1), device=tokens.device)
         # [N, T (after token t), T (opening j)]
         same = opens.unsqueeze(1) & (depth.unsqueeze(2) == depth.unsqueeze(1)) & (t.unsqueeze(1) >= t)
