@@ -171,8 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Export the model of a run directory or checkpoint to a new directory OUT, "
                     "written whole or not at all. 'ctranslate2': a CTranslate2 Transformer model "
                     "(model.bin, config.json and the vocabularies), for models with scaled_dot "
-                    "attention at every site, a bidirectional encoder and no source cursor. Decode "
-                    "it with ctranslate2.Translator on token strings, the source without its end "
+                    "attention at every site, a bidirectional encoder and no source or span cursor. "
+                    "Decode it with ctranslate2.Translator on token strings, the source without its end "
                     "symbol (CTranslate2 appends it). Needs ctranslate2 (pip install "
                     "'seqtrans[export]'); see docs/export.md.")
     p.add_argument("model", metavar="RUN_DIR_OR_CHECKPOINT")

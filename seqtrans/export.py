@@ -4,7 +4,7 @@ The model is described with CTranslate2's own specification API
 (``ctranslate2.specs.TransformerSpec``) and its weights copied in, so no converter of
 another toolkit is involved. Only what CTranslate2's Transformer can compute exports:
 scaled dot-product attention at all three sites, a bidirectional encoder and no source
-cursor; anything else is a :class:`~seqtrans.errors.ConfigError` naming the setting.
+or span cursor; anything else is a :class:`~seqtrans.errors.ConfigError` naming the setting.
 
 Differences of layout that the export takes care of:
 
@@ -60,6 +60,8 @@ def unsupported(config: ModelConfig) -> list[tuple[str, str]]:
         problems.append(("model.causal_encoder", "CTranslate2's encoder is bidirectional"))
     if config.source_cursor:
         problems.append(("model.source_cursor", "CTranslate2's decoder has no source cursor input"))
+    if config.span_cursor:
+        problems.append(("model.span_cursor", "CTranslate2's decoder has no span cursor input"))
     return problems
 
 

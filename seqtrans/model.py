@@ -30,7 +30,7 @@ from seqtrans.attention import (
     self_attention,
 )
 from seqtrans.config import ModelConfig
-from seqtrans.cursor import CursorState, SourceCursor
+from seqtrans.cursor import CursorState, SourceCursor, SpanCursor, SpanState
 from seqtrans.dropout import Dropout
 from seqtrans.errors import ConfigError
 from seqtrans.kernels import output_projection
@@ -158,6 +158,7 @@ class Encoded:
     memory: Tensor  # [B, S, D]
     mask: Tensor  # [B, S], True at real tokens
     units: Tensor | None = None  # [B, U+1, D] the source cursor's units (model.source_cursor)
+    span_units: Tensor | None = None  # [B, U+1, D] the span cursor's units (model.span_cursor)
 
 
 @dataclass
@@ -168,6 +169,7 @@ class DecoderState:
     cross: list[DecodingState]  # per layer: what cross-attention keeps of the source
     length: int = 0  # target positions decoded so far
     cursor: CursorState | None = None
+    span: SpanState | None = None
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Follow the search: keep hypotheses ``rows`` [N'] and sentences ``sentences`` [B']."""
@@ -176,6 +178,8 @@ class DecoderState:
             cross.reorder(rows, sentences)
         if self.cursor is not None:
             self.cursor.reorder(rows, sentences)
+        if self.span is not None:
+            self.span.reorder(rows, sentences)
 
 
 @dataclass
@@ -194,8 +198,9 @@ class Transformer(nn.Module):
     and ``start_streaming`` for sources that arrive while decoding (a causal encoder).
 
     With ``walk`` and ``model.source_cursor``, each decoder input also carries the
-    projected encoder state of the first source unit not yet consumed
-    (:mod:`seqtrans.cursor`).
+    projected encoder state of the first source unit not yet consumed; with
+    ``model.span_cursor`` (a walk that declares spans), that of the first unit of the
+    innermost span the output has opened and not closed (:mod:`seqtrans.cursor`).
     """
 
     def __init__(self, config: ModelConfig, *, source_vocab_size: int, target_vocab_size: int,
@@ -204,6 +209,10 @@ class Transformer(nn.Module):
         c = self.config = config
         if c.source_cursor and walk is None:
             raise ConfigError("model.source_cursor", "this task's codec declares no walk over its source")
+        if c.span_cursor and (walk is None or not walk.spans):
+            raise ConfigError("model.span_cursor", "this task's codec declares no walk over its source"
+                              if walk is None else "this task's walk over its source declares no spans "
+                              "(SourceWalk.opens and closes)")
         self.scale = math.sqrt(c.d_model)
         self.target_embed = nn.Embedding(target_vocab_size, c.d_model, padding_idx=PAD)
         nn.init.normal_(self.target_embed.weight, std=c.d_model**-0.5)
@@ -227,6 +236,7 @@ class Transformer(nn.Module):
             self.output = nn.Linear(c.d_model, target_vocab_size, bias=False)
             nn.init.normal_(self.output.weight, std=c.d_model**-0.5)
         self.cursor = SourceCursor(c.d_model, walk) if c.source_cursor and walk is not None else None
+        self.span_cursor = SpanCursor(c.d_model, walk) if c.span_cursor and walk is not None else None
         # a decoding-only replacement of ``x @ output_weight.T`` (seqtrans.quantize); never trained
         self.projection: nn.Module | None = None
 
@@ -258,7 +268,8 @@ class Transformer(nn.Module):
             x = layer(x, mask, record=record)
         memory = self.encoder_norm(x)
         units = self.cursor.units(src, memory) if self.cursor is not None else None
-        return Encoded(memory, mask, units)
+        spans = self.span_cursor.units(src, memory) if self.span_cursor is not None else None
+        return Encoded(memory, mask, units, spans)
 
     def start_encoding(self, *, rows: int = 1, capacity: int = 64) -> EncoderState:
         """An empty incremental encoding of ``rows`` sources (``model.causal_encoder``)."""
@@ -281,14 +292,17 @@ class Transformer(nn.Module):
     def start(self, encoded: Encoded, *, beam: int = 1, capacity: int = 64) -> DecoderState:
         """A fresh decoding state for ``beam`` hypotheses per source, room for ``capacity`` tokens."""
         rows = encoded.memory.size(0) * beam
-        cursor = None
+        cursor = span = None
         if self.cursor is not None:
             cursor = self.cursor.start(_units(encoded), rows)
+        if self.span_cursor is not None:
+            span = self.span_cursor.start(_span_units(encoded), rows)
         return DecoderState(
             caches=[layer.self_attn.new_cache(rows, capacity, like=encoded.memory)
                     for layer in self.decoder_layers],
             cross=[layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers],
             cursor=cursor,
+            span=span,
         )
 
     def start_streaming(self, source: SourceStream, *, capacity: int = 64) -> DecoderState:
@@ -328,7 +342,7 @@ class Transformer(nn.Module):
         """The decoder's last hidden states, before the output projection.  [N, T] -> [N, T, D]
 
         ``record`` (a whole target, no ``state``) collects each layer's attention weights."""
-        extra = None
+        extra: Tensor | None = None
         if record is not None:
             if state is not None or encoded is None:
                 raise ValueError("attention weights are recorded for a whole target and its encoder output")
@@ -341,11 +355,15 @@ class Transformer(nn.Module):
             offset = 0
             if self.cursor is not None:
                 extra, _ = self.cursor.inputs(tokens, _units(encoded))
+            if self.span_cursor is not None:
+                extra = _plus(extra, self.span_cursor.inputs(tokens, _span_units(encoded)))
         else:
             cross, caches, offset = state.cross, list(state.caches), state.length
             state.length += tokens.size(1)
             if self.cursor is not None and state.cursor is not None:
                 extra = self.cursor.step(tokens, state.cursor)
+            if self.span_cursor is not None and state.span is not None:
+                extra = _plus(extra, self.span_cursor.step(tokens, state.span))
         x = self._embed(self.target_embed, tokens, offset, extra)
         for layer, cross_state, cache in zip(self.decoder, cross, caches):
             x = layer(x, cross_state, cache=cache, record=record)
@@ -373,6 +391,16 @@ def _units(encoded: Encoded) -> Tensor:
     if encoded.units is None:
         raise ValueError("a source-cursor model needs Encoded.units (from encode())")
     return encoded.units
+
+
+def _span_units(encoded: Encoded) -> Tensor:
+    if encoded.span_units is None:
+        raise ValueError("a span-cursor model needs Encoded.span_units (from encode())")
+    return encoded.span_units
+
+
+def _plus(extra: Tensor | None, more: Tensor) -> Tensor:
+    return more if extra is None else extra + more
 
 
 def build_model(config: ModelConfig, codec: Codec[Any, Any, Any]) -> Transformer:

@@ -15,8 +15,8 @@ from seqtrans.testing import serve_directory
 from seqtrans.vocab import EOS, PAD
 
 # the walk of source-cursor test models: token 4 of the target consumes a unit, a unit
-# starts at source tokens 4 and 6
-TEST_WALK = SourceWalk(advance=(4,), starts=(4, 6))
+# starts at source tokens 4 and 6; target token 5 opens a span, 6 closes one
+TEST_WALK = SourceWalk(advance=(4,), starts=(4, 6), opens=(5,), closes=(6,))
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -24,7 +24,7 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 
 def tiny_model(*, vocab: int = 11, seed: int = 0, **overrides: object) -> Transformer:
     """A 2-layer, width-16 model in eval mode, deterministic for ``seed`` (walking
-    :data:`TEST_WALK` with ``source_cursor=True``)."""
+    :data:`TEST_WALK` with ``source_cursor=True`` or ``span_cursor=True``)."""
     torch.manual_seed(seed)
     options = {"encoder_layers": 2, "decoder_layers": 2, "d_model": 16, "d_ff": 32, "heads": 4,
                "dropout": 0.0, **overrides}

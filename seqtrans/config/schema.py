@@ -52,6 +52,11 @@ class ModelConfig:
         False, "Add to each decoder input the (projected) encoder state of the first source unit its "
         "output has not yet consumed, for tasks whose codec declares a walk over the source "
         "(SourceWalking; docs/design.md, 'The source cursor').")
+    span_cursor: bool = option(
+        False, "Add to each decoder input the (separately projected) encoder state of the source "
+        "unit where the innermost span its output has opened and not closed starts, for tasks "
+        "whose codec's walk over the source declares spans (SourceWalk.opens and closes; "
+        "docs/design.md, 'The source cursor'). Independent of model.source_cursor.")
     encoder_attention: Mechanism = option(
         "scaled_dot", "Encoder self-attention: scaled_dot, dot, general, additive, location or "
         "restricted (docs/attention.md)."

@@ -55,6 +55,8 @@ def check_streamable(config: ModelConfig) -> None:
         missing.append("model.causal_encoder=true")
     if config.source_cursor:
         missing.append("model.source_cursor=false")
+    if config.span_cursor:
+        missing.append("model.span_cursor=false")
     if missing:
         raise UsageError("streaming needs a model trained with " + " and ".join(missing))
 

@@ -125,6 +125,8 @@ def _check_abilities(codec: Codec[Any, Any, Any], refs: list[Example[Any, Any]])
                  "are not all target ids")
         _require(all(0 <= i < len(v.source) for i in walk.starts), "the source walk's start ids are "
                  "not all source ids")
+        _require(all(0 <= i < len(v.target) for i in (*walk.opens, *walk.closes)), "the source walk's "
+                 "span opening and closing ids are not all target ids")
 
 
 def _check_constraint_admits_references(codec: Any, refs: list[Example[Any, Any]]) -> None:

@@ -15,7 +15,7 @@ and its decoding defaults. A plugin provides two objects:
 A codec may have optional abilities, each a runtime-checkable protocol the engine
 tests with ``isinstance``: :class:`Constraining` (restrict next tokens during
 search), :class:`SegmentationSampling` (``train.subword_sampling``) and
-:class:`SourceWalking` (``model.source_cursor``). A codec without one writes nothing
+:class:`SourceWalking` (``model.source_cursor``, ``model.span_cursor``). A codec without one writes nothing
 for it. A task may name its training data by a digest (:class:`DataDigest`), so that
 prepared data is found without reading the data again.
 
@@ -85,15 +85,36 @@ class SourceWalk:
     The source is a sequence of units, each starting at a source token of ``starts``;
     every target token of ``advance`` consumes one unit. With ``model.source_cursor``
     each decoder input also sees the encoder state of the first unit not yet consumed.
+
+    Outputs that also build nested spans over the units declare ``opens`` and
+    ``closes``: a target token of ``opens`` opens a span starting at the first unit not
+    yet consumed, one of ``closes`` closes the innermost open span (a close with none
+    open is ignored). With ``model.span_cursor`` each decoder input also sees the
+    encoder state of the start of the innermost open span.
     """
 
     advance: tuple[int, ...]  # target ids
     starts: tuple[int, ...]  # source ids
+    opens: tuple[int, ...] = ()  # target ids
+    closes: tuple[int, ...] = ()  # target ids
 
     def __post_init__(self) -> None:
         if not self.advance or not self.starts:
             raise ValueError("a source walk needs at least one advancing target id and one "
                              "unit-start source id")
+        if bool(self.opens) != bool(self.closes):
+            raise ValueError("a source walk's spans need both opening and closing target ids")
+        overlap = ({"advance and opens": set(self.advance) & set(self.opens),
+                    "advance and closes": set(self.advance) & set(self.closes),
+                    "opens and closes": set(self.opens) & set(self.closes)})
+        for sets, ids in overlap.items():
+            if ids:
+                raise ValueError(f"a source walk's {sets} share target ids {sorted(ids)}")
+
+    @property
+    def spans(self) -> bool:
+        """Whether the walk declares spans (``opens`` and ``closes``)."""
+        return bool(self.opens)
 
 
 @runtime_checkable
@@ -227,7 +248,8 @@ class SegmentationSampling(Protocol[SourceT_contra]):
 
 @runtime_checkable
 class SourceWalking(Protocol):
-    """A codec whose outputs consume their inputs in order, for ``model.source_cursor``."""
+    """A codec whose outputs consume their inputs in order, for ``model.source_cursor``
+    (and, when its walk declares spans, ``model.span_cursor``)."""
 
     def source_walk(self) -> SourceWalk: ...
 

@@ -51,6 +51,7 @@ MECHANISM_OPTIONS: dict[str, dict] = {
     "location-general-dot": {"cross_attention": "location", "encoder_attention": "general",
                              "decoder_attention": "dot", "location_max_length": 24},
     "source_cursor": {"source_cursor": True},
+    "span_cursor": {"span_cursor": True},
 }
 MECHANISMS = [pytest.param(options, id=name) for name, options in MECHANISM_OPTIONS.items()]
 

@@ -194,9 +194,14 @@ class ParsingCodec:
         return [self.sampler.sample(s.words, alpha, rng) for s in sources]
 
     def source_walk(self) -> SourceWalk:
+        # brackets are spans over the words, for model.span_cursor: "(X" opens one at the
+        # next word to place, ")X" closes the innermost
         source, target = self.vocabularies.source, self.vocabularies.target
+        symbols = list(enumerate(target.symbols))[len(SPECIALS):]
         return SourceWalk(advance=tuple(sorted(target.index(s) for s in self.preterminals)),
-                          starts=tuple(i for i, p in enumerate(source.symbols) if p.startswith(WORD_START)))
+                          starts=tuple(i for i, p in enumerate(source.symbols) if p.startswith(WORD_START)),
+                          opens=tuple(i for i, s in symbols if is_open(s)),
+                          closes=tuple(i for i, s in symbols if is_close(s)))
 
 
 class ParsingTask:

@@ -105,6 +105,33 @@ def test_each_word_starts_exactly_one_source_unit_for_the_cursor(tmp_path: Path)
     assert all(p.repairs == 0 for p in preds)
 
 
+def test_brackets_are_the_walks_spans_for_the_span_cursor(tmp_path: Path) -> None:
+    """"(X" opens a span, ")X" closes one; right after each "(X" the innermost open span
+    starts at the word after those already placed; a model with both cursors decodes
+    well-formed trees over exactly the words."""
+    task, codec, train = _small_task(tmp_path)
+    walk = codec.source_walk()
+    target = codec.vocabularies.target
+    assert sorted(target.symbols[i] for i in walk.opens) == sorted(s for s in target.symbols if s[:1] == "(")
+    assert sorted(target.symbols[i] for i in walk.closes) == sorted(s for s in target.symbols if s[:1] == ")")
+    torch.manual_seed(1)
+    model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
+                                    dropout=0.0, share_embeddings=False, source_cursor=True,
+                                    span_cursor=True), codec).eval()
+    assert model.span_cursor is not None
+    for example in train[:5]:
+        tokens = codec.target_tokens(example.target)
+        starts = model.span_cursor.span_starts(torch.tensor([target.encode(tokens)]))[0].tolist()
+        opened = [(i, sum(t == "XX" for t in tokens[:i])) for i, t in enumerate(tokens) if t[0] == "("]
+        assert [starts[i] for i, _ in opened] == [words for _, words in opened]
+        assert starts[-1] == -1  # the whole tree closed
+    sources = [e.source for e in train[:3]]
+    preds, _ = pipeline.decode_sources(model, codec, sources, DecodeConfig(beam=3, max_len_b=10),
+                                       device=pipeline.select_device("cpu"))
+    assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
+    assert all(p.repairs == 0 for p in preds)
+
+
 def test_sampled_segmentations_vary_by_seed_and_keep_one_start_per_word(tmp_path: Path) -> None:
     task, codec, train = _small_task(tmp_path)
     starts = set(codec.source_walk().starts)
