@@ -195,9 +195,10 @@ class ParsingCodec:
 
     def source_walk(self) -> SourceWalk:
         # brackets are spans over the words, for model.span_cursor: "(X" opens one at the
-        # next word to place, ")X" closes the innermost
+        # next word to place, ")X" closes the innermost. Only top-down: in in-order output
+        # "(X" follows its first child, so the next word is not where its span starts.
         source, target = self.vocabularies.source, self.vocabularies.target
-        symbols = list(enumerate(target.symbols))[len(SPECIALS):]
+        symbols = list(enumerate(target.symbols))[len(SPECIALS):] if self.order == "top_down" else []
         return SourceWalk(advance=tuple(sorted(target.index(s) for s in self.preterminals)),
                           starts=tuple(i for i, p in enumerate(source.symbols) if p.startswith(WORD_START)),
                           opens=tuple(i for i, s in symbols if is_open(s)),

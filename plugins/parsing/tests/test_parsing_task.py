@@ -14,6 +14,7 @@ from parsing_data import SHARED_DATA
 from seqtrans import online, pipeline, scoring, tasks
 from seqtrans.cli import main
 from seqtrans.config import DecodeConfig, ModelConfig
+from seqtrans.errors import ConfigError
 from seqtrans.model import build_model
 from seqtrans.tasks import Example
 from seqtrans.tasks.contract import check_task
@@ -130,6 +131,17 @@ def test_brackets_are_the_walks_spans_for_the_span_cursor(tmp_path: Path) -> Non
                                        device=pipeline.select_device("cpu"))
     assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
     assert all(p.repairs == 0 for p in preds)
+
+
+def test_an_in_order_target_declares_no_spans_and_refuses_the_span_cursor(tmp_path: Path) -> None:
+    """In in-order output "(X" comes after its first child: the word the cursor stands at is
+    not where the span starts, so the walk declares no spans and the model says so."""
+    _, codec, _ = _small_task(tmp_path, linearization="in_order")
+    walk = codec.source_walk()
+    assert walk.advance and walk.starts and not walk.opens and not walk.closes
+    with pytest.raises(ConfigError, match="model.span_cursor"):
+        build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
+                                source_cursor=True, span_cursor=True), codec)
 
 
 def test_sampled_segmentations_vary_by_seed_and_keep_one_start_per_word(tmp_path: Path) -> None:
