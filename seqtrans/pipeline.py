@@ -180,9 +180,10 @@ def _check_resumable(out: Path, config: RunConfig) -> None:
     if not saved_path.exists():
         return
     saved = json.loads(saved_path.read_text(encoding="utf-8"))
-    new = cfg.to_dict(config)
     for key in ("task", "seed", "model", "data"):
-        if saved.get(key) != new.get(key):
+        same = (cfg.same_settings(saved.get(key), getattr(config, key)) if key in ("model", "data")
+                else saved.get(key) == getattr(config, key))
+        if not same:
             raise UsageError(
                 f"{out} holds a run with different '{key}' settings; choose a new --out "
                 "(only train and decode settings may change when continuing a run)"

@@ -4,6 +4,7 @@ seen or more tokens than its learned positions reach."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -14,11 +15,12 @@ from seqtrans import config as cfg
 from seqtrans import tasks
 from seqtrans.config import ModelConfig, RunConfig, TrainConfig
 from seqtrans.data import Pairs
-from seqtrans.errors import CheckpointError, DataError
+from seqtrans.errors import CheckpointError, DataError, UsageError
 from seqtrans.model import Transformer, build_model
 from seqtrans.online import predict_batches
 from seqtrans.pipeline import Loaded, Split, score_examples
 from seqtrans.tasks import Example
+from seqtrans.training import checkpoint
 from seqtrans.training.loop import Trainer
 
 MODEL = ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2)
@@ -79,3 +81,31 @@ def test_an_input_longer_than_the_learned_positions_names_its_line(tmp_path: Pat
     with pytest.raises(DataError, match=r"^test.txt:2: 7 source tokens"):
         score_examples(loaded.model, loaded.task, loaded.codec, split, loaded.config.decode,
                        device=torch.device("cpu"))
+
+
+def test_a_run_saved_before_an_option_existed_still_continues(tmp_path: Path) -> None:
+    """A model option added after a run was written (absent from its config.json and its
+    checkpoints) reads as its default: continuing the run is not refused; a setting that
+    really differs still is."""
+    from seqtrans.pipeline import _check_resumable
+
+    _trainer(tmp_path).fit()  # writes checkpoint_00000002.pt
+    path = tmp_path / "checkpoint_00000002.pt"
+    payload = checkpoint.load(path)
+    del payload["config"]["model"]["span_cursor"]  # as written before the option existed
+    payload.pop("digest", None)
+    checkpoint.save_atomic(payload, path)
+    assert _trainer(tmp_path).resume()
+    small = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16", "model.d_ff=32",
+             "model.heads=2"]
+    config = cfg.resolve_config("copy", overrides=small)
+    saved = cfg.to_dict(config)
+    del saved["model"]["span_cursor"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    _check_resumable(tmp_path, config)  # no error
+    with pytest.raises(UsageError, match="different 'model' settings"):
+        _check_resumable(tmp_path, cfg.resolve_config("copy", overrides=[*small, "model.encoder_layers=2"]))
+    saved["model"]["an_option_since_removed"] = 1
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(UsageError, match="different 'model' settings"):
+        _check_resumable(tmp_path, config)

@@ -11,6 +11,7 @@ from seqtrans.config.layers import (
     preset_names,
     resolve,
     resolve_config,
+    same_settings,
     to_dict,
 )
 from seqtrans.config.schema import (
@@ -28,4 +29,5 @@ from seqtrans.config.schema import (
 
 __all__ = ["CROSS_MECHANISMS", "PRECISIONS", "PRESETS", "SELF_MECHANISMS", "DecodeConfig", "Mechanism",
            "ModelConfig", "RunConfig", "TrainConfig", "describe", "from_dict", "load_file", "markdown_table",
-           "merge", "option", "parse_overrides", "preset_names", "resolve", "resolve_config", "to_dict"]
+           "merge", "option", "parse_overrides", "preset_names", "resolve", "resolve_config", "same_settings",
+           "to_dict"]

@@ -42,6 +42,17 @@ def to_dict(config: Any) -> Any:
     return config
 
 
+def same_settings(saved: Any, current: Any) -> bool:
+    """Whether a saved section (a mapping from ``config.json`` or a checkpoint) holds the
+    settings of the dataclass ``current``, reading it as a config of today would: options
+    added since it was written take their defaults. A saved section that no longer
+    reads (an option removed or retyped since) differs."""
+    try:
+        return bool(to_dict(from_dict(type(current), saved)) == to_dict(current))
+    except ConfigError:
+        return False
+
+
 def _field_types(cls: type, data_cls: type | None) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     types_ = {f.name: hints[f.name] for f in dataclasses.fields(cls)}

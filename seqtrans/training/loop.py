@@ -29,7 +29,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from seqtrans import distributed
-from seqtrans.config import RunConfig, to_dict
+from seqtrans.config import RunConfig, same_settings, to_dict
 from seqtrans.data import Batch, Pairs, lengths_of, token_batches
 from seqtrans.distributed import World
 from seqtrans.errors import CheckpointError, Interrupted, TrainingError
@@ -236,7 +236,7 @@ class Trainer:
         if saved.get("task") != self.config.task:
             raise CheckpointError(f"{path}: was written by a run of task '{saved.get('task')}', not "
                                   f"'{self.config.task}'; use a new output directory")
-        if saved.get("model") != to_dict(self.config.model):
+        if not same_settings(saved.get("model"), self.config.model):
             raise CheckpointError(
                 f"{path}: was written for another model configuration; use a new output directory"
             )
