@@ -26,7 +26,11 @@ opening comes after its constituent's first child, and a hypothesis may:
 - open a bracket: right after a finished subtree (a placeholder or a closing), which
   becomes its first child;
 - close the innermost open bracket, with its label: at any time, right after it opened
-  too (a unary constituent, whose only child is the first);
+  too (a unary constituent, whose only child is the first), but no more than
+  ``max_unary`` unary constituents in a row over one subtree (the treebank sample's
+  longest such chain is 3; without a bound, a model can wrap a subtree in unary
+  brackets until the length runs out, which nothing else in the order prevents); an
+  opening with the chain at its bound needs a word left, as its second child;
 - end: once nothing is open, all n placeholders are out and the last token is a
   closing (the one finished subtree is a constituent, not a bare preterminal);
 
@@ -37,8 +41,8 @@ placeholder n - k + 2 and the end, after a closing the end alone or, with words 
 n - k + 2 and the end (an opening above the tree so far, the words, its closing).
 
 In search the constraint keeps this per hypothesis (:class:`BracketState`: the depth,
-the placeholders out, the last token's kind and the stack of closings the open brackets
-need), updated with each token, so that a step costs the same however long the prefix;
+the placeholders out, the last token's kind, the unary chain and the stack of closings
+the open brackets need), updated with each token, so that a step costs the same however long the prefix;
 both orders keep the same state and differ only in the rules above.
 """
 
@@ -47,6 +51,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from seqtrans.vocab import EOS, Vocab
@@ -63,10 +68,13 @@ class BracketConstraint:
     numbers of words, ``order`` the linearization the sequences follow."""
 
     def __init__(self, lengths: Sequence[int], vocab: Vocab, *, preterminals: Collection[str],
-                 order: Order = "top_down") -> None:
+                 order: Order = "top_down", max_unary: int = 3) -> None:
         if order not in ORDERS:
             raise ValueError(f"unknown linearization order {order!r}, expected one of {ORDERS}")
+        if max_unary < 1:
+            raise ValueError(f"max_unary must be at least 1, not {max_unary}")
         self.order = order
+        self.max_unary = max_unary  # in-order only: unary constituents in a row over one subtree
         preterminals = frozenset(preterminals)
         v = len(vocab)
         kind = torch.zeros(v, dtype=torch.long)
@@ -92,14 +100,14 @@ class BracketConstraint:
         none = torch.zeros_like(self.is_open)
         self.table = torch.stack([none, self.is_xx, self.is_open, self.is_open | self.is_xx])  # [4, V]
 
-    def state(self, prefix: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def state(self, prefix: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """(depth, placeholders out, last token's kind, closing id of the innermost
-        open bracket), each [N], from the prefixes [N, t]."""
+        open bracket, unary chain), each [N], from the prefixes [N, t]."""
         n, t = prefix.shape
         dev = prefix.device
         if t == 0:
             zeros = torch.zeros(n, dtype=torch.long, device=dev)
-            return zeros, zeros, zeros, torch.full((n,), EOS, dtype=torch.long, device=dev)
+            return zeros, zeros, zeros, torch.full((n,), EOS, dtype=torch.long, device=dev), zeros
         kind = self.kind.to(dev)[prefix]  # [N, t]
         depth_after = self.step.to(dev)[prefix].cumsum(1)  # [N, t]
         depth = depth_after[:, -1]
@@ -110,21 +118,37 @@ class BracketConstraint:
         below = torch.where(depth_after == (depth - 1).unsqueeze(1), positions, -1).amax(1)  # [N]
         opener = prefix.gather(1, (below + 1).clamp(max=t - 1).unsqueeze(1)).squeeze(1)  # [N]
         closing = torch.where(depth > 0, self.close_of.to(dev)[opener], EOS)
-        return depth, placed, last, closing
+        # the unary closings (right after their opening) since the last placeholder or
+        # other closing, which end a chain
+        after_open = F.pad(kind[:, :-1] == _OPEN, (1, 0))  # [N, t]
+        unary = (kind == _CLOSE) & after_open
+        resets = (kind == _XX) | ((kind == _CLOSE) & ~after_open)
+        counted = unary.long().cumsum(1)  # [N, t]
+        reset_at = torch.where(resets, positions, -1).amax(1)  # [N]
+        at_reset = counted.gather(1, reset_at.clamp(min=0).unsqueeze(1)).squeeze(1)
+        before = torch.where(reset_at >= 0, at_reset, 0)
+        return depth, placed, last, closing, counted[:, -1] - before
 
     def allowed(self, prefix: Tensor, *, rows: Tensor, remaining: Tensor) -> Tensor:
-        depth, placed, last, closing = self.state(prefix)
-        return self.mask(self.lengths.to(prefix.device)[rows], depth, placed, last, closing,
+        depth, placed, last, closing, chain = self.state(prefix)
+        return self.mask(self.lengths.to(prefix.device)[rows], depth, placed, last, closing, chain,
                          remaining=remaining, started=prefix.size(1) > 0)
 
-    def mask(self, words: Tensor, depth: Tensor, placed: Tensor, last: Tensor, closing: Tensor, *,
-             remaining: Tensor, started: bool) -> Tensor:
+    def mask(self, words: Tensor, depth: Tensor, placed: Tensor, last: Tensor, closing: Tensor,
+             chain: Tensor, *, remaining: Tensor, started: bool) -> Tensor:
         """The allowed next tokens [N, V] of hypotheses in the state (depth, placeholders
-        out, last token's kind, closing of the innermost open bracket), each [N], of
-        sentences of ``words`` [N] words; ``started``: the prefixes are not empty."""
-        rules = _top_down if self.order == "top_down" else _in_order
-        can_open, can_xx, can_close, can_end = rules(words - placed, depth, last, remaining.to(depth.device),
-                                                     started=started)
+        out, last token's kind, closing of the innermost open bracket, unary chain), each
+        [N], of sentences of ``words`` [N] words; ``started``: the prefixes are not empty."""
+        remaining = remaining.to(depth.device)
+        if self.order == "top_down":
+            can_open, can_xx, can_close, can_end = _top_down(words - placed, depth, last, remaining,
+                                                             started=started)
+        else:
+            can_open, can_xx, can_close, can_end = _in_order(words - placed, depth, last, remaining,
+                                                             started=started)
+            at_bound = chain >= self.max_unary
+            can_close = can_close & ~(at_bound & (last == _OPEN))
+            can_open = can_open & (~at_bound | (words > placed))
         n_rows = depth.numel()
         # one row of the table per (can_open, can_xx): [4, V] -> [N, V]
         mask = self.table.to(depth.device)[can_open.long() * 2 + can_xx.long()]
@@ -167,8 +191,8 @@ def _in_order(left: Tensor, depth: Tensor, last: Tensor, remaining: Tensor, *, s
 
 class BracketState:
     """The bracket constraint's state of N hypotheses, each [N]: the words of its sentence,
-    its depth, placeholders out, last token's kind, and the closings its open brackets
-    need, innermost at ``stack[depth - 1]`` ([N, capacity], grown when a hypothesis
+    its depth, placeholders out, last token's kind, unary chain (in-order), and the
+    closings its open brackets need, innermost at ``stack[depth - 1]`` ([N, capacity], grown when a hypothesis
     opens deeper).
 
     Depths below zero (a closing with nothing open, which the constraint never allows)
@@ -186,6 +210,7 @@ class BracketState:
         self.depth = torch.zeros(n, dtype=torch.long, device=dev)
         self.placed = torch.zeros(n, dtype=torch.long, device=dev)
         self.last = torch.zeros(n, dtype=torch.long, device=dev)
+        self.chain = torch.zeros(n, dtype=torch.long, device=dev)  # unary closings in a row
         self.stack = torch.full((n, capacity), EOS, dtype=torch.long, device=dev)
         self.started = False
         # no hypothesis is deeper than this; checked against the depths only when a step
@@ -196,12 +221,13 @@ class BracketState:
         c = self.constraint
         top = (self.depth - 1).clamp(min=0, max=self.stack.size(1) - 1).unsqueeze(1)  # [N, 1]
         closing = torch.where(self.depth > 0, self.stack.gather(1, top).squeeze(1), EOS)
-        return c.mask(self.words, self.depth, self.placed, self.last, closing, remaining=remaining,
-                      started=self.started)
+        return c.mask(self.words, self.depth, self.placed, self.last, closing, self.chain,
+                      remaining=remaining, started=self.started)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        self.words, self.depth, self.placed, self.last, self.stack = (
-            t.index_select(0, rows) for t in (self.words, self.depth, self.placed, self.last, self.stack))
+        self.words, self.depth, self.placed, self.last, self.chain, self.stack = (
+            t.index_select(0, rows) for t in (self.words, self.depth, self.placed, self.last, self.chain,
+                                              self.stack))
 
     def advance(self, tokens: Tensor) -> None:
         kind = self.kind[tokens]  # [N]
@@ -219,5 +245,8 @@ class BracketState:
         self.stack.scatter_(1, at, pushed.unsqueeze(1))
         self.depth = self.depth + self.step[tokens]
         self.placed = self.placed + (kind == _XX).long()
+        closes = kind == _CLOSE
+        unary = closes & (self.last == _OPEN)
+        self.chain = torch.where((kind == _XX) | (closes & ~unary), 0, self.chain + unary.long())
         self.last = kind
         self.started = True

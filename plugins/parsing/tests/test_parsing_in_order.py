@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 
 import pytest
 import torch
@@ -123,10 +124,19 @@ def _forests(n: int, length: int, preterminals: tuple[str, ...]) -> tuple[tuple[
     return tuple(out)
 
 
-def _well_formed(n: int, max_len: int, preterminals: tuple[str, ...]) -> set[tuple[str, ...]]:
+def _well_formed(n: int, max_len: int, preterminals: tuple[str, ...],
+                 max_unary: int | None = None) -> set[tuple[str, ...]]:
     """The in-order sequences of the trees with n preterminals (a constituent at the root)
-    of at most ``max_len`` tokens."""
-    return {seq for length in range(2, max_len + 1) for seq in _trees(n, length, preterminals)}
+    of at most ``max_len`` tokens (and no more than ``max_unary`` unary constituents in a
+    row over one subtree)."""
+    return {seq for length in range(2, max_len + 1) for seq in _trees(n, length, preterminals)
+            if max_unary is None or _longest_unary_run(seq) <= max_unary}
+
+
+def _longest_unary_run(seq: tuple[str, ...]) -> int:
+    """The most "(X )X" pairs in a row: unary constituents stacked over one subtree."""
+    runs = re.finditer(r"(?:\((\w+) \)\1 )+", " ".join(seq) + " ")
+    return max((m.group(0).count("(") for m in runs), default=0)
 
 
 def test_the_generated_sequences_are_the_ones_to_tree_reads_without_repairs() -> None:
@@ -140,15 +150,18 @@ def test_the_generated_sequences_are_the_ones_to_tree_reads_without_repairs() ->
         assert clean == _well_formed(n, max_len, ("XX",)) and clean
 
 
-@pytest.mark.parametrize("preterminals, sizes", [
-    (("XX",), ((1, 7), (2, 8), (3, 9), (4, 8))),
-    (("NN", "VB"), ((1, 5), (2, 7), (3, 7))),  # a tagging model: any tag stands for a word
+@pytest.mark.parametrize("preterminals, sizes, max_unary", [
+    (("XX",), ((1, 7), (2, 8), (3, 9), (4, 8)), 3),
+    (("NN", "VB"), ((1, 5), (2, 7), (3, 7)), 3),  # a tagging model: any tag stands for a word
+    (("XX",), ((1, 9), (2, 9), (3, 9)), 1),  # the bound on unary chains binds
+    (("XX",), ((1, 9), (2, 10)), 2),
 ])
 def test_the_in_order_constraint_admits_exactly_the_well_formed_sequences_that_fit(
-        preterminals: tuple[str, ...], sizes: tuple[tuple[int, int], ...]) -> None:
+        preterminals: tuple[str, ...], sizes: tuple[tuple[int, int], ...], max_unary: int) -> None:
     vocab = Vocab([*preterminals, "(A", ")A", "(B", ")B", "(C"])  # "(C" has no closing: never allowed
     for n, max_len in sizes:
-        constraint = BracketConstraint([n], vocab, preterminals=preterminals, order="in_order")
+        constraint = BracketConstraint([n], vocab, preterminals=preterminals, order="in_order",
+                                       max_unary=max_unary)
         admitted: set[tuple[str, ...]] = set()
 
         def walk(prefix: list[int], constraint: BracketConstraint = constraint, max_len: int = max_len,
@@ -164,7 +177,7 @@ def test_the_in_order_constraint_admits_exactly_the_well_formed_sequences_that_f
                     walk([*prefix, tok])
 
         walk([])
-        assert admitted == _well_formed(n, max_len, preterminals) and admitted
+        assert admitted == _well_formed(n, max_len, preterminals, max_unary) and admitted
         # the state, stepped along each admitted sequence, allows its tokens, and the end
         # where a prefix is complete itself (a unary constituent may still follow)
         for seq in sorted(admitted)[:200]:
