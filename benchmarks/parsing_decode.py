@@ -5,8 +5,8 @@ Decodes the first ``--sentences`` test sentences with the run's decoding setting
 21, alpha 0.3, maximum length input + 300, the constraint), sorted by length and cut into
 batches of each ``--batch-sizes`` sentences, as ``generate`` does; ``tokens`` decodes with
 the run's ``decode.batch_tokens`` instead, as ``seqtrans run`` does. With ``--baseline REV``
-the engine of git revision REV (its whole ``seqtrans`` package, with this checkout's
-plugins) and this checkout's are timed on the same sentences in fresh processes that
+the code of git revision REV (its ``seqtrans`` package and parsing plugin) and this
+checkout's are timed on the same sentences in fresh processes that
 alternate, so that a busier moment of the machine hits both, and the outputs and scores
 of both are compared.
 
@@ -52,9 +52,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def engine_tree(rev: str) -> Path:
-    """The ``seqtrans`` package of git revision ``rev``, extracted into a temporary directory."""
+    """The ``seqtrans`` package and the parsing plugin of git revision ``rev``, extracted
+    into a temporary directory."""
     tree = Path(tempfile.mkdtemp(prefix="parsing-decode-"))
-    archive = subprocess.run(["git", "archive", rev, "seqtrans"], cwd=ROOT, check=True,
+    paths = ["seqtrans", "plugins/parsing/seqtrans_parsing"]
+    archive = subprocess.run(["git", "archive", rev, *paths], cwd=ROOT, check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
     return tree
@@ -108,10 +110,12 @@ def in_process(loaded: tuple[Loaded, list[Any], list[list[int]]], size: str) -> 
 
 
 def in_subprocess(args: argparse.Namespace, size: str, engine: Path) -> dict[str, Any]:
-    """:func:`in_process` in a fresh process that imports ``seqtrans`` from ``engine``."""
+    """:func:`in_process` in a fresh process that imports ``seqtrans`` and the parsing
+    plugin from ``engine``."""
     command = [sys.executable, __file__, str(args.run), "--worker", size, "--sentences", str(args.sentences),
                *(["--trees", args.trees] if args.trees else []), *(["--set", *args.set] if args.set else [])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(engine), os.environ.get("PYTHONPATH", "")])}
+    path = [str(engine), str(engine / "plugins" / "parsing"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     done = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
