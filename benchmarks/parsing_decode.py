@@ -15,13 +15,14 @@ Prints sentences/s per batch size (median of ``--repeats``) and writes
 
     python benchmarks/parsing_decode.py RUN_DIR [--trees FILE] [--sentences 30]
         [--batch-sizes 1 4 16 64 tokens] [--repeats 3] [--baseline main] [--profile]
-        [--set decode.precision=int8]
+        [--set decode.precision=int8] [--int8]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import hashlib
 import io
 import json
@@ -140,6 +141,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline", default="", help="Also time the engine of this git revision.")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="Override decode.* keys.")
     parser.add_argument("--profile", action="store_true", help="Print a cProfile of one run per batch size.")
+    parser.add_argument("--int8", action="store_true",
+                        help="Also time decode.precision=int8 in this process, alternating with the "
+                        "run's own.")
     parser.add_argument("--tag", default="", help="Suffix of the JSON file's name.")
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)  # one timing, printed as JSON
     args = parser.parse_args(argv)
@@ -152,6 +156,12 @@ def main(argv: list[str] | None = None) -> None:
     engines = {"current": ROOT}
     if args.baseline:
         engines = {"baseline": engine_tree(args.baseline), **engines}
+    if args.int8 and args.baseline:
+        parser.error("--int8 and --baseline are separate comparisons; run them one at a time")
+    int8 = dataclasses.replace(run, config=dataclasses.replace(
+        run.config, decode=dataclasses.replace(run.config.decode, precision="int8")))
+    if args.int8:
+        engines["int8"] = ROOT
     d = run.config.decode
     print(f"{device_name(run.device)}; {len(sources)} sentences, {sum(len(i) - 1 for i in ids)} source "
           f"tokens; beam {d.beam}, alpha {d.alpha}, constrained {d.constrained}")
@@ -162,7 +172,10 @@ def main(argv: list[str] | None = None) -> None:
         row: dict[str, Any] = {"batch": size}
         for _ in range(args.repeats):  # alternating, so that a busier moment hits both
             for name, engine in engines.items():
-                timing = in_subprocess(args, size, engine) if args.baseline else in_process(loaded, size)
+                if args.baseline:
+                    timing = in_subprocess(args, size, engine)
+                else:
+                    timing = in_process((int8, sources, ids) if name == "int8" else loaded, size)
                 seconds[name].append(timing["seconds"])
                 digests[name] = timing["digest"]
                 row["batches"] = timing["batches"]
@@ -175,6 +188,10 @@ def main(argv: list[str] | None = None) -> None:
             row["speedup"] = row["current_sent_s"] / row["baseline_sent_s"]
             same = "identical" if row["identical"] else "DIFFER"
             line += f", x{row['speedup']:.2f}, outputs and scores {same}"
+        if args.int8:
+            row["int8_speedup"] = row["int8_sent_s"] / row["current_sent_s"]
+            row["int8_identical"] = digests["int8"] == digests["current"]
+            line += f", int8 x{row['int8_speedup']:.2f}"
         print(line, flush=True)
         rows.append(row)
         if args.profile:
