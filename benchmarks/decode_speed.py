@@ -41,9 +41,9 @@ from common import (  # noqa: E402
 
 from seqtrans.config import ModelConfig  # noqa: E402
 from seqtrans.decoding import beam_search, greedy_search  # noqa: E402
+from seqtrans.decoding.generate import decoding_model  # noqa: E402
 from seqtrans.export import export_ctranslate2  # noqa: E402
 from seqtrans.model import Transformer  # noqa: E402
-from seqtrans.quantize import quantized  # noqa: E402
 from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies  # noqa: E402
 
 SHAPES = {
@@ -163,10 +163,9 @@ def model_flops(shape: dict[str, int], src: torch.Tensor, beam: int, out_len: in
 def seqtrans_decoder(case: Case, device: torch.device, src: torch.Tensor,
                      out_len: int, *, precision: str = "fp32") -> Callable[[], None]:
     """Decoding of ``src`` by a fresh seqtrans model, exactly ``out_len`` tokens each, in a
-    ``decode.precision`` setting (the int8 copy is made once, outside the timing)."""
-    model = seqtrans_model(SHAPES[case.shape], device)
-    if precision == "int8":
-        model = quantized(model)
+    ``decode.precision`` setting, with the model ``generate`` decodes with for it (the int8
+    copy, or on a CPU the fp32 copy with oneDNN's products; made once, outside the timing)."""
+    model = decoding_model(seqtrans_model(SHAPES[case.shape], device), precision, device)
     max_len = torch.full((src.size(0),), out_len)
 
     def decode() -> None:

@@ -47,7 +47,6 @@ from seqtrans.decoding.beam import beam_search  # noqa: E402
 from seqtrans.decoding.generate import length_batches, max_output_length  # noqa: E402
 from seqtrans.decoding.search import Hypothesis  # noqa: E402
 from seqtrans.pipeline import Loaded, load, read_split  # noqa: E402
-from seqtrans.quantize import quantized_cached  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,13 +71,26 @@ def batches(lengths: list[int], size: str, batch_tokens: int) -> list[list[int]]
     return [order[i : i + n] for i in range(0, len(order), n)]
 
 
+def _decoding_model(run: Loaded) -> Any:
+    """The model ``generate`` decodes with for the run's ``decode.precision``, in this
+    engine or (``--baseline``) an older one."""
+    try:
+        from seqtrans.decoding.generate import decoding_model
+    except ImportError:  # before decoding_model: int8 had its copy, fp32 the model itself
+        from seqtrans.quantize import quantized_cached
+
+        return quantized_cached(run.model) if run.config.decode.precision == "int8" else run.model
+    return decoding_model(run.model, run.config.decode.precision, run.device)
+
+
 def decode(run: Loaded, sources: list[Any], ids: list[list[int]],
            groups: list[list[int]]) -> list[list[Hypothesis]]:
-    """What ``generate`` does for these groups (``decode.precision=int8``: with the int8 copy)."""
+    """What ``generate`` does for these groups, with the model it decodes with for the
+    run's ``decode.precision`` (the int8 copy; the oneDNN copy for fp32 on a CPU)."""
     d = run.config.decode
     out: list[list[Hypothesis]] = [[] for _ in ids]
     codec: Any = run.codec
-    model = quantized_cached(run.model) if d.precision == "int8" else run.model
+    model = _decoding_model(run)
     for idx in groups:
         src = pad_batch([ids[i] for i in idx]).to(run.device)
         max_len = torch.tensor([max_output_length(len(ids[i]) - 1, d) for i in idx])

@@ -13,6 +13,8 @@ The CPU kernel takes any sizes (on CUDA it wants multiples of 8, and int8 decodi
 CPU-only), so nothing is padded.
 
 :func:`quantized` makes a decoding copy of a model; the model itself is left as it is.
+:func:`onednn` makes the float32 decoding copy the same way, with linear layers that
+multiply through oneDNN instead of the BLAS behind ``F.linear``.
 
 Shapes: M rows, K inputs, O outputs.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import copy
 import itertools
 import weakref
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -98,6 +101,23 @@ class Int8Linear(nn.Module):
         return torch.addcmul(self.bias, out, self.scale, out=out).view(*lead, self.out_features)
 
 
+def _with_linears(model: Transformer, make: Callable[[Tensor, Tensor | None], nn.Module]) -> Transformer:
+    """A copy of ``model`` whose every ``nn.Linear`` (and output projection) is
+    ``make(weight, bias)``; it shares the model's tensors and never writes them."""
+    # deepcopy with every parameter and buffer in the memo copies the modules, not the tensors
+    memo: dict[int, object] = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+    twin = copy.deepcopy(model, memo)
+    made: dict[int, nn.Module] = {}  # a layer shared by several modules is made once
+    for parent in list(twin.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear):
+                if id(child) not in made:
+                    made[id(child)] = make(child.weight, child.bias)
+                setattr(parent, name, made[id(child)])
+    twin.projection = make(model.output_weight, None)
+    return twin.eval()
+
+
 def quantized(model: Transformer) -> Transformer:
     """A copy of ``model`` for int8 decoding on CPU: every ``nn.Linear`` becomes an
     :class:`Int8Linear`, and the output projection too (with tied embeddings it quantizes
@@ -107,33 +127,75 @@ def quantized(model: Transformer) -> Transformer:
     if device.type != "cpu":
         raise ConfigError("decode.precision", f"int8 decodes on CPU only, not on {device.type}; "
                           "use fp32 or bf16 there")
-    # deepcopy with every parameter and buffer in the memo copies the modules, not the tensors
-    memo: dict[int, object] = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
-    twin = copy.deepcopy(model, memo)
-    made: dict[int, Int8Linear] = {}  # a layer shared by several modules is quantized once
-    for parent in list(twin.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Linear):
-                if id(child) not in made:
-                    made[id(child)] = Int8Linear(child.weight, child.bias)
-                setattr(parent, name, made[id(child)])
-    twin.projection = Int8Linear(model.output_weight)
-    return twin.eval()
+    return _with_linears(model, Int8Linear)
 
 
-# model -> (the state its copy was made from, the copy); weak, so a model dropped is forgotten
-_copies: weakref.WeakKeyDictionary[Transformer, tuple[tuple[tuple[int, int], ...], Transformer]] = (
+def onednn_available() -> bool:
+    """Whether this PyTorch has oneDNN's linear operator (x86 and ARM builds have it)."""
+    return bool(torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+class OneDNNLinear(nn.Module):
+    """``y = x @ W.T + b`` through oneDNN's matrix multiply, for float32 decoding on CPU.
+
+    PyTorch's ``F.linear`` calls the BLAS it was built with (Intel MKL in the x86 wheels),
+    which on AMD processors runs well below oneDNN's speed for the same product
+    (docs/speed.md). ``weight`` and ``bias`` are the tensors it was made from, shared;
+    no gradient flows through the layer. ``forward(x [..., K]) -> [..., O]``.
+    """
+
+    def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
+        super().__init__()
+        self.weight = weight
+        self.bias = bias
+
+    @property
+    def in_features(self) -> int:
+        return self.weight.size(1)
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.size(0)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+
+
+def onednn(model: Transformer) -> Transformer:
+    """A copy of ``model`` for float32 decoding on CPU whose linear layers and output
+    projection multiply through oneDNN (:class:`OneDNNLinear`); it shares the model's
+    tensors. The products round differently from ``F.linear``'s in the last bits, the
+    same way in every process on one machine, so decoding stays reproducible."""
+    if model.output_weight.device.type != "cpu":
+        raise ValueError("oneDNN linear layers are for CPU decoding")
+    return _with_linears(model, OneDNNLinear)
+
+
+# model -> kind -> (the state its copy was made from, the copy); weak, so a model dropped is forgotten
+_Versions = tuple[tuple[int, int], ...]
+_copies: weakref.WeakKeyDictionary[Transformer, dict[str, tuple[_Versions, Transformer]]] = (
     weakref.WeakKeyDictionary())
 
 
-def quantized_cached(model: Transformer) -> Transformer:
-    """:func:`quantized`, made again only when the model's parameters have changed since
+def _cached(model: Transformer, kind: str, make: Callable[[Transformer], Transformer]) -> Transformer:
+    """``make(model)``, made again only when the model's parameters have changed since
     (an optimizer step or ``load_state_dict`` writes them in place, which bumps their
-    version counters), so that decoding line after line quantizes once."""
+    version counters), so that decoding line after line makes it once."""
     state = tuple((id(p), p._version) for p in itertools.chain(model.parameters(), model.buffers()))
-    kept = _copies.get(model)
-    if kept is not None and kept[0] == state:
-        return kept[1]
-    twin = quantized(model)
-    _copies[model] = (state, twin)
+    kept = _copies.setdefault(model, {})
+    hit = kept.get(kind)
+    if hit is not None and hit[0] == state:
+        return hit[1]
+    twin = make(model)
+    kept[kind] = (state, twin)
     return twin
+
+
+def quantized_cached(model: Transformer) -> Transformer:
+    """:func:`quantized`, kept while the model's parameters are unchanged."""
+    return _cached(model, "int8", quantized)
+
+
+def onednn_cached(model: Transformer) -> Transformer:
+    """:func:`onednn`, kept while the model's parameters are unchanged."""
+    return _cached(model, "onednn", onednn)

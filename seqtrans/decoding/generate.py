@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -17,7 +18,7 @@ from seqtrans.decoding.search import Hypothesis
 from seqtrans.ensemble import Ensemble
 from seqtrans.kernels import autocast
 from seqtrans.model import Transformer
-from seqtrans.quantize import quantized_cached
+from seqtrans.quantize import onednn_available, onednn_cached, quantized_cached
 
 ConstraintFactory = Callable[[list[int]], "Constraint | None"]
 
@@ -45,13 +46,25 @@ def length_batches(lengths: Sequence[int], max_tokens: int) -> Iterator[list[int
         yield batch
 
 
-def _quantized(model: SearchModel) -> SearchModel:
-    """The int8 decoding copy of a model, or of every member of an ensemble."""
+def decoding_model(model: SearchModel, precision: str, device: torch.device) -> SearchModel:
+    """What ``generate`` decodes with in a ``decode.precision`` setting: the int8 copy
+    (:func:`seqtrans.quantize.quantized`); for fp32 on a CPU the copy whose linear layers
+    multiply through oneDNN (:func:`seqtrans.quantize.onednn`; ``SEQTRANS_TUNE_MATMUL=0``
+    keeps ``F.linear``); else the model itself. For an ensemble, of every member."""
+    if precision == "int8":
+        make = quantized_cached
+    elif (precision == "fp32" and device.type == "cpu" and onednn_available()
+          and os.environ.get("SEQTRANS_TUNE_MATMUL", "1") != "0"):
+        make = onednn_cached
+    else:
+        return model
     if isinstance(model, Ensemble):
-        return Ensemble([quantized_cached(m) for m in model.models], model.weights)
+        return Ensemble([make(m) for m in model.models], model.weights)
     if not isinstance(model, Transformer):
-        raise TypeError(f"int8 decoding needs a Transformer or an Ensemble, not {type(model).__name__}")
-    return quantized_cached(model)
+        if precision == "int8":
+            raise TypeError(f"int8 decoding needs a Transformer or an Ensemble, not {type(model).__name__}")
+        return model
+    return make(model)
 
 
 def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeConfig, *,
@@ -63,8 +76,7 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
     (its ``rows`` are positions in that list). ``position_limit`` caps output lengths
     (learned positions).
     """
-    if config.precision == "int8":
-        model = _quantized(model)
+    model = decoding_model(model, config.precision, device)
     results: list[list[Hypothesis]] = [[] for _ in sources]
     bar = tqdm(total=len(sources), desc="decode", unit="sent", disable=not progress, leave=False)
     for idx in length_batches([len(s) for s in sources], config.batch_tokens):

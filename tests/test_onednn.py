@@ -1,0 +1,106 @@
+"""The float32 decoding copy whose linear layers multiply through oneDNN: the same
+products as ``F.linear`` up to rounding, a copy that leaves the model alone, the same
+search results, and the choice ``generate`` makes for each precision."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from conftest import tiny_model
+from seqtrans.config import DecodeConfig
+from seqtrans.data import pad_batch
+from seqtrans.decoding.beam import beam_search, greedy_search
+from seqtrans.decoding.generate import decoding_model, generate
+from seqtrans.ensemble import Ensemble
+from seqtrans.quantize import Int8Linear, OneDNNLinear, onednn, onednn_available, onednn_cached
+from seqtrans.vocab import EOS
+
+pytestmark = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN linear operator")
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("shape", [(1, 64), (7, 64), (2, 5, 64), (3, 1, 64)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_onednn_layer_computes_f_linear(shape: tuple[int, ...], bias: bool) -> None:
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(48, 64, generator=g)
+    b = torch.randn(48, generator=g) if bias else None
+    x = torch.randn(*shape, generator=g)
+    layer = OneDNNLinear(w, b)
+    assert (layer.in_features, layer.out_features) == (64, 48)
+    with torch.inference_mode():
+        y = layer(x)
+    assert y.shape == (*shape[:-1], 48)
+    # float64 as the reference: both round float32 sums of 64 products
+    torch.testing.assert_close(y.double(), F.linear(x.double(), w.double(), b.double() if bias else None),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_the_onednn_copy_shares_the_tensors_and_leaves_the_model_alone() -> None:
+    model = tiny_model(vocab=11, seed=1).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    twin = onednn(model)
+    assert model.training and not twin.training and model.projection is None
+    assert not any(isinstance(m, OneDNNLinear) for m in model.modules())
+    assert not any(type(m) is nn.Linear for m in twin.modules())
+    assert isinstance(twin.projection, OneDNNLinear) and twin.projection.weight is model.output_weight
+    assert {id(p) for p in twin.parameters()} <= {id(p) for p in model.parameters()}
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_decoding_with_the_copy_finds_what_the_model_finds() -> None:
+    g = torch.Generator().manual_seed(0)
+    sources = [torch.randint(4, 40, (int(n),), generator=g).tolist() + [EOS]
+               for n in torch.randint(3, 9, (12,), generator=g)]
+    src = pad_batch(sources)
+    max_len = torch.full((12,), 8)
+    for seed in (0, 1):
+        model = tiny_model(vocab=40, seed=seed, d_model=32, d_ff=64)
+        twin = onednn(model)
+        with torch.inference_mode():
+            tgt = src[:, :6]
+            torch.testing.assert_close(twin(src, tgt), model(src, tgt), rtol=1e-5, atol=1e-5)
+        greedy = [greedy_search(m, src, max_len=max_len) for m in (model, twin)]
+        beam = [beam_search(m, src, beam=4, alpha=0.6, max_len=max_len) for m in (model, twin)]
+        for ours, theirs in (greedy, beam):
+            assert [[h.tokens for h in a] for a in ours] == [[h.tokens for h in b] for b in theirs]
+            for a, b in zip(ours, theirs):
+                assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+
+
+def test_generate_decodes_fp32_on_the_cpu_with_the_onednn_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tiny_model(vocab=11, seed=1)
+    members = Ensemble([model, tiny_model(vocab=11, seed=2)], [1.0, 1.0])
+    fp32 = decoding_model(model, "fp32", CPU)
+    assert fp32 is onednn_cached(model) and fp32 is not model  # made once, kept
+    assert isinstance(fp32, type(model)) and isinstance(fp32.projection, OneDNNLinear)
+    both = decoding_model(members, "fp32", CPU)
+    assert isinstance(both, Ensemble) and all(isinstance(m.projection, OneDNNLinear) for m in both.models)
+    assert decoding_model(model, "bf16", CPU) is model
+    int8 = decoding_model(model, "int8", CPU)
+    assert isinstance(int8, type(model)) and isinstance(int8.projection, Int8Linear)
+    monkeypatch.setenv("SEQTRANS_TUNE_MATMUL", "0")
+    assert decoding_model(model, "fp32", CPU) is model
+    monkeypatch.delenv("SEQTRANS_TUNE_MATMUL")
+    sources = [[4, 5, 6, 7, 8, 9, EOS], [9, 8, 7, EOS]]
+    config = DecodeConfig(beam=3, max_len_b=4)
+    out = generate(model, sources, config, device=CPU)
+    for src, hyps in zip(sources, out):
+        single = beam_search(fp32, pad_batch([src]), beam=3, alpha=config.alpha,
+                             max_len=torch.tensor([len(src) - 1 + 4]))[0]
+        assert [(h.tokens, h.score) for h in hyps] == [(h.tokens, h.score) for h in single]
+
+
+def test_the_copy_follows_the_weights_when_they_change() -> None:
+    model = tiny_model(vocab=11, seed=1)
+    first = onednn_cached(model)
+    with torch.no_grad():  # as an optimizer step does: in place
+        model.output_weight.mul_(-1.0)
+    second = onednn_cached(model)
+    assert second is not first
+    src = pad_batch([[4, 5, 6, EOS]])
+    with torch.inference_mode():
+        torch.testing.assert_close(second(src, src[:, :3]), model(src, src[:, :3]), rtol=1e-5, atol=1e-5)
