@@ -119,7 +119,8 @@ def in_process(loaded: tuple[Loaded, list[Any], list[list[int]]], size: str) -> 
     run, sources, ids = loaded
     groups = batches([len(i) for i in ids], size, run.config.decode.batch_tokens)
     took, outputs = timed(lambda: decode(run, sources, ids, groups))
-    return {"seconds": took, "digest": digest(outputs), "batches": len(groups)}
+    tokens = hashlib.sha256(repr([[h.tokens for h in hyps] for hyps in outputs]).encode()).hexdigest()
+    return {"seconds": took, "digest": digest(outputs), "tokens": tokens, "batches": len(groups)}
 
 
 def in_subprocess(args: argparse.Namespace, size: str, engine: Path) -> dict[str, Any]:
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     for size in args.batch_sizes:
         seconds: dict[str, list[float]] = {name: [] for name in engines}
         digests: dict[str, str] = {}
+        tokens: dict[str, str] = {}
         row: dict[str, Any] = {"batch": size}
         for _ in range(args.repeats):  # alternating, so that a busier moment hits both
             for name, engine in engines.items():
@@ -190,6 +192,7 @@ def main(argv: list[str] | None = None) -> None:
                     timing = in_process((int8, sources, ids) if name == "int8" else loaded, size)
                 seconds[name].append(timing["seconds"])
                 digests[name] = timing["digest"]
+                tokens[name] = timing["tokens"]
                 row["batches"] = timing["batches"]
         for name in engines:
             row[f"{name}_sent_s"] = len(sources) / statistics.median(seconds[name])
@@ -197,9 +200,11 @@ def main(argv: list[str] | None = None) -> None:
         line = f"batch {size:>6}: " + ", ".join(f"{n} {row[f'{n}_sent_s']:6.2f} sent/s" for n in engines)
         if args.baseline:
             row["identical"] = digests["baseline"] == digests["current"]
+            row["tokens_identical"] = tokens["baseline"] == tokens["current"]
             row["speedup"] = row["current_sent_s"] / row["baseline_sent_s"]
-            same = "identical" if row["identical"] else "DIFFER"
-            line += f", x{row['speedup']:.2f}, outputs and scores {same}"
+            same = ("outputs and scores identical" if row["identical"] else
+                    "outputs identical, scores differ" if row["tokens_identical"] else "outputs DIFFER")
+            line += f", x{row['speedup']:.2f}, {same}"
         if args.int8:
             row["int8_speedup"] = row["int8_sent_s"] / row["current_sent_s"]
             row["int8_identical"] = digests["int8"] == digests["current"]
