@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from parsing_data import SHARED_DATA
+from parsing_data import SHARED_DATA, admitted_sequences
 from seqtrans.vocab import EOS, Vocab
 from seqtrans_parsing.constraint import BracketConstraint
 from seqtrans_parsing.linearize import ORDERS, Order, linearize, to_tree
@@ -162,21 +162,7 @@ def test_the_in_order_constraint_admits_exactly_the_well_formed_sequences_that_f
     for n, max_len in sizes:
         constraint = BracketConstraint([n], vocab, preterminals=preterminals, order="in_order",
                                        max_unary=max_unary)
-        admitted: set[tuple[str, ...]] = set()
-
-        def walk(prefix: list[int], constraint: BracketConstraint = constraint, max_len: int = max_len,
-                 admitted: set[tuple[str, ...]] = admitted) -> None:
-            remaining = torch.tensor([max_len + 1 - len(prefix)])  # tokens left, the end symbol included
-            ids = torch.tensor([prefix], dtype=torch.long).view(1, len(prefix))
-            mask = constraint.allowed(ids, rows=torch.tensor([0]), remaining=remaining)[0]
-            assert mask.any(), prefix  # never a dead end
-            for tok in mask.nonzero().flatten().tolist():
-                if tok == EOS:
-                    admitted.add(tuple(vocab.symbols[i] for i in prefix))
-                else:
-                    walk([*prefix, tok])
-
-        walk([])
+        admitted = admitted_sequences(constraint, vocab, max_len)
         assert admitted == _well_formed(n, max_len, preterminals, max_unary) and admitted
         # the state, stepped along each admitted sequence, allows its tokens, and the end
         # where a prefix is complete itself (a unary constituent may still follow)

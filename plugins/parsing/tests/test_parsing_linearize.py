@@ -8,8 +8,8 @@ import random
 import pytest
 import torch
 
-from parsing_data import SHARED_DATA
-from seqtrans.vocab import EOS, Vocab
+from parsing_data import SHARED_DATA, admitted_sequences
+from seqtrans.vocab import Vocab
 from seqtrans_parsing.constraint import BracketConstraint
 from seqtrans_parsing.linearize import linearize, to_tree
 from seqtrans_parsing.trees import Tree, preprocess, read_trees
@@ -115,21 +115,7 @@ def test_the_constraint_admits_exactly_the_well_formed_trees_that_fit(
     symbols = list(vocab.symbols[4:])
     for n, max_len in sizes:
         constraint = BracketConstraint([n], vocab, preterminals=preterminals)
-        admitted: set[tuple[str, ...]] = set()
-
-        def walk(prefix: list[int], constraint: BracketConstraint = constraint, max_len: int = max_len,
-                 admitted: set[tuple[str, ...]] = admitted) -> None:
-            remaining = max_len + 1 - len(prefix)  # tokens left, the end symbol included
-            ids = torch.tensor([prefix], dtype=torch.long).view(1, len(prefix))
-            mask = constraint.allowed(ids, rows=torch.tensor([0]), remaining=torch.tensor([remaining]))[0]
-            assert mask.any(), prefix  # never a dead end
-            for tok in mask.nonzero().flatten().tolist():
-                if tok == EOS:
-                    admitted.add(tuple(vocab.symbols[i] for i in prefix))
-                else:
-                    walk([*prefix, tok])
-
-        walk([])
+        admitted = admitted_sequences(constraint, vocab, max_len)
         valid = {seq for length in range(1, max_len + 1) for seq in itertools.product(symbols, repeat=length)
                  if _well_formed(list(seq), n, frozenset(preterminals))}
         assert admitted == valid and valid
