@@ -66,6 +66,14 @@ def _small_task(tmp_path: Path, **options: Any) -> tuple[ParsingTask, ParsingCod
     return task, codec, train
 
 
+def _assert_constrained_trees(model: Any, codec: ParsingCodec, sources: list[Any], beam: int) -> None:
+    """Constrained decoding at ``beam`` gives trees over exactly the words, none repaired."""
+    decode = DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=10)
+    preds, _ = pipeline.decode_sources(model, codec, sources, decode, device=pipeline.select_device("cpu"))
+    assert all(p.repairs == 0 for p in preds)
+    assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
+
+
 def test_constrained_outputs_are_well_formed_and_unconstrained_ones_are_repaired(tmp_path: Path) -> None:
     task, codec, train = _small_task(tmp_path)
     torch.manual_seed(1)
@@ -74,10 +82,7 @@ def test_constrained_outputs_are_well_formed_and_unconstrained_ones_are_repaired
     sources = sorted((e.source for e in train), key=lambda s: len(s.words))[:6:2]
     device = pipeline.select_device("cpu")
     for beam in (1, 3):
-        decode = DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=10)
-        preds, _ = pipeline.decode_sources(model, codec, sources, decode, device=device)
-        assert all(p.repairs == 0 for p in preds)
-        assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
+        _assert_constrained_trees(model, codec, sources, beam)
         free_decode = DecodeConfig(beam=beam, max_len_b=10, constrained=False)
         free, _ = pipeline.decode_sources(model, codec, sources, free_decode, device=device)
         assert sum(p.repairs for p in free) > 0
@@ -257,12 +262,8 @@ def test_an_in_order_target_round_trips_and_decodes_well_formed_trees(tmp_path: 
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
                                     dropout=0.0, share_embeddings=False, source_cursor=True), codec).eval()
     sources = sorted((e.source for e in train), key=lambda s: len(s.words))[:8:2]
-    device = pipeline.select_device("cpu")
     for beam in (1, 3):
-        decode = DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=10)
-        preds, _ = pipeline.decode_sources(model, codec, sources, decode, device=device)
-        assert all(p.repairs == 0 for p in preds)
-        assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
+        _assert_constrained_trees(model, codec, sources, beam)
     # a saved run loads the same order back
     assert ParsingTask(task.config).vocabulary(tmp_path, None).order == "in_order"
 
