@@ -62,6 +62,8 @@ def unsupported(config: ModelConfig) -> list[tuple[str, str]]:
         problems.append(("model.source_cursor", "CTranslate2's decoder has no source cursor input"))
     if config.span_cursor:
         problems.append(("model.span_cursor", "CTranslate2's decoder has no span cursor input"))
+    if config.source_vectors:
+        problems.append(("model.source_vectors", "CTranslate2's encoder takes no source vectors"))
     return problems
 
 

@@ -35,7 +35,7 @@ from seqtrans.dropout import Dropout
 from seqtrans.errors import ConfigError
 from seqtrans.kernels import output_projection
 from seqtrans.masks import padding_mask
-from seqtrans.tasks.protocol import Codec, SourceWalk, SourceWalking
+from seqtrans.tasks.protocol import Codec, SourceVectoring, SourceVectors, SourceWalk, SourceWalking
 from seqtrans.vocab import PAD
 
 
@@ -190,6 +190,23 @@ class EncoderState:
     length: int = 0  # source positions encoded so far
 
 
+class VectorInput(nn.Module):
+    """Fixed source vectors (:class:`SourceVectors`), projected to the model's width.
+
+    Only the projection is a parameter: the vectors come from the codec wherever the
+    model is built, so checkpoints stay the size of the model.
+    ``forward(src [B, S]) -> [B, S, D]``"""
+
+    def __init__(self, vectors: SourceVectors, d_model: int) -> None:
+        super().__init__()
+        self.vectors = vectors
+        self.proj = nn.Linear(vectors.dim, d_model)
+
+    def forward(self, src: Tensor) -> Tensor:
+        found = torch.from_numpy(self.vectors.lookup(src.tolist()))
+        return cast(Tensor, self.proj(found.to(src.device, self.proj.weight.dtype)))
+
+
 class Transformer(nn.Module):
     """Encoder-decoder Transformer.
 
@@ -200,11 +217,14 @@ class Transformer(nn.Module):
     With ``walk`` and ``model.source_cursor``, each decoder input also carries the
     projected encoder state of the first source unit not yet consumed; with
     ``model.span_cursor`` (a walk that declares spans), that of the first unit of the
-    innermost span the output has opened and not closed (:mod:`seqtrans.cursor`).
+    innermost span the output has opened and not closed (:mod:`seqtrans.cursor`). With
+    ``vectors`` and ``model.source_vectors``, each source embedding also gets the
+    projected fixed vector of its position (:class:`VectorInput`).
     """
 
     def __init__(self, config: ModelConfig, *, source_vocab_size: int, target_vocab_size: int,
-                 shared_vocab: bool, walk: SourceWalk | None = None) -> None:
+                 shared_vocab: bool, walk: SourceWalk | None = None,
+                 vectors: SourceVectors | None = None) -> None:
         super().__init__()
         c = self.config = config
         if c.source_cursor and walk is None:
@@ -213,6 +233,8 @@ class Transformer(nn.Module):
             raise ConfigError("model.span_cursor", "this task's codec declares no walk over its source"
                               if walk is None else "this task's walk over its source declares no spans "
                               "(SourceWalk.opens and closes)")
+        if c.source_vectors and vectors is None:
+            raise ConfigError("model.source_vectors", "this task's codec offers no source vectors")
         self.scale = math.sqrt(c.d_model)
         self.target_embed = nn.Embedding(target_vocab_size, c.d_model, padding_idx=PAD)
         nn.init.normal_(self.target_embed.weight, std=c.d_model**-0.5)
@@ -237,6 +259,7 @@ class Transformer(nn.Module):
             nn.init.normal_(self.output.weight, std=c.d_model**-0.5)
         self.cursor = SourceCursor(c.d_model, walk) if c.source_cursor and walk is not None else None
         self.span_cursor = SpanCursor(c.d_model, walk) if c.span_cursor and walk is not None else None
+        self.vectors = VectorInput(vectors, c.d_model) if c.source_vectors and vectors is not None else None
         # a decoding-only replacement of ``x @ output_weight.T`` (seqtrans.quantize); never trained
         self.projection: nn.Module | None = None
 
@@ -263,7 +286,7 @@ class Transformer(nn.Module):
         """src [B, S] (padded with PAD) -> memory [B, S, D]; ``record`` collects the
         self-attention weights of each layer."""
         mask = padding_mask(src, PAD)  # [B, S]
-        x = self._embed(self.source_embed, src, 0)
+        x = self._embed(self.source_embed, src, 0, self.vectors(src) if self.vectors is not None else None)
         for layer in self.encoder:
             x = layer(x, mask, record=record)
         memory = self.encoder_norm(x)
@@ -283,6 +306,9 @@ class Transformer(nn.Module):
         """The encoder states of the next source tokens, after those in ``state``, which is
         updated. A causal encoder gives every position the state it has in ``encode()``
         of the whole source.  tokens [B, S'] (no padding) -> [B, S', D]"""
+        if self.vectors is not None:
+            # a position's vector may depend on tokens that have not arrived (a word's later pieces)
+            raise ValueError("a model with source vectors (model.source_vectors) encodes whole sources only")
         x = self._embed(self.source_embed, tokens, state.length)
         for layer, cache in zip(self.encoder, state.caches):
             x = layer(x, None, cache=cache)
@@ -405,8 +431,10 @@ def _plus(extra: Tensor | None, more: Tensor) -> Tensor:
 
 def build_model(config: ModelConfig, codec: Codec[Any, Any, Any]) -> Transformer:
     """The model for a config and its task's codec: embeddings shared when the
-    vocabularies are, the source walk taken when the codec declares one."""
+    vocabularies are, the source walk taken when the codec declares one, the source
+    vectors when the config asks for them and the codec offers them."""
     vocabs = codec.vocabularies
     walk = codec.source_walk() if isinstance(codec, SourceWalking) else None
+    vectors = codec.source_vectors() if config.source_vectors and isinstance(codec, SourceVectoring) else None
     return Transformer(config, source_vocab_size=len(vocabs.source), target_vocab_size=len(vocabs.target),
-                       shared_vocab=vocabs.shared, walk=walk)
+                       shared_vocab=vocabs.shared, walk=walk, vectors=vectors)

@@ -10,6 +10,8 @@ from seqtrans.tasks.protocol import (
     Example,
     SegmentationSampling,
     Skipped,
+    SourceVectoring,
+    SourceVectors,
     SourceWalk,
     SourceWalking,
     TargetParsing,
@@ -19,5 +21,6 @@ from seqtrans.tasks.protocol import (
 )
 
 __all__ = ["GROUP", "SPLITS", "Codec", "Constraining", "DataDigest", "Example", "SegmentationSampling",
-           "Skipped", "SourceWalk", "SourceWalking", "TargetParsing", "Task", "TaskClass", "TaskEntry",
+           "Skipped", "SourceVectoring", "SourceVectors", "SourceWalk", "SourceWalking", "TargetParsing",
+           "Task", "TaskClass", "TaskEntry",
            "check_split", "find", "installed", "load"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from seqtrans import config as cfg
-from seqtrans.data import target_ids
+from seqtrans.data import source_ids, target_ids
 from seqtrans.errors import UsageError
 from seqtrans.tasks.protocol import (
     SPLITS,
@@ -27,12 +27,13 @@ from seqtrans.tasks.protocol import (
     Example,
     Metric,
     SegmentationSampling,
+    SourceVectoring,
     SourceWalking,
     Task,
     TaskClass,
     missing_members,
 )
-from seqtrans.vocab import EOS
+from seqtrans.vocab import EOS, PAD
 
 
 class ContractError(AssertionError):
@@ -127,6 +128,15 @@ def _check_abilities(codec: Codec[Any, Any, Any], refs: list[Example[Any, Any]])
                  "not all source ids")
         _require(all(0 <= i < len(v.target) for i in (*walk.opens, *walk.closes)), "the source walk's "
                  "span opening and closing ids are not all target ids")
+    if isinstance(codec, SourceVectoring):
+        vectors = codec.source_vectors()
+        if vectors is not None:
+            ids = [source_ids(codec, s) for s in sources]
+            width = max(len(i) for i in ids)
+            found = vectors.lookup([i + [PAD] * (width - len(i)) for i in ids])
+            _require(tuple(found.shape) == (len(ids), width, vectors.dim) and str(found.dtype) == "float32",
+                     f"source_vectors().lookup() must give float32 [{len(ids)}, {width}, {vectors.dim}], "
+                     f"not {found.dtype} {list(found.shape)}")
 
 
 def _check_constraint_admits_references(codec: Any, refs: list[Example[Any, Any]]) -> None:

@@ -15,7 +15,8 @@ and its decoding defaults. A plugin provides two objects:
 A codec may have optional abilities, each a runtime-checkable protocol the engine
 tests with ``isinstance``: :class:`Constraining` (restrict next tokens during
 search), :class:`SegmentationSampling` (``train.subword_sampling``) and
-:class:`SourceWalking` (``model.source_cursor``, ``model.span_cursor``). A codec without one writes nothing
+:class:`SourceWalking` (``model.source_cursor``, ``model.span_cursor``) and
+:class:`SourceVectoring` (``model.source_vectors``). A codec without one writes nothing
 for it. A task may name its training data by a digest (:class:`DataDigest`), so that
 prepared data is found without reading the data again.
 
@@ -252,6 +253,32 @@ class SourceWalking(Protocol):
     (and, when its walk declares spans, ``model.span_cursor``)."""
 
     def source_walk(self) -> SourceWalk: ...
+
+
+class SourceVectors(Protocol):
+    """Fixed vectors for source positions, from outside the training data (pretrained word
+    vectors): what :class:`SourceVectoring` gives. The engine projects them and adds them
+    to the source embeddings; they are not parameters and are not saved with the model,
+    so the object must give the same vectors wherever the run is loaded again."""
+
+    @property
+    def dim(self) -> int:
+        """The width of a vector."""
+        ...
+
+    def lookup(self, sources: Sequence[Sequence[int]]) -> Any:
+        """A float32 numpy array [B, S, dim] for B rows of S source ids each (the end
+        symbol and padding included): each position's vector, zeros where there is none."""
+        ...
+
+
+@runtime_checkable
+class SourceVectoring(Protocol):
+    """A codec that offers fixed vectors for its source ids, for ``model.source_vectors``."""
+
+    def source_vectors(self) -> SourceVectors | None:
+        """The vectors, or None when the task's settings ask for none."""
+        ...
 
 
 @runtime_checkable

@@ -30,6 +30,7 @@ from seqtrans_parsing.trees import Tree, preprocess, read_trees
 
 if TYPE_CHECKING:
     from seqtrans_parsing.constraint import BracketConstraint
+    from seqtrans_parsing.vectors import VectorSource, WordVectors
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ PTB_TAGS = ("#", "$", "''", ",", "-LRB-", "-RRB-", ".", ":", "CC", "CD", "DT", "
             "WRB", "``")
 
 # Penn Treebank escapes of brackets in words, applied to `predict` input.
+VECTORS_FILE = "vectors.json"  # which word vectors a run uses (data.word_vectors)
 _ESCAPES = {"(": "-LRB-", ")": "-RRB-", "[": "-LSB-", "]": "-RSB-", "{": "-LCB-", "}": "-RCB-"}
 
 
@@ -113,6 +115,10 @@ class ParsingConfig:
         "(0.5: half as many), each a training tree with one phrase replaced by a phrase of the same label "
         "from the training trees; 0 adds none.")
     substitute_seed: int = option(1, "Seed of the trees data.substitute draws.")
+    word_vectors: str = option(
+        "", "Pretrained word vectors for the source words, which model.source_vectors feeds to the encoder "
+        "at each word's first piece: 'glove-6b-50d' (GloVe 6B, 50 dimensions, from the package the "
+        "plugin's 'vectors' extra installs) or a text file of GloVe or word2vec vectors; empty: none.")
 
     def __post_init__(self) -> None:
         if self.vocab_size < 8:
@@ -154,6 +160,7 @@ class ParsingCodec:
     tags: bool  # the target writes part-of-speech tags for the words (data.preterminals=tags)
     unigram: bool = True  # a unigram model (else BPE), whose segmentations can be sampled
     order: Order = "top_down"  # the linearization (data.linearization)
+    vectors: VectorSource | None = None  # pretrained word vectors (data.word_vectors)
     preterminals: frozenset[str] = field(init=False)
     sampler: UnigramSampler | None = field(init=False, compare=False)
 
@@ -192,6 +199,14 @@ class ParsingCodec:
                               "(data.sentencepiece_model=unigram)")
         rng = random.Random(seed)
         return [self.sampler.sample(s.words, alpha, rng) for s in sources]
+
+    def source_vectors(self) -> WordVectors | None:
+        """The word vectors at each word's first piece (data.word_vectors), or None."""
+        if self.vectors is None:
+            return None
+        from seqtrans_parsing.vectors import WordVectors, load
+
+        return WordVectors(load(self.vectors), self.vocabularies.source.symbols)
 
     def source_walk(self) -> SourceWalk:
         # brackets are spans over the words, for model.span_cursor: "(X" opens one at the
@@ -321,6 +336,7 @@ class ParsingTask:
             target = Vocab(preterminals + [f"{b}{label}" for label in sorted(labels) for b in "()"])
             source.save(directory / "source.vocab")
             target.save(directory / "target.vocab")
+            vectors = self._vectors(directory, sp, examples)
         else:
             try:
                 sp = spm.SentencePieceProcessor(model_file=str(model_path))
@@ -328,9 +344,30 @@ class ParsingTask:
                 raise DataError(model_path, None, f"cannot load the sentencepiece model: {exc}") from None
             source = Vocab.load(directory / "source.vocab")
             target = Vocab.load(directory / "target.vocab")
+            vectors = None
+            if self.config.word_vectors:
+                from seqtrans_parsing.vectors import VectorSource
+
+                vectors = VectorSource.load(directory / VECTORS_FILE)
         return ParsingCodec(sp, Vocabularies(source, target), tags=self.config.preterminals == "tags",
                             unigram=self.config.sentencepiece_model == "unigram",
-                            order=self.config.linearization)
+                            order=self.config.linearization, vectors=vectors)
+
+    def _vectors(self, directory: Path, sp: Any,
+                 examples: list[Example[Sentence, Tree]]) -> VectorSource | None:
+        """The word vectors of data.word_vectors, recorded in ``directory``; logs how many
+        of the training words they know."""
+        if not self.config.word_vectors:
+            return None
+        from seqtrans_parsing.vectors import WordVectors, describe, load
+
+        vectors = describe(self.config.word_vectors)
+        vectors.save(directory / VECTORS_FILE)
+        table = WordVectors(load(vectors), [sp.id_to_piece(i) for i in range(sp.get_piece_size())])
+        sources = [sp.encode(" ".join(e.source.words)) for e in examples]
+        log.info("word vectors %s: %.1f %% of the training words have one", vectors.name,
+                 100 * table.coverage(sources))
+        return vectors
 
     def parse_source(self, line: str) -> Sentence:
         return Sentence(tuple(_ESCAPES.get(w, w) for w in line.split()))
