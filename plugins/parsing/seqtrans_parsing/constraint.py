@@ -6,7 +6,10 @@ For a sentence of n words, in the top-down order (the default), a hypothesis may
 every step:
 
 - open a bracket: as its first token (the root), or inside the root while fewer than
-  n placeholders are out (an opening needs a word below it);
+  n placeholders are out (an opening needs a word below it), and no more than
+  ``max_open`` openings in a row (the treebank sample's longest run is 6; without a
+  bound a model can nest openings over one word until the length runs out, deeper than
+  any reader of trees accepts);
 - emit a placeholder (any preterminal symbol: the placeholder, or a part-of-speech tag
   for a model that predicts them): inside the root, while fewer than n are out;
 - close the innermost open bracket, with its label: not right after it opened (no
@@ -68,13 +71,14 @@ class BracketConstraint:
     numbers of words, ``order`` the linearization the sequences follow."""
 
     def __init__(self, lengths: Sequence[int], vocab: Vocab, *, preterminals: Collection[str],
-                 order: Order = "top_down", max_unary: int = 3) -> None:
+                 order: Order = "top_down", max_unary: int = 3, max_open: int = 10) -> None:
         if order not in ORDERS:
             raise ValueError(f"unknown linearization order {order!r}, expected one of {ORDERS}")
-        if max_unary < 1:
-            raise ValueError(f"max_unary must be at least 1, not {max_unary}")
+        if max_unary < 1 or max_open < 1:
+            raise ValueError(f"max_unary and max_open must be at least 1, not {max_unary} and {max_open}")
         self.order = order
         self.max_unary = max_unary  # in-order only: unary constituents in a row over one subtree
+        self.max_open = max_open  # top-down only: openings in a row
         preterminals = frozenset(preterminals)
         v = len(vocab)
         kind = torch.zeros(v, dtype=torch.long)
@@ -102,7 +106,8 @@ class BracketConstraint:
 
     def state(self, prefix: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """(depth, placeholders out, last token's kind, closing id of the innermost
-        open bracket, unary chain), each [N], from the prefixes [N, t]."""
+        open bracket, chain), each [N], from the prefixes [N, t]. The chain is the run of
+        openings at the end (top-down) or of unary constituents over one subtree (in-order)."""
         n, t = prefix.shape
         dev = prefix.device
         if t == 0:
@@ -118,6 +123,9 @@ class BracketConstraint:
         below = torch.where(depth_after == (depth - 1).unsqueeze(1), positions, -1).amax(1)  # [N]
         opener = prefix.gather(1, (below + 1).clamp(max=t - 1).unsqueeze(1)).squeeze(1)  # [N]
         closing = torch.where(depth > 0, self.close_of.to(dev)[opener], EOS)
+        if self.order == "top_down":
+            last_other = torch.where(kind != _OPEN, positions, -1).amax(1)  # [N]
+            return depth, placed, last, closing, (t - 1) - last_other
         # the unary closings (right after their opening) since the last placeholder or
         # other closing, which end a chain
         after_open = F.pad(kind[:, :-1] == _OPEN, (1, 0))  # [N, t]
@@ -137,12 +145,13 @@ class BracketConstraint:
     def mask(self, words: Tensor, depth: Tensor, placed: Tensor, last: Tensor, closing: Tensor,
              chain: Tensor, *, remaining: Tensor, started: bool) -> Tensor:
         """The allowed next tokens [N, V] of hypotheses in the state (depth, placeholders
-        out, last token's kind, closing of the innermost open bracket, unary chain), each
+        out, last token's kind, closing of the innermost open bracket, chain), each
         [N], of sentences of ``words`` [N] words; ``started``: the prefixes are not empty."""
         remaining = remaining.to(depth.device)
         if self.order == "top_down":
             can_open, can_xx, can_close, can_end = _top_down(words - placed, depth, last, remaining,
                                                              started=started)
+            can_open = can_open & (chain < self.max_open)
         else:
             can_open, can_xx, can_close, can_end = _in_order(words - placed, depth, last, remaining,
                                                              started=started)
@@ -191,7 +200,8 @@ def _in_order(left: Tensor, depth: Tensor, last: Tensor, remaining: Tensor, *, s
 
 class BracketState:
     """The bracket constraint's state of N hypotheses, each [N]: the words of its sentence,
-    its depth, placeholders out, last token's kind, unary chain (in-order), and the
+    its depth, placeholders out, last token's kind, chain (openings in a row top-down,
+    unary constituents in a row in-order), and the
     closings its open brackets need, innermost at ``stack[depth - 1]`` ([N, capacity], grown when a hypothesis
     opens deeper).
 
@@ -210,7 +220,7 @@ class BracketState:
         self.depth = torch.zeros(n, dtype=torch.long, device=dev)
         self.placed = torch.zeros(n, dtype=torch.long, device=dev)
         self.last = torch.zeros(n, dtype=torch.long, device=dev)
-        self.chain = torch.zeros(n, dtype=torch.long, device=dev)  # unary closings in a row
+        self.chain = torch.zeros(n, dtype=torch.long, device=dev)  # see BracketConstraint.state
         self.stack = torch.full((n, capacity), EOS, dtype=torch.long, device=dev)
         self.started = False
         # no hypothesis is deeper than this; checked against the depths only when a step
@@ -246,7 +256,10 @@ class BracketState:
         self.depth = self.depth + self.step[tokens]
         self.placed = self.placed + (kind == _XX).long()
         closes = kind == _CLOSE
-        unary = closes & (self.last == _OPEN)
-        self.chain = torch.where((kind == _XX) | (closes & ~unary), 0, self.chain + unary.long())
+        if self.constraint.order == "top_down":
+            self.chain = torch.where(opens, self.chain + 1, 0)
+        else:
+            unary = closes & (self.last == _OPEN)
+            self.chain = torch.where((kind == _XX) | (closes & ~unary), 0, self.chain + unary.long())
         self.last = kind
         self.started = True

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from parsing_data import SHARED_DATA, admitted_sequences
-from seqtrans.vocab import Vocab
+from seqtrans.vocab import EOS, Vocab
 from seqtrans_parsing.constraint import BracketConstraint
 from seqtrans_parsing.linearize import linearize, to_tree
 from seqtrans_parsing.trees import Tree, preprocess, read_trees
@@ -105,20 +105,38 @@ def _well_formed(tokens: list[str], n: int, preterminals: frozenset[str] = froze
     return bool(tokens) and tokens[0].startswith("(") and node() and pos == len(tokens) and count == n
 
 
-@pytest.mark.parametrize("preterminals, sizes", [
-    (("XX",), ((1, 5), (2, 7), (3, 8))),
-    (("NN", "VB"), ((1, 5), (2, 7))),  # a tagging model: any tag stands for a word
+def _openings_in_a_row(seq: tuple[str, ...]) -> int:
+    longest = run = 0
+    for token in seq:
+        run = run + 1 if token.startswith("(") else 0
+        longest = max(longest, run)
+    return longest
+
+
+@pytest.mark.parametrize("preterminals, sizes, max_open", [
+    (("XX",), ((1, 5), (2, 7), (3, 8)), 10),  # the default bound, out of reach at these lengths
+    (("NN", "VB"), ((1, 5), (2, 7)), 10),  # a tagging model: any tag stands for a word
+    (("XX",), ((1, 7), (2, 8), (3, 8)), 1),  # the bound on openings in a row binds
+    (("XX",), ((1, 7), (2, 8)), 2),
 ])
 def test_the_constraint_admits_exactly_the_well_formed_trees_that_fit(
-        preterminals: tuple[str, ...], sizes: tuple[tuple[int, int], ...]) -> None:
+        preterminals: tuple[str, ...], sizes: tuple[tuple[int, int], ...], max_open: int) -> None:
     vocab = Vocab([*preterminals, "(A", ")A", "(B", ")B"])
     symbols = list(vocab.symbols[4:])
     for n, max_len in sizes:
-        constraint = BracketConstraint([n], vocab, preterminals=preterminals)
+        constraint = BracketConstraint([n], vocab, preterminals=preterminals, max_open=max_open)
         admitted = admitted_sequences(constraint, vocab, max_len)
         valid = {seq for length in range(1, max_len + 1) for seq in itertools.product(symbols, repeat=length)
-                 if _well_formed(list(seq), n, frozenset(preterminals))}
+                 if _well_formed(list(seq), n, frozenset(preterminals))
+                 and _openings_in_a_row(seq) <= max_open}
         assert admitted == valid and valid
+        # the state, stepped along each admitted sequence, allows its tokens
+        for seq in sorted(admitted)[:200]:
+            state = constraint.start(torch.tensor([0]))
+            for i, sym in enumerate(seq):
+                assert state.allowed(remaining=torch.tensor([max_len + 1 - i]))[0, vocab.index(sym)], seq
+                state.advance(torch.tensor([vocab.index(sym)]))
+            assert state.allowed(remaining=torch.tensor([max_len + 1 - len(seq)]))[0, EOS], seq
 
 
 def test_the_constraint_state_is_computed_per_row_in_one_batch() -> None:
