@@ -49,8 +49,9 @@ PTB_TAGS = ("#", "$", "''", ",", "-LRB-", "-RRB-", ".", ":", "CC", "CD", "DT", "
             "RBS", "RP", "SYM", "TO", "UH", "VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "WDT", "WP", "WP$",
             "WRB", "``")
 
-# Penn Treebank escapes of brackets in words, applied to `predict` input.
 VECTORS_FILE = "vectors.json"  # which word vectors a run uses (data.word_vectors)
+
+# Penn Treebank escapes of brackets in words, applied to `predict` input.
 _ESCAPES = {"(": "-LRB-", ")": "-RRB-", "[": "-LSB-", "]": "-RSB-", "{": "-LCB-", "}": "-RCB-"}
 
 

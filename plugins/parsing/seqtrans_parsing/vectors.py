@@ -101,8 +101,14 @@ def _sha256(paths: list[Path]) -> str:
 
 
 def describe(name: str) -> VectorSource:
-    """The vectors ``name`` names, with their digest; an error when they are not installed."""
-    return VectorSource(name, _sha256(_files(name)))
+    """The vectors ``name`` names, with their digest; an error when they are not installed.
+    Reads them too, so that :func:`load` does not hash them again."""
+    files = _files(name)
+    source = VectorSource(name, _sha256(files))
+    with _LOCK:
+        if source not in _TABLES:
+            _TABLES[source] = _read(source, files)
+    return source
 
 
 def read_text(path: Path) -> Table:
@@ -163,11 +169,14 @@ def load(source: VectorSource) -> Table:
             if digest != source.digest:
                 raise DataError(files[0], None, f"these word vectors (sha256 {digest[:12]}) are not the ones "
                                 f"the run was trained with ({source.digest[:12]}); install those again")
-            table = (_read_package(source.name, files) if source.name in PACKAGES
-                     else read_text(files[0]))
-            log.info("word vectors %s: %d words, %d dimensions", source.name, *table.matrix.shape)
-            _TABLES[source] = table
+            _TABLES[source] = _read(source, files)
         return _TABLES[source]
+
+
+def _read(source: VectorSource, files: list[Path]) -> Table:
+    table = _read_package(source.name, files) if source.name in PACKAGES else read_text(files[0])
+    log.info("word vectors %s: %d words, %d dimensions", source.name, *table.matrix.shape)
+    return table
 
 
 class WordVectors:
