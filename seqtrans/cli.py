@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Export the model of a run directory or checkpoint to a new directory OUT, "
                     "written whole or not at all. 'ctranslate2': a CTranslate2 Transformer model "
                     "(model.bin, config.json and the vocabularies), for models with scaled_dot "
-                    "attention at every site, a bidirectional encoder and no source or span cursor. "
+                    "attention at every site, a bidirectional encoder and no model extension of its task. "
                     "Decode it with ctranslate2.Translator on token strings, the source without its end "
                     "symbol (CTranslate2 appends it). Needs ctranslate2 (pip install "
                     "'seqtrans[export]'); see docs/export.md.")
@@ -209,6 +209,13 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Write the element-wise mean of the checkpoints' parameters.")
     p.add_argument("checkpoints", nargs="+", metavar="CKPT", type=Path)
     p.add_argument("--out", required=True, metavar="FILE", type=Path)
+
+    p = sub.add_parser("upgrade", help="Convert a run saved by an earlier version of its task's plugin.",
+                       description="Rewrite config.json and every checkpoint of RUN_DIR in the form its "
+                                   "task's plugin saves today (each file replaced whole; safe to run again). "
+                                   "Decoding converts an earlier run as it loads it; continuing its "
+                                   "training needs this first. Prints what changed.")
+    p.add_argument("run_dir", metavar="RUN_DIR", type=Path)
     return parser
 
 
@@ -465,6 +472,16 @@ def _cmd_average(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_upgrade(args: argparse.Namespace) -> int:
+    from seqtrans.upgrade import upgrade_run
+
+    changes = upgrade_run(args.run_dir)
+    for line in changes:
+        print(line)
+    print(f"{args.run_dir}: {'converted' if changes else 'already current; nothing changed'}")
+    return 0
+
+
 def _progress(args: argparse.Namespace) -> bool:
     if args.progress != "auto":
         return bool(args.progress == "on")
@@ -473,7 +490,7 @@ def _progress(args: argparse.Namespace) -> bool:
 
 COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "prepare": _cmd_prepare, "run": _cmd_run,
             "predict": _cmd_predict, "evaluate": _cmd_evaluate, "score": _cmd_score, "average": _cmd_average,
-            "plot": _cmd_plot, "export": _cmd_export, "attention": _cmd_attention}
+            "plot": _cmd_plot, "export": _cmd_export, "attention": _cmd_attention, "upgrade": _cmd_upgrade}
 
 
 def _run_plugin_command(argv: list[str]) -> int | None:

@@ -12,7 +12,7 @@ ensemble exactly as one model (see ``docs/inference.md``).
 An :class:`Ensemble` offers what the search loops use of a model (``encode``,
 ``start``, ``decode``; :class:`~seqtrans.decoding.protocol.SearchModel`), and, called
 with a source and a shifted target, the teacher-forced scores of pairs. Members may
-differ in architecture; each keeps its own decoding state (caches, source cursor).
+differ in architecture; each keeps its own decoding state (caches, model extensions' state).
 
 Shapes: B sentences, N hypotheses, S source length, T target length, V vocabulary.
 """
@@ -48,6 +48,9 @@ class Ensemble:
     def __init__(self, models: Sequence[Transformer], weights: Sequence[float] | None = None) -> None:
         if not models:
             raise ValueError("an ensemble needs at least one model")
+        if len(models) > 1:
+            for model in models:
+                model.check_supported("ensemble")
         weights = [1.0] * len(models) if weights is None else list(weights)
         if len(weights) != len(models):
             raise ValueError(f"{len(weights)} weights for {len(models)} models")

@@ -3,8 +3,9 @@
 The model is described with CTranslate2's own specification API
 (``ctranslate2.specs.TransformerSpec``) and its weights copied in, so no converter of
 another toolkit is involved. Only what CTranslate2's Transformer can compute exports:
-scaled dot-product attention at all three sites, a bidirectional encoder and no source
-or span cursor; anything else is a :class:`~seqtrans.errors.ConfigError` naming the setting.
+scaled dot-product attention at all three sites, a bidirectional encoder and no model
+extension of its task; anything else is a :class:`~seqtrans.errors.ConfigError` naming
+the setting (an :class:`~seqtrans.extension.ExtensionError` naming the extension).
 
 Differences of layout that the export takes care of:
 
@@ -58,12 +59,6 @@ def unsupported(config: ModelConfig) -> list[tuple[str, str]]:
                                              "only scaled_dot models export"))
     if config.causal_encoder:
         problems.append(("model.causal_encoder", "CTranslate2's encoder is bidirectional"))
-    if config.source_cursor:
-        problems.append(("model.source_cursor", "CTranslate2's decoder has no source cursor input"))
-    if config.span_cursor:
-        problems.append(("model.span_cursor", "CTranslate2's decoder has no span cursor input"))
-    if config.source_vectors:
-        problems.append(("model.source_vectors", "CTranslate2's encoder takes no source vectors"))
     return problems
 
 
@@ -125,6 +120,7 @@ def ctranslate2_spec(model: Transformer, vocabularies: Vocabularies) -> Any:
     (float32), its vocabularies registered."""
     c = model.config
     check_exportable(c)
+    model.check_supported("export")
     ct2 = _ctranslate2()
     from ctranslate2.specs import TransformerSpec  # the package is present: checked above
 

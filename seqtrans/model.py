@@ -3,7 +3,9 @@
 ``encode()`` and ``decode()`` are separate steps: search encodes once, then calls
 ``decode()`` one token at a time with a :class:`DecoderState` holding the
 self-attention key/value caches and the encoder-decoder keys/values computed once
-per source.
+per source. A task adds model-side parts through the extension seam
+(:mod:`seqtrans.extension`): they are called at the source embeddings and at the
+decoder inputs, and their decoding state travels in the :class:`DecoderState`.
 
 Shapes: B sentences, K hypotheses per sentence, N = B*K rows, S source length,
 T target length (this call), D d_model, V vocabulary.
@@ -12,7 +14,8 @@ T target length (this call), D d_model, V vocabulary.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
@@ -30,12 +33,11 @@ from seqtrans.attention import (
     self_attention,
 )
 from seqtrans.config import ModelConfig
-from seqtrans.cursor import CursorState, SourceCursor, SpanCursor, SpanState
 from seqtrans.dropout import Dropout
-from seqtrans.errors import ConfigError
+from seqtrans.extension import ExtensionState, Feature, ModelExtension, check_supported
 from seqtrans.kernels import output_projection
 from seqtrans.masks import padding_mask
-from seqtrans.tasks.protocol import Codec, SourceVectoring, SourceVectors, SourceWalk, SourceWalking
+from seqtrans.tasks.protocol import Codec, ModelExtending
 from seqtrans.vocab import PAD
 
 
@@ -157,8 +159,8 @@ class Encoded:
 
     memory: Tensor  # [B, S, D]
     mask: Tensor  # [B, S], True at real tokens
-    units: Tensor | None = None  # [B, U+1, D] the source cursor's units (model.source_cursor)
-    span_units: Tensor | None = None  # [B, U+1, D] the span cursor's units (model.span_cursor)
+    # what each model extension keeps of the sources (ModelExtension.source_context), by name
+    context: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -168,18 +170,15 @@ class DecoderState:
     caches: list[KVCache]  # per layer: self-attention keys/values so far
     cross: list[DecodingState]  # per layer: what cross-attention keeps of the source
     length: int = 0  # target positions decoded so far
-    cursor: CursorState | None = None
-    span: SpanState | None = None
+    extensions: dict[str, ExtensionState] = field(default_factory=dict)  # by extension name
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Follow the search: keep hypotheses ``rows`` [N'] and sentences ``sentences`` [B']."""
         for cache, cross in zip(self.caches, self.cross):
             cache.reorder(rows, sentences)
             cross.reorder(rows, sentences)
-        if self.cursor is not None:
-            self.cursor.reorder(rows, sentences)
-        if self.span is not None:
-            self.span.reorder(rows, sentences)
+        for state in self.extensions.values():
+            state.reorder(rows, sentences)
 
 
 @dataclass
@@ -190,23 +189,6 @@ class EncoderState:
     length: int = 0  # source positions encoded so far
 
 
-class VectorInput(nn.Module):
-    """Fixed source vectors (:class:`SourceVectors`), projected to the model's width.
-
-    Only the projection is a parameter: the vectors come from the codec wherever the
-    model is built, so checkpoints stay the size of the model.
-    ``forward(src [B, S]) -> [B, S, D]``"""
-
-    def __init__(self, vectors: SourceVectors, d_model: int) -> None:
-        super().__init__()
-        self.vectors = vectors
-        self.proj = nn.Linear(vectors.dim, d_model)
-
-    def forward(self, src: Tensor) -> Tensor:
-        found = torch.from_numpy(self.vectors.lookup(src.tolist()))
-        return cast(Tensor, self.proj(found.to(src.device, self.proj.weight.dtype)))
-
-
 class Transformer(nn.Module):
     """Encoder-decoder Transformer.
 
@@ -214,27 +196,14 @@ class Transformer(nn.Module):
     ``encode`` / ``start`` / ``decode`` for search; ``start_encoding`` / ``encode_next``
     and ``start_streaming`` for sources that arrive while decoding (a causal encoder).
 
-    With ``walk`` and ``model.source_cursor``, each decoder input also carries the
-    projected encoder state of the first source unit not yet consumed; with
-    ``model.span_cursor`` (a walk that declares spans), that of the first unit of the
-    innermost span the output has opened and not closed (:mod:`seqtrans.cursor`). With
-    ``vectors`` and ``model.source_vectors``, each source embedding also gets the
-    projected fixed vector of its position (:class:`VectorInput`).
+    A task's model-side parts are attached with :meth:`extend` (``build_model`` does so
+    for a codec with the ``ModelExtending`` ability).
     """
 
     def __init__(self, config: ModelConfig, *, source_vocab_size: int, target_vocab_size: int,
-                 shared_vocab: bool, walk: SourceWalk | None = None,
-                 vectors: SourceVectors | None = None) -> None:
+                 shared_vocab: bool) -> None:
         super().__init__()
         c = self.config = config
-        if c.source_cursor and walk is None:
-            raise ConfigError("model.source_cursor", "this task's codec declares no walk over its source")
-        if c.span_cursor and (walk is None or not walk.spans):
-            raise ConfigError("model.span_cursor", "this task's codec declares no walk over its source"
-                              if walk is None else "this task's walk over its source declares no spans "
-                              "(SourceWalk.opens and closes)")
-        if c.source_vectors and vectors is None:
-            raise ConfigError("model.source_vectors", "this task's codec offers no source vectors")
         self.scale = math.sqrt(c.d_model)
         self.target_embed = nn.Embedding(target_vocab_size, c.d_model, padding_idx=PAD)
         nn.init.normal_(self.target_embed.weight, std=c.d_model**-0.5)
@@ -257,11 +226,30 @@ class Transformer(nn.Module):
         if not c.tie_output:
             self.output = nn.Linear(c.d_model, target_vocab_size, bias=False)
             nn.init.normal_(self.output.weight, std=c.d_model**-0.5)
-        self.cursor = SourceCursor(c.d_model, walk) if c.source_cursor and walk is not None else None
-        self.span_cursor = SpanCursor(c.d_model, walk) if c.span_cursor and walk is not None else None
-        self.vectors = VectorInput(vectors, c.d_model) if c.source_vectors and vectors is not None else None
+        # the task's model-side parts (seqtrans.extension), in the order they are applied;
+        # registered last, so that their parameters come after the Transformer's own
+        self.extensions = nn.ModuleDict()
         # a decoding-only replacement of ``x @ output_weight.T`` (seqtrans.quantize); never trained
         self.projection: nn.Module | None = None
+
+    def extend(self, extensions: Mapping[str, ModelExtension]) -> None:
+        """Attach a task's model extensions, applied in the given order after any already attached."""
+        for name, extension in extensions.items():
+            if not isinstance(extension, ModelExtension):
+                raise TypeError(f"model extension '{name}' is a {type(extension).__name__}, "
+                                "not a seqtrans.extension.ModelExtension")
+            if not name.isidentifier() or name in self.extensions:
+                raise ValueError(f"model extension name '{name}' is not an identifier or is taken")
+            self.extensions[name] = extension
+
+    def named_extensions(self) -> list[tuple[str, ModelExtension]]:
+        """The attached extensions, by name, in the order they are applied."""
+        return [(name, cast(ModelExtension, ext)) for name, ext in self.extensions.items()]
+
+    def check_supported(self, feature: Feature) -> None:
+        """Raise :class:`~seqtrans.extension.ExtensionError` when an extension of this
+        model cannot take part in ``feature`` (export, quantize, stream, ensemble)."""
+        check_supported(self.named_extensions(), feature)
 
     @property
     def encoder_layers(self) -> list[EncoderLayer]:
@@ -286,18 +274,21 @@ class Transformer(nn.Module):
         """src [B, S] (padded with PAD) -> memory [B, S, D]; ``record`` collects the
         self-attention weights of each layer."""
         mask = padding_mask(src, PAD)  # [B, S]
-        x = self._embed(self.source_embed, src, 0, self.vectors(src) if self.vectors is not None else None)
+        extra: Tensor | None = None
+        for _, extension in self.named_extensions():
+            extra = _plus(extra, extension.encoder_input(src))
+        x = self._embed(self.source_embed, src, 0, extra)
         for layer in self.encoder:
             x = layer(x, mask, record=record)
         memory = self.encoder_norm(x)
-        units = self.cursor.units(src, memory) if self.cursor is not None else None
-        spans = self.span_cursor.units(src, memory) if self.span_cursor is not None else None
-        return Encoded(memory, mask, units, spans)
+        context = {name: extension.source_context(src, memory) for name, extension in self.named_extensions()}
+        return Encoded(memory, mask, context)
 
     def start_encoding(self, *, rows: int = 1, capacity: int = 64) -> EncoderState:
         """An empty incremental encoding of ``rows`` sources (``model.causal_encoder``)."""
         if not self.config.causal_encoder:
             raise ValueError("incremental encoding needs a causal encoder (model.causal_encoder)")
+        self.check_supported("stream")
         like = self.target_embed.weight
         return EncoderState([layer.self_attn.new_cache(rows, capacity, like=like)
                              for layer in self.encoder_layers])
@@ -306,9 +297,7 @@ class Transformer(nn.Module):
         """The encoder states of the next source tokens, after those in ``state``, which is
         updated. A causal encoder gives every position the state it has in ``encode()``
         of the whole source.  tokens [B, S'] (no padding) -> [B, S', D]"""
-        if self.vectors is not None:
-            # a position's vector may depend on tokens that have not arrived (a word's later pieces)
-            raise ValueError("a model with source vectors (model.source_vectors) encodes whole sources only")
+        self.check_supported("stream")
         x = self._embed(self.source_embed, tokens, state.length)
         for layer, cache in zip(self.encoder, state.caches):
             x = layer(x, None, cache=cache)
@@ -318,23 +307,23 @@ class Transformer(nn.Module):
     def start(self, encoded: Encoded, *, beam: int = 1, capacity: int = 64) -> DecoderState:
         """A fresh decoding state for ``beam`` hypotheses per source, room for ``capacity`` tokens."""
         rows = encoded.memory.size(0) * beam
-        cursor = span = None
-        if self.cursor is not None:
-            cursor = self.cursor.start(_units(encoded), rows)
-        if self.span_cursor is not None:
-            span = self.span_cursor.start(_span_units(encoded), rows)
+        extensions = {}
+        for name, extension in self.named_extensions():
+            state = extension.start(encoded.context.get(name), rows)
+            if state is not None:
+                extensions[name] = state
         return DecoderState(
             caches=[layer.self_attn.new_cache(rows, capacity, like=encoded.memory)
                     for layer in self.decoder_layers],
             cross=[layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers],
-            cursor=cursor,
-            span=span,
+            extensions=extensions,
         )
 
     def start_streaming(self, source: SourceStream, *, capacity: int = 64) -> DecoderState:
         """A decoding state for one hypothesis over a source that arrives while decoding:
         each layer's encoder-decoder attention pulls encoder states from ``source`` as it
         needs them. Needs a cross-attention that can follow a stream (monotonic)."""
+        self.check_supported("stream")
         like = self.target_embed.weight
         cross: list[DecodingState] = []
         for layer in self.decoder_layers:
@@ -379,17 +368,13 @@ class Transformer(nn.Module):
             cross = [layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers]
             caches: list[KVCache | None] = [None] * len(self.decoder)
             offset = 0
-            if self.cursor is not None:
-                extra, _ = self.cursor.inputs(tokens, _units(encoded))
-            if self.span_cursor is not None:
-                extra = _plus(extra, self.span_cursor.inputs(tokens, _span_units(encoded)))
+            for name, extension in self.named_extensions():
+                extra = _plus(extra, extension.decoder_input(tokens, encoded.context.get(name)))
         else:
             cross, caches, offset = state.cross, list(state.caches), state.length
             state.length += tokens.size(1)
-            if self.cursor is not None and state.cursor is not None:
-                extra = self.cursor.step(tokens, state.cursor)
-            if self.span_cursor is not None and state.span is not None:
-                extra = _plus(extra, self.span_cursor.step(tokens, state.span))
+            for name, extension in self.named_extensions():
+                extra = _plus(extra, extension.step(tokens, state.extensions.get(name)))
         x = self._embed(self.target_embed, tokens, offset, extra)
         for layer, cross_state, cache in zip(self.decoder, cross, caches):
             x = layer(x, cross_state, cache=cache, record=record)
@@ -413,28 +398,19 @@ class Transformer(nn.Module):
         return self.decode_hidden(tgt_in, self.encode(src))
 
 
-def _units(encoded: Encoded) -> Tensor:
-    if encoded.units is None:
-        raise ValueError("a source-cursor model needs Encoded.units (from encode())")
-    return encoded.units
-
-
-def _span_units(encoded: Encoded) -> Tensor:
-    if encoded.span_units is None:
-        raise ValueError("a span-cursor model needs Encoded.span_units (from encode())")
-    return encoded.span_units
-
-
-def _plus(extra: Tensor | None, more: Tensor) -> Tensor:
+def _plus(extra: Tensor | None, more: Tensor | None) -> Tensor | None:
+    if more is None:
+        return extra
     return more if extra is None else extra + more
 
 
 def build_model(config: ModelConfig, codec: Codec[Any, Any, Any]) -> Transformer:
     """The model for a config and its task's codec: embeddings shared when the
-    vocabularies are, the source walk taken when the codec declares one, the source
-    vectors when the config asks for them and the codec offers them."""
+    vocabularies are, and the codec's model extensions attached when it has any."""
     vocabs = codec.vocabularies
-    walk = codec.source_walk() if isinstance(codec, SourceWalking) else None
-    vectors = codec.source_vectors() if config.source_vectors and isinstance(codec, SourceVectoring) else None
-    return Transformer(config, source_vocab_size=len(vocabs.source), target_vocab_size=len(vocabs.target),
-                       shared_vocab=vocabs.shared, walk=walk, vectors=vectors)
+    model = Transformer(config, source_vocab_size=len(vocabs.source), target_vocab_size=len(vocabs.target),
+                        shared_vocab=vocabs.shared)
+    if isinstance(codec, ModelExtending):
+        # made after the model's own parameters, so a seed initialises them as before
+        model.extend(codec.model_extensions(config))
+    return model

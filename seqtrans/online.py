@@ -127,7 +127,7 @@ def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], N
 
     if loaded.others:
         raise UsageError("streaming decodes with one model, not an ensemble")
-    check_streamable(loaded.model.config)
+    check_streamable(loaded.model)
     if loaded.config.decode.nbest > 1:
         raise UsageError("streaming decodes greedily: decode.nbest must be 1")
     model, task, codec = loaded.model, loaded.task, loaded.codec

@@ -48,6 +48,7 @@ from seqtrans.tasks.protocol import (
 from seqtrans.training import checkpoint
 from seqtrans.training.loop import Trainer
 from seqtrans.training.tracking import require_tensorboard
+from seqtrans.upgrade import check_current, upgrade_checkpoint
 from seqtrans.vocab import EOS
 
 log = logging.getLogger(__name__)
@@ -179,6 +180,7 @@ def _check_resumable(out: Path, config: RunConfig) -> None:
     saved_path = out / "config.json"
     if not saved_path.exists():
         return
+    check_current(out)
     saved = json.loads(saved_path.read_text(encoding="utf-8"))
     for key in ("task", "seed", "model", "data"):
         same = (cfg.same_settings(saved.get(key), getattr(config, key)) if key in ("model", "data")
@@ -394,6 +396,7 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
     ``decode`` (and ``data``) settings, e.g. ``["decode.beam=8"]``."""
     ckpt_path = find_checkpoint(path)
     payload = checkpoint.load(ckpt_path)
+    upgrade_checkpoint(payload, origin=ckpt_path)
     saved = payload["config"]
     task_cls = tasks.load(saved["task"])
     tree = cfg.merge(saved, cfg.parse_overrides(overrides, data_cls=task_cls.Config))

@@ -106,8 +106,6 @@ def _with_linears(model: Transformer, make: Callable[[Tensor, Tensor | None], nn
     ``make(weight, bias)``; it shares the model's tensors and never writes them."""
     # deepcopy with every parameter and buffer in the memo copies the modules, not the tensors
     memo: dict[int, object] = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
-    if model.vectors is not None:  # fixed tables shared, never copied
-        memo[id(model.vectors.vectors)] = model.vectors.vectors
     twin = copy.deepcopy(model, memo)
     made: dict[int, nn.Module] = {}  # a layer shared by several modules is made once
     for parent in list(twin.modules()):
@@ -126,6 +124,7 @@ def quantized(model: Transformer) -> Transformer:
     a copy of the embedding matrix; the embedding lookup stays float32). The copy shares
     the model's float tensors and never writes them; the model is unchanged."""
     device = model.output_weight.device
+    model.check_supported("quantize")
     if device.type != "cpu":
         raise ConfigError("decode.precision", f"int8 decodes on CPU only, not on {device.type}; "
                           "use fp32 or bf16 there")

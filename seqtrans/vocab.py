@@ -1,7 +1,7 @@
 """Symbol tables: the four special symbols at fixed ids, then the task's symbols.
 
-Tasks turn their objects into token strings (words, sentencepiece pieces, tree
-brackets); a :class:`Vocab` maps those strings to ids and back.
+Tasks turn their objects into token strings (words, sentencepiece pieces, symbols of
+their own); a :class:`Vocab` maps those strings to ids and back.
 """
 
 from __future__ import annotations

@@ -7,29 +7,28 @@ from pathlib import Path
 
 import pytest
 import torch
+from counting_extension import CountingExtension
 
 from seqtrans.config import ModelConfig
 from seqtrans.model import Transformer
-from seqtrans.tasks import SourceWalk
 from seqtrans.testing import serve_directory
 from seqtrans.vocab import EOS, PAD
-
-# the walk of source-cursor test models: token 4 of the target consumes a unit, a unit
-# starts at source tokens 4 and 6; target token 5 opens a span, 6 closes one
-TEST_WALK = SourceWalk(advance=(4,), starts=(4, 6), opens=(5,), closes=(6,))
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
-def tiny_model(*, vocab: int = 11, seed: int = 0, **overrides: object) -> Transformer:
-    """A 2-layer, width-16 model in eval mode, deterministic for ``seed`` (walking
-    :data:`TEST_WALK` with ``source_cursor=True`` or ``span_cursor=True``)."""
+def tiny_model(*, vocab: int = 11, seed: int = 0, extension: bool = False,
+               **overrides: object) -> Transformer:
+    """A 2-layer, width-16 model in eval mode, deterministic for ``seed``; with
+    ``extension``, a :class:`~counting_extension.CountingExtension` attached."""
     torch.manual_seed(seed)
     options = {"encoder_layers": 2, "decoder_layers": 2, "d_model": 16, "d_ff": 32, "heads": 4,
                "dropout": 0.0, **overrides}
-    model = Transformer(ModelConfig(**options), source_vocab_size=vocab, target_vocab_size=vocab,
-                        shared_vocab=True, walk=TEST_WALK)
+    config = ModelConfig(**options)
+    model = Transformer(config, source_vocab_size=vocab, target_vocab_size=vocab, shared_vocab=True)
+    if extension:
+        model.extend({"counting": CountingExtension(config.d_model)})
     return model.eval()
 
 

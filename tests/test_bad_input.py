@@ -92,7 +92,7 @@ def test_a_run_saved_before_an_option_existed_still_continues(tmp_path: Path) ->
     _trainer(tmp_path).fit()  # writes checkpoint_00000002.pt
     path = tmp_path / "checkpoint_00000002.pt"
     payload = checkpoint.load(path)
-    del payload["config"]["model"]["span_cursor"]  # as written before the option existed
+    del payload["config"]["model"]["monotonic_r_init"]  # as written before the option existed
     payload.pop("digest", None)
     checkpoint.save_atomic(payload, path)
     assert _trainer(tmp_path).resume()
@@ -100,12 +100,18 @@ def test_a_run_saved_before_an_option_existed_still_continues(tmp_path: Path) ->
              "model.heads=2"]
     config = cfg.resolve_config("copy", overrides=small)
     saved = cfg.to_dict(config)
-    del saved["model"]["span_cursor"]
+    del saved["model"]["monotonic_r_init"]
     (tmp_path / "config.json").write_text(json.dumps(saved))
     _check_resumable(tmp_path, config)  # no error
     with pytest.raises(UsageError, match="different 'model' settings"):
         _check_resumable(tmp_path, cfg.resolve_config("copy", overrides=[*small, "model.encoder_layers=2"]))
+    # an option that no longer exists: off, the run needs converting; on, it cannot be
+    saved["model"]["an_option_since_removed"] = False
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(UsageError, match=f"convert it with 'seqtrans upgrade {tmp_path}'"):
+        _check_resumable(tmp_path, config)
     saved["model"]["an_option_since_removed"] = 1
     (tmp_path / "config.json").write_text(json.dumps(saved))
-    with pytest.raises(UsageError, match="different 'model' settings"):
+    with pytest.raises(UsageError, match="model.an_option_since_removed=1, an option this version of "
+                                         "seqtrans no longer has"):
         _check_resumable(tmp_path, config)

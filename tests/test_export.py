@@ -10,12 +10,14 @@ from pathlib import Path
 import ctranslate2
 import pytest
 import torch
+from counting_extension import CountingExtension
 
 from seqtrans.cli import main
 from seqtrans.config import ModelConfig
 from seqtrans.decoding import greedy_search
 from seqtrans.errors import ConfigError, UsageError
 from seqtrans.export import export_ctranslate2, unsupported
+from seqtrans.extension import ExtensionError, ModelExtension
 from seqtrans.model import Transformer
 from seqtrans.pipeline import load
 from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies
@@ -122,11 +124,24 @@ def test_what_ctranslate2_cannot_compute_is_refused_by_its_setting(overrides: di
 
 
 def test_every_setting_ctranslate2_cannot_compute_is_listed() -> None:
-    config = ModelConfig(cross_attention="local", decoder_attention="additive", causal_encoder=True,
-                         source_cursor=True)
+    config = ModelConfig(cross_attention="local", decoder_attention="additive", causal_encoder=True)
     assert [key for key, _ in unsupported(config)] == [
-        "model.decoder_attention", "model.cross_attention", "model.causal_encoder", "model.source_cursor"]
+        "model.decoder_attention", "model.cross_attention", "model.causal_encoder"]
     assert unsupported(ModelConfig(norm="pre", positions="learned", tie_output=False)) == []
+
+
+def test_a_model_extension_is_refused_by_its_own_reason_or_the_engines(tmp_path: Path) -> None:
+    """The engine asks the extension: the test extension gives its own reason; one that
+    gives none gets the engine's (no place for a task's module in the format)."""
+    model, vocabs = tiny(seed=0, shared=True)
+    model.extend({"counting": CountingExtension(model.config.d_model)})
+    with pytest.raises(ExtensionError, match="extension 'counting' .* counts marks, which no export"):
+        export_ctranslate2(model, vocabs, tmp_path / "out")
+    plain, _ = tiny(seed=0, shared=True)
+    plain.extend({"nothing": ModelExtension()})
+    with pytest.raises(ExtensionError, match="'nothing' .* no place for"):
+        export_ctranslate2(plain, vocabs, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_without_ctranslate2_the_export_says_what_to_install(tmp_path: Path,

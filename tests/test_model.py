@@ -44,14 +44,12 @@ def test_padding_and_batch_mates_do_not_change_a_sentence(norm: str) -> None:
     torch.testing.assert_close(enc_together[0, :3], enc_alone[0], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("positions, cursor, span",
-                         [("sinusoidal", False, False), ("learned", False, False),
-                          ("sinusoidal", True, False), ("sinusoidal", False, True), ("learned", True, True)])
-def test_incremental_decoding_with_cache_equals_full_recomputation(positions: str, cursor: bool,
-                                                                    span: bool) -> None:
-    model = tiny_model(positions=positions, source_cursor=cursor, span_cursor=span)
+@pytest.mark.parametrize("positions, extension",
+                         [("sinusoidal", False), ("learned", False), ("sinusoidal", True), ("learned", True)])
+def test_incremental_decoding_with_cache_equals_full_recomputation(positions: str, extension: bool) -> None:
+    model = tiny_model(positions=positions, extension=extension)
     src = src_batch()
-    # 4 consumes a unit, 5 opens a span and 6 closes one (TEST_WALK)
+    # 4 is the token the extension counts
     tgt = torch.tensor([[BOS, 4, 5, 6, 7, 8], [BOS, 5, 4, 5, 6, 4], [BOS, 6, 5, 5, 4, 6]])
     src = torch.cat([src, src[:1]])
     full = model(src, tgt)

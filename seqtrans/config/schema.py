@@ -48,19 +48,6 @@ class ModelConfig:
         True, "Share source and target embeddings when the task's vocabulary is shared."
     )
     tie_output: bool = option(True, "Tie the pre-softmax projection to the target embeddings.")
-    source_cursor: bool = option(
-        False, "Add to each decoder input the (projected) encoder state of the first source unit its "
-        "output has not yet consumed, for tasks whose codec declares a walk over the source "
-        "(SourceWalking; docs/design.md, 'The source cursor').")
-    span_cursor: bool = option(
-        False, "Add to each decoder input the (separately projected) encoder state of the source "
-        "unit where the innermost span its output has opened and not closed starts, for tasks "
-        "whose codec's walk over the source declares spans (SourceWalk.opens and closes; "
-        "docs/design.md, 'The source cursor'). Independent of model.source_cursor.")
-    source_vectors: bool = option(
-        False, "Add to each source embedding a learned projection of the fixed (pretrained) vector "
-        "the task's codec gives that position, for tasks that offer them (SourceVectoring; "
-        "docs/design.md, 'Source vectors'). The vectors are not trained and not saved with the model.")
     encoder_attention: Mechanism = option(
         "scaled_dot", "Encoder self-attention: scaled_dot, dot, general, additive, location or "
         "restricted (docs/attention.md)."

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqtrans.config import DecodeConfig, ModelConfig
+from seqtrans.config import DecodeConfig
 from seqtrans.decoding.generate import max_output_length
 from seqtrans.decoding.search import mask_log_probs
 from seqtrans.errors import UsageError
@@ -46,19 +46,18 @@ class Emission:
     delay: int
 
 
-def check_streamable(config: ModelConfig) -> None:
-    """Raise :class:`UsageError` unless models of ``config`` can decode a stream."""
+def check_streamable(model: Transformer) -> None:
+    """Raise :class:`UsageError` unless ``model`` can decode a stream: its settings, then
+    its task's model extensions (:class:`~seqtrans.extension.ExtensionError`)."""
+    config = model.config
     missing = []
     if config.cross_attention != "monotonic":
         missing.append(f"model.cross_attention=monotonic (this model has {config.cross_attention})")
     if not config.causal_encoder:
         missing.append("model.causal_encoder=true")
-    if config.source_cursor:
-        missing.append("model.source_cursor=false")
-    if config.span_cursor:
-        missing.append("model.span_cursor=false")
     if missing:
         raise UsageError("streaming needs a model trained with " + " and ".join(missing))
+    model.check_supported("stream")
 
 
 class _SourceStream:
@@ -99,7 +98,7 @@ def stream_greedy(model: Transformer, source: Iterable[int], config: DecodeConfi
                   position_limit: int | None = None) -> Iterator[Emission]:
     """Greedy outputs of a source given token by token (ids, no end symbol), each yielded
     as soon as it is decided; ``source`` is read only as far as the decoder needs."""
-    check_streamable(model.config)
+    check_streamable(model)
     model.eval()
     device = model.output_weight.device
     stream = _SourceStream(model, iter(source))

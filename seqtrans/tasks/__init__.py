@@ -8,19 +8,16 @@ from seqtrans.tasks.protocol import (
     Constraining,
     DataDigest,
     Example,
+    ModelExtending,
     SegmentationSampling,
     Skipped,
-    SourceVectoring,
-    SourceVectors,
-    SourceWalk,
-    SourceWalking,
     TargetParsing,
     Task,
     TaskClass,
+    Upgrading,
     check_split,
 )
 
-__all__ = ["GROUP", "SPLITS", "Codec", "Constraining", "DataDigest", "Example", "SegmentationSampling",
-           "Skipped", "SourceVectoring", "SourceVectors", "SourceWalk", "SourceWalking", "TargetParsing",
-           "Task", "TaskClass", "TaskEntry",
+__all__ = ["GROUP", "SPLITS", "Codec", "Constraining", "DataDigest", "Example", "ModelExtending",
+           "SegmentationSampling", "Skipped", "TargetParsing", "Task", "TaskClass", "TaskEntry", "Upgrading",
            "check_split", "find", "installed", "load"]

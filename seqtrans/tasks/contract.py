@@ -26,14 +26,13 @@ from seqtrans.tasks.protocol import (
     Constraining,
     Example,
     Metric,
+    ModelExtending,
     SegmentationSampling,
-    SourceVectoring,
-    SourceWalking,
     Task,
     TaskClass,
     missing_members,
 )
-from seqtrans.vocab import EOS, PAD
+from seqtrans.vocab import EOS
 
 
 class ContractError(AssertionError):
@@ -119,24 +118,40 @@ def _check_abilities(codec: Codec[Any, Any, Any], refs: list[Example[Any, Any]])
         _require(len(first) == len(sources), "sample_source_tokens() must return one list per source")
         _require(first == codec.sample_source_tokens(sources, 0.5, 7),
                  "sample_source_tokens() must repeat its samples for the same seed")
-    if isinstance(codec, SourceWalking):
-        walk = codec.source_walk()
-        v = codec.vocabularies
-        _require(all(0 <= i < len(v.target) for i in walk.advance), "the source walk's advance ids "
-                 "are not all target ids")
-        _require(all(0 <= i < len(v.source) for i in walk.starts), "the source walk's start ids are "
-                 "not all source ids")
-        _require(all(0 <= i < len(v.target) for i in (*walk.opens, *walk.closes)), "the source walk's "
-                 "span opening and closing ids are not all target ids")
-    if isinstance(codec, SourceVectoring):
-        vectors = codec.source_vectors()
-        if vectors is not None:
-            ids = [source_ids(codec, s) for s in sources]
-            width = max(len(i) for i in ids)
-            found = vectors.lookup([i + [PAD] * (width - len(i)) for i in ids])
-            _require(tuple(found.shape) == (len(ids), width, vectors.dim) and str(found.dtype) == "float32",
-                     f"source_vectors().lookup() must give float32 [{len(ids)}, {width}, {vectors.dim}], "
-                     f"not {found.dtype} {list(found.shape)}")
+    if isinstance(codec, ModelExtending):
+        _check_extensions(codec, refs[:4])
+
+
+def _check_extensions(codec: Any, refs: list[Example[Any, Any]]) -> None:
+    """A tiny model with the codec's extensions: they are ModelExtensions, saved with the
+    model, and decoding step by step gives what teacher forcing gives."""
+    import torch
+
+    from seqtrans.config import ModelConfig
+    from seqtrans.data import pad_batch
+    from seqtrans.extension import ModelExtension
+    from seqtrans.model import build_model
+    from seqtrans.vocab import BOS
+
+    config = ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2, dropout=0.0)
+    extensions = codec.model_extensions(config)
+    for name, extension in extensions.items():
+        _require(isinstance(extension, ModelExtension), f"model_extensions() gave '{name}', a "
+                 f"{type(extension).__name__}, not a seqtrans.extension.ModelExtension")
+    torch.manual_seed(0)
+    model = build_model(config, codec).eval()
+    saved = {k.split(".")[1] for k in model.state_dict() if k.startswith("extensions.")}
+    _require(saved == {n for n, e in extensions.items() if any(True for _ in e.state_dict())},
+             "the model extensions' parameters must be saved with the model (extensions.NAME.*)")
+    src = pad_batch([source_ids(codec, ex.source) for ex in refs])  # [B, S]
+    tgt = pad_batch([target_ids(codec, ex.target) for ex in refs], before=BOS)  # [B, T]
+    with torch.no_grad():
+        encoded = model.encode(src)
+        whole = model.decode(tgt, encoded)  # [B, T, V]
+        state = model.start(encoded, capacity=tgt.size(1))
+        steps = torch.cat([model.decode(tgt[:, t:t + 1], state=state) for t in range(tgt.size(1))], 1)
+    _require(torch.allclose(whole, steps, atol=1e-5), "a model extension's step() must add what its "
+             "decoder_input() adds for the same tokens (decoding step by step differs from teacher forcing)")
 
 
 def _check_constraint_admits_references(codec: Any, refs: list[Example[Any, Any]]) -> None:

@@ -15,10 +15,11 @@ and its decoding defaults. A plugin provides two objects:
 A codec may have optional abilities, each a runtime-checkable protocol the engine
 tests with ``isinstance``: :class:`Constraining` (restrict next tokens during
 search), :class:`SegmentationSampling` (``train.subword_sampling``) and
-:class:`SourceWalking` (``model.source_cursor``, ``model.span_cursor``) and
-:class:`SourceVectoring` (``model.source_vectors``). A codec without one writes nothing
-for it. A task may name its training data by a digest (:class:`DataDigest`), so that
-prepared data is found without reading the data again.
+:class:`ModelExtending` (model-side parts of the task's own, :mod:`seqtrans.extension`).
+A codec without one writes nothing for it. A task may name its training data by a
+digest (:class:`DataDigest`), so that prepared data is found without reading the data
+again, and a task class may convert runs saved by earlier versions of its plugin
+(:class:`Upgrading`).
 
 The type parameters are the task's source, target and prediction types, so
 that mypy checks a plugin against the contract::
@@ -41,7 +42,9 @@ from seqtrans.vocab import Vocabularies
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+    from seqtrans.config import ModelConfig
     from seqtrans.decoding.constraints import Constraint
+    from seqtrans.extension import ModelExtension
 
 SPLITS = ("train", "dev", "test")
 
@@ -77,45 +80,6 @@ class Skipped:
 
     origin: str
     reason: str
-
-
-@dataclass(frozen=True)
-class SourceWalk:
-    """How outputs walk over their inputs in order (:class:`SourceWalking`).
-
-    The source is a sequence of units, each starting at a source token of ``starts``;
-    every target token of ``advance`` consumes one unit. With ``model.source_cursor``
-    each decoder input also sees the encoder state of the first unit not yet consumed.
-
-    Outputs that also build nested spans over the units declare ``opens`` and
-    ``closes``: a target token of ``opens`` opens a span starting at the first unit not
-    yet consumed, one of ``closes`` closes the innermost open span (a close with none
-    open is ignored). With ``model.span_cursor`` each decoder input also sees the
-    encoder state of the start of the innermost open span.
-    """
-
-    advance: tuple[int, ...]  # target ids
-    starts: tuple[int, ...]  # source ids
-    opens: tuple[int, ...] = ()  # target ids
-    closes: tuple[int, ...] = ()  # target ids
-
-    def __post_init__(self) -> None:
-        if not self.advance or not self.starts:
-            raise ValueError("a source walk needs at least one advancing target id and one "
-                             "unit-start source id")
-        if bool(self.opens) != bool(self.closes):
-            raise ValueError("a source walk's spans need both opening and closing target ids")
-        overlap = ({"advance and opens": set(self.advance) & set(self.opens),
-                    "advance and closes": set(self.advance) & set(self.closes),
-                    "opens and closes": set(self.opens) & set(self.closes)})
-        for sets, ids in overlap.items():
-            if ids:
-                raise ValueError(f"a source walk's {sets} share target ids {sorted(ids)}")
-
-    @property
-    def spans(self) -> bool:
-        """Whether the walk declares spans (``opens`` and ``closes``)."""
-        return bool(self.opens)
 
 
 @runtime_checkable
@@ -248,36 +212,16 @@ class SegmentationSampling(Protocol[SourceT_contra]):
 
 
 @runtime_checkable
-class SourceWalking(Protocol):
-    """A codec whose outputs consume their inputs in order, for ``model.source_cursor``
-    (and, when its walk declares spans, ``model.span_cursor``)."""
+class ModelExtending(Protocol):
+    """A codec that adds model-side parts of its task's own to the Transformer (inputs
+    beyond the tokens, state that follows the search): :mod:`seqtrans.extension`."""
 
-    def source_walk(self) -> SourceWalk: ...
-
-
-class SourceVectors(Protocol):
-    """Fixed vectors for source positions, from outside the training data (pretrained word
-    vectors): what :class:`SourceVectoring` gives. The engine projects them and adds them
-    to the source embeddings; they are not parameters and are not saved with the model,
-    so the object must give the same vectors wherever the run is loaded again."""
-
-    @property
-    def dim(self) -> int:
-        """The width of a vector."""
-        ...
-
-    def lookup(self, sources: Sequence[Sequence[int]]) -> Any:
-        """A float32 numpy array [B, S, dim] for B rows of S source ids each (the end
-        symbol and padding included): each position's vector, zeros where there is none."""
-        ...
-
-
-@runtime_checkable
-class SourceVectoring(Protocol):
-    """A codec that offers fixed vectors for its source ids, for ``model.source_vectors``."""
-
-    def source_vectors(self) -> SourceVectors | None:
-        """The vectors, or None when the task's settings ask for none."""
+    def model_extensions(self, model: ModelConfig) -> Mapping[str, ModelExtension]:
+        """The extensions for a model of ``model``'s shape (``model.d_model`` wide), by
+        name, in the order they are applied; empty when the task's settings ask for none.
+        Called once per model built, after the model's own parameters are made (so a
+        seed initialises them the same way every time); the settings that decide them
+        belong to the task's own config (``data.*``)."""
         ...
 
 
@@ -302,6 +246,20 @@ class TargetParsing(Protocol):
     def parse_target(self, line: str) -> Any:
         """A target object (what :meth:`Codec.target_tokens` takes) from one line; a line
         that holds no valid target raises :class:`~seqtrans.errors.DataError`."""
+        ...
+
+
+@runtime_checkable
+class Upgrading(Protocol):
+    """A task class (not an instance) whose plugin has changed the settings or weights
+    its runs are saved with: it converts what an earlier version saved, so that such
+    runs load as they did (``seqtrans upgrade RUN_DIR`` writes the conversion back)."""
+
+    def upgrade(self, config: dict[str, Any], weights: dict[str, Any]) -> list[str]:
+        """Convert in place a saved run config (the tree of ``config.json``) and, when
+        not empty, the model weights of one of its checkpoints (parameter name to
+        tensor); return a line for each change made, empty when the run is current.
+        Must be idempotent: a converted run comes back unchanged."""
         ...
 
 

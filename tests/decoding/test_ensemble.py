@@ -42,10 +42,10 @@ def brute_force(models: list[Transformer], weights: list[float], src: torch.Tens
     return sorted(scored, key=lambda s: -s[0])
 
 
-# members of different architectures: widths, depths, attention kinds, a source cursor
+# members of different architectures: widths, depths, attention kinds, a model extension
 MEMBERS = {
     "plain": {},
-    "cursor": {"source_cursor": True},
+    "extended": {"extension": True},
     "narrow-memory": {"d_model": 8, "d_ff": 16, "heads": 2, "decoder_layers": 1, "cross_attention": "memory",
                       "memory_slots": 3},
     "monotonic-pre": {"cross_attention": "monotonic", "monotonic_r_init": 0.3, "norm": "pre"},
@@ -54,9 +54,9 @@ MEMBERS = {
 
 @pytest.mark.parametrize(("names", "weights", "alpha"), [
     (("plain", "plain"), [1.0, 1.0], 0.6),
-    (("plain", "cursor"), [1.0, 3.0], 0.0),
+    (("plain", "extended"), [1.0, 3.0], 0.0),
     (("plain", "narrow-memory", "monotonic-pre"), [1.0, 1.0, 1.0], 1.0),
-    (("cursor", "narrow-memory", "plain"), [0.2, 0.5, 0.3], 0.6),
+    (("extended", "narrow-memory", "plain"), [0.2, 0.5, 0.3], 0.6),
 ])
 def test_wide_beam_of_an_ensemble_returns_the_brute_force_best(names: tuple[str, ...], weights: list[float],
                                                                alpha: float) -> None:
@@ -90,7 +90,7 @@ def test_an_ensemble_of_one_model_decodes_exactly_as_the_model(beam: int) -> Non
 
 
 def test_an_ensemble_of_a_model_with_itself_gives_the_models_outputs_and_scores() -> None:
-    model = tiny_model(vocab=11, seed=4, source_cursor=True)
+    model = tiny_model(vocab=11, seed=4, extension=True)
     src = pad_batch([[4, 5, 6, EOS], [7, 8, 6, 4, EOS]])
     max_len = torch.tensor([9, 9])
     alone = beam_search(model, src, beam=4, alpha=0.6, max_len=max_len, nbest=4)
@@ -105,7 +105,7 @@ def test_an_ensemble_of_a_model_with_itself_gives_the_models_outputs_and_scores(
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_an_ensembles_sentence_decodes_the_same_alone_or_among_longer_ones(beam: int) -> None:
-    ensemble = Ensemble([mechanism_model(MEMBERS["cursor"], seed=20, vocab=11),
+    ensemble = Ensemble([mechanism_model(MEMBERS["extended"], seed=20, vocab=11),
                          mechanism_model(MEMBERS["narrow-memory"], seed=21, vocab=11)])
     sentences = [[4, 5, EOS], [6, 7, 8, 9, 10, 4, 5, EOS], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, EOS]]
 
@@ -135,7 +135,7 @@ def test_ensemble_weights_are_checked() -> None:
 
 
 def test_an_ensembles_cached_steps_equal_its_teacher_forced_recomputation() -> None:
-    names = ("cursor", "narrow-memory", "monotonic-pre")
+    names = ("extended", "narrow-memory", "monotonic-pre")
     models = [mechanism_model(MEMBERS[name], seed=30 + i, vocab=11) for i, name in enumerate(names)]
     ensemble = Ensemble(models, [0.5, 0.3, 0.2])
     src = pad_batch([[4, 5, 6, EOS], [7, 8, EOS]])

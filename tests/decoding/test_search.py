@@ -50,8 +50,8 @@ MECHANISM_OPTIONS: dict[str, dict] = {
                             "restricted_radius": 1},
     "location-general-dot": {"cross_attention": "location", "encoder_attention": "general",
                              "decoder_attention": "dot", "location_max_length": 24},
-    "source_cursor": {"source_cursor": True},
-    "span_cursor": {"span_cursor": True},
+    "extension": {"extension": True},
+    "extension-monotonic": {"extension": True, "cross_attention": "monotonic", "monotonic_r_init": 0.3},
 }
 MECHANISMS = [pytest.param(options, id=name) for name, options in MECHANISM_OPTIONS.items()]
 

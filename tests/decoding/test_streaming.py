@@ -23,6 +23,7 @@ from seqtrans.decoding.streaming import (
     stream_greedy,
 )
 from seqtrans.errors import DataError, UsageError
+from seqtrans.extension import ExtensionError
 from seqtrans.model import Transformer
 from seqtrans.vocab import EOS, Vocab, Vocabularies
 from seqtrans_copy import CopyCodec
@@ -95,9 +96,20 @@ def test_a_source_taken_only_as_far_as_the_tokens_written() -> None:
 
 def test_streaming_needs_monotonic_attention_and_a_causal_encoder() -> None:
     with pytest.raises(UsageError, match="model.cross_attention=monotonic .*model.causal_encoder=true"):
-        check_streamable(tiny_model().config)
+        check_streamable(tiny_model())
     with pytest.raises(UsageError, match="causal_encoder"):
         list(stream_greedy(tiny_model(cross_attention="monotonic"), [4, 5], CONFIG))
+
+
+def test_a_model_extension_that_needs_whole_sources_refuses_to_stream() -> None:
+    """The test extension gives no reason of its own for streaming: the engine's is used."""
+    model = tiny_model(extension=True, cross_attention="monotonic", causal_encoder=True)
+    with pytest.raises(ExtensionError, match="streaming .* extension 'counting' .* needs the whole source"):
+        check_streamable(model)
+    with pytest.raises(ExtensionError):
+        list(stream_greedy(model, [4, 5], CONFIG))
+    with pytest.raises(ExtensionError):
+        model.start_encoding()
 
 
 def test_latency_metrics_by_hand() -> None:

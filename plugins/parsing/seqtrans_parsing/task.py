@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from seqtrans.config import option
 from seqtrans.errors import ConfigError, DataError
-from seqtrans.tasks import Example, Skipped, SourceWalk, TaskClass, check_split
+from seqtrans.tasks import Example, ModelExtending, Skipped, TaskClass, Upgrading, check_split
 from seqtrans.vocab import SPECIALS, Vocab, Vocabularies
 from seqtrans_parsing import treebank
 from seqtrans_parsing.augment import substitute
+from seqtrans_parsing.cursor import SourceWalk
 from seqtrans_parsing.evalb import COLLINS, evalb
 from seqtrans_parsing.linearize import PLACEHOLDER, Order, is_close, is_open, linearize, to_tree
 from seqtrans_parsing.sampling import UnigramSampler
@@ -29,6 +30,8 @@ from seqtrans_parsing.subwords import WORD_START, train_sentencepiece
 from seqtrans_parsing.trees import Tree, preprocess, read_trees
 
 if TYPE_CHECKING:
+    from seqtrans.config import ModelConfig
+    from seqtrans.extension import ModelExtension
     from seqtrans_parsing.constraint import BracketConstraint
     from seqtrans_parsing.vectors import VectorSource, WordVectors
 
@@ -117,9 +120,17 @@ class ParsingConfig:
         "from the training trees; 0 adds none.")
     substitute_seed: int = option(1, "Seed of the trees data.substitute draws.")
     word_vectors: str = option(
-        "", "Pretrained word vectors for the source words, which model.source_vectors feeds to the encoder "
-        "at each word's first piece: 'glove-6b-50d' (GloVe 6B, 50 dimensions, from the package the "
-        "plugin's 'vectors' extra installs) or a text file of GloVe or word2vec vectors; empty: none.")
+        "", "Pretrained word vectors for the source words, fed to the encoder at each word's first piece "
+        "through a learned projection (docs/tasks/parsing.md, 'Pretrained word vectors'): 'glove-6b-50d' "
+        "(GloVe 6B, 50 dimensions, from the package the plugin's 'vectors' extra installs) or a text file "
+        "of GloVe or word2vec vectors; empty: none.")
+    source_cursor: bool = option(
+        False, "Add to each decoder input the (projected) encoder state of the first word its output has "
+        "not yet placed (docs/tasks/parsing.md, 'The source cursor').")
+    span_cursor: bool = option(
+        False, "Add to each decoder input the (separately projected) encoder state of the word where the "
+        "innermost constituent its output has opened and not closed starts; top-down targets only "
+        "(docs/tasks/parsing.md, 'The span cursor'). Independent of data.source_cursor.")
 
     def __post_init__(self) -> None:
         if self.vocab_size < 8:
@@ -129,6 +140,10 @@ class ParsingConfig:
         for key in ("train_files", "dev_files", "test_files", "train_sections", "dev_sections",
                     "test_sections"):
             treebank.parse_range(getattr(self, key), key=f"data.{key}")
+        if self.span_cursor and self.linearization != "top_down":
+            raise ConfigError("data.span_cursor", "in-order targets open a constituent after its first "
+                              "child, so the next word is not where the constituent starts: the span cursor "
+                              "needs data.linearization=top_down")
 
 
 # The model for the treebank sample (about 3,000 training trees): small, with small
@@ -138,11 +153,11 @@ class ParsingConfig:
 # schedule's peak learning rate; see docs/tasks/parsing.md.
 _SAMPLE: dict[str, Any] = {
     "model": {"encoder_layers": 4, "decoder_layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4,
-              "dropout": 0.1, "attention_dropout": 0.0, "source_cursor": True},
+              "dropout": 0.1, "attention_dropout": 0.0},
     "train": {"max_tokens": 2048, "warmup": 800, "lr_scale": 0.7, "max_steps": 8000,
               "eval_every": 1000, "checkpoint_every": 200, "keep_checkpoints": 5, "average_last": 5,
               "valid_beam": 1, "log_every": 100, "label_smoothing": 0.1, "subword_sampling": 0.2},
-    "data": {"vocab_size": 8000, "preterminals": "tags"},
+    "data": {"vocab_size": 8000, "preterminals": "tags", "source_cursor": True},
 }
 
 
@@ -152,8 +167,9 @@ class ParsingCodec:
 
     The preterminals are the target's symbols for words (the placeholder, or the tags).
     Besides the conversions it has the three optional abilities: the bracket constraint,
-    sampled segmentations of the words, and the walk of the source cursor (each
-    preterminal consumes one word; a word starts at its piece marked "▁").
+    sampled segmentations of the words, and the model's extensions (the cursors, whose
+    walk has each preterminal consume one word, a word starting at its piece marked "▁";
+    the word vectors).
     """
 
     pieces: Any  # sentencepiece.SentencePieceProcessor (it pickles)
@@ -162,6 +178,8 @@ class ParsingCodec:
     unigram: bool = True  # a unigram model (else BPE), whose segmentations can be sampled
     order: Order = "top_down"  # the linearization (data.linearization)
     vectors: VectorSource | None = None  # pretrained word vectors (data.word_vectors)
+    source_cursor: bool = False  # data.source_cursor
+    span_cursor: bool = False  # data.span_cursor
     preterminals: frozenset[str] = field(init=False)
     sampler: UnigramSampler | None = field(init=False, compare=False)
 
@@ -209,8 +227,15 @@ class ParsingCodec:
 
         return WordVectors(load(self.vectors), self.vocabularies.source.symbols)
 
+    def model_extensions(self, model: ModelConfig) -> dict[str, ModelExtension]:
+        """The cursors and the word-vector input the settings ask for (:mod:`seqtrans_parsing.extensions`)."""
+        from seqtrans_parsing.extensions import build
+
+        return build(model, walk=self.source_walk(), source_cursor=self.source_cursor,
+                     span_cursor=self.span_cursor, vectors=self.source_vectors())
+
     def source_walk(self) -> SourceWalk:
-        # brackets are spans over the words, for model.span_cursor: "(X" opens one at the
+        # brackets are spans over the words, for the span cursor: "(X" opens one at the
         # next word to place, ")X" closes the innermost. Only top-down: in in-order output
         # "(X" follows its first child, so the next word is not where its span starts.
         source, target = self.vocabularies.source, self.vocabularies.target
@@ -250,6 +275,14 @@ class ParsingTask:
 
     def __init__(self, config: ParsingConfig) -> None:
         self.config = config
+
+    @staticmethod
+    def upgrade(config: dict[str, Any], weights: dict[str, Any]) -> list[str]:
+        """Runs saved by seqtrans 0.1.0, whose engine held the cursors and word vectors
+        (:mod:`seqtrans_parsing.upgrade`)."""
+        from seqtrans_parsing.upgrade import upgrade
+
+        return upgrade(config, weights)
 
     # -------------------------------------------------------------- data
 
@@ -352,7 +385,8 @@ class ParsingTask:
                 vectors = VectorSource.load(directory / VECTORS_FILE)
         return ParsingCodec(sp, Vocabularies(source, target), tags=self.config.preterminals == "tags",
                             unigram=self.config.sentencepiece_model == "unigram",
-                            order=self.config.linearization, vectors=vectors)
+                            order=self.config.linearization, vectors=vectors,
+                            source_cursor=self.config.source_cursor, span_cursor=self.config.span_cursor)
 
     def _vectors(self, directory: Path, sp: Any,
                  examples: list[Example[Sentence, Tree]]) -> VectorSource | None:
@@ -434,5 +468,7 @@ def _with_root(tree: Tree) -> Tree:
     return tree if tree.label == "TOP" else Tree("TOP", [tree])
 
 
-# mypy checks the task against the contract here
+# mypy checks the task against the contract and its abilities here
 _contract: TaskClass[Sentence, Tree, Parse] = ParsingTask
+_upgrading: Upgrading = ParsingTask
+_extending: type[ModelExtending] = ParsingCodec

@@ -180,8 +180,12 @@ def _read(source: VectorSource, files: list[Path]) -> Table:
 
 
 class WordVectors:
-    """:class:`seqtrans.tasks.SourceVectors` over a source vocabulary: each word's vector
+    """Fixed vectors for source positions over a source vocabulary: each word's vector
     at its first piece. Pieces not marked "▁" continue the word before them."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> WordVectors:
+        # fixed tables, never written: a copy of a model (int8, oneDNN) shares them
+        return self
 
     def __init__(self, table: Table, symbols: Sequence[str]) -> None:
         self.table = table
@@ -209,7 +213,9 @@ class WordVectors:
             j = k
         return out
 
-    def lookup(self, sources: Sequence[Sequence[int]]) -> Any:
+    def lookup(self, sources: Sequence[Sequence[int]]) -> np.ndarray:
+        """A float32 array [B, S, dim] for B rows of S source ids each (the end symbol and
+        padding included): each word's vector at its first piece, zeros elsewhere."""
         width = max((len(s) for s in sources), default=0)
         rows = np.full((len(sources), width), -1, dtype=np.int64)
         for b, ids in enumerate(sources):
@@ -224,3 +230,4 @@ class WordVectors:
         """The share of the words of ``sources`` that have a vector."""
         words = [w for ids in sources for _, w in self.words(ids)]
         return sum(self.table.row(w) >= 0 for w in words) / max(len(words), 1)
+

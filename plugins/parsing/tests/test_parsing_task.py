@@ -20,6 +20,7 @@ from seqtrans.tasks import Example
 from seqtrans.tasks.contract import check_task
 from seqtrans.vocab import UNK, target_ids
 from seqtrans_parsing import ParsingCodec, ParsingConfig, ParsingTask
+from seqtrans_parsing.cursor import SpanCursor
 from seqtrans_parsing.linearize import linearize
 from seqtrans_parsing.task import PTB_TAGS
 from seqtrans_parsing.trees import read_trees
@@ -37,6 +38,12 @@ def _nltk_data(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(nltk.data, "path", [str(NLTK_DATA), *nltk.data.path])
 
 
+def with_cursors(codec: ParsingCodec, *, span: bool = False) -> ParsingCodec:
+    """The codec with the source cursor (and the span cursor) on, as data.source_cursor
+    (data.span_cursor) makes it."""
+    return replace(codec, source_cursor=True, span_cursor=span)
+
+
 def test_the_task_is_found_by_name_and_keeps_the_contract(tmp_path: Path) -> None:
     assert tasks.load("parsing") is ParsingTask
     scores = check_task(ParsingTask(ParsingConfig(vocab_size=300)), tmp_path)
@@ -49,11 +56,11 @@ def test_the_paper_decoding_defaults_and_the_presets() -> None:
         == (21, 0.3, 1.0, 300)
     wsj = pipeline.resolve_config("parsing", preset="wsj")
     assert (wsj.model.encoder_layers, wsj.model.d_model, wsj.data.vocab_size) == (4, 1024, 16000)
-    assert wsj.data.preterminals == "placeholder" and not wsj.model.source_cursor
+    assert wsj.data.preterminals == "placeholder" and not wsj.data.source_cursor
     cpu = pipeline.resolve_config("parsing", preset="cpu")
     assert cpu.train.max_minutes == 30
     for sample in (config, cpu):
-        assert sample.data.preterminals == "tags" and sample.model.source_cursor
+        assert sample.data.preterminals == "tags" and sample.data.source_cursor
         assert (sample.model.dropout, sample.model.attention_dropout) == (0.1, 0.0)
         assert (sample.train.lr_scale, sample.train.subword_sampling) == (0.7, 0.2)
         assert sample.data.substitute == 0
@@ -103,7 +110,7 @@ def test_each_word_starts_exactly_one_source_unit_for_the_cursor(tmp_path: Path)
     # a model with the cursor decodes well-formed trees over exactly the words
     torch.manual_seed(1)
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
-                                    dropout=0.0, share_embeddings=False, source_cursor=True), codec).eval()
+                                    dropout=0.0, share_embeddings=False), with_cursors(codec)).eval()
     some = sources[:3] + sources[-1:]
     preds, _ = pipeline.decode_sources(model, codec, some, DecodeConfig(beam=3, max_len_b=10),
                                        device=pipeline.select_device("cpu"))
@@ -122,12 +129,13 @@ def test_brackets_are_the_walks_spans_for_the_span_cursor(tmp_path: Path) -> Non
     assert sorted(target.symbols[i] for i in walk.closes) == sorted(s for s in target.symbols if s[:1] == ")")
     torch.manual_seed(1)
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
-                                    dropout=0.0, share_embeddings=False, source_cursor=True,
-                                    span_cursor=True), codec).eval()
-    assert model.span_cursor is not None
+                                    dropout=0.0, share_embeddings=False),
+                        with_cursors(codec, span=True)).eval()
+    span_cursor = model.extensions["span_cursor"]
+    assert isinstance(span_cursor, SpanCursor)
     for example in train[:5]:
         tokens = codec.target_tokens(example.target)
-        starts = model.span_cursor.span_starts(torch.tensor([target.encode(tokens)]))[0].tolist()
+        starts = span_cursor.span_starts(torch.tensor([target.encode(tokens)]))[0].tolist()
         opened = [(i, sum(t == "XX" for t in tokens[:i])) for i, t in enumerate(tokens) if t[0] == "("]
         assert [starts[i] for i, _ in opened] == [words for _, words in opened]
         assert starts[-1] == -1  # the whole tree closed
@@ -140,13 +148,15 @@ def test_brackets_are_the_walks_spans_for_the_span_cursor(tmp_path: Path) -> Non
 
 def test_an_in_order_target_declares_no_spans_and_refuses_the_span_cursor(tmp_path: Path) -> None:
     """In in-order output "(X" comes after its first child: the word the cursor stands at is
-    not where the span starts, so the walk declares no spans and the model says so."""
+    not where the span starts, so the walk declares no spans and the setting is refused."""
     _, codec, _ = _small_task(tmp_path, linearization="in_order")
     walk = codec.source_walk()
     assert walk.advance and walk.starts and not walk.opens and not walk.closes
-    with pytest.raises(ConfigError, match="model.span_cursor"):
-        build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
-                                source_cursor=True, span_cursor=True), codec)
+    with pytest.raises(ConfigError, match="data.span_cursor.*data.linearization=top_down"):
+        ParsingConfig(linearization="in_order", span_cursor=True)
+    with pytest.raises(ValueError, match="declares spans"):  # a codec made by hand is refused too
+        build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2),
+                    with_cursors(codec, span=True))
 
 
 def test_sampled_segmentations_vary_by_seed_and_keep_one_start_per_word(tmp_path: Path) -> None:
@@ -180,7 +190,7 @@ def test_a_tagging_target_writes_tags_walks_the_cursor_on_them_and_decodes_trees
     assert [t for t in tokens if t in tags] == list(example.source.tags or ())
     torch.manual_seed(1)
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
-                                    dropout=0.0, share_embeddings=False, source_cursor=True), codec).eval()
+                                    dropout=0.0, share_embeddings=False), with_cursors(codec)).eval()
     sentence = task.parse_source("The dog barked .")  # no gold tags: the tree has the decoded ones
     preds, _ = pipeline.decode_sources(model, codec, [sentence], DecodeConfig(beam=3, max_len_b=10),
                                        device=pipeline.select_device("cpu"))
@@ -260,7 +270,7 @@ def test_an_in_order_target_round_trips_and_decodes_well_formed_trees(tmp_path: 
     assert codec.constraint([e.source for e in train[:2]]).order == "in_order"
     torch.manual_seed(1)
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
-                                    dropout=0.0, share_embeddings=False, source_cursor=True), codec).eval()
+                                    dropout=0.0, share_embeddings=False), with_cursors(codec)).eval()
     sources = sorted((e.source for e in train), key=lambda s: len(s.words))[:8:2]
     for beam in (1, 3):
         _assert_constrained_trees(model, codec, sources, beam)

@@ -1,9 +1,10 @@
-"""Pretrained word vectors (data.word_vectors, model.source_vectors): reading them, placing
+"""Pretrained word vectors (data.word_vectors): reading them, placing
 them at each word's first piece, feeding them to the encoder, and keeping a run tied to
 the vectors it was trained with."""
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from pathlib import Path
 
@@ -14,14 +15,16 @@ import torch
 from parsing_data import SHARED_DATA
 from seqtrans import pipeline
 from seqtrans.config import ModelConfig
-from seqtrans.errors import ConfigError, DataError, UsageError
-from seqtrans.export import unsupported
-from seqtrans.model import build_model
+from seqtrans.errors import DataError, UsageError
+from seqtrans.extension import ExtensionError
+from seqtrans.model import Transformer, build_model
 from seqtrans.quantize import onednn, quantized
-from seqtrans.tasks import Example, SourceVectoring
+from seqtrans.tasks import Example, ModelExtending
 from seqtrans.tasks.contract import check_task
 from seqtrans.vocab import EOS, PAD, SPECIALS, source_ids
 from seqtrans_parsing import ParsingConfig, ParsingTask
+from seqtrans_parsing.extensions import VectorInput
+from seqtrans_parsing.task import ParsingCodec
 from seqtrans_parsing.vectors import GLOVE_50D, Table, WordVectors, read_text
 
 SAMPLE = SHARED_DATA / "ptb-sample"
@@ -91,36 +94,42 @@ def _glove_file(tmp_path: Path, words: list[str], dim: int = 4, seed: int = 0) -
     return _write(tmp_path / f"vectors-{seed}.txt", "\n".join(lines) + "\n")
 
 
-def _task_and_codec(tmp_path: Path, vectors: Path | None) -> tuple[ParsingTask, object, list[Example]]:
+def _task_and_codec(tmp_path: Path, vectors: Path | None) -> tuple[ParsingTask, ParsingCodec, list[Example]]:
     task = ParsingTask(ParsingConfig(vocab_size=200, train=str(SAMPLE / "dev.trees"), preterminals="tags",
-                                     word_vectors=str(vectors) if vectors else ""))
+                                     word_vectors=str(vectors) if vectors else "", source_cursor=True))
     train = [e for e in task.read("train") if isinstance(e, Example)]
     return task, task.vocabulary(tmp_path, train), train
 
 
-def _model(codec: object, **options: bool) -> torch.nn.Module:
+def _model(codec: ParsingCodec, **options: bool) -> Transformer:
     torch.manual_seed(3)
     config = ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2, dropout=0.0,
-                         share_embeddings=False, source_cursor=True, **options)
+                         share_embeddings=False, **options)
     return build_model(config, codec).eval()
+
+
+def _vector_input(model: Transformer) -> VectorInput:
+    extension = model.extensions["source_vectors"]
+    assert isinstance(extension, VectorInput)
+    return extension
 
 
 def test_the_codec_offers_the_vectors_and_the_encoder_reads_them(tmp_path: Path) -> None:
     words = ["the", ",", ".", "of", "to", "a", "in", "and", "mr.", "(", "n't", "company"]
     vectors_file = _glove_file(tmp_path, words)
     task, codec, train = _task_and_codec(tmp_path, vectors_file)
-    assert isinstance(codec, SourceVectoring)
+    assert isinstance(codec, ModelExtending)
     offered = codec.source_vectors()
     assert offered is not None and offered.dim == 4
     # a pickled codec carries which vectors, not the vectors
     pickled = pickle.dumps(codec)
     assert b"Table" not in pickled and b"numpy" not in pickled
     assert pickle.loads(pickled).vectors == codec.vectors
-    model = _model(codec, source_vectors=True)
-    assert model.vectors is not None
+    model = _model(codec)
+    vector_input = _vector_input(model)
     state = model.state_dict()
-    assert {"vectors.proj.weight", "vectors.proj.bias"} <= set(state)
-    assert not any(k.startswith("vectors.") and "proj" not in k for k in state)
+    assert {"extensions.source_vectors.proj.weight", "extensions.source_vectors.proj.bias"} <= set(state)
+    assert not any(k.startswith("extensions.source_vectors.") and "proj" not in k for k in state)
     sources = [e.source for e in train[:3]]
     ids = [source_ids(codec, s) for s in sources]
     width = max(map(len, ids))
@@ -130,26 +139,30 @@ def test_the_codec_offers_the_vectors_and_the_encoder_reads_them(tmp_path: Path)
     found = torch.from_numpy(offered.lookup(src.tolist()))
     assert found.abs().sum() > 0
     with torch.no_grad():
-        model.vectors.proj.weight.zero_()
-        model.vectors.proj.bias.zero_()
-    plain = _model(codec)  # the same seed: the same other weights
-    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("vectors.")})
+        vector_input.proj.weight.zero_()
+        vector_input.proj.bias.zero_()
+    plain = _model(dataclasses.replace(codec, vectors=None))  # the same seed: the same other weights
+    plain.load_state_dict({k: v for k, v in model.state_dict().items()
+                           if not k.startswith("extensions.source_vectors.")})
     assert torch.equal(model.encode(src).memory, plain.encode(src).memory)
     assert not torch.allclose(before, plain.encode(src).memory)
     # the projection learns: a loss on the encoder output reaches it
     model.train()
     model.encode(src).memory.sum().backward()
-    assert model.vectors.proj.weight.grad is not None and model.vectors.proj.weight.grad.abs().sum() > 0
+    assert vector_input.proj.weight.grad is not None and vector_input.proj.weight.grad.abs().sum() > 0
     # decoding copies share the vectors rather than copying them, and agree with the model
     model.eval()
     for copy in (onednn(model), quantized(model)):
-        assert copy.vectors is not None and copy.vectors.vectors is model.vectors.vectors
+        assert _vector_input(copy).vectors is vector_input.vectors
     assert torch.allclose(onednn(model).encode(src).memory, model.encode(src).memory, atol=1e-5)
-    causal = _model(codec, source_vectors=True, causal_encoder=True)
-    with pytest.raises(ValueError, match="whole sources"):  # a word's vector needs all its pieces
-        causal.encode_next(src[:, :1], causal.start_encoding())
-    assert ("model.source_vectors", "CTranslate2's encoder takes no source vectors") \
-        in unsupported(model.config)
+    # the extension says what it cannot take part in, with its reason
+    with pytest.raises(ExtensionError, match="'source_cursor'"):  # the first extension that cannot
+        model.check_supported("stream")
+    vectors_only = build_model(model.config, dataclasses.replace(codec, source_cursor=False))
+    with pytest.raises(ExtensionError, match="'source_vectors' .* needs whole words"):
+        vectors_only.check_supported("stream")
+    with pytest.raises(ExtensionError, match="'source_vectors' .* CTranslate2's encoder has no input"):
+        vectors_only.check_supported("export")
     # a saved run loads the same vectors back
     loaded = ParsingTask(task.config).vocabulary(tmp_path, None)
     assert loaded.vectors == codec.vectors
@@ -171,11 +184,10 @@ def test_a_run_refuses_vectors_other_than_its_own(tmp_path: Path) -> None:
         ParsingTask(task.config).vocabulary(tmp_path, None).source_vectors()
 
 
-def test_the_model_option_needs_vectors_and_the_task_option_a_source(tmp_path: Path) -> None:
+def test_without_vectors_the_model_has_no_vector_input_and_a_missing_file_is_named(tmp_path: Path) -> None:
     _, codec, _ = _task_and_codec(tmp_path, None)
     assert codec.source_vectors() is None
-    with pytest.raises(ConfigError, match="model.source_vectors"):
-        _model(codec, source_vectors=True)
+    assert list(_model(codec).extensions) == ["source_cursor"]
     with pytest.raises(UsageError, match="neither a packaged set of vectors"):
         _task_and_codec(tmp_path, tmp_path / "missing.txt")
 
@@ -197,9 +209,12 @@ def test_the_packaged_vectors_need_their_package(monkeypatch: pytest.MonkeyPatch
         describe(GLOVE_50D)
 
 
-def test_the_task_keeps_the_contract_with_vectors(tmp_path: Path) -> None:
+def test_the_task_keeps_the_contract_with_vectors_and_both_cursors(tmp_path: Path) -> None:
+    """The contract builds a tiny model with the codec's extensions and checks that step-by-step
+    decoding adds what teacher forcing adds."""
     vectors_file = _glove_file(tmp_path, ["the", "a", "of"])
-    check_task(ParsingTask(ParsingConfig(vocab_size=300, word_vectors=str(vectors_file))), tmp_path / "c")
+    check_task(ParsingTask(ParsingConfig(vocab_size=300, word_vectors=str(vectors_file), source_cursor=True,
+                                         span_cursor=True)), tmp_path / "c")
 
 
 def test_glove_from_its_package() -> None:
@@ -223,7 +238,7 @@ def test_a_tiny_run_with_vectors_end_to_end(tmp_path: Path) -> None:
     vectors_file = _glove_file(tmp_path, ["the", "a", "of", "to", "in", ",", ".", "and", "is"])
     config = pipeline.resolve_config("parsing", overrides=[
         f"data.train={train}", f"data.dev={test}", f"data.test={test}", "data.vocab_size=200",
-        f"data.word_vectors={vectors_file}", "model.source_vectors=true",
+        f"data.word_vectors={vectors_file}",
         "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16", "model.d_ff=32",
         "model.heads=2", "train.max_steps=2", "train.eval_every=2", "train.checkpoint_every=2",
         "train.average_last=1", "train.keep_checkpoints=1", "train.valid_max_examples=3",

@@ -1,16 +1,16 @@
-"""The source cursor (``model.source_cursor``): each decoder input also sees where its
-output stands in the source.
+"""The source cursor (``data.source_cursor``): each decoder input also sees where its
+output stands in the source. A model extension (:mod:`seqtrans.extension`).
 
-For tasks whose outputs consume their inputs in order, the codec declares a
-:class:`~seqtrans.tasks.SourceWalk`: the source is a sequence of units, each starting
-at a source token of ``walk.starts``, and every target token of ``walk.advance``
-consumes one unit. The decoder input at each position then carries, added to its
+Parsing outputs consume their inputs in order, which the codec declares as a
+:class:`SourceWalk`: the source is a sequence of units (words), each starting at a
+source token of ``walk.starts``, and every target token of ``walk.advance`` (a
+preterminal) consumes one unit. The decoder input at each position then carries, added to its
 embedding, the projected encoder state of the first unit its prefix has not yet
 consumed (zero once all are). Attention can find that unit only by counting; the
 cursor hands it over. Counting needs only the tokens, so training (teacher forcing)
 and incremental decoding compute the same inputs.
 
-The span cursor (``model.span_cursor``) is a second, independent signal for outputs
+The span cursor (``data.span_cursor``) is a second, independent signal for outputs
 that also build nested spans over the units (the walk's ``opens`` and ``closes``): each
 decoder input carries, added to its embedding and projected separately, the encoder
 state of the unit where the innermost span its prefix has opened and not closed starts
@@ -30,8 +30,54 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqtrans.attention.common import ROW, SENTENCE, reorder_fields
-from seqtrans.tasks.protocol import SourceWalk
+from seqtrans.extension import ROW, SENTENCE, Feature, ModelExtension, reorder_fields
+
+# both cursors count units in the whole encoded source
+_LIMITS: dict[Feature, str] = {
+    "stream": "finds the source's words in the whole encoded source, which a stream does not have "
+              "while decoding (train without data.source_cursor and data.span_cursor to stream)",
+    "export": "adds the encoder state of a source word to each decoder input, which CTranslate2's "
+              "decoder has no input for",
+}
+
+
+@dataclass(frozen=True)
+class SourceWalk:
+    """How outputs walk over their inputs in order.
+
+    The source is a sequence of units, each starting at a source token of ``starts``;
+    every target token of ``advance`` consumes one unit. With the source cursor each
+    decoder input also sees the encoder state of the first unit not yet consumed.
+
+    Outputs that also build nested spans over the units declare ``opens`` and
+    ``closes``: a target token of ``opens`` opens a span starting at the first unit not
+    yet consumed, one of ``closes`` closes the innermost open span (a close with none
+    open is ignored). With the span cursor each decoder input also sees the encoder
+    state of the start of the innermost open span.
+    """
+
+    advance: tuple[int, ...]  # target ids
+    starts: tuple[int, ...]  # source ids
+    opens: tuple[int, ...] = ()  # target ids
+    closes: tuple[int, ...] = ()  # target ids
+
+    def __post_init__(self) -> None:
+        if not self.advance or not self.starts:
+            raise ValueError("a source walk needs at least one advancing target id and one "
+                             "unit-start source id")
+        if bool(self.opens) != bool(self.closes):
+            raise ValueError("a source walk's spans need both opening and closing target ids")
+        overlap = ({"advance and opens": set(self.advance) & set(self.opens),
+                    "advance and closes": set(self.advance) & set(self.closes),
+                    "opens and closes": set(self.opens) & set(self.closes)})
+        for sets, ids in overlap.items():
+            if ids:
+                raise ValueError(f"a source walk's {sets} share target ids {sorted(ids)}")
+
+    @property
+    def spans(self) -> bool:
+        """Whether the walk declares spans (``opens`` and ``closes``)."""
+        return bool(self.opens)
 
 
 @dataclass
@@ -45,8 +91,10 @@ class CursorState:
         reorder_fields(self, rows, sentences)
 
 
-class SourceCursor(nn.Module):
+class SourceCursor(ModelExtension):
     """The walk's token sets as buffers and the projection of the units' encoder states."""
+
+    limits = _LIMITS
 
     starts: Tensor  # [starts] source ids that start a unit
     advance: Tensor  # [advance] target ids that consume one
@@ -62,8 +110,9 @@ class SourceCursor(nn.Module):
         (every row holds U+1).  src [B, S], memory [B, S, D] -> [B, U+1, D]"""
         return F.pad(self.proj(unit_states(src, memory, self.starts)), (0, 0, 0, 1))
 
-    def start(self, units: Tensor, rows: int) -> CursorState:
+    def start(self, context: object, rows: int) -> CursorState:
         """The state of ``rows`` hypotheses (K per sentence) before any target token."""
+        units = _units(context)
         return CursorState(units, torch.zeros(rows, dtype=torch.long, device=units.device))
 
     def inputs(self, tokens: Tensor, units: Tensor, before: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -75,11 +124,20 @@ class SourceCursor(nn.Module):
         index = consumed.clamp(max=units.size(1) - 1)  # [N, T]
         return pick(units, index), consumed[:, -1]
 
-    def step(self, tokens: Tensor, state: CursorState) -> Tensor:
+    def step(self, tokens: Tensor, state: object) -> Tensor:
         """The additions for the next tokens of each hypothesis; advances ``state``.
         tokens [N, T] -> [N, T, D]"""
+        if not isinstance(state, CursorState):
+            raise TypeError("the source cursor steps from the CursorState its start() made")
         extra, state.position = self.inputs(tokens, state.units, state.position)
         return extra
+
+    # the extension's hooks (seqtrans.extension): the units are its source context
+    def source_context(self, src: Tensor, memory: Tensor) -> Tensor:
+        return self.units(src, memory)
+
+    def decoder_input(self, tokens: Tensor, context: object) -> Tensor:
+        return self.inputs(tokens, _units(context))[0]
 
 
 def unit_states(src: Tensor, memory: Tensor, starts: Tensor) -> Tensor:
@@ -126,9 +184,11 @@ class SpanState:
         reorder_fields(self, rows, sentences)
 
 
-class SpanCursor(nn.Module):
+class SpanCursor(ModelExtension):
     """The walk's token sets as buffers and the projection of the units' encoder states,
     for the start of the innermost open span."""
+
+    limits = _LIMITS
 
     starts: Tensor  # [starts] source ids that start a unit
     advance: Tensor  # [advance] target ids that consume one
@@ -167,8 +227,9 @@ class SpanCursor(nn.Module):
         start = consumed.gather(1, (opened - 1).clamp(min=0))  # [N, T]
         return torch.where(depth > 0, start, -1)
 
-    def start(self, units: Tensor, rows: int, room: int = 16) -> SpanState:
+    def start(self, context: object, rows: int, room: int = 16) -> SpanState:
         """The state of ``rows`` hypotheses (K per sentence) before any target token."""
+        units = _units(context)
         zeros = torch.zeros(rows, dtype=torch.long, device=units.device)
         return SpanState(units, zeros, zeros.new_zeros(rows, room), zeros.clone())
 
@@ -177,9 +238,17 @@ class SpanCursor(nn.Module):
         tokens [N, T], units [B, U+1, D] -> [N, T, D]"""
         return self._seen(self.span_starts(tokens), units)
 
-    def step(self, tokens: Tensor, state: SpanState) -> Tensor:
+    def source_context(self, src: Tensor, memory: Tensor) -> Tensor:
+        return self.units(src, memory)
+
+    def decoder_input(self, tokens: Tensor, context: object) -> Tensor:
+        return self.inputs(tokens, _units(context))
+
+    def step(self, tokens: Tensor, state: object) -> Tensor:
         """The additions for the next tokens of each hypothesis; advances ``state``.
         tokens [N, T] -> [N, T, D]"""
+        if not isinstance(state, SpanState):
+            raise TypeError("the span cursor steps from the SpanState its start() made")
         starts = []
         for token in tokens.unbind(1):  # [N] each
             if state.stack.size(1) <= state.seen:
@@ -201,3 +270,9 @@ class SpanCursor(nn.Module):
         no span is open or it starts past the last unit"""
         past = units.size(1) - 1
         return pick(units, torch.where(starts < 0, past, starts.clamp(max=past)))
+
+
+def _units(context: object) -> Tensor:
+    if not isinstance(context, Tensor):
+        raise TypeError("a cursor needs the units its source_context() computed from the encoder's output")
+    return context

@@ -1,18 +1,50 @@
-"""The source cursor against a loop over its definition."""
+"""The source cursor and the span cursor (the parsing task's model extensions) against
+loops over their definitions, and through the engine's model as its extensions."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from conftest import TEST_WALK, tiny_model
 from seqtrans.config import ModelConfig
 from seqtrans.decoding.streaming import check_streamable
-from seqtrans.errors import ConfigError, UsageError
-from seqtrans.export import unsupported
+from seqtrans.export import export_ctranslate2
+from seqtrans.extension import ExtensionError
 from seqtrans.model import Transformer
-from seqtrans.tasks import SourceWalk
-from seqtrans.vocab import BOS, EOS, PAD
+from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies
+from seqtrans_parsing.cursor import SourceCursor, SourceWalk, SpanCursor
+
+# the walk of the test models: token 4 of the target consumes a unit, a unit starts at
+# source tokens 4 and 6; target token 5 opens a span, 6 closes one
+TEST_WALK = SourceWalk(advance=(4,), starts=(4, 6), opens=(5,), closes=(6,))
+
+
+def tiny_model(*, source_cursor: bool = False, span_cursor: bool = False, seed: int = 0,
+               **overrides: object) -> Transformer:
+    """A 2-layer, width-16 model in eval mode with the cursors asked for, walking TEST_WALK."""
+    torch.manual_seed(seed)
+    config = ModelConfig(**{"encoder_layers": 2, "decoder_layers": 2, "d_model": 16, "d_ff": 32, "heads": 4,
+                            "dropout": 0.0, **overrides})  # type: ignore[arg-type]
+    model = Transformer(config, source_vocab_size=11, target_vocab_size=11, shared_vocab=True)
+    extensions = {}
+    if source_cursor:
+        extensions["source_cursor"] = SourceCursor(config.d_model, TEST_WALK)
+    if span_cursor:
+        extensions["span_cursor"] = SpanCursor(config.d_model, TEST_WALK)
+    model.extend(extensions)
+    return model.eval()
+
+
+def cursor_of(model: Transformer) -> SourceCursor:
+    cursor = model.extensions["source_cursor"]
+    assert isinstance(cursor, SourceCursor)
+    return cursor
+
+
+def span_cursor_of(model: Transformer) -> SpanCursor:
+    cursor = model.extensions["span_cursor"]
+    assert isinstance(cursor, SpanCursor)
+    return cursor
 
 
 def test_source_cursor_adds_the_state_of_the_first_unit_not_yet_consumed() -> None:
@@ -24,29 +56,22 @@ def test_source_cursor_adds_the_state_of_the_first_unit_not_yet_consumed() -> No
     tgt = torch.tensor([[BOS, 4, 5, 4, 4, 4, 7], [BOS, 5, 4, 4, 7, 8, 9], [BOS, 4, 5, 6, 7, 8, 9]])
     with torch.no_grad():
         encoded = model.encode(src)
-        assert encoded.units is not None
-        assert model.cursor is not None
-        seen, consumed = model.cursor.inputs(tgt, encoded.units)
+        cursor = cursor_of(model)
+        seen, consumed = cursor.inputs(tgt, encoded.context["source_cursor"])
         for b in range(src.size(0)):
             starts = [s for s in range(src.size(1)) if int(src[b, s]) in TEST_WALK.starts]
             for t in range(tgt.size(1)):
                 k = sum(int(y) in TEST_WALK.advance for y in tgt[b, : t + 1])
-                expected = (model.cursor.proj(encoded.memory[b, starts[k]]) if k < len(starts)
+                expected = (cursor.proj(encoded.memory[b, starts[k]]) if k < len(starts)
                             else torch.zeros(model.config.d_model))
                 torch.testing.assert_close(seen[b, t], expected)
         assert consumed.tolist() == [4, 2, 1]
         # the same weights without the cursor's contribution compute something else
         with_cursor = model(src, tgt)
-        model.cursor.proj.weight.zero_()
+        cursor.proj.weight.zero_()
         without = model(src, tgt)
         assert not torch.allclose(with_cursor, without)
         torch.testing.assert_close(without, tiny_model()(src, tgt))
-
-
-def test_source_cursor_needs_a_codec_that_declares_a_walk() -> None:
-    with pytest.raises(ConfigError, match="source_cursor"):
-        Transformer(ModelConfig(source_cursor=True), source_vocab_size=9, target_vocab_size=9,
-                    shared_vocab=True)
 
 
 # ------------------------------------------------------------------ the span cursor
@@ -78,20 +103,18 @@ def stack_loop(tokens: list[int]) -> list[int]:
 ])
 def test_span_starts_by_hand(tokens: list[int], expected: list[int]) -> None:
     model = tiny_model(span_cursor=True)
-    assert model.span_cursor is not None
-    assert model.span_cursor.span_starts(torch.tensor([tokens])).tolist() == [expected]
+    assert span_cursor_of(model).span_starts(torch.tensor([tokens])).tolist() == [expected]
     assert stack_loop(tokens) == expected
 
 
 def test_span_starts_equal_a_stack_loop_on_random_sequences() -> None:
-    model = tiny_model(span_cursor=True)
-    assert model.span_cursor is not None
+    cursor = span_cursor_of(tiny_model(span_cursor=True))
     g = torch.Generator().manual_seed(0)
     for length in (1, 7, 40):
         # mostly brackets, so that spans nest deep and closes often find nothing open
         tokens = torch.tensor([3, 4, 5, 5, 6, 6, 7])[torch.randint(0, 7, (64, length), generator=g)]
         expected = [stack_loop(row) for row in tokens.tolist()]
-        assert model.span_cursor.span_starts(tokens).tolist() == expected
+        assert cursor.span_starts(tokens).tolist() == expected
 
 
 def test_span_cursor_adds_the_state_of_the_innermost_open_spans_first_unit() -> None:
@@ -103,20 +126,20 @@ def test_span_cursor_adds_the_state_of_the_innermost_open_spans_first_unit() -> 
     tgt = torch.tensor([[BOS, 5, 4, 5, 4, 6, 4], [BOS, 5, 4, 6, 5, 4, 9], [BOS, 6, 5, 5, 4, 6, 6]])
     with torch.no_grad():
         encoded = model.encode(src)
-        assert encoded.span_units is not None and encoded.units is None
-        assert model.span_cursor is not None and model.cursor is None
-        seen = model.span_cursor.inputs(tgt, encoded.span_units)
+        assert list(encoded.context) == ["span_cursor"]
+        cursor = span_cursor_of(model)
+        seen = cursor.inputs(tgt, encoded.context["span_cursor"])
         zero = torch.zeros(model.config.d_model)
         for b in range(src.size(0)):
             starts = [s for s in range(src.size(1)) if int(src[b, s]) in TEST_WALK.starts]
             for t, k in enumerate(stack_loop(tgt[b].tolist())):
                 inside = 0 <= k < len(starts)
-                expected = model.span_cursor.proj(encoded.memory[b, starts[k]]) if inside else zero
+                expected = cursor.proj(encoded.memory[b, starts[k]]) if inside else zero
                 torch.testing.assert_close(seen[b, t], expected)
         assert seen[1, 4].abs().sum() == 0 and seen[1, 1].abs().sum() > 0  # past the last unit
         # the same weights without the span cursor's contribution compute something else
         with_span = model(src, tgt)
-        model.span_cursor.proj.weight.zero_()
+        cursor.proj.weight.zero_()
         without = model(src, tgt)
         assert not torch.allclose(with_span, without)
         torch.testing.assert_close(without, tiny_model()(src, tgt))
@@ -126,14 +149,12 @@ def test_incremental_span_inputs_equal_teacher_forced_ones_through_beam_reorders
     """Step by step, from a stack with little room (it grows), hypotheses reordered as a
     search does: each step adds what the teacher-forced inputs of its history add."""
     model = tiny_model(span_cursor=True)
-    assert model.span_cursor is not None
-    cursor = model.span_cursor
+    cursor = span_cursor_of(model)
     src = torch.tensor([[4, 5, 6, 4, 6, 4, 4, EOS], [6, 4, 6, EOS, PAD, PAD, PAD, PAD]])
     g = torch.Generator().manual_seed(3)
     k = 3
     with torch.no_grad():
-        units = model.encode(src).span_units
-        assert units is not None
+        units = model.encode(src).context["span_cursor"]
         state = cursor.start(units, 2 * k, room=2)
         history = torch.full((2 * k, 1), BOS)
         first = cursor.inputs(history, units.repeat_interleave(k, 0))
@@ -159,23 +180,27 @@ def test_incremental_span_inputs_equal_teacher_forced_ones_through_beam_reorders
 
 
 def test_span_cursor_needs_a_walk_that_declares_spans() -> None:
-    with pytest.raises(ConfigError, match="span_cursor"):
-        Transformer(ModelConfig(span_cursor=True), source_vocab_size=9, target_vocab_size=9,
-                    shared_vocab=True)
-    with pytest.raises(ConfigError, match="span_cursor.*declares no spans"):
-        Transformer(ModelConfig(span_cursor=True), source_vocab_size=9, target_vocab_size=9,
-                    shared_vocab=True, walk=SourceWalk(advance=(4,), starts=(4,)))
+    with pytest.raises(ValueError, match="declares spans"):
+        SpanCursor(16, SourceWalk(advance=(4,), starts=(4,)))
     with pytest.raises(ValueError, match="advance and opens share target ids \\[4\\]"):
         SourceWalk(advance=(4,), starts=(4,), opens=(4, 5), closes=(6,))
     with pytest.raises(ValueError, match="opens and closes share"):
         SourceWalk(advance=(4,), starts=(4,), opens=(5,), closes=(5, 6))
     with pytest.raises(ValueError, match="both opening and closing"):
         SourceWalk(advance=(4,), starts=(4,), opens=(5,))
-    # a model of the default options has no span cursor: what it stores is unchanged
+    # a model without the span cursor stores nothing of it
     assert not any("span" in key for key in tiny_model(source_cursor=True).state_dict())
+    both = tiny_model(source_cursor=True, span_cursor=True).state_dict()
+    assert sorted(k for k in both if "cursor" in k) == [
+        "extensions.source_cursor.proj.weight", "extensions.span_cursor.proj.weight"]
 
 
-def test_export_and_streaming_refuse_the_span_cursor() -> None:
-    assert ("model.span_cursor" in [key for key, _ in unsupported(ModelConfig(span_cursor=True))])
-    with pytest.raises(UsageError, match="model.span_cursor=false"):
-        check_streamable(ModelConfig(span_cursor=True))
+@pytest.mark.parametrize("name", ["source_cursor", "span_cursor"])
+def test_export_and_streaming_refuse_the_cursors_with_their_reason(name: str, tmp_path) -> None:
+    model = tiny_model(**{name: True}, cross_attention="monotonic", causal_encoder=True)
+    with pytest.raises(ExtensionError, match=f"streaming .* extension '{name}' .* finds the source's words"):
+        check_streamable(model)
+    plain = tiny_model(**{name: True})
+    vocab = Vocab([str(i) for i in range(7)])
+    with pytest.raises(ExtensionError, match=f"exporting it .* '{name}' .* CTranslate2's decoder"):
+        export_ctranslate2(plain, Vocabularies(vocab, vocab), tmp_path / "out")
