@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 import torch
-
-from conftest import tiny_model
 from counting_extension import CountingExtension
 from decoding.test_search import wide_beam_is_exact
+
+from conftest import tiny_model
 from seqtrans.data import pad_batch
 from seqtrans.decoding import beam_search
 from seqtrans.ensemble import Ensemble
@@ -94,9 +94,9 @@ def test_extensions_ride_along_in_ensembles_saves_and_int8_copies(tmp_path: Path
 
 def test_what_an_extension_cannot_do_is_refused_with_its_name_and_reason() -> None:
     model = with_countdown(0, cross_attention="monotonic", causal_encoder=True)
-    with pytest.raises(ExtensionError, match=r"streaming \(predict --stream\) is not possible with this model: "
-                                             r"its task's model extension 'countdown' \(RemainingLength\) needs "
-                                             r"the source's length"):
+    with pytest.raises(ExtensionError, match=r"streaming \(predict --stream\) is not possible with this "
+                                             r"model: its task's model extension 'countdown' "
+                                             r"\(RemainingLength\) needs the source's length"):
         model.check_supported("stream")
     with pytest.raises(ExtensionError, match="'countdown' .* the export format has no place for"):
         model.check_supported("export")
