@@ -1,0 +1,114 @@
+"""The run's record while it trains: a log line every ``train.log_every`` updates (with
+the first) and one per validation, the same records as JSON lines in ``train.jsonl``,
+TensorBoard's event files, and the progress bar that stands in for the per-update
+lines on the console (:mod:`seqtrans.training.tracking`).
+
+Every rank computes the lines (the window's loss is summed over ranks, a collective
+all of them join); only the rank given a file, a directory or a bar writes them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from seqtrans import distributed
+from seqtrans.training.progress import Progress
+from seqtrans.training.tracking import UPDATE_LINE, TensorBoard, TrainingBar, console_above_bar
+
+#: The logger of every training record; its name is the one run logs have always shown.
+log = logging.getLogger("seqtrans.training.loop")
+
+
+class RunLog:
+    """Writes a run's log lines to ``log_file`` (JSON lines), ``tensorboard`` (a
+    directory) and a bar on standard error when ``progress_bar``; each may be off."""
+
+    def __init__(self, *, log_file: Path | None = None, tensorboard: Path | None = None,
+                 progress_bar: bool = False, log_every: int, max_steps: int, max_minutes: float) -> None:
+        self.log_file = log_file
+        self.tensorboard_dir = tensorboard
+        self.progress_bar = progress_bar
+        self.log_every = log_every
+        self.max_steps = max_steps
+        self.max_minutes = max_minutes
+        self._tensorboard: TensorBoard | None = None
+        self._bar: TrainingBar | None = None
+        self._window_loss, self._window_tokens, self._window_start = 0.0, 0, time.perf_counter()
+
+    @contextlib.contextmanager
+    def following(self) -> Iterator[None]:
+        """TensorBoard's event files open, and the console written above the bar."""
+        with contextlib.ExitStack() as stack:
+            if self.tensorboard_dir is not None:
+                self._tensorboard = TensorBoard(self.tensorboard_dir)
+                stack.callback(self._close_tensorboard)
+            if self.progress_bar:
+                stack.enter_context(console_above_bar())
+            yield
+
+    def _close_tensorboard(self) -> None:
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+            self._tensorboard = None
+
+    def start(self, progress: Progress) -> None:
+        """Show the bar at where training stands, and open the first window of updates."""
+        if self.progress_bar:
+            self._bar = TrainingBar(max_steps=self.max_steps, max_minutes=self.max_minutes,
+                                    step=progress.step, seconds=progress.seconds)
+        self._window_loss, self._window_tokens, self._window_start = 0.0, 0, time.perf_counter()
+
+    def close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Time spent inside does not count in the window's tokens per second."""
+        paused = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._window_start += time.perf_counter() - paused
+
+    def update(self, progress: Progress, *, loss: float, tokens: int, lr: float) -> None:
+        """Note an update taken (this rank's summed ``loss``, the update's target ``tokens``,
+        the rate it used); at the first and every ``log_every``-th, write a line of the
+        loss per token since the last one."""
+        self._window_loss += loss
+        self._window_tokens += tokens
+        step = progress.step
+        if self._bar is not None:
+            self._bar.advance(step, progress.seconds)
+        if step % self.log_every == 0 or step == 1:
+            elapsed = time.perf_counter() - self._window_start
+            (summed,) = distributed.all_sum([self._window_loss])
+            line = {"step": step, "epoch": progress.epoch, "loss": summed / self._window_tokens,
+                    "lr": lr, "tokens_per_s": self._window_tokens / max(elapsed, 1e-9)}
+            if self._bar is not None:
+                self._bar.show(line)
+            log.info("step %d | epoch %d | loss %.4f | lr %.3e | %.0f tok/s", step,
+                     progress.epoch, line["loss"], line["lr"], line["tokens_per_s"], extra=UPDATE_LINE)
+            self.write({"event": "train", **line, "seconds": round(progress.seconds, 3)})
+            self._window_loss, self._window_tokens, self._window_start = 0.0, 0, time.perf_counter()
+
+    def validation(self, record: Mapping[str, float], seconds: float) -> None:
+        log.info("validation | %s", " | ".join(f"{k} {v:.4g}" for k, v in record.items()))
+        self.write({"event": "validation", **record, "seconds": round(seconds, 3)})
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        """One record to ``train.jsonl`` and, if it is a train or validation one, to TensorBoard."""
+        if self.log_file is not None:
+            with self.log_file.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        if self._tensorboard is not None:
+            if record["event"] == "train":
+                self._tensorboard.train(record)
+            elif record["event"] == "validation":
+                self._tensorboard.validation(record)

@@ -1,0 +1,106 @@
+"""The run log: which updates get a line, the loss per token of each window (against
+sums by hand), the records of train.jsonl, and what TensorBoard is handed."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from seqtrans.training import runlog
+from seqtrans.training.progress import Progress
+from seqtrans.training.runlog import RunLog
+
+UPDATES = [(6.0, 3), (10.0, 4), (2.0, 2), (9.0, 3), (1.0, 1), (4.0, 5)]  # (summed loss, tokens)
+
+
+def records(path: Path) -> list[dict[str, float]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def feed(log: RunLog) -> None:
+    progress = Progress(epoch=2)
+    log.start(progress)
+    for step, (loss, tokens) in enumerate(UPDATES, start=1):
+        progress.step, progress.seconds = step, step * 1.25
+        log.update(progress, loss=loss, tokens=tokens, lr=step / 1000)
+
+
+def test_lines_at_the_first_update_and_every_log_every_with_the_windows_loss(tmp_path: Path, caplog) -> None:
+    log = RunLog(log_file=tmp_path / "train.jsonl", log_every=3, max_steps=100, max_minutes=0)
+    with caplog.at_level(logging.INFO, logger="seqtrans.training.loop"):
+        feed(log)
+    lines = records(tmp_path / "train.jsonl")
+    assert [r["step"] for r in lines] == [1, 3, 6]
+    assert [r["loss"] for r in lines] == [6.0 / 3, (10.0 + 2.0) / (4 + 2), (9.0 + 1.0 + 4.0) / (3 + 1 + 5)]
+    assert list(lines[0]) == ["event", "step", "epoch", "loss", "lr", "tokens_per_s", "seconds"]
+    assert lines[1]["event"] == "train" and lines[1]["epoch"] == 2 and lines[1]["lr"] == 0.003
+    assert [r["seconds"] for r in lines] == [1.25, 3.75, 7.5]
+    assert "step 3 | epoch 2 | loss 2.0000 | lr 3.000e-03 |" in caplog.text
+
+
+def test_tokens_per_second_leave_paused_time_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = RunLog(log_file=tmp_path / "train.jsonl", log_every=1, max_steps=100, max_minutes=0)
+    # start, update 1 (line, new window), pause, resume, update 2 (line), new window
+    clock = iter([10.0, 12.0, 12.0, 20.0, 50.0, 54.0, 54.0])
+    monkeypatch.setattr(runlog.time, "perf_counter", lambda: next(clock))
+    progress = Progress()
+    log.start(progress)
+    progress.step = 1
+    log.update(progress, loss=1.0, tokens=100, lr=0.1)
+    with log.paused():
+        pass
+    progress.step = 2
+    log.update(progress, loss=1.0, tokens=120, lr=0.1)
+    rates = [r["tokens_per_s"] for r in records(tmp_path / "train.jsonl")]
+    assert rates == [100 / 2.0, 120 / (54.0 - 12.0 - 30.0)]
+
+
+def test_validations_are_logged_and_recorded(tmp_path: Path, caplog) -> None:
+    log = RunLog(log_file=tmp_path / "train.jsonl", log_every=10, max_steps=100, max_minutes=0)
+    with caplog.at_level(logging.INFO, logger="seqtrans.training.loop"):
+        log.validation({"step": 4, "dev_loss": 2.5, "dev_acc": 0.123456}, 3.14159)
+    assert "validation | step 4 | dev_loss 2.5 | dev_acc 0.1235" in caplog.text
+    assert records(tmp_path / "train.jsonl") == [
+        {"event": "validation", "step": 4, "dev_loss": 2.5, "dev_acc": 0.123456, "seconds": 3.142}]
+
+
+def test_a_rank_without_a_file_writes_nothing(tmp_path: Path) -> None:
+    feed(RunLog(log_every=1, max_steps=100, max_minutes=0))
+    assert not list(tmp_path.iterdir())
+
+
+class FakeTensorBoard:
+    made: list[FakeTensorBoard] = []
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.seen: list[tuple[str, Mapping[str, float]]] = []
+        self.closed = False
+        FakeTensorBoard.made.append(self)
+
+    def train(self, line: Mapping[str, float]) -> None:
+        self.seen.append(("train", line))
+
+    def validation(self, record: Mapping[str, float]) -> None:
+        self.seen.append(("validation", record))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_tensorboard_gets_the_train_and_validation_records_and_is_closed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runlog, "TensorBoard", FakeTensorBoard)
+    log = RunLog(tensorboard=tmp_path / "tb", log_every=3, max_steps=100, max_minutes=0)
+    with log.following():
+        feed(log)
+        log.validation({"step": 6, "dev_loss": 1.0}, 7.5)
+        log.write({"event": "other"})
+    (board,) = FakeTensorBoard.made
+    assert board.directory == tmp_path / "tb" and board.closed
+    assert [(kind, r["step"]) for kind, r in board.seen] == [("train", 1), ("train", 3), ("train", 6),
+                                                            ("validation", 6)]
