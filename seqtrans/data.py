@@ -85,10 +85,6 @@ class Batch:
     def target_tokens(self) -> int:
         return int(self.tgt_out.ne(PAD).sum())
 
-    @property
-    def source_tokens(self) -> int:
-        return int(self.src.ne(PAD).sum())
-
     def to(self, device: torch.device) -> Batch:
         return Batch(self.src.to(device, non_blocking=True), self.tgt_in.to(device, non_blocking=True),
                      self.tgt_out.to(device, non_blocking=True))
