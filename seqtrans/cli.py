@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from seqtrans import __version__
+from seqtrans import __version__, atomic
 from seqtrans.errors import Interrupted, SeqtransError, UsageError
 from seqtrans.export import FORMATS as EXPORT_FORMATS
 from seqtrans.export import QUANTIZATIONS as EXPORT_QUANTIZATIONS
@@ -429,10 +429,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(text)
     else:
-        # written whole or not at all: a failed run leaves no half-written scores
-        partial = args.out.with_name(args.out.name + ".partial")
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, args.out)
+        atomic.write_text(args.out, text)  # a failed run leaves no half-written scores
     return 0
 
 

@@ -6,7 +6,7 @@ Any plugin that needs published data calls :func:`fetch`:
   bar, and hashed on the way; only when its sha256 matches the expected digest is it
   renamed into place. The cache therefore never holds a half-written or unverified
   file, and an interrupted transfer (a dropped connection, Ctrl-C, a killed process)
-  leaves at most a temporary ``.part`` file that later runs ignore.
+  leaves at most a temporary ``.NAME.XXXXXXXX.tmp`` file that later runs ignore.
 - A digest mismatch is a :class:`~seqtrans.errors.DownloadError` naming the URL, the
   expected and the actual digest, and leaves no cache entry.
 - A mirror replaces the base of every URL, so files are found there by name:
@@ -32,7 +32,6 @@ import os
 import re
 import stat
 import tarfile
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -44,6 +43,7 @@ from typing import IO, BinaryIO
 
 from tqdm import tqdm
 
+from seqtrans import atomic
 from seqtrans.errors import DataError, DownloadError
 
 log = logging.getLogger(__name__)
@@ -111,22 +111,13 @@ def fetch(url: str, *, sha256: str, cache: str | Path | None = None, subdir: str
                     target, actual, sha256)
         target.unlink()
     source = mirror_url(url, mirror)
-    target.parent.mkdir(parents=True, exist_ok=True)
     log.info("downloading %s to %s", source, target)
-    fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            actual = _copy(source, out, name=target.name, progress=progress, timeout=timeout)
-            out.flush()
-            os.fsync(out.fileno())
+    with atomic.replacing(target, durable=True) as out:
+        actual = _copy(source, out, name=target.name, progress=progress, timeout=timeout)
         if actual != sha256:
             where = f" (through the mirror: {source})" if source != url else ""
             raise DownloadError(f"{url}: sha256 mismatch{where}: expected {sha256}, got {actual}; "
                                 "nothing was stored in the cache")
-        os.replace(part, target)
-    except BaseException:
-        Path(part).unlink(missing_ok=True)
-        raise
     return target
 
 
@@ -221,13 +212,6 @@ def _zip_member(archive: Path, z: zipfile.ZipFile, member: str) -> IO[bytes]:
 
 
 def _write_atomic(path: Path, source: IO[bytes]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out, source:
-            while chunk := source.read(_CHUNK):
-                out.write(chunk)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with source, atomic.replacing(path) as out:
+        while chunk := source.read(_CHUNK):
+            out.write(chunk)

@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
+from seqtrans import atomic, distributed, tasks
 from seqtrans import config as cfg
-from seqtrans import distributed, tasks
 from seqtrans.config import DecodeConfig, RunConfig
 from seqtrans.config import resolve_config as resolve_config  # part of the operations API
 from seqtrans.data import Pairs, check_sources, encode_pairs, prediction, source_ids
@@ -63,12 +63,6 @@ def select_device(name: str = "auto") -> torch.device:
     if name not in ("cpu", "cuda"):
         raise UsageError(f"--device must be auto, cpu or cuda, got {name!r}")
     return torch.device(name)
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _read_assets(directory: Path) -> dict[str, bytes]:
@@ -280,7 +274,7 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     if world.main:
         for sub in ("checkpoints", "predictions"):
             (out / sub).mkdir(parents=True, exist_ok=True)
-        _write_json(out / "config.json", cfg.to_dict(config))
+        atomic.write_json(out / "config.json", cfg.to_dict(config))
         if not vocab_dir.is_dir() or not any(vocab_dir.iterdir()):
             _write_files(vocab_dir, assets)
     distributed.barrier()
@@ -325,7 +319,7 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
         "test_sentences": len(test.examples),
     })
     if world.main:
-        _write_json(out / "metrics.json", metrics)
+        atomic.write_json(out / "metrics.json", metrics)
     log.info("test: %s", ", ".join(f"{k} {v}" for k, v in metrics.items()))
     distributed.barrier()
     return metrics

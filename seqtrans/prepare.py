@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from seqtrans import download
+from seqtrans import atomic, download
 from seqtrans.binarized import (
     FORMAT,
     META,
@@ -409,13 +409,11 @@ def encode_shard(codec: Codec[Any, Any, Any], index: int, first: int, examples: 
         tgt_len.append(len(t))
         positions.append(first + offset)
     path = _shard_path(shards, index)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with atomic.replacing(path) as f:
         np.savez(f, src=np.frombuffer(src, np.int32), tgt=np.frombuffer(tgt, np.int32),
                  src_len=np.frombuffer(src_len, np.int32), tgt_len=np.frombuffer(tgt_len, np.int32),
                  positions=np.frombuffer(positions, np.int64), hashes=np.frombuffer(hashes, np.uint64),
                  too_long=np.array(too_long))
-    os.replace(tmp, path)
 
 
 def _join(codec: Codec[Any, Any, Any], config: RunConfig, key: str, partial: Path, shards: Path,
@@ -488,9 +486,7 @@ def _join(codec: Codec[Any, Any, Any], config: RunConfig, key: str, partial: Pat
         "settings": {"max_length": config.train.max_length, "dedup": config.train.dedup},
         "files": files, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    tmp = partial / (META + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, partial / META)
+    atomic.write_json(partial / META, meta)
     log.info("prepared data: %d pairs (%d source / %d target tokens) of %d inputs read; removed: %s",
              len(pos), tokens["src"], tokens["tgt"], inputs,
              ", ".join(f"{n} {reason}" for reason, n in sorted(removed.counts.items())) or "none")

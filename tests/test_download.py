@@ -144,10 +144,10 @@ def test_digests_must_be_sha256() -> None:
         download.fetch(URL.format("val.en.gz"), sha256="abc")
 
 
-def test_a_part_file_left_by_a_killed_process_is_ignored(tmp_path: Path) -> None:
+def test_a_temporary_file_left_by_a_killed_process_is_ignored(tmp_path: Path) -> None:
     # a process killed mid-transfer leaves its temporary file; the cache entry is absent
     # and the next run downloads the file whole beside it
-    (tmp_path / ".val.en.gz.k1ll3d.part").write_bytes(b"\x1f\x8b half")
+    (tmp_path / ".val.en.gz.k1ll3d.tmp").write_bytes(b"\x1f\x8b half")
     path = download.fetch(URL.format("val.en.gz"), sha256=VAL_EN_SHA256, cache=tmp_path,
                           mirror=MULTI30K.as_uri())
     assert path == tmp_path / "val.en.gz"

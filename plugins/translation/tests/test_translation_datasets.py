@@ -51,7 +51,7 @@ def test_multi30k_has_its_published_sizes_in_both_directions(tmp_path: Path) -> 
         assert len(list(_task(tmp_path, test_set=test_set).read("test"))) == size
     # every file went through the cache, verified
     cached = sorted(p.name for p in (tmp_path / "cache" / "multi30k").iterdir())
-    assert len(cached) == 12 and not any(name.endswith(".part") for name in cached)
+    assert len(cached) == 12 and not any(name.startswith(".") for name in cached)
 
 
 def test_a_mirror_with_a_different_file_fails_verification(tmp_path: Path) -> None:
