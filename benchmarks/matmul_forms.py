@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import device_name, write_json  # noqa: E402
 from decode_speed import SHAPES, seqtrans_model, sources  # noqa: E402
 
-from seqtrans import kernels  # noqa: E402
+from seqtrans import environment, kernels  # noqa: E402
 from seqtrans.decoding import beam_search, greedy_search  # noqa: E402
 from seqtrans.model import Transformer  # noqa: E402
 
@@ -93,11 +92,10 @@ def decoding(repeats: int, out_len: int) -> list[dict[str, Any]]:
         decode()
         for _ in range(repeats):  # alternate, so that a slow spell of the machine hits both
             for key, setting in (("fixed", "1"), ("f_linear", "0")):
-                os.environ["SEQTRANS_TUNE_MATMUL"] = setting
-                start = time.perf_counter()
-                decode()
-                seconds[key].append(time.perf_counter() - start)
-        os.environ.pop("SEQTRANS_TUNE_MATMUL", None)
+                with environment.setting(environment.TUNE_MATMUL, setting):
+                    start = time.perf_counter()
+                    decode()
+                    seconds[key].append(time.perf_counter() - start)
         tokens = batch * out_len
         row = {"case": label, "fixed_tok_s": tokens / min(seconds["fixed"]),
                "f_linear_tok_s": tokens / min(seconds["f_linear"])}

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from seqtrans import __version__, atomic
+from seqtrans import __version__, atomic, environment
 from seqtrans.errors import Interrupted, SeqtransError, UsageError
 from seqtrans.export import FORMATS as EXPORT_FORMATS
 from seqtrans.export import QUANTIZATIONS as EXPORT_QUANTIZATIONS
@@ -322,25 +322,20 @@ def _launch(nproc: int, argv: list[str]) -> int:
     launch.training_script_args = argv  # as given: torchrun's parser would read them as its own
     # the ranks run 'python -m seqtrans', which would put the working directory first on
     # sys.path (a seqtrans.py there would run instead); Python 3.11 leaves it out with this
-    safe_path = os.environ.get("PYTHONSAFEPATH")
-    os.environ["PYTHONSAFEPATH"] = "1"
-    try:
-        torchrun(launch)
-    except SignalException as exc:  # passed on to the ranks, which checkpoint and stop
-        name = signal.Signals(exc.sigval).name
-        raise Interrupted(f"stopped by {name}: each rank finished its update and rank 0 wrote a checkpoint "
-                          "of it (see above); run the same command again to resume", exc.sigval) from None
-    except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
-        how = (f"was killed by {failure.signal_name()}" if failure.exitcode < 0
-               else f"exited with status {failure.exitcode}")
-        raise SeqtransError(f"rank {rank} of {nproc} (pid {failure.pid}) {how}; the other ranks were "
-                            "stopped (the failing rank's message, if it left one, is above)") from None
-    finally:
-        if safe_path is None:
-            del os.environ["PYTHONSAFEPATH"]
-        else:
-            os.environ["PYTHONSAFEPATH"] = safe_path
+    with environment.setting("PYTHONSAFEPATH", "1"):
+        try:
+            torchrun(launch)
+        except SignalException as exc:  # passed on to the ranks, which checkpoint and stop
+            name = signal.Signals(exc.sigval).name
+            raise Interrupted(f"stopped by {name}: each rank finished its update and rank 0 wrote a "
+                              "checkpoint of it (see above); run the same command again to resume",
+                              exc.sigval) from None
+        except ChildFailedError as exc:
+            rank, failure = exc.get_first_failure()
+            how = (f"was killed by {failure.signal_name()}" if failure.exitcode < 0
+                   else f"exited with status {failure.exitcode}")
+            raise SeqtransError(f"rank {rank} of {nproc} (pid {failure.pid}) {how}; the other ranks were "
+                                "stopped (the failing rank's message, if it left one, is above)") from None
     return 0
 
 

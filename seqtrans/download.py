@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import lzma
-import os
 import re
 import stat
 import tarfile
@@ -43,13 +42,13 @@ from typing import IO, BinaryIO
 
 from tqdm import tqdm
 
-from seqtrans import atomic
+from seqtrans import atomic, environment
 from seqtrans.errors import DataError, DownloadError
 
 log = logging.getLogger(__name__)
 
-CACHE_ENV = "SEQTRANS_CACHE_DIR"
-MIRROR_ENV = "SEQTRANS_MIRROR"
+CACHE_ENV = environment.CACHE_DIR
+MIRROR_ENV = environment.MIRROR
 _CHUNK = 1 << 20
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -59,9 +58,9 @@ def cache_dir(override: str | Path | None = None) -> Path:
     user's cache directory (``$XDG_CACHE_HOME/seqtrans`` or ``~/.cache/seqtrans``)."""
     if override:
         return Path(override).expanduser()
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    if environment.cache_dir():
+        return Path(environment.cache_dir()).expanduser()
+    base = environment.xdg_cache_home() or Path.home() / ".cache"
     return Path(base) / "seqtrans"
 
 
@@ -75,7 +74,7 @@ def file_name(url: str) -> str:
 
 def mirror_url(url: str, mirror: str | None = None) -> str:
     """``url`` as found in ``mirror`` (or ``$SEQTRANS_MIRROR``); ``url`` itself without one."""
-    mirror = mirror or os.environ.get(MIRROR_ENV) or ""
+    mirror = mirror or environment.mirror()
     if not mirror:
         return url
     if "://" not in mirror:  # a plain directory path

@@ -16,13 +16,14 @@ Shapes: M rows, K inputs, O outputs.
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from seqtrans import environment
 
 _Form = Callable[[Tensor, Tensor, "Tensor | None"], Tensor]
 
@@ -68,7 +69,7 @@ def form_for(rows: int) -> _Form:
 def output_projection(x: Tensor, weight: Tensor) -> Tensor:
     """``x @ weight.T`` for the pre-softmax projection.  x [..., K], weight [O, K] -> [..., O]"""
     if (x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled()
-            or os.environ.get("SEQTRANS_TUNE_MATMUL", "1") == "0"):
+            or not environment.tune_matmul()):
         return F.linear(x, weight)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.size(-1))  # [M, K]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from tqdm import tqdm
 
+from seqtrans import environment
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import beam_search, greedy_search
@@ -54,7 +54,7 @@ def decoding_model(model: SearchModel, precision: str, device: torch.device) -> 
     if precision == "int8":
         make = quantized_cached
     elif (precision == "fp32" and device.type == "cpu" and onednn_available()
-          and os.environ.get("SEQTRANS_TUNE_MATMUL", "1") != "0"):
+          and environment.tune_matmul()):
         make = onednn_cached
     else:
         return model
