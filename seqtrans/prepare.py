@@ -63,9 +63,9 @@ from seqtrans.binarized import (
     save_array,
 )
 from seqtrans.config import RunConfig, to_dict
+from seqtrans.encoding import source_ids, target_ids, within
 from seqtrans.errors import DataError
 from seqtrans.tasks.protocol import Codec, DataDigest, Example, Skipped, Task
-from seqtrans.vocab import source_ids, target_ids
 
 log = logging.getLogger(__name__)
 
@@ -396,7 +396,7 @@ def encode_shard(codec: Codec[Any, Any, Any], index: int, first: int, examples: 
             raise  # names its file and line already
         except Exception as exc:  # a codec's failure on one example names the example
             raise DataError(ex.origin or None, None, f"cannot encode: {type(exc).__name__}: {exc}") from None
-        if len(s) > max_length or len(t) + 1 > max_length:
+        if not within(max_length, s, t):
             too_long += 1
             continue
         pair = array("i", s)

@@ -14,8 +14,9 @@ import pytest
 from seqtrans import prepare as prep
 from seqtrans.binarized import PreparedError, open_dataset
 from seqtrans.config import RunConfig, TrainConfig
+from seqtrans.data import source_ids, target_ids
 from seqtrans.tasks import Example, Skipped
-from seqtrans.vocab import EOS, Vocab, Vocabularies, source_ids, target_ids
+from seqtrans.vocab import EOS, Vocab, Vocabularies
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,12 @@ from parsing_data import SHARED_DATA
 from seqtrans import online, pipeline, scoring, tasks
 from seqtrans.cli import main
 from seqtrans.config import DecodeConfig, ModelConfig
+from seqtrans.data import target_ids
 from seqtrans.errors import ConfigError
 from seqtrans.model import build_model
 from seqtrans.tasks import Example
 from seqtrans.tasks.contract import check_task
-from seqtrans.vocab import UNK, target_ids
+from seqtrans.vocab import UNK
 from seqtrans_parsing import ParsingCodec, ParsingConfig, ParsingTask
 from seqtrans_parsing.linearize import linearize
 from seqtrans_parsing.task import PTB_TAGS

@@ -14,13 +14,14 @@ import torch
 from parsing_data import SHARED_DATA
 from seqtrans import pipeline
 from seqtrans.config import ModelConfig
+from seqtrans.data import source_ids
 from seqtrans.errors import ConfigError, DataError, UsageError
 from seqtrans.export import unsupported
 from seqtrans.model import build_model
 from seqtrans.quantize import onednn, quantized
 from seqtrans.tasks import Example, SourceVectoring
 from seqtrans.tasks.contract import check_task
-from seqtrans.vocab import EOS, PAD, SPECIALS, source_ids
+from seqtrans.vocab import EOS, PAD, SPECIALS
 from seqtrans_parsing import ParsingConfig, ParsingTask
 from seqtrans_parsing.vectors import GLOVE_50D, Table, WordVectors, read_text
 
