@@ -50,6 +50,7 @@ import numpy as np
 from tqdm import tqdm
 
 from seqtrans import atomic, download
+from seqtrans.assets import assets_digest, read_assets
 from seqtrans.binarized import (
     FORMAT,
     META,
@@ -107,18 +108,6 @@ def cache_root(config: RunConfig) -> Path:
     return download.cache_dir() / "prepared"
 
 
-def _assets(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
-
-
-def _digest_assets(assets: Mapping[str, bytes]) -> str:
-    digest = hashlib.sha256()
-    for name, data in sorted(assets.items()):
-        digest.update(f"{name}\0{len(data)}\0".encode())
-        digest.update(data)
-    return digest.hexdigest()
-
-
 def data_digest(task: Task[Any, Any, Any], config: RunConfig) -> str:
     """The task's digest of its training data; without one, the sha256 of the data
     settings and of everything its training reader yields (read once for this)."""
@@ -141,7 +130,7 @@ def dataset_key(config: RunConfig, data: str, vocabulary: Mapping[str, bytes] | 
         "data": data,
         "max_length": config.train.max_length,
         "dedup": config.train.dedup,
-        "vocabulary": _digest_assets(vocabulary) if vocabulary else "built",
+        "vocabulary": assets_digest(vocabulary) if vocabulary else "built",
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -160,7 +149,7 @@ def prepare(task: Task[Any, Any, Any], config: RunConfig, *, vocabulary: Mapping
     key = dataset_key(config, data, None)
     if vocabulary:
         built = _directory(root, config, key) / VOCAB
-        if not (built.is_dir() and _assets(built) == dict(vocabulary)):
+        if not (built.is_dir() and read_assets(built) == dict(vocabulary)):
             key = dataset_key(config, data, vocabulary)
     final = _directory(root, config, key)
     root.mkdir(parents=True, exist_ok=True)
@@ -202,7 +191,7 @@ def _open(task: Task[Any, Any, Any], directory: Path, key: str, *, verify: bool)
     vocab_dir = directory / VOCAB
     if not vocab_dir.is_dir():
         raise PreparedError(vocab_dir, None, "missing")
-    return Prepared(dataset, task.vocabulary(vocab_dir, None), _assets(vocab_dir), reused=True)
+    return Prepared(dataset, task.vocabulary(vocab_dir, None), read_assets(vocab_dir), reused=True)
 
 
 def examples_of(items: Iterable[Example[Any, Any] | Skipped]) -> Iterator[Example[Any, Any]]:
