@@ -33,7 +33,7 @@ from seqtrans.config import ModelConfig
 from seqtrans.cursor import CursorState, SourceCursor, SpanCursor, SpanState
 from seqtrans.dropout import Dropout
 from seqtrans.errors import ConfigError
-from seqtrans.kernels import output_projection
+from seqtrans.linear.fp32 import output_projection
 from seqtrans.masks import padding_mask
 from seqtrans.tasks.protocol import Codec, SourceVectoring, SourceVectors, SourceWalk, SourceWalking
 from seqtrans.vocab import PAD

@@ -23,9 +23,9 @@ from seqtrans.decoding.generate import length_batches
 from seqtrans.decoding.search import length_penalty
 from seqtrans.ensemble import Ensemble
 from seqtrans.errors import DataError, UsageError
-from seqtrans.kernels import autocast
 from seqtrans.model import Transformer
 from seqtrans.pipeline import Loaded
+from seqtrans.precision import autocast
 from seqtrans.tasks.protocol import TargetParsing
 from seqtrans.vocab import BOS, EOS, PAD
 

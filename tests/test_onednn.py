@@ -15,7 +15,9 @@ from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.generate import decoding_model, generate
 from seqtrans.ensemble import Ensemble
-from seqtrans.quantize import Int8Linear, OneDNNLinear, onednn, onednn_available, onednn_cached
+from seqtrans.linear.int8 import Int8Linear
+from seqtrans.linear.onednn import OneDNNLinear, onednn_available
+from seqtrans.quantize import onednn, onednn_cached
 from seqtrans.vocab import EOS
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN linear operator")

@@ -15,7 +15,8 @@ from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.generate import generate
 from seqtrans.ensemble import Ensemble
 from seqtrans.errors import ConfigError
-from seqtrans.quantize import Int8Linear, quantize_rows, quantized, quantized_cached
+from seqtrans.linear.int8 import Int8Linear, quantize_rows
+from seqtrans.quantize import quantized, quantized_cached
 from seqtrans.vocab import EOS
 
 

@@ -16,9 +16,10 @@ from seqtrans.decoding.constraints import Constraint
 from seqtrans.decoding.protocol import SearchModel
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.ensemble import Ensemble
-from seqtrans.kernels import autocast
+from seqtrans.linear.onednn import onednn_available
 from seqtrans.model import Transformer
-from seqtrans.quantize import onednn_available, onednn_cached, quantized_cached
+from seqtrans.precision import autocast
+from seqtrans.quantize import onednn_cached, quantized_cached
 
 ConstraintFactory = Callable[[list[int]], "Constraint | None"]
 

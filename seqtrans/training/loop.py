@@ -33,8 +33,8 @@ from seqtrans.config import RunConfig, same_settings, to_dict
 from seqtrans.data import Batch, Pairs, lengths_of, token_batches
 from seqtrans.distributed import World
 from seqtrans.errors import CheckpointError, Interrupted, TrainingError
-from seqtrans.kernels import autocast
 from seqtrans.model import Transformer
+from seqtrans.precision import autocast
 from seqtrans.training import checkpoint
 from seqtrans.training.loss import projected_label_smoothed_loss
 from seqtrans.training.schedule import cooldown_factor, inverse_sqrt_lr

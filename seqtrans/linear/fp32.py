@@ -1,5 +1,5 @@
-"""Inference-time choice among equivalent formulations of ``x @ W.T`` for the output
-projection, and the autocast context of the precision settings.
+"""float32 on the BLAS behind ``F.linear``: the form of ``x @ W.T`` for the output
+projection, chosen by shape among equivalent formulations.
 
 Decoding multiplies skinny activations (one row per hypothesis) by the large output
 projection. CPU BLAS libraries are far from equally fast on the equivalent forms
@@ -74,10 +74,3 @@ def output_projection(x: Tensor, weight: Tensor) -> Tensor:
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.size(-1))  # [M, K]
     return form_for(x2.size(0))(x2, weight, None).reshape(*lead, weight.size(0))
-
-
-def autocast(device: torch.device, precision: str) -> torch.autocast:
-    """The autocast context of a ``train.precision`` / ``decode.precision`` setting:
-    bfloat16 for ``"bf16"``, float16 for ``"fp16"``, disabled for ``"fp32"``."""
-    dtype = torch.float16 if precision == "fp16" else torch.bfloat16
-    return torch.autocast(device.type, dtype=dtype, enabled=precision in ("bf16", "fp16"))
