@@ -383,7 +383,7 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
     with tempfile.TemporaryDirectory(prefix="seqtrans-assets-") as scratch:
         for name, data in payload.get("assets", {}).items():
             (Path(scratch) / name).write_bytes(data)
-        codec = task.vocabulary(Path(scratch), None)  # self-contained: it pickles
+        codec = task.load_vocabulary(Path(scratch))  # self-contained: it pickles
     dev_ = device if isinstance(device, torch.device) else select_device(device)
     model = build_model(config.model, codec)
     try:

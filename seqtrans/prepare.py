@@ -191,7 +191,7 @@ def _open(task: Task[Any, Any, Any], directory: Path, key: str, *, verify: bool)
     vocab_dir = directory / VOCAB
     if not vocab_dir.is_dir():
         raise PreparedError(vocab_dir, None, "missing")
-    return Prepared(dataset, task.vocabulary(vocab_dir, None), read_assets(vocab_dir), reused=True)
+    return Prepared(dataset, task.load_vocabulary(vocab_dir), read_assets(vocab_dir), reused=True)
 
 
 def examples_of(items: Iterable[Example[Any, Any] | Skipped]) -> Iterator[Example[Any, Any]]:
@@ -236,13 +236,13 @@ def _vocabulary(task: Task[Any, Any, Any], partial: Path, given: Mapping[str, by
                             bar.update(1)
                             yield ex
 
-                    task.vocabulary(scratch, examples())
+                    task.build_vocabulary(scratch, examples())
                 (partial / _COUNT).write_text(json.dumps({"examples": counted}))
             os.replace(scratch, directory)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         _release_memory()
-    return task.vocabulary(directory, None)
+    return task.load_vocabulary(directory)
 
 
 def _release_memory() -> None:

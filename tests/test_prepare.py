@@ -44,10 +44,12 @@ class WordTask:
         self.reads.append(split)
         return iter(self.items)
 
-    def vocabulary(self, directory: Path, train: Iterable[Example[str, str]] | None) -> WordCodec:
-        if train is not None:
-            Vocab.build(tok for ex in train for tok in (ex.source.split() + ex.target.split())).save(
-                directory / "words.vocab")
+    def build_vocabulary(self, directory: Path, train: Iterable[Example[str, str]]) -> WordCodec:
+        Vocab.build(tok for ex in train for tok in (ex.source.split() + ex.target.split())).save(
+            directory / "words.vocab")
+        return self.load_vocabulary(directory)
+
+    def load_vocabulary(self, directory: Path) -> WordCodec:
         vocab = Vocab.load(directory / "words.vocab")
         return WordCodec(Vocabularies(vocab, vocab))
 

@@ -63,7 +63,7 @@ def test_the_paper_decoding_defaults_and_the_presets() -> None:
 def _small_task(tmp_path: Path, **options: Any) -> tuple[ParsingTask, ParsingCodec, list[Example]]:
     task = ParsingTask(ParsingConfig(vocab_size=200, train=str(SAMPLE / "dev.trees"), **options))
     train = [e for e in task.read("train") if isinstance(e, Example)]
-    codec = task.vocabulary(tmp_path, train)
+    codec = task.build_vocabulary(tmp_path, train)
     return task, codec, train
 
 
@@ -200,7 +200,7 @@ def test_a_tagging_target_writes_tags_walks_the_cursor_on_them_and_decodes_trees
     assert "tag_accuracy" not in _small_task(tmp_path / "xx")[0].score(preds, [a, b])
     # a saved run loads the same preterminals back
     loaded = ParsingTask(task.config)
-    assert loaded.vocabulary(tmp_path, None).source_walk() == codec.source_walk()
+    assert loaded.load_vocabulary(tmp_path).source_walk() == codec.source_walk()
 
 
 def _first_trees(path: Path, n: int, out: Path) -> Path:
@@ -266,7 +266,7 @@ def test_an_in_order_target_round_trips_and_decodes_well_formed_trees(tmp_path: 
     for beam in (1, 3):
         _assert_constrained_trees(model, codec, sources, beam)
     # a saved run loads the same order back
-    assert ParsingTask(task.config).vocabulary(tmp_path, None).order == "in_order"
+    assert ParsingTask(task.config).load_vocabulary(tmp_path).order == "in_order"
 
 
 def test_a_tiny_in_order_run_through_the_command_line(tmp_path: Path) -> None:

@@ -96,7 +96,7 @@ def _task_and_codec(tmp_path: Path, vectors: Path | None) -> tuple[ParsingTask, 
     task = ParsingTask(ParsingConfig(vocab_size=200, train=str(SAMPLE / "dev.trees"), preterminals="tags",
                                      word_vectors=str(vectors) if vectors else ""))
     train = [e for e in task.read("train") if isinstance(e, Example)]
-    return task, task.vocabulary(tmp_path, train), train
+    return task, task.build_vocabulary(tmp_path, train), train
 
 
 def _model(codec: object, **options: bool) -> torch.nn.Module:
@@ -152,7 +152,7 @@ def test_the_codec_offers_the_vectors_and_the_encoder_reads_them(tmp_path: Path)
     assert ("model.source_vectors", "CTranslate2's encoder takes no source vectors") \
         in unsupported(model.config)
     # a saved run loads the same vectors back
-    loaded = ParsingTask(task.config).vocabulary(tmp_path, None)
+    loaded = ParsingTask(task.config).load_vocabulary(tmp_path)
     assert loaded.vectors == codec.vectors
     again = loaded.source_vectors()
     assert again is not None and np.array_equal(again.lookup(src.tolist()), found.numpy())
@@ -165,11 +165,11 @@ def test_a_run_refuses_vectors_other_than_its_own(tmp_path: Path) -> None:
     task, codec, _ = _task_and_codec(tmp_path, vectors_file)
     _glove_file(tmp_path, ["the", "a"], seed=0)  # the same contents: still accepted
     vectors_module._TABLES.clear()
-    assert ParsingTask(task.config).vocabulary(tmp_path, None).source_vectors() is not None
+    assert ParsingTask(task.config).load_vocabulary(tmp_path).source_vectors() is not None
     vectors_file.write_text(vectors_file.read_text().replace("the", "thy"))
     vectors_module._TABLES.clear()
     with pytest.raises(DataError, match="not the ones the run was trained with"):
-        ParsingTask(task.config).vocabulary(tmp_path, None).source_vectors()
+        ParsingTask(task.config).load_vocabulary(tmp_path).source_vectors()
 
 
 def test_the_model_option_needs_vectors_and_the_task_option_a_source(tmp_path: Path) -> None:

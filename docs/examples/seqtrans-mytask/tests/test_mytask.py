@@ -1,11 +1,11 @@
 from pathlib import Path
 
 import pytest
-from seqtrans_mytask import MyConfig, MyTask
 
 from seqtrans.errors import DataError
 from seqtrans.tasks import Example, Skipped
 from seqtrans.tasks.contract import check_task
+from seqtrans_mytask import MyConfig, MyTask
 
 PAIRS = [("a b c", "c b a"), ("b c", "c b"), ("c a a", "a a c")]
 
