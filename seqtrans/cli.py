@@ -208,7 +208,7 @@ def _plugin_commands() -> dict[str, list[TaskEntry]]:
 def _add(parser: argparse.ArgumentParser, args: Sequence[Arg]) -> None:
     for a in args:
         # a list default of its own per parser: argparse hands the default itself to the namespace
-        settings = {k: list(v) if isinstance(v, list) else v for k, v in a.settings.items()}
+        settings: dict[str, Any] = {k: list(v) if isinstance(v, list) else v for k, v in a.settings.items()}
         parser.add_argument(*a.names, **settings)
 
 
