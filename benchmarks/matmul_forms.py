@@ -14,7 +14,6 @@ process. Writes ``benchmarks/results/matmul_forms-cpu.json``.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 import time
@@ -24,7 +23,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, write_json  # noqa: E402
+from common import arguments, device_name, write_json  # noqa: E402
 from decode_speed import SHAPES, seqtrans_model, sources  # noqa: E402
 
 from seqtrans import environment  # noqa: E402
@@ -108,8 +107,7 @@ def decoding(repeats: int, out_len: int) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out-len", type=int, default=32)
     args = parser.parse_args()

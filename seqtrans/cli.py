@@ -504,12 +504,14 @@ def _run_plugin_command(argv: list[str]) -> int | None:
         if not callable(command):
             raise UsageError(f"command {entries[0].label} is not callable")
         return int(command(argv[first + 1 :]) or 0)
-    except UsageError as exc:
-        print(f"seqtrans {name}: error: {exc}", file=sys.stderr)
-        return 2
     except SeqtransError as exc:
-        print(f"seqtrans {name}: error: {exc}", file=sys.stderr)
-        return 1
+        return _failed(f"seqtrans {name}", exc)
+
+
+def _failed(where: str, exc: SeqtransError) -> int:
+    """Print the error on one line; the exit status: 2 for a usage error, 1 for another."""
+    print(f"{where}: error: {exc}", file=sys.stderr)
+    return 2 if isinstance(exc, UsageError) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -536,12 +538,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Interrupted as exc:
         print(f"{where}: {exc}", file=sys.stderr)
         return 128 + exc.signum
-    except UsageError as exc:
-        print(f"{where}: error: {exc}", file=sys.stderr)
-        return 2
     except SeqtransError as exc:
-        print(f"{where}: error: {exc}", file=sys.stderr)
-        return 1
+        return _failed(where, exc)
     except KeyboardInterrupt:
         print("seqtrans: interrupted", file=sys.stderr)
         return 130

@@ -13,7 +13,7 @@ import pytest
 from conftest import SHARED_DATA
 from seqtrans import download
 from seqtrans.errors import DownloadError
-from seqtrans.testing import serve
+from seqtrans.testing import serve, without_download_settings
 
 MULTI30K = SHARED_DATA / "multi30k"
 URL = "https://example.org/multi30k/raw/{}"
@@ -45,8 +45,7 @@ def truncating_mirror() -> Iterator[str]:
 
 @pytest.fixture(autouse=True)
 def _no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(download.MIRROR_ENV, raising=False)
-    monkeypatch.delenv(download.CACHE_ENV, raising=False)
+    without_download_settings(monkeypatch)
 
 
 def _entries(directory: Path) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from parsing_data import SHARED_DATA
+from parsing_data import SAMPLE, use_shared_nltk_data
 from seqtrans import online, pipeline, scoring, tasks
 from seqtrans.cli import main
 from seqtrans.config import DecodeConfig, ModelConfig
@@ -25,17 +25,10 @@ from seqtrans_parsing.linearize import linearize
 from seqtrans_parsing.task import PTB_TAGS
 from seqtrans_parsing.trees import read_trees
 
-NLTK_DATA = SHARED_DATA / "nltk_data"
-SAMPLE = SHARED_DATA / "ptb-sample"
-
 
 @pytest.fixture(autouse=True)
 def _nltk_data(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NLTK_DATA", str(NLTK_DATA))
-    import nltk
-
-    if str(NLTK_DATA) not in nltk.data.path:
-        monkeypatch.setattr(nltk.data, "path", [str(NLTK_DATA), *nltk.data.path])
+    use_shared_nltk_data(monkeypatch)
 
 
 def test_the_task_is_found_by_name_and_keeps_the_contract(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 from seqtrans import download, pipeline
 from seqtrans.errors import DataError, DownloadError
 from seqtrans.tasks import Example, Skipped
-from seqtrans.testing import serve_directory
+from seqtrans.testing import serve_directory, without_download_settings
 from seqtrans_translation import TranslationConfig, TranslationTask, datasets
 from translation_data import MULTI30K
 
@@ -29,8 +29,7 @@ def http_mirror() -> Iterator[str]:
 
 @pytest.fixture(autouse=True)
 def _no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(download.MIRROR_ENV, raising=False)
-    monkeypatch.delenv(download.CACHE_ENV, raising=False)
+    without_download_settings(monkeypatch)
 
 
 def _task(tmp_path: Path, **options: object) -> TranslationTask:
