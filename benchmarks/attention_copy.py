@@ -36,7 +36,6 @@ import concurrent.futures
 import json
 import logging
 import multiprocessing
-import os
 import platform
 import time
 from collections.abc import Callable
@@ -46,7 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seqtrans import pipeline
+from seqtrans import atomic, pipeline
 from seqtrans.config import DecodeConfig
 from seqtrans.data import source_ids
 from seqtrans.decoding import generate
@@ -200,9 +199,7 @@ def scaling(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def save(results: dict[str, Any], path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(results, indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic.write_json(path, results, sort_keys=False)
 
 
 def table(results: dict[str, Any]) -> str:

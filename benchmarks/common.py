@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
+import argparse
 import platform
 import statistics
 import time
@@ -12,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from seqtrans import atomic
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -89,9 +90,7 @@ def write_json(name: str, data: dict[str, Any], device: torch.device) -> Path:
     path = RESULTS / f"{name}-{device.type}.json"
     data = {"device": device_name(device), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "time": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic.write_json(path, data, sort_keys=False)
     return path
 
 
@@ -99,3 +98,8 @@ def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def arguments(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's argument parser, its module docstring as the description, as written."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

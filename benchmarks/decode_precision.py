@@ -13,7 +13,6 @@ are printed and written to benchmarks/results/decode_precision-cpu.json. With on
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -23,15 +22,14 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, write_json  # noqa: E402
+from common import arguments, device_name, write_json  # noqa: E402
 from decode_speed import CASES, SHAPES, seqtrans_decoder, sources  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__)
     parser.add_argument("--cases", nargs="+", default=["base-greedy-b1", "base-beam4-b32"],
                         help=f"Some of: {', '.join(c.name for c in CASES)}.")
     parser.add_argument("--out-len", type=int, default=16, help="Target tokens per output.")

@@ -18,7 +18,6 @@ weights are the same), with ``intra_threads`` = torch's threads, in each compute
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
+    arguments,
     device_name,
     gemm_peak,
     memory_bandwidth,
@@ -256,8 +256,7 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--cases", nargs="+", default=[c.name for c in CASES],
                         help=f"Some of: {', '.join(c.name for c in CASES)}.")

@@ -18,7 +18,6 @@ on a CPU; N-process / one-thread is its scaling efficiency times N. Writes
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -29,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, write_json  # noqa: E402
+from common import arguments, device_name, write_json  # noqa: E402
 
 MODEL = ["model.encoder_layers=3", "model.decoder_layers=3", "model.d_model=256", "model.d_ff=1024",
          "model.heads=4"]
@@ -52,8 +51,7 @@ def run(out: Path, steps: int, nproc: int, accumulate: int, threads: int | None)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__)
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--steps", type=int, default=100)
     args = parser.parse_args()

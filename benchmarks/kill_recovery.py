@@ -15,7 +15,6 @@ trial's phase at the kill and whether it recovered exactly; writes
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -29,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, write_json  # noqa: E402
+from common import arguments, device_name, write_json  # noqa: E402
 
 SETTINGS = ["data.train_size=200000", "data.dev_size=100", "data.test_size=300", "data.max_length=8",
             "train.max_steps=150", "train.max_minutes=0", "train.max_tokens=512", "train.warmup=200",
@@ -67,8 +66,7 @@ def phase(log: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__)
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

@@ -1,5 +1,5 @@
 """The output projection's matrix-multiply forms on this CPU: what the fixed rule of
-``seqtrans.kernels`` picks, against ``F.linear`` and against the fastest form.
+``seqtrans.linear.fp32`` picks, against ``F.linear`` and against the fastest form.
 
 ``x @ W.T`` can be computed as ``F.linear(x, W)``, as ``(W @ x.T).T`` (the weight as the
 left operand) or as ``x @ W_T`` (a contiguous transposed copy); they round differently,
@@ -14,9 +14,7 @@ process. Writes ``benchmarks/results/matmul_forms-cpu.json``.
 
 from __future__ import annotations
 
-import argparse
 import functools
-import os
 import sys
 import time
 from pathlib import Path
@@ -25,16 +23,17 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, write_json  # noqa: E402
+from common import arguments, device_name, write_json  # noqa: E402
 from decode_speed import SHAPES, seqtrans_model, sources  # noqa: E402
 
-from seqtrans import kernels  # noqa: E402
+from seqtrans import environment  # noqa: E402
 from seqtrans.decoding import beam_search, greedy_search  # noqa: E402
+from seqtrans.linear import fp32  # noqa: E402
 from seqtrans.model import Transformer  # noqa: E402
 
 ROWS = [1, 2, 4, 8, 16, 21, 32, 42, 64, 84, 128, 256]
-FORMS = {"f_linear": kernels._plain, "weight_first": kernels._weight_first,
-         "transposed_copy": kernels._transposed}
+FORMS = {"f_linear": fp32._plain, "weight_first": fp32._weight_first,
+         "transposed_copy": fp32._transposed}
 CASES = [("greedy, batch 1", 1, 1), ("greedy, batch 32", 1, 32), ("beam 4, batch 1", 4, 1),
          ("beam 4, batch 32", 4, 32)]
 
@@ -61,7 +60,7 @@ def forms_table(repeats: int) -> list[dict[str, Any]]:
                 form(x, w, None)  # warm-up; makes the transposed copy once
             seconds = {key: best_time(functools.partial(form, x, w, None), repeats, inner)
                        for key, form in FORMS.items()}
-            chosen = next(key for key, form in FORMS.items() if form is kernels.form_for(m))
+            chosen = next(key for key, form in FORMS.items() if form is fp32.form_for(m))
             fastest = min(seconds, key=seconds.__getitem__)
             row = {"shape": name, "k": shape["d_model"], "o": shape["vocab"], "rows": m, "chosen": chosen,
                    "fastest": fastest, "speedup_vs_f_linear": seconds["f_linear"] / seconds[chosen],
@@ -93,11 +92,10 @@ def decoding(repeats: int, out_len: int) -> list[dict[str, Any]]:
         decode()
         for _ in range(repeats):  # alternate, so that a slow spell of the machine hits both
             for key, setting in (("fixed", "1"), ("f_linear", "0")):
-                os.environ["SEQTRANS_TUNE_MATMUL"] = setting
-                start = time.perf_counter()
-                decode()
-                seconds[key].append(time.perf_counter() - start)
-        os.environ.pop("SEQTRANS_TUNE_MATMUL", None)
+                with environment.setting(environment.TUNE_MATMUL, setting):
+                    start = time.perf_counter()
+                    decode()
+                    seconds[key].append(time.perf_counter() - start)
         tokens = batch * out_len
         row = {"case": label, "fixed_tok_s": tokens / min(seconds["fixed"]),
                "f_linear_tok_s": tokens / min(seconds["f_linear"])}
@@ -109,8 +107,7 @@ def decoding(repeats: int, out_len: int) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out-len", type=int, default=32)
     args = parser.parse_args()

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, write_json  # noqa: E402
+from common import arguments, device_name, write_json  # noqa: E402
 
 from seqtrans.data import pad_batch, source_ids  # noqa: E402
 from seqtrans.decoding.beam import beam_search  # noqa: E402
@@ -143,8 +143,7 @@ def prepare(args: argparse.Namespace) -> tuple[Loaded, list[Any], list[list[int]
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__)
     parser.add_argument("run", type=Path, help="A parsing run directory (or checkpoint).")
     parser.add_argument("--trees", default="", help="Test trees to decode (default: the run's test split).")
     parser.add_argument("--sentences", type=int, default=30, help="Decode the first N test sentences.")

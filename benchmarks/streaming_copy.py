@@ -23,7 +23,6 @@ import dataclasses
 import json
 import logging
 import multiprocessing
-import os
 import statistics
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 
 import torch
 
-from seqtrans import pipeline
+from seqtrans import atomic, pipeline
 from seqtrans.data import prediction, source_ids
 from seqtrans.decoding import generate
 from seqtrans.decoding.streaming import average_lagging, average_proportion, stream_greedy
@@ -113,10 +112,7 @@ def main() -> None:
             print(f"{name:>8}: exact {r['exact_match']:.3f}, AP {r['average_proportion']:.3f}, "
                   f"AL {r['average_lagging']:.2f} (mean |x| {r['mean_source_length']:.1f}), "
                   f"same as offline {r['same_as_offline_greedy']:.3f}, {r['train_steps']} steps", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps(results, indent=2) + "\n")
-    os.replace(tmp, args.out)
+    atomic.write_json(args.out, results, sort_keys=False)
 
 
 if __name__ == "__main__":

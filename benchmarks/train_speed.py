@@ -11,7 +11,6 @@ water mark; on CUDA: the allocator's peak); writes JSON under benchmarks/results
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gc
 import sys
@@ -23,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, gemm_peak, pick_device, timed, write_json  # noqa: E402
+from common import arguments, device_name, gemm_peak, pick_device, timed, write_json  # noqa: E402
 from decode_speed import SHAPES, marian_model, seqtrans_model  # noqa: E402
 
 from seqtrans.training.loss import projected_label_smoothed_loss  # noqa: E402
@@ -147,8 +146,7 @@ def marian_step(shape: dict[str, int], device: torch.device, b: dict[str, torch.
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--shape", default="base", choices=sorted(SHAPES))
     parser.add_argument("--tokens", type=int, default=4096, help="Source (and target) tokens per batch.")

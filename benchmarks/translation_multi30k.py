@@ -15,7 +15,6 @@ reach about 35-41 on this test set.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import platform
@@ -26,6 +25,7 @@ from pathlib import Path
 import torch
 
 import seqtrans
+from seqtrans import atomic
 from seqtrans import config as cfg
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -80,9 +80,7 @@ def main() -> None:
     }
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"translation_multi30k{suffix}.json"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic.write_json(path, result, ensure_ascii=False)
 
     rows = [("test2016 sacreBLEU", f"{bleu:.2f}"), ("chrF", f"{float(metrics['chrf']):.2f}"),
             (f"target ({'GPU' if gpu else 'CPU'})", f"{target:.2f}"),

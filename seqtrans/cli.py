@@ -19,10 +19,12 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from seqtrans import __version__
+from seqtrans import __version__, atomic, environment
 from seqtrans.errors import Interrupted, SeqtransError, UsageError
 from seqtrans.export import FORMATS as EXPORT_FORMATS
 from seqtrans.export import QUANTIZATIONS as EXPORT_QUANTIZATIONS
@@ -38,23 +40,182 @@ SET_HELP = ("Override config keys, dotted: --set model.d_model=256 train.max_min
             "'seqtrans config TASK' lists every key with its help.")
 
 
-def _add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("task", help="Task name (see 'seqtrans tasks').")
-    p.add_argument("--preset", help="A named preset of the task (or 'base', 'big').")
-    p.add_argument("--config", dest="config_file", metavar="FILE",
-                   help="A JSON or TOML file of config sections, e.g. a run's config.json.")
-    p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
-                   metavar="KEY=VALUE", help=SET_HELP)
+@dataclass(frozen=True)
+class Arg:
+    """One ``add_argument`` call: the argument's names and its settings."""
+
+    names: tuple[str, ...]
+    settings: Mapping[str, Any]
 
 
-def _add_device(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
-                   help="Where to run: cuda if available (auto), or as named.")
+def arg(*names: str, **settings: Any) -> Arg:
+    return Arg(names, settings)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its one-line help, its description and its arguments, in order."""
+
+    name: str
+    help: str
+    description: str
+    args: tuple[Arg, ...] = ()
+
+
+CONFIG_ARGS = (
+    arg("task", help="Task name (see 'seqtrans tasks')."),
+    arg("--preset", help="A named preset of the task (or 'base', 'big')."),
+    arg("--config", dest="config_file", metavar="FILE",
+        help="A JSON or TOML file of config sections, e.g. a run's config.json."),
+    arg("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+        help=SET_HELP),
+)
+DEVICE = arg("--device", default="auto", choices=["auto", "cpu", "cuda"],
+             help="Where to run: cuda if available (auto), or as named.")
+MODELS = arg("models", nargs="+", metavar="RUN_DIR_OR_CHECKPOINT", help=MODELS_HELP)
+MODEL = arg("model", metavar="RUN_DIR_OR_CHECKPOINT")
+DECODE_SET = arg("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                 help="Override decode.* (or data.*) keys.")
+BEAM = arg("--beam", type=int, help="Beam size (default: the run's decode.beam).")
+
+GLOBAL_ARGS = (
+    arg("-q", "--quiet", action="store_true", help="Log warnings only, no progress bars."),
+    arg("--progress", choices=["auto", "on", "off"], default="auto",
+        help="Progress bars (training's shows updates or minutes, loss, lr, tokens/s and "
+             "the time left, in place of the per-update log lines on the console, which "
+             "the run's log file still gets): auto shows them when standard error is a "
+             "terminal and -q is not given; on and off force either."),
+)
+
+SUBCOMMANDS = (
+    Command("tasks", "List installed tasks with their distribution, version and load status.",
+            "List the tasks registered under the 'seqtrans.tasks' entry-point group."),
+    Command("run", "Train a task end to end and score its test split.",
+            "Prepare data, build the vocabulary, train, average the last checkpoints, decode "
+            "the test split with the task's decoding settings and score it. Writes "
+            "DIR/metrics.json, DIR/predictions/test.txt, DIR/config.json and DIR/checkpoints/. "
+            "An existing DIR is continued from its newest checkpoint.",
+            (*CONFIG_ARGS,
+             arg("--out", metavar="DIR", type=Path,
+                 help="Run directory (default: runs/TASK-YYYYMMDD-HHMMSS)."),
+             arg("--nproc", type=int, default=1, metavar="N",
+                 help="Train data-parallel with N processes on this machine (one per GPU, or N "
+                      "CPU processes with gloo): a shortcut for 'torchrun --standalone "
+                      "--nproc_per_node N -m seqtrans run ...'. Under torchrun it is ignored."),
+             DEVICE)),
+    Command("prepare", "Prepare a task's training data once: vocabulary and memory-mapped ids.",
+            "Read the training split as a stream, build the vocabulary, encode the pairs with "
+            "worker processes (train.prepare_workers) and write a memory-mapped dataset under "
+            "train.data_cache, keyed by the data and the settings that shape it. 'seqtrans run' "
+            "with the same data and settings uses it without preparing again (and prepares it "
+            "itself when it is missing). Found in the cache, its files are checked against "
+            "their sha256; an interrupted preparation resumes. Prints a summary as JSON.",
+            CONFIG_ARGS),
+    Command("config", "Print the resolved configuration with each key's help.",
+            "Resolve a run's configuration as 'seqtrans run' would and print "
+            "every key, its value and its help (or JSON with --json).",
+            (*CONFIG_ARGS,
+             arg("--json", action="store_true", help="Print the config as JSON instead."),
+             arg("--markdown", action="store_true", help="Print a Markdown table instead."))),
+    Command("predict", "Decode lines from stdin with a trained model.",
+            "Read inputs from stdin, one per line, and write the outputs to "
+            "stdout in input order. Lines that have arrived are decoded together "
+            "(up to 1,000 at a time, sorted by length into batches of "
+            "decode.batch_tokens), so a file decodes at batch speed, while a "
+            "line typed at a terminal is answered at once.",
+            (MODELS, BEAM,
+             arg("--stream", action="store_true",
+                 help="Simultaneous decoding: read each input word by word as it arrives on "
+                      "stdin, write each target token as soon as it is decided, and end each "
+                      "output with a tab and the delays (the source tokens read when each target "
+                      "token was written). Greedy; needs model.cross_attention=monotonic and "
+                      "model.causal_encoder=true."),
+             DECODE_SET, DEVICE)),
+    Command("evaluate", "Decode and score a split with a trained model.",
+            "Decode one split of the model's task and print its metrics as JSON.",
+            (MODELS, arg("--split", default="test", choices=["train", "dev", "test"]), DECODE_SET, DEVICE)),
+    Command("score", "Print the log-probability of given source-target pairs.",
+            "Score the line pairs of --src and --tgt (the task reads and encodes "
+            "each side) by teacher forcing, in batches of decode.batch_tokens "
+            "sorted by length, and write one line per pair in input order: the "
+            "total log-probability of the target with its end symbol, the mean "
+            "per token, and the number of tokens, tab-separated. For reranking "
+            "and filtering. Several runs score as an ensemble.",
+            (MODELS,
+             arg("--src", required=True, metavar="FILE", type=Path, help="Sources, one per line."),
+             arg("--tgt", required=True, metavar="FILE", type=Path,
+                 help="Targets, one per line, line by line with --src."),
+             arg("--out", metavar="FILE", type=Path, help="Write the scores here instead of stdout."),
+             arg("--normalize", action="store_true",
+                 help="First column: the total divided by the length penalty with the run's "
+                      "decode.alpha, the score beam search ranks by."),
+             DECODE_SET, DEVICE)),
+    Command("plot", "Draw the learning curves of runs as a PNG.",
+            "Read the runs' logs (DIR/train.jsonl) and draw training loss, dev "
+            "loss, the task's dev metrics, learning rate and tokens/s, against "
+            "updates and against training minutes, every run in each panel. "
+            "Needs matplotlib (pip install 'seqtrans[plot]').",
+            (arg("runs", nargs="+", metavar="RUN_DIR", type=Path),
+             arg("--out", metavar="FILE", type=Path,
+                 help="The PNG to write (default: RUN_DIR/curves.png of the first run)."))),
+    Command("export", "Write a trained model in another engine's format (CTranslate2).",
+            "Export the model of a run directory or checkpoint to a new directory OUT, "
+            "written whole or not at all. 'ctranslate2': a CTranslate2 Transformer model "
+            "(model.bin, config.json and the vocabularies), for models with scaled_dot "
+            "attention at every site, a bidirectional encoder and no model extension of its task. "
+            "Decode it with ctranslate2.Translator on token strings, the source without its end "
+            "symbol (CTranslate2 appends it). Needs ctranslate2 (pip install "
+            "'seqtrans[export]'); see docs/export.md.",
+            (MODEL,
+             arg("--to", required=True, choices=list(EXPORT_FORMATS), help="The format to write."),
+             arg("out", metavar="OUT", type=Path, help="The directory to create (must not exist)."),
+             arg("--quantization", choices=list(EXPORT_QUANTIZATIONS),
+                 help="Store the weights in this type (default: float32). int8 quantizes every "
+                      "weight matrix and embedding per row; CTranslate2 can still compute in "
+                      "another type (its compute_type)."))),
+    Command("attention", "Draw a trained model's attention on one input as PNGs.",
+            "Decode INPUT with the run's decoding settings (or take --target), "
+            "run the model on it once more asking for its attention weights, and "
+            "write heatmaps: OUT/encoder.png (encoder self-attention), "
+            "OUT/decoder.png (decoder self-attention) and OUT/cross.png "
+            "(encoder-decoder attention; for memory attention the K contexts, "
+            "for monotonic attention the alignment), each a grid of layers by "
+            "heads with the tokens as labels. Needs matplotlib "
+            "(pip install 'seqtrans[plot]').",
+            (MODEL,
+             arg("input", metavar="INPUT", help="One input, as a line given to 'seqtrans predict'."),
+             arg("--target", metavar="TOKENS",
+                 help="Draw the attention on this target instead of the model's output: its tokens "
+                      "separated by spaces, as in the model's target vocabulary (subword pieces for "
+                      "a subword task)."),
+             arg("--out", metavar="DIR", type=Path,
+                 help="Where to write the PNGs (default: RUN_DIR/attention)."),
+             arg("--layers", nargs="+", type=int, metavar="N",
+                 help="Draw only these layers of each stack, counted from 1 (default: all)."),
+             BEAM, DEVICE)),
+    Command("average", "Average checkpoints into one model.",
+            "Write the element-wise mean of the checkpoints' parameters.",
+            (arg("checkpoints", nargs="+", metavar="CKPT", type=Path),
+             arg("--out", required=True, metavar="FILE", type=Path))),
+    Command("upgrade", "Convert a run saved by an earlier version of its task's plugin.",
+            "Rewrite config.json and every checkpoint of RUN_DIR in the form its task's plugin "
+            "saves today (each file replaced whole; safe to run again). Decoding converts an "
+            "earlier run as it loads it; continuing its training needs this first. Prints what "
+            "changed.",
+            (arg("run_dir", metavar="RUN_DIR", type=Path),)),
+)
 
 
 def _plugin_commands() -> dict[str, list[TaskEntry]]:
     return {name: entries for name, entries in installed(group=COMMAND_GROUP).items()
             if name not in COMMANDS}
+
+
+def _add(parser: argparse.ArgumentParser, args: Sequence[Arg]) -> None:
+    for a in args:
+        # a list default of its own per parser: argparse hands the default itself to the namespace
+        settings: dict[str, Any] = {k: list(v) if isinstance(v, list) else v for k, v in a.settings.items()}
+        parser.add_argument(*a.names, **settings)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,153 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sequence transduction with the Transformer: train, decode and score task plugins.",
     )
     parser.add_argument("--version", action="version", version=f"seqtrans {__version__}")
-    parser.add_argument("-q", "--quiet", action="store_true", help="Log warnings only, no progress bars.")
-    parser.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
-                        help="Progress bars (training's shows updates or minutes, loss, lr, tokens/s and "
-                             "the time left, in place of the per-update log lines on the console, which "
-                             "the run's log file still gets): auto shows them when standard error is a "
-                             "terminal and -q is not given; on and off force either.")
+    _add(parser, GLOBAL_ARGS)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    sub.add_parser("tasks", help="List installed tasks with their distribution, version and load status.",
-                   description="List the tasks registered under the 'seqtrans.tasks' entry-point group.")
-
-    p = sub.add_parser(
-        "run", help="Train a task end to end and score its test split.",
-        description="Prepare data, build the vocabulary, train, average the last checkpoints, decode "
-                    "the test split with the task's decoding settings and score it. Writes "
-                    "DIR/metrics.json, DIR/predictions/test.txt, DIR/config.json and DIR/checkpoints/. "
-                    "An existing DIR is continued from its newest checkpoint.")
-    _add_config_args(p)
-    p.add_argument("--out", metavar="DIR", type=Path,
-                   help="Run directory (default: runs/TASK-YYYYMMDD-HHMMSS).")
-    p.add_argument("--nproc", type=int, default=1, metavar="N",
-                   help="Train data-parallel with N processes on this machine (one per GPU, or N "
-                        "CPU processes with gloo): a shortcut for 'torchrun --standalone "
-                        "--nproc_per_node N -m seqtrans run ...'. Under torchrun it is ignored.")
-    _add_device(p)
-
-    p = sub.add_parser(
-        "prepare", help="Prepare a task's training data once: vocabulary and memory-mapped ids.",
-        description="Read the training split as a stream, build the vocabulary, encode the pairs with "
-                    "worker processes (train.prepare_workers) and write a memory-mapped dataset under "
-                    "train.data_cache, keyed by the data and the settings that shape it. 'seqtrans run' "
-                    "with the same data and settings uses it without preparing again (and prepares it "
-                    "itself when it is missing). Found in the cache, its files are checked against "
-                    "their sha256; an interrupted preparation resumes. Prints a summary as JSON.")
-    _add_config_args(p)
-
-    p = sub.add_parser("config", help="Print the resolved configuration with each key's help.",
-                       description="Resolve a run's configuration as 'seqtrans run' would and print "
-                                   "every key, its value and its help (or JSON with --json).")
-    _add_config_args(p)
-    p.add_argument("--json", action="store_true", help="Print the config as JSON instead.")
-    p.add_argument("--markdown", action="store_true", help="Print a Markdown table instead.")
-
-    p = sub.add_parser("predict", help="Decode lines from stdin with a trained model.",
-                       description="Read inputs from stdin, one per line, and write the outputs to "
-                                   "stdout in input order. Lines that have arrived are decoded together "
-                                   "(up to 1,000 at a time, sorted by length into batches of "
-                                   "decode.batch_tokens), so a file decodes at batch speed, while a "
-                                   "line typed at a terminal is answered at once.")
-    p.add_argument("models", nargs="+", metavar="RUN_DIR_OR_CHECKPOINT", help=MODELS_HELP)
-    p.add_argument("--beam", type=int, help="Beam size (default: the run's decode.beam).")
-    p.add_argument("--stream", action="store_true",
-                   help="Simultaneous decoding: read each input word by word as it arrives on "
-                        "stdin, write each target token as soon as it is decided, and end each "
-                        "output with a tab and the delays (the source tokens read when each target "
-                        "token was written). Greedy; needs model.cross_attention=monotonic and "
-                        "model.causal_encoder=true.")
-    p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
-                   metavar="KEY=VALUE", help="Override decode.* (or data.*) keys.")
-    _add_device(p)
-
-    p = sub.add_parser("evaluate", help="Decode and score a split with a trained model.",
-                       description="Decode one split of the model's task and print its metrics as JSON.")
-    p.add_argument("models", nargs="+", metavar="RUN_DIR_OR_CHECKPOINT", help=MODELS_HELP)
-    p.add_argument("--split", default="test", choices=["train", "dev", "test"])
-    p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
-                   metavar="KEY=VALUE", help="Override decode.* (or data.*) keys.")
-    _add_device(p)
-
-    p = sub.add_parser("score", help="Print the log-probability of given source-target pairs.",
-                       description="Score the line pairs of --src and --tgt (the task reads and encodes "
-                                   "each side) by teacher forcing, in batches of decode.batch_tokens "
-                                   "sorted by length, and write one line per pair in input order: the "
-                                   "total log-probability of the target with its end symbol, the mean "
-                                   "per token, and the number of tokens, tab-separated. For reranking "
-                                   "and filtering. Several runs score as an ensemble.")
-    p.add_argument("models", nargs="+", metavar="RUN_DIR_OR_CHECKPOINT", help=MODELS_HELP)
-    p.add_argument("--src", required=True, metavar="FILE", type=Path, help="Sources, one per line.")
-    p.add_argument("--tgt", required=True, metavar="FILE", type=Path,
-                   help="Targets, one per line, line by line with --src.")
-    p.add_argument("--out", metavar="FILE", type=Path, help="Write the scores here instead of stdout.")
-    p.add_argument("--normalize", action="store_true",
-                   help="First column: the total divided by the length penalty with the run's "
-                        "decode.alpha, the score beam search ranks by.")
-    p.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
-                   metavar="KEY=VALUE", help="Override decode.* (or data.*) keys.")
-    _add_device(p)
-
-    p = sub.add_parser("plot", help="Draw the learning curves of runs as a PNG.",
-                       description="Read the runs' logs (DIR/train.jsonl) and draw training loss, dev "
-                                   "loss, the task's dev metrics, learning rate and tokens/s, against "
-                                   "updates and against training minutes, every run in each panel. "
-                                   "Needs matplotlib (pip install 'seqtrans[plot]').")
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", type=Path)
-    p.add_argument("--out", metavar="FILE", type=Path,
-                   help="The PNG to write (default: RUN_DIR/curves.png of the first run).")
-
-    p = sub.add_parser(
-        "export", help="Write a trained model in another engine's format (CTranslate2).",
-        description="Export the model of a run directory or checkpoint to a new directory OUT, "
-                    "written whole or not at all. 'ctranslate2': a CTranslate2 Transformer model "
-                    "(model.bin, config.json and the vocabularies), for models with scaled_dot "
-                    "attention at every site, a bidirectional encoder and no model extension of its task. "
-                    "Decode it with ctranslate2.Translator on token strings, the source without its end "
-                    "symbol (CTranslate2 appends it). Needs ctranslate2 (pip install "
-                    "'seqtrans[export]'); see docs/export.md.")
-    p.add_argument("model", metavar="RUN_DIR_OR_CHECKPOINT")
-    p.add_argument("--to", required=True, choices=list(EXPORT_FORMATS), help="The format to write.")
-    p.add_argument("out", metavar="OUT", type=Path, help="The directory to create (must not exist).")
-    p.add_argument("--quantization", choices=list(EXPORT_QUANTIZATIONS),
-                   help="Store the weights in this type (default: float32). int8 quantizes every "
-                        "weight matrix and embedding per row; CTranslate2 can still compute in "
-                        "another type (its compute_type).")
-
-    p = sub.add_parser("attention", help="Draw a trained model's attention on one input as PNGs.",
-                       description="Decode INPUT with the run's decoding settings (or take --target), "
-                                   "run the model on it once more asking for its attention weights, and "
-                                   "write heatmaps: OUT/encoder.png (encoder self-attention), "
-                                   "OUT/decoder.png (decoder self-attention) and OUT/cross.png "
-                                   "(encoder-decoder attention; for memory attention the K contexts, "
-                                   "for monotonic attention the alignment), each a grid of layers by "
-                                   "heads with the tokens as labels. Needs matplotlib "
-                                   "(pip install 'seqtrans[plot]').")
-    p.add_argument("model", metavar="RUN_DIR_OR_CHECKPOINT")
-    p.add_argument("input", metavar="INPUT", help="One input, as a line given to 'seqtrans predict'.")
-    p.add_argument("--target", metavar="TOKENS",
-                   help="Draw the attention on this target instead of the model's output: its tokens "
-                        "separated by spaces, as in the model's target vocabulary (subword pieces for "
-                        "a subword task).")
-    p.add_argument("--out", metavar="DIR", type=Path,
-                   help="Where to write the PNGs (default: RUN_DIR/attention).")
-    p.add_argument("--layers", nargs="+", type=int, metavar="N",
-                   help="Draw only these layers of each stack, counted from 1 (default: all).")
-    p.add_argument("--beam", type=int, help="Beam size (default: the run's decode.beam).")
-    _add_device(p)
-
-    p = sub.add_parser("average", help="Average checkpoints into one model.",
-                       description="Write the element-wise mean of the checkpoints' parameters.")
-    p.add_argument("checkpoints", nargs="+", metavar="CKPT", type=Path)
-    p.add_argument("--out", required=True, metavar="FILE", type=Path)
-
-    p = sub.add_parser("upgrade", help="Convert a run saved by an earlier version of its task's plugin.",
-                       description="Rewrite config.json and every checkpoint of RUN_DIR in the form its "
-                                   "task's plugin saves today (each file replaced whole; safe to run again). "
-                                   "Decoding converts an earlier run as it loads it; continuing its "
-                                   "training needs this first. Prints what changed.")
-    p.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    for command in SUBCOMMANDS:
+        _add(sub.add_parser(command.name, help=command.help, description=command.description), command.args)
     return parser
 
 
@@ -329,25 +347,20 @@ def _launch(nproc: int, argv: list[str]) -> int:
     launch.training_script_args = argv  # as given: torchrun's parser would read them as its own
     # the ranks run 'python -m seqtrans', which would put the working directory first on
     # sys.path (a seqtrans.py there would run instead); Python 3.11 leaves it out with this
-    safe_path = os.environ.get("PYTHONSAFEPATH")
-    os.environ["PYTHONSAFEPATH"] = "1"
-    try:
-        torchrun(launch)
-    except SignalException as exc:  # passed on to the ranks, which checkpoint and stop
-        name = signal.Signals(exc.sigval).name
-        raise Interrupted(f"stopped by {name}: each rank finished its update and rank 0 wrote a checkpoint "
-                          "of it (see above); run the same command again to resume", exc.sigval) from None
-    except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
-        how = (f"was killed by {failure.signal_name()}" if failure.exitcode < 0
-               else f"exited with status {failure.exitcode}")
-        raise SeqtransError(f"rank {rank} of {nproc} (pid {failure.pid}) {how}; the other ranks were "
-                            "stopped (the failing rank's message, if it left one, is above)") from None
-    finally:
-        if safe_path is None:
-            del os.environ["PYTHONSAFEPATH"]
-        else:
-            os.environ["PYTHONSAFEPATH"] = safe_path
+    with environment.setting("PYTHONSAFEPATH", "1"):
+        try:
+            torchrun(launch)
+        except SignalException as exc:  # passed on to the ranks, which checkpoint and stop
+            name = signal.Signals(exc.sigval).name
+            raise Interrupted(f"stopped by {name}: each rank finished its update and rank 0 wrote a "
+                              "checkpoint of it (see above); run the same command again to resume",
+                              exc.sigval) from None
+        except ChildFailedError as exc:
+            rank, failure = exc.get_first_failure()
+            how = (f"was killed by {failure.signal_name()}" if failure.exitcode < 0
+                   else f"exited with status {failure.exitcode}")
+            raise SeqtransError(f"rank {rank} of {nproc} (pid {failure.pid}) {how}; the other ranks were "
+                                "stopped (the failing rank's message, if it left one, is above)") from None
     return 0
 
 
@@ -436,10 +449,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(text)
     else:
-        # written whole or not at all: a failed run leaves no half-written scores
-        partial = args.out.with_name(args.out.name + ".partial")
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, args.out)
+        atomic.write_text(args.out, text)  # a failed run leaves no half-written scores
     return 0
 
 
@@ -510,12 +520,14 @@ def _run_plugin_command(argv: list[str]) -> int | None:
         if not callable(command):
             raise UsageError(f"command {entries[0].label} is not callable")
         return int(command(argv[first + 1 :]) or 0)
-    except UsageError as exc:
-        print(f"seqtrans {name}: error: {exc}", file=sys.stderr)
-        return 2
     except SeqtransError as exc:
-        print(f"seqtrans {name}: error: {exc}", file=sys.stderr)
-        return 1
+        return _failed(f"seqtrans {name}", exc)
+
+
+def _failed(where: str, exc: SeqtransError) -> int:
+    """Print the error on one line; the exit status: 2 for a usage error, 1 for another."""
+    print(f"{where}: error: {exc}", file=sys.stderr)
+    return 2 if isinstance(exc, UsageError) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -542,12 +554,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Interrupted as exc:
         print(f"{where}: {exc}", file=sys.stderr)
         return 128 + exc.signum
-    except UsageError as exc:
-        print(f"{where}: error: {exc}", file=sys.stderr)
-        return 2
     except SeqtransError as exc:
-        print(f"{where}: error: {exc}", file=sys.stderr)
-        return 1
+        return _failed(where, exc)
     except KeyboardInterrupt:
         print("seqtrans: interrupted", file=sys.stderr)
         return 130

@@ -15,11 +15,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from seqtrans.encoding import prediction as prediction  # the id conversions, torch-free for workers
+from seqtrans.encoding import source_ids as source_ids
+from seqtrans.encoding import target_ids as target_ids
+from seqtrans.encoding import within
 from seqtrans.errors import DataError
 from seqtrans.vocab import BOS, EOS, PAD
-from seqtrans.vocab import prediction as prediction  # the id conversions live beside the vocabularies
-from seqtrans.vocab import source_ids as source_ids
-from seqtrans.vocab import target_ids as target_ids
 
 if TYPE_CHECKING:
     from seqtrans.config import ModelConfig
@@ -31,12 +32,13 @@ log = logging.getLogger(__name__)
 def too_long(config: ModelConfig, codec: Codec[Any, Any, Any], source: Any) -> str | None:
     """Why a model of ``config`` cannot read ``source`` (more tokens than its learned
     positions reach), or None when it can."""
-    if config.positions != "learned":
+    limit = config.position_limit
+    if limit is None:
         return None
     length = len(source_ids(codec, source))
-    if length <= config.max_positions:
+    if length <= limit:
         return None
-    return (f"{length} source tokens (with the end symbol), more than the {config.max_positions} positions "
+    return (f"{length} source tokens (with the end symbol), more than the {limit} positions "
             "the model learned (model.max_positions)")
 
 
@@ -85,10 +87,6 @@ class Batch:
     def target_tokens(self) -> int:
         return int(self.tgt_out.ne(PAD).sum())
 
-    @property
-    def source_tokens(self) -> int:
-        return int(self.src.ne(PAD).sum())
-
     def to(self, device: torch.device) -> Batch:
         return Batch(self.src.to(device, non_blocking=True), self.tgt_in.to(device, non_blocking=True),
                      self.tgt_out.to(device, non_blocking=True))
@@ -126,7 +124,7 @@ def encode_pairs(codec: Codec[Any, Any, Any], examples: Iterable[Example[Any, An
     for i, ex in enumerate(examples):
         s = source_ids(codec, ex.source)
         t = target_ids(codec, ex.target)
-        if max_length is not None and (len(s) > max_length or len(t) + 1 > max_length):
+        if max_length is not None and not within(max_length, s, t):
             dropped += 1
             continue
         src.append(s)

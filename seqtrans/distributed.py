@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import os
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -24,6 +23,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from seqtrans import environment
 from seqtrans.errors import UsageError
 from seqtrans.world import SINGLE, World, world_from_env
 
@@ -39,7 +39,7 @@ __all__ = ["SINGLE", "World", "all_max", "all_sum", "barrier", "broadcast", "cur
 def current() -> World:
     """The world of the initialized process group, or one process."""
     if dist.is_available() and dist.is_initialized():
-        return World(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+        return World(dist.get_rank(), dist.get_world_size(), environment.torchrun_world()[2])
     return SINGLE
 
 

@@ -6,7 +6,7 @@ Any plugin that needs published data calls :func:`fetch`:
   bar, and hashed on the way; only when its sha256 matches the expected digest is it
   renamed into place. The cache therefore never holds a half-written or unverified
   file, and an interrupted transfer (a dropped connection, Ctrl-C, a killed process)
-  leaves at most a temporary ``.part`` file that later runs ignore.
+  leaves at most a temporary ``.NAME.XXXXXXXX.tmp`` file that later runs ignore.
 - A digest mismatch is a :class:`~seqtrans.errors.DownloadError` naming the URL, the
   expected and the actual digest, and leaves no cache entry.
 - A mirror replaces the base of every URL, so files are found there by name:
@@ -28,11 +28,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import lzma
-import os
 import re
 import stat
 import tarfile
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -44,12 +42,13 @@ from typing import IO, BinaryIO
 
 from tqdm import tqdm
 
+from seqtrans import atomic, environment
 from seqtrans.errors import DataError, DownloadError
 
 log = logging.getLogger(__name__)
 
-CACHE_ENV = "SEQTRANS_CACHE_DIR"
-MIRROR_ENV = "SEQTRANS_MIRROR"
+CACHE_ENV = environment.CACHE_DIR
+MIRROR_ENV = environment.MIRROR
 _CHUNK = 1 << 20
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -59,9 +58,9 @@ def cache_dir(override: str | Path | None = None) -> Path:
     user's cache directory (``$XDG_CACHE_HOME/seqtrans`` or ``~/.cache/seqtrans``)."""
     if override:
         return Path(override).expanduser()
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    if environment.cache_dir():
+        return Path(environment.cache_dir()).expanduser()
+    base = environment.xdg_cache_home() or Path.home() / ".cache"
     return Path(base) / "seqtrans"
 
 
@@ -75,7 +74,7 @@ def file_name(url: str) -> str:
 
 def mirror_url(url: str, mirror: str | None = None) -> str:
     """``url`` as found in ``mirror`` (or ``$SEQTRANS_MIRROR``); ``url`` itself without one."""
-    mirror = mirror or os.environ.get(MIRROR_ENV) or ""
+    mirror = mirror or environment.mirror()
     if not mirror:
         return url
     if "://" not in mirror:  # a plain directory path
@@ -111,22 +110,13 @@ def fetch(url: str, *, sha256: str, cache: str | Path | None = None, subdir: str
                     target, actual, sha256)
         target.unlink()
     source = mirror_url(url, mirror)
-    target.parent.mkdir(parents=True, exist_ok=True)
     log.info("downloading %s to %s", source, target)
-    fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            actual = _copy(source, out, name=target.name, progress=progress, timeout=timeout)
-            out.flush()
-            os.fsync(out.fileno())
+    with atomic.replacing(target, durable=True) as out:
+        actual = _copy(source, out, name=target.name, progress=progress, timeout=timeout)
         if actual != sha256:
             where = f" (through the mirror: {source})" if source != url else ""
             raise DownloadError(f"{url}: sha256 mismatch{where}: expected {sha256}, got {actual}; "
                                 "nothing was stored in the cache")
-        os.replace(part, target)
-    except BaseException:
-        Path(part).unlink(missing_ok=True)
-        raise
     return target
 
 
@@ -221,13 +211,6 @@ def _zip_member(archive: Path, z: zipfile.ZipFile, member: str) -> IO[bytes]:
 
 
 def _write_atomic(path: Path, source: IO[bytes]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out, source:
-            while chunk := source.read(_CHUNK):
-                out.write(chunk)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with source, atomic.replacing(path) as out:
+        while chunk := source.read(_CHUNK):
+            out.write(chunk)

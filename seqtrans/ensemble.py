@@ -108,5 +108,5 @@ def members(model: Transformer | Ensemble) -> list[Transformer]:
 def position_limit(model: Transformer | Ensemble) -> int | None:
     """The most output tokens before the end symbol that every member's learned
     positions reach (None when no member has learned positions)."""
-    limits = [m.config.max_positions - 1 for m in members(model) if m.config.positions == "learned"]
+    limits = [limit - 1 for m in members(model) if (limit := m.config.position_limit) is not None]
     return min(limits) if limits else None

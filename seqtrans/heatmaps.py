@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from seqtrans import atomic
 from seqtrans.attention.maps import AttentionMaps, MemoryWeights, MonotonicWeights
 from seqtrans.data import source_ids, too_long
 from seqtrans.errors import DataError, UsageError
@@ -214,8 +215,7 @@ def _monotonic(plt: Any, layers: list[tuple[int, Any]], attended: Attended) -> A
 
 
 def _save(plt: Any, fig: Any, path: Path) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png", dpi=80)
+    with atomic.replacing(path) as f:
+        fig.savefig(f, format="png", dpi=80)
     plt.close(fig)
-    tmp.replace(path)
     return path

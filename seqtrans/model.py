@@ -35,7 +35,7 @@ from seqtrans.attention import (
 from seqtrans.config import ModelConfig
 from seqtrans.dropout import Dropout
 from seqtrans.extension import ExtensionState, Feature, ModelExtension, check_supported
-from seqtrans.kernels import output_projection
+from seqtrans.linear.fp32 import output_projection
 from seqtrans.masks import padding_mask
 from seqtrans.tasks.protocol import Codec, ModelExtending
 from seqtrans.vocab import PAD

@@ -9,6 +9,7 @@ import select
 from collections.abc import Callable, Iterable, Iterator
 
 from seqtrans.data import prediction, source_ids, too_long
+from seqtrans.ensemble import position_limit
 from seqtrans.errors import DataError, UsageError
 from seqtrans.pipeline import Loaded
 from seqtrans.vocab import UNK
@@ -53,12 +54,18 @@ def unseen(loaded: Loaded, source: object) -> list[str]:
     return [t for t in loaded.codec.source_tokens(source) if vocab.index(t) == UNK]
 
 
-def _check_source(loaded: Loaded, source: object, name: str, number: int) -> None:
+def warn_unseen(loaded: Loaded, source: object, name: str, number: int) -> None:
+    """Log the source's symbols that the model has never seen (read as ``<unk>``), with
+    where the source came from (``name:number``)."""
     unknown = unseen(loaded, source)
     if unknown:
         shown = ", ".join(repr(t) for t in unknown[:10]) + (", ..." if len(unknown) > 10 else "")
         log.warning("%s:%d: %d symbol(s) the model has never seen, read as <unk>: %s", name, number,
                     len(unknown), shown)
+
+
+def _check_source(loaded: Loaded, source: object, name: str, number: int) -> None:
+    warn_unseen(loaded, source, name, number)
     for model in loaded.models:
         problem = too_long(model.config, loaded.codec, source)
         if problem is not None:
@@ -132,7 +139,7 @@ def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], N
         raise UsageError("streaming decodes greedily: decode.nbest must be 1")
     model, task, codec = loaded.model, loaded.task, loaded.codec
     vocabs = codec.vocabularies
-    limit = model.config.max_positions - 1 if model.config.positions == "learned" else None
+    limit = position_limit(model)
     events = iter(words)
     proportions, laggings = [], []
     line_number = 0
@@ -168,11 +175,7 @@ def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], N
             # the output is complete before the input: the rest of the line is not needed
             while (word := next(events, None)) is not None:
                 arrived.append(word)
-        line = task.parse_source(" ".join(w for w in arrived if w))
-        unknown = unseen(loaded, line)
-        if unknown:
-            log.warning("<stdin>:%d: %d symbol(s) the model has never seen, read as <unk>: %s", line_number,
-                        len(unknown), ", ".join(repr(t) for t in unknown[:10]))
+        warn_unseen(loaded, task.parse_source(" ".join(w for w in arrived if w)), "<stdin>", line_number)
         length = len(ids_of([w for w in arrived if w]))
         if delays and length:
             proportions.append(average_proportion(delays, length))

@@ -9,12 +9,9 @@ A run directory holds ``config.json``, ``vocab/`` (the task's files),
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
-import os
 import random
-import shutil
 import tempfile
 import time
 from collections import Counter
@@ -25,8 +22,9 @@ from typing import Any
 
 import torch
 
+from seqtrans import atomic, distributed, tasks
 from seqtrans import config as cfg
-from seqtrans import distributed, tasks
+from seqtrans.assets import assets_digest, read_assets, write_assets
 from seqtrans.config import DecodeConfig, RunConfig
 from seqtrans.config import resolve_config as resolve_config  # part of the operations API
 from seqtrans.data import Pairs, check_sources, encode_pairs, prediction, source_ids
@@ -64,26 +62,6 @@ def select_device(name: str = "auto") -> torch.device:
     if name not in ("cpu", "cuda"):
         raise UsageError(f"--device must be auto, cpu or cuda, got {name!r}")
     return torch.device(name)
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _read_assets(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
-
-
-def _write_files(directory: Path, files: Mapping[str, bytes]) -> None:
-    """Write ``files`` as the directory ``directory`` (absent or empty), all or nothing."""
-    partial = directory.with_name(directory.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    for name, data in files.items():
-        (partial / name).write_bytes(data)
-    os.replace(partial, directory)
 
 
 @dataclass
@@ -257,7 +235,7 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     _seed(config.seed)
 
     vocab_dir = out / "vocab"
-    given = _read_assets(vocab_dir) if vocab_dir.is_dir() and any(vocab_dir.iterdir()) else None
+    given = read_assets(vocab_dir) if vocab_dir.is_dir() and any(vocab_dir.iterdir()) else None
     if world.main:
         prepared = prepare(task, config, vocabulary=given, progress=progress)
     # the others use rank 0's vocabulary: found in this node's cache, or prepared again with it
@@ -282,9 +260,9 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     if world.main:
         for sub in ("checkpoints", "predictions"):
             (out / sub).mkdir(parents=True, exist_ok=True)
-        _write_json(out / "config.json", cfg.to_dict(config))
+        atomic.write_json(out / "config.json", cfg.to_dict(config))
         if not vocab_dir.is_dir() or not any(vocab_dir.iterdir()):
-            _write_files(vocab_dir, assets)
+            write_assets(vocab_dir, assets)
     distributed.barrier()
     params = model.num_parameters()
     log.info("model: %s parameters (%.1f M)", f"{params:,}", params / 1e6)
@@ -327,7 +305,7 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
         "test_sentences": len(test.examples),
     })
     if world.main:
-        _write_json(out / "metrics.json", metrics)
+        atomic.write_json(out / "metrics.json", metrics)
     log.info("test: %s", ", ".join(f"{k} {v}" for k, v in metrics.items()))
     distributed.barrier()
     return metrics
@@ -408,7 +386,7 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
     with tempfile.TemporaryDirectory(prefix="seqtrans-assets-") as scratch:
         for name, data in payload.get("assets", {}).items():
             (Path(scratch) / name).write_bytes(data)
-        codec = task.vocabulary(Path(scratch), None)  # self-contained: it pickles
+        codec = task.load_vocabulary(Path(scratch))  # self-contained: it pickles
     dev_ = device if isinstance(device, torch.device) else select_device(device)
     model = build_model(config.model, codec)
     try:
@@ -416,15 +394,8 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
     except RuntimeError as exc:
         raise CheckpointError(f"{ckpt_path}: weights do not fit the model of its config: {exc}") from None
     model.to(dev_).eval()
-    return Loaded(config, task, codec, model, dev_, vocabulary_digest=_digest(payload.get("assets", {})))
-
-
-def _digest(assets: Mapping[str, bytes]) -> str:
-    h = hashlib.sha256()
-    for name in sorted(assets):
-        h.update(f"{len(name)}:{name}:{len(assets[name])}:".encode())
-        h.update(assets[name])
-    return h.hexdigest()
+    return Loaded(config, task, codec, model, dev_,
+                  vocabulary_digest=assets_digest(payload.get("assets", {})))
 
 
 def load_ensemble(paths: Sequence[str | Path], *, overrides: Iterable[str] = (),

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from seqtrans import atomic
 from seqtrans.errors import DataError, UsageError
 
 #: (event, key, title) of the panels, top to bottom; dev metrics follow dev loss.
@@ -79,9 +80,7 @@ def plot(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    fig.savefig(tmp, format="png", dpi=90)
+    with atomic.replacing(out) as f:
+        fig.savefig(f, format="png", dpi=90)
     plt.close(fig)
-    tmp.replace(out)
     return out

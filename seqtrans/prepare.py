@@ -49,7 +49,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from seqtrans import download
+from seqtrans import atomic, download
+from seqtrans.assets import assets_digest, read_assets
 from seqtrans.binarized import (
     FORMAT,
     META,
@@ -63,9 +64,9 @@ from seqtrans.binarized import (
     save_array,
 )
 from seqtrans.config import RunConfig, to_dict
+from seqtrans.encoding import source_ids, target_ids, within
 from seqtrans.errors import DataError
 from seqtrans.tasks.protocol import Codec, DataDigest, Example, Skipped, Task
-from seqtrans.vocab import source_ids, target_ids
 
 log = logging.getLogger(__name__)
 
@@ -107,18 +108,6 @@ def cache_root(config: RunConfig) -> Path:
     return download.cache_dir() / "prepared"
 
 
-def _assets(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
-
-
-def _digest_assets(assets: Mapping[str, bytes]) -> str:
-    digest = hashlib.sha256()
-    for name, data in sorted(assets.items()):
-        digest.update(f"{name}\0{len(data)}\0".encode())
-        digest.update(data)
-    return digest.hexdigest()
-
-
 def data_digest(task: Task[Any, Any, Any], config: RunConfig) -> str:
     """The task's digest of its training data; without one, the sha256 of the data
     settings and of everything its training reader yields (read once for this)."""
@@ -141,7 +130,7 @@ def dataset_key(config: RunConfig, data: str, vocabulary: Mapping[str, bytes] | 
         "data": data,
         "max_length": config.train.max_length,
         "dedup": config.train.dedup,
-        "vocabulary": _digest_assets(vocabulary) if vocabulary else "built",
+        "vocabulary": assets_digest(vocabulary) if vocabulary else "built",
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -160,7 +149,7 @@ def prepare(task: Task[Any, Any, Any], config: RunConfig, *, vocabulary: Mapping
     key = dataset_key(config, data, None)
     if vocabulary:
         built = _directory(root, config, key) / VOCAB
-        if not (built.is_dir() and _assets(built) == dict(vocabulary)):
+        if not (built.is_dir() and read_assets(built) == dict(vocabulary)):
             key = dataset_key(config, data, vocabulary)
     final = _directory(root, config, key)
     root.mkdir(parents=True, exist_ok=True)
@@ -202,7 +191,7 @@ def _open(task: Task[Any, Any, Any], directory: Path, key: str, *, verify: bool)
     vocab_dir = directory / VOCAB
     if not vocab_dir.is_dir():
         raise PreparedError(vocab_dir, None, "missing")
-    return Prepared(dataset, task.vocabulary(vocab_dir, None), _assets(vocab_dir), reused=True)
+    return Prepared(dataset, task.load_vocabulary(vocab_dir), read_assets(vocab_dir), reused=True)
 
 
 def examples_of(items: Iterable[Example[Any, Any] | Skipped]) -> Iterator[Example[Any, Any]]:
@@ -247,13 +236,13 @@ def _vocabulary(task: Task[Any, Any, Any], partial: Path, given: Mapping[str, by
                             bar.update(1)
                             yield ex
 
-                    task.vocabulary(scratch, examples())
+                    task.build_vocabulary(scratch, examples())
                 (partial / _COUNT).write_text(json.dumps({"examples": counted}))
             os.replace(scratch, directory)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         _release_memory()
-    return task.vocabulary(directory, None)
+    return task.load_vocabulary(directory)
 
 
 def _release_memory() -> None:
@@ -396,7 +385,7 @@ def encode_shard(codec: Codec[Any, Any, Any], index: int, first: int, examples: 
             raise  # names its file and line already
         except Exception as exc:  # a codec's failure on one example names the example
             raise DataError(ex.origin or None, None, f"cannot encode: {type(exc).__name__}: {exc}") from None
-        if len(s) > max_length or len(t) + 1 > max_length:
+        if not within(max_length, s, t):
             too_long += 1
             continue
         pair = array("i", s)
@@ -409,13 +398,11 @@ def encode_shard(codec: Codec[Any, Any, Any], index: int, first: int, examples: 
         tgt_len.append(len(t))
         positions.append(first + offset)
     path = _shard_path(shards, index)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with atomic.replacing(path) as f:
         np.savez(f, src=np.frombuffer(src, np.int32), tgt=np.frombuffer(tgt, np.int32),
                  src_len=np.frombuffer(src_len, np.int32), tgt_len=np.frombuffer(tgt_len, np.int32),
                  positions=np.frombuffer(positions, np.int64), hashes=np.frombuffer(hashes, np.uint64),
                  too_long=np.array(too_long))
-    os.replace(tmp, path)
 
 
 def _join(codec: Codec[Any, Any, Any], config: RunConfig, key: str, partial: Path, shards: Path,
@@ -426,34 +413,11 @@ def _join(codec: Codec[Any, Any, Any], config: RunConfig, key: str, partial: Pat
     if len(paths) != expected:
         raise PreparedError(shards, None, f"{len(paths)} shards for {examples} examples, expected {expected}")
     inputs = examples + sum(removed.counts.values())  # before the engine's own removals
-    hashes = np.concatenate([np.load(p)["hashes"] for p in paths]) if paths else np.zeros(0, np.uint64)
-    keep = np.ones(len(hashes), dtype=bool)
-    if config.train.dedup and len(hashes):
-        _, first = np.unique(hashes, return_index=True)
-        keep[:] = False
-        keep[first] = True
-        removed.counts["duplicate of an earlier pair (train.dedup)"] = int((~keep).sum())
-    too_long = 0
+    keep = _kept(paths, dedup=config.train.dedup, removed=removed)
     vocabs = codec.vocabularies
     dtype = ids_dtype(max(len(vocabs.source), len(vocabs.target)))
     writers = {side: IdsWriter(partial / f"{side}.ids", dtype=dtype, key=key) for side in SIDES}
-    lengths: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
-    positions: list[np.ndarray] = []
-    start = 0
-    for path in paths:
-        shard = np.load(path)
-        too_long += int(shard["too_long"])
-        mask = keep[start: start + len(shard["hashes"])]
-        start += len(mask)
-        for side in SIDES:
-            ids, lens = shard[side], shard[f"{side}_len"]
-            if not mask.all():
-                ends = np.cumsum(lens)
-                ids = np.concatenate([ids[a:b] for a, b, k in zip(ends - lens, ends, mask) if k] or [ids[:0]])
-                lens = lens[mask]
-            writers[side].append(ids)
-            lengths[side].append(lens)
-        positions.append(shard["positions"][mask])
+    too_long, lengths, positions = _copy_shards(paths, keep, writers)
     if too_long:
         removed.counts[f"longer than train.max_length={config.train.max_length} tokens"] = too_long
     for reason, count in removed.counts.items():
@@ -462,15 +426,8 @@ def _join(codec: Codec[Any, Any, Any], config: RunConfig, key: str, partial: Pat
     files: dict[str, dict[str, Any]] = {}
     tokens = {}
     for side in SIDES:
-        digest = writers[side].close()
-        files[f"{side}.ids"] = {"sha256": digest}
-        lens = np.concatenate(lengths[side]) if lengths[side] else np.zeros(0, np.int32)
-        offsets = np.zeros(len(lens) + 1, dtype=np.int64)
-        np.cumsum(lens, out=offsets[1:])
-        files[f"{side}.offsets.npy"] = {"sha256": save_array(partial / f"{side}.offsets.npy", offsets)}
-        narrow = lens.astype(lengths_dtype(int(lens.max(initial=0))))
-        files[f"{side}.lengths.npy"] = {"sha256": save_array(partial / f"{side}.lengths.npy", narrow)}
-        tokens[side] = int(offsets[-1])
+        files[f"{side}.ids"] = {"sha256": writers[side].close()}
+        tokens[side] = _write_lengths(partial, side, lengths[side], files)
     pos = np.concatenate(positions) if positions else np.zeros(0, np.int64)
     files["positions.npy"] = {"sha256": save_array(partial / "positions.npy", pos.astype(np.int64))}
     for name, info in files.items():
@@ -488,9 +445,57 @@ def _join(codec: Codec[Any, Any, Any], config: RunConfig, key: str, partial: Pat
         "settings": {"max_length": config.train.max_length, "dedup": config.train.dedup},
         "files": files, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    tmp = partial / (META + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, partial / META)
+    atomic.write_json(partial / META, meta)
     log.info("prepared data: %d pairs (%d source / %d target tokens) of %d inputs read; removed: %s",
              len(pos), tokens["src"], tokens["tgt"], inputs,
              ", ".join(f"{n} {reason}" for reason, n in sorted(removed.counts.items())) or "none")
+
+
+def _kept(paths: list[Path], *, dedup: bool, removed: _Removed) -> np.ndarray:
+    """Which pairs of the shards are kept, in order [P] bool: all, or with ``dedup`` the
+    first of each pair hash (the repeats counted in ``removed``)."""
+    hashes = np.concatenate([np.load(p)["hashes"] for p in paths]) if paths else np.zeros(0, np.uint64)
+    keep = np.ones(len(hashes), dtype=bool)
+    if dedup and len(hashes):
+        _, first = np.unique(hashes, return_index=True)
+        keep[:] = False
+        keep[first] = True
+        removed.counts["duplicate of an earlier pair (train.dedup)"] = int((~keep).sum())
+    return keep
+
+
+def _copy_shards(paths: list[Path], keep: np.ndarray, writers: Mapping[str, IdsWriter],
+                 ) -> tuple[int, dict[str, list[np.ndarray]], list[np.ndarray]]:
+    """Append the kept pairs' ids of every shard to ``writers``; the count of pairs too long
+    for ``train.max_length``, the kept lengths of each side and the kept positions, per shard."""
+    too_long = 0
+    lengths: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
+    positions: list[np.ndarray] = []
+    start = 0
+    for path in paths:
+        shard = np.load(path)
+        too_long += int(shard["too_long"])
+        mask = keep[start: start + len(shard["hashes"])]
+        start += len(mask)
+        for side in SIDES:
+            ids, lens = shard[side], shard[f"{side}_len"]
+            if not mask.all():
+                ends = np.cumsum(lens)
+                ids = np.concatenate([ids[a:b] for a, b, k in zip(ends - lens, ends, mask) if k] or [ids[:0]])
+                lens = lens[mask]
+            writers[side].append(ids)
+            lengths[side].append(lens)
+        positions.append(shard["positions"][mask])
+    return too_long, lengths, positions
+
+
+def _write_lengths(partial: Path, side: str, lengths: list[np.ndarray],
+                   files: dict[str, dict[str, Any]]) -> int:
+    """Write a side's offsets and lengths (recorded in ``files``); its number of tokens."""
+    lens = np.concatenate(lengths) if lengths else np.zeros(0, np.int32)
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    files[f"{side}.offsets.npy"] = {"sha256": save_array(partial / f"{side}.offsets.npy", offsets)}
+    narrow = lens.astype(lengths_dtype(int(lens.max(initial=0))))
+    files[f"{side}.lengths.npy"] = {"sha256": save_array(partial / f"{side}.lengths.npy", narrow)}
+    return int(offsets[-1])

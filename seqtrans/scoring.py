@@ -23,9 +23,9 @@ from seqtrans.decoding.generate import length_batches
 from seqtrans.decoding.search import length_penalty
 from seqtrans.ensemble import Ensemble
 from seqtrans.errors import DataError, UsageError
-from seqtrans.kernels import autocast
 from seqtrans.model import Transformer
 from seqtrans.pipeline import Loaded
+from seqtrans.precision import autocast
 from seqtrans.tasks.protocol import TargetParsing
 from seqtrans.vocab import BOS, EOS, PAD
 
@@ -124,10 +124,10 @@ def read_pairs(loaded: Loaded, src_path: str | Path,
             problem = too_long(model.config, codec, source)
             if problem is not None:
                 raise DataError(src_path, number, problem)
-            c = model.config
-            if c.positions == "learned" and len(tgt_ids) + 1 > c.max_positions:
+            limit = model.config.position_limit
+            if limit is not None and len(tgt_ids) + 1 > limit:
                 raise DataError(tgt_path, number, f"{len(tgt_ids) + 1} target tokens (with the start "
-                                f"symbol), more than the {c.max_positions} positions the model learned "
+                                f"symbol), more than the {limit} positions the model learned "
                                 "(model.max_positions)")
         sources.append(src_ids)
         targets.append(tgt_ids)

@@ -17,8 +17,11 @@ import http.server
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-__all__ = ["serve", "serve_directory"]
+from seqtrans import environment
+
+__all__ = ["serve", "serve_directory", "without_download_settings"]
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -44,3 +47,10 @@ def serve_directory(directory: str | Path) -> contextlib.AbstractContextManager[
     """Serve the files of ``directory`` by name; yields the base URL (a mirror)."""
     handler = functools.partial(_QuietHandler, directory=str(directory))
     return serve(handler)  # type: ignore[arg-type]  # a partial of a handler class
+
+
+def without_download_settings(monkeypatch: Any) -> None:
+    """Unset ``$SEQTRANS_MIRROR`` and ``$SEQTRANS_CACHE_DIR`` for one test (``monkeypatch``
+    is pytest's fixture), so that the machine's settings do not reach the downloads it tests."""
+    for name in (environment.MIRROR, environment.CACHE_DIR):
+        monkeypatch.delenv(name, raising=False)

@@ -10,12 +10,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from seqtrans.errors import DataError
-
-if TYPE_CHECKING:
-    from seqtrans.tasks.protocol import Codec
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
@@ -108,21 +104,3 @@ class Vocabularies:
     @property
     def shared(self) -> bool:
         return self.source == self.target
-
-
-# The conversions through a codec (no torch here: encoding runs in worker processes).
-
-
-def source_ids(codec: Codec[Any, Any, Any], source: Any) -> list[int]:
-    """A source's ids through the task's codec, ending with EOS."""
-    return codec.vocabularies.source.encode(codec.source_tokens(source)) + [EOS]
-
-
-def target_ids(codec: Codec[Any, Any, Any], target: Any) -> list[int]:
-    """A reference's ids through the task's codec, without BOS or EOS."""
-    return codec.vocabularies.target.encode(codec.target_tokens(target))
-
-
-def prediction(codec: Codec[Any, Any, Any], ids: Iterable[int], source: Any) -> Any:
-    """The task's prediction from decoded target ids (up to the first EOS)."""
-    return codec.prediction(codec.vocabularies.target.decode(ids), source)

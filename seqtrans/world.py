@@ -3,9 +3,9 @@ the environment; imports no torch, so that commands which need no model can read
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
+from seqtrans import environment
 from seqtrans.errors import UsageError
 
 
@@ -32,9 +32,7 @@ SINGLE = World()
 def world_from_env() -> World:
     """The world torchrun describes in the environment; one process when it describes none."""
     try:
-        size = int(os.environ.get("WORLD_SIZE", "1"))
-        rank = int(os.environ.get("RANK", "0"))
-        local = int(os.environ.get("LOCAL_RANK", "0"))
+        size, rank, local = environment.torchrun_world()
     except ValueError as exc:
         raise UsageError(f"RANK, WORLD_SIZE and LOCAL_RANK must be integers: {exc}") from None
     if size < 1 or not 0 <= rank < size:

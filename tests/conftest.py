@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +12,7 @@ from counting_extension import CountingExtension
 from seqtrans.config import ModelConfig
 from seqtrans.model import Transformer
 from seqtrans.testing import serve_directory
-from seqtrans.vocab import EOS, PAD
+from seqtrans.vocab import BOS, EOS, PAD
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -30,6 +30,50 @@ def tiny_model(*, vocab: int = 11, seed: int = 0, extension: bool = False,
     if extension:
         model.extend({"counting": CountingExtension(config.d_model)})
     return model.eval()
+
+
+def decoding_copy(make: Callable[[Transformer], Transformer],
+                  layer: type[torch.nn.Module]) -> tuple[Transformer, Transformer]:
+    """A training model and its decoding copy ``make(model)``, checked: the copy is in eval
+    mode with every linear layer and the output projection a ``layer``; the model keeps
+    its mode, its layers and its values."""
+    model = tiny_model(vocab=11, seed=1).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    twin = make(model)
+    assert model.training and not twin.training and model.projection is None
+    assert not any(isinstance(m, layer) for m in model.modules())
+    assert not any(type(m) is torch.nn.Linear for m in twin.modules()) and isinstance(twin.projection, layer)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    return model, twin
+
+
+def assert_causal(model: Transformer, *, change_seen: bool = True) -> None:
+    """Changing the target from each position on changes no output before it (and, with
+    ``change_seen``, some output from it on)."""
+    src = src_batch()
+    tgt = torch.tensor([[BOS, 4, 5, 6, 7], [BOS, 8, 9, 10, 4]])
+    base = model(src, tgt)
+    for t in range(1, tgt.size(1)):
+        changed = tgt.clone()
+        changed[:, t:] = torch.randint(4, 11, changed[:, t:].shape)
+        out = model(src, changed)
+        torch.testing.assert_close(out[:, :t], base[:, :t], atol=1e-6, rtol=0)
+        if change_seen:
+            assert not torch.allclose(out[:, t:], base[:, t:])
+
+
+def assert_alone_as_among_others(model: Transformer) -> None:
+    """A sentence's scores and encoder states are the same alone as padded in a batch
+    beside a longer one."""
+    src = torch.tensor([[5, 6, EOS]])
+    tgt = torch.tensor([[BOS, 7, 8]])
+    alone = model(src, tgt)
+    src2 = torch.tensor([[5, 6, EOS, PAD, PAD, PAD], [4, 5, 6, 7, 8, EOS]])
+    tgt2 = torch.tensor([[BOS, 7, 8, PAD, PAD], [BOS, 9, 9, 9, 9]])
+    together = model(src2, tgt2)
+    torch.testing.assert_close(together[0, :3], alone[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model.encode(src2).memory[0, :3], model.encode(src).memory[0],
+                               atol=1e-5, rtol=1e-5)
 
 
 def src_batch() -> torch.Tensor:

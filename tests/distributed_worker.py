@@ -77,7 +77,7 @@ def decode(out: Path) -> None:
     task = task_cls(task_cls.Config(vocab_size=8, train_size=10))
     scratch = out.parent / f"vocab-{distributed.current().rank}"
     scratch.mkdir(exist_ok=True)
-    codec = task.vocabulary(scratch, iter(()))
+    codec = task.build_vocabulary(scratch, iter(()))
     rng = random.Random(5)
     sources = [[rng.randrange(8) for _ in range(rng.randint(1, 9))] for _ in range(37)]
     torch.manual_seed(0)

@@ -56,7 +56,7 @@ def _loaded(tmp_path: Path, *overrides: str) -> Loaded:
                                                    "model.d_model=16", "model.d_ff=32", "model.heads=2",
                                                    "data.vocab_size=10", *overrides])
     task = tasks.load("copy")(config.data)
-    codec = task.vocabulary(tmp_path, [])
+    codec = task.build_vocabulary(tmp_path, [])
     return Loaded(config, task, codec, build_model(config.model, codec).eval(), torch.device("cpu"))
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
 
 import numpy as np
 
+from fake_plugins.lines_task import LinesCodec
 from seqtrans.data import encode_pairs, pad_batch, token_batches
 from seqtrans.tasks import Example
 from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies
@@ -77,26 +77,11 @@ def test_pad_batch_and_target_shift() -> None:
     assert pad_batch([[5, 6], [7]]).tolist() == [[5, 6], [7, PAD]]
 
 
-@dataclass(frozen=True)
-class Words:
-    """A codec of whitespace-separated words."""
-
-    vocabularies: Vocabularies
-
-    def source_tokens(self, s: str) -> list[str]:
-        return s.split()
-
-    target_tokens = source_tokens
-
-    def prediction(self, tokens: list[str], source: str) -> str:
-        return " ".join(tokens)
-
-
 def test_encode_pairs_drops_and_counts_overlong_pairs(caplog) -> None:
     vocab = Vocab(["a", "b"])
     examples = [Example("a b", "b a"), Example("a a a a a", "a"), Example("b", "a b b b b")]
     with caplog.at_level(logging.WARNING):
-        pairs = encode_pairs(Words(Vocabularies(vocab, vocab)), examples, max_length=4, what="pairs")
+        pairs = encode_pairs(LinesCodec(Vocabularies(vocab, vocab)), examples, max_length=4, what="pairs")
     assert pairs.src == [[4, 5, EOS]] and pairs.tgt == [[5, 4]]
     assert "dropped 2 of 3 pairs" in caplog.text
     batch = pairs.batch([0])

@@ -13,7 +13,7 @@ import pytest
 from conftest import SHARED_DATA
 from seqtrans import download
 from seqtrans.errors import DownloadError
-from seqtrans.testing import serve
+from seqtrans.testing import serve, without_download_settings
 
 MULTI30K = SHARED_DATA / "multi30k"
 URL = "https://example.org/multi30k/raw/{}"
@@ -45,8 +45,7 @@ def truncating_mirror() -> Iterator[str]:
 
 @pytest.fixture(autouse=True)
 def _no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(download.MIRROR_ENV, raising=False)
-    monkeypatch.delenv(download.CACHE_ENV, raising=False)
+    without_download_settings(monkeypatch)
 
 
 def _entries(directory: Path) -> list[str]:
@@ -144,10 +143,10 @@ def test_digests_must_be_sha256() -> None:
         download.fetch(URL.format("val.en.gz"), sha256="abc")
 
 
-def test_a_part_file_left_by_a_killed_process_is_ignored(tmp_path: Path) -> None:
+def test_a_temporary_file_left_by_a_killed_process_is_ignored(tmp_path: Path) -> None:
     # a process killed mid-transfer leaves its temporary file; the cache entry is absent
     # and the next run downloads the file whole beside it
-    (tmp_path / ".val.en.gz.k1ll3d.part").write_bytes(b"\x1f\x8b half")
+    (tmp_path / ".val.en.gz.k1ll3d.tmp").write_bytes(b"\x1f\x8b half")
     path = download.fetch(URL.format("val.en.gz"), sha256=VAL_EN_SHA256, cache=tmp_path,
                           mirror=MULTI30K.as_uri())
     assert path == tmp_path / "val.en.gz"

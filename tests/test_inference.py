@@ -34,7 +34,7 @@ def copy_run(directory: Path, *, seed: int, vocab_size: int = 10, model: tuple[s
                                                    "decode.beam=3", "decode.alpha=0.6"])
     vocab_dir = directory / "vocab"
     vocab_dir.mkdir(parents=True)
-    codec = tasks.load("copy")(config.data).vocabulary(vocab_dir, [])
+    codec = tasks.load("copy")(config.data).build_vocabulary(vocab_dir, [])
     torch.manual_seed(seed)
     net = build_model(config.model, codec)
     assets = {p.name: p.read_bytes() for p in sorted(vocab_dir.iterdir())}

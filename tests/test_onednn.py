@@ -7,15 +7,16 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from conftest import tiny_model
+from conftest import decoding_copy, tiny_model
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.generate import decoding_model, generate
 from seqtrans.ensemble import Ensemble
-from seqtrans.quantize import Int8Linear, OneDNNLinear, onednn, onednn_available, onednn_cached
+from seqtrans.linear.int8 import Int8Linear
+from seqtrans.linear.onednn import OneDNNLinear, onednn_available
+from seqtrans.quantize import onednn, onednn_cached
 from seqtrans.vocab import EOS
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN linear operator")
@@ -40,15 +41,9 @@ def test_the_onednn_layer_computes_f_linear(shape: tuple[int, ...], bias: bool) 
 
 
 def test_the_onednn_copy_shares_the_tensors_and_leaves_the_model_alone() -> None:
-    model = tiny_model(vocab=11, seed=1).train()
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    twin = onednn(model)
-    assert model.training and not twin.training and model.projection is None
-    assert not any(isinstance(m, OneDNNLinear) for m in model.modules())
-    assert not any(type(m) is nn.Linear for m in twin.modules())
-    assert isinstance(twin.projection, OneDNNLinear) and twin.projection.weight is model.output_weight
+    model, twin = decoding_copy(onednn, OneDNNLinear)
+    assert twin.projection is not None and twin.projection.weight is model.output_weight
     assert {id(p) for p in twin.parameters()} <= {id(p) for p in model.parameters()}
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
 def test_decoding_with_the_copy_finds_what_the_model_finds() -> None:

@@ -11,53 +11,35 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fake_plugins.lines_task import LinesCodec, LinesTask
 from seqtrans import prepare as prep
 from seqtrans.binarized import PreparedError, open_dataset
 from seqtrans.config import RunConfig, TrainConfig
+from seqtrans.data import source_ids, target_ids
 from seqtrans.tasks import Example, Skipped
-from seqtrans.vocab import EOS, Vocab, Vocabularies, source_ids, target_ids
-
-
-@dataclass(frozen=True)
-class WordCodec:
-    vocabularies: Vocabularies
-
-    def source_tokens(self, source: str) -> list[str]:
-        return source.split()
-
-    target_tokens = source_tokens
-
-    def prediction(self, tokens: list[str], source: str) -> str:
-        return " ".join(tokens)
+from seqtrans.vocab import EOS, Vocab, Vocabularies
 
 
 @dataclass
-class WordTask:
+class WordTask(LinesTask):
     """Whitespace words; ``items`` is what ``read("train")`` yields. Counts its reads."""
 
     items: list[Example[str, str] | Skipped]
     digest: str | None = None
     reads: list[str] = field(default_factory=list)
 
-    def read(self, split: str) -> Iterator[Example[str, str] | Skipped]:
+    def read(self, split: str) -> Iterator[Example[str, str] | Skipped]:  # type: ignore[override]
         self.reads.append(split)
         return iter(self.items)
 
-    def vocabulary(self, directory: Path, train: Iterable[Example[str, str]] | None) -> WordCodec:
-        if train is not None:
-            Vocab.build(tok for ex in train for tok in (ex.source.split() + ex.target.split())).save(
-                directory / "words.vocab")
+    def build_vocabulary(self, directory: Path, train: Iterable[Example[str, str]]) -> LinesCodec:
+        Vocab.build(tok for ex in train for tok in (ex.source.split() + ex.target.split())).save(
+            directory / "words.vocab")
+        return self.load_vocabulary(directory)
+
+    def load_vocabulary(self, directory: Path) -> LinesCodec:
         vocab = Vocab.load(directory / "words.vocab")
-        return WordCodec(Vocabularies(vocab, vocab))
-
-    def parse_source(self, line: str) -> str:
-        return line
-
-    def format(self, prediction: str) -> str:
-        return prediction
-
-    def score(self, predictions: object, examples: object) -> dict[str, float]:
-        return {"acc": 0.0}
+        return LinesCodec(Vocabularies(vocab, vocab))
 
 
 class DigestTask(WordTask):

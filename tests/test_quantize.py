@@ -8,14 +8,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conftest import tiny_model
+from conftest import decoding_copy, tiny_model
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.generate import generate
 from seqtrans.ensemble import Ensemble
 from seqtrans.errors import ConfigError
-from seqtrans.quantize import Int8Linear, quantize_rows, quantized, quantized_cached
+from seqtrans.linear.int8 import Int8Linear, quantize_rows
+from seqtrans.quantize import quantized, quantized_cached
 from seqtrans.vocab import EOS
 
 
@@ -76,17 +77,9 @@ def test_int8_linear_takes_any_shape_on_the_cpu(rows: int, unsigned: bool) -> No
 
 
 def test_the_decoding_copy_leaves_the_model_and_its_tensors_alone() -> None:
-    model = tiny_model(vocab=11, seed=1).train()
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    twin = quantized(model)
-    assert model.training and not twin.training and model.projection is None
-    assert not any(isinstance(m, Int8Linear) for m in model.modules())
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    linears = [m for m in twin.modules() if isinstance(m, Int8Linear)]
-    assert linears and not any(type(m) is nn.Linear for m in twin.modules())
+    model, twin = decoding_copy(quantized, Int8Linear)
     # tied embeddings: the projection quantizes the embedding matrix, the lookup stays fp32
-    assert isinstance(twin.projection, Int8Linear)
-    assert twin.projection.weight is model.target_embed.weight
+    assert twin.projection is not None and twin.projection.weight is model.target_embed.weight
     assert twin.target_embed.weight is model.target_embed.weight
     src = pad_batch([[4, 5, 6, EOS], [7, EOS]])
     with torch.no_grad():

@@ -84,23 +84,23 @@ def _location(c: ModelConfig) -> LocationScore:
     return LocationScore(c.d_model, c.heads, max_length=c.location_max_length)
 
 
+# The score functions that attend in a multi-head module (seqtrans.attention.content) at
+# either site, by their config name.
+SCORES: dict[str, Callable[[ModelConfig], Any]] = {
+    "dot": _dot, "general": _general, "additive": _additive, "location": _location,
+}
+
 # The mechanisms of each site, by their config name.
 SELF_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
     "scaled_dot": lambda c: SelfAttention(c.d_model, c.heads, dropout=c.attention_dropout),
-    "dot": _content_self(_dot),
-    "general": _content_self(_general),
-    "additive": _content_self(_additive),
-    "location": _content_self(_location),
+    **{name: _content_self(score) for name, score in SCORES.items()},
     "restricted": lambda c: RestrictedSelfAttention(c.d_model, c.heads, radius=c.restricted_radius,
                                                     dropout=c.attention_dropout),
 }
 
 CROSS_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
     "scaled_dot": lambda c: CrossAttention(c.d_model, c.heads, dropout=c.attention_dropout),
-    "dot": _content_cross(_dot),
-    "general": _content_cross(_general),
-    "additive": _content_cross(_additive),
-    "location": _content_cross(_location),
+    **{name: _content_cross(score) for name, score in SCORES.items()},
     "local": lambda c: LocalAttention(c.d_model, c.heads, window=c.local_window,
                                       alignment=c.local_alignment, dropout=c.attention_dropout),
     "memory": lambda c: MemoryAttention(c.d_model, slots=c.memory_slots, encoder_score=c.memory_encoder_score,

@@ -52,11 +52,9 @@ def _projection(lin: nn.Linear) -> nn.Linear:
     return lin
 
 
-class ContentSelfAttention(nn.Module):
-    """Self-attention with a score function.
-
-    ``forward(x [N, T, D], mask=[N, T] | None, causal=bool, cache=KVCache | None) -> [N, T, D]``
-    """
+class _ScoredHeads(nn.Module):
+    """What attention with a score function holds at either site: the score function,
+    dropout on the weights and the output projection that mixes the heads."""
 
     def __init__(self, score: Score, d_model: int, *, dropout: float = 0.0) -> None:
         super().__init__()
@@ -64,6 +62,13 @@ class ContentSelfAttention(nn.Module):
         self.heads = score.heads
         self.dropout = Dropout(dropout)
         self.out = _projection(nn.Linear(d_model, d_model))
+
+
+class ContentSelfAttention(_ScoredHeads):
+    """Self-attention with a score function.
+
+    ``forward(x [N, T, D], mask=[N, T] | None, causal=bool, cache=KVCache | None) -> [N, T, D]``
+    """
 
     def new_cache(self, rows: int, capacity: int, *, like: Tensor) -> KVCache:
         d = self.out.in_features // self.heads
@@ -101,19 +106,12 @@ class ContentState:
         reorder_fields(self, rows, sentences)
 
 
-class ContentCrossAttention(nn.Module):
+class ContentCrossAttention(_ScoredHeads):
     """Encoder-decoder attention with a score function.
 
     ``prepare(memory [B, S, D], mask [B, S]) -> ContentState``;
     ``forward(x [N, T, D], state) -> [N, T, D]`` with N a multiple of B.
     """
-
-    def __init__(self, score: Score, d_model: int, *, dropout: float = 0.0) -> None:
-        super().__init__()
-        self.score = score
-        self.heads = score.heads
-        self.dropout = Dropout(dropout)
-        self.out = _projection(nn.Linear(d_model, d_model))
 
     def prepare(self, memory: Tensor, mask: Tensor) -> ContentState:
         return ContentState(self.score.keys(memory), split_heads(memory, self.heads), key_mask(mask))

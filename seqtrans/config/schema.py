@@ -140,6 +140,12 @@ class ModelConfig:
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise ConfigError(f"model.{key}", f"must be in [0, 1), got {getattr(self, key)}")
 
+    @property
+    def position_limit(self) -> int | None:
+        """The most positions a sequence may have (its end or start symbol included):
+        ``max_positions`` with learned positions, None with sinusoidal ones (no limit)."""
+        return self.max_positions if self.positions == "learned" else None
+
 
 @dataclass(frozen=True)
 class TrainConfig:

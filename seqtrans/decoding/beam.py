@@ -9,6 +9,8 @@ L longest output allowed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -44,6 +46,59 @@ def _extended_scores(model: SearchModel, last: Tensor, step: int, state: SearchS
     return mask_disallowed(log_probs, constraint.allowed(remaining=remaining + 1), by=constraint)
 
 
+@dataclass
+class _Kept:
+    """The ``nbest`` best finished hypotheses of each sentence still decoding, best first."""
+
+    norm: Tensor  # [B, M] length-normalised scores, -inf where none
+    raw: Tensor  # [B, M] log-probabilities
+    tokens: Tensor  # [B, M, t] ending in EOS, PAD after a shorter one's EOS
+
+    @staticmethod
+    def empty(b: int, nbest: int, device: torch.device) -> _Kept:
+        return _Kept(torch.full((b, nbest), NEG_INF, device=device),
+                     torch.full((b, nbest), NEG_INF, device=device),
+                     torch.full((b, nbest, 0), PAD, dtype=torch.long, device=device))
+
+    def merged(self, cand: Tensor, ends: Tensor, rows: Tensor, history: Tensor, step: int,
+               alpha: float) -> _Kept:
+        """These and the candidates that end at ``step`` (``ends``), normalised, the best
+        ``nbest`` kept. cand, ends, rows [B, C] (rows into history [N, step+1])."""
+        b, nbest = self.norm.shape
+        new_norm = torch.where(ends, cand / length_penalty(float(step + 1), alpha), NEG_INF)
+        norm, pick = merge_finished(self.norm, new_norm)  # [B, M]
+        from_new = pick >= nbest
+        new_idx = (pick - nbest).clamp(min=0)
+        old_idx = pick.clamp(max=nbest - 1)
+        raw = torch.where(from_new, cand.gather(1, new_idx), self.raw.gather(1, old_idx))
+        new_tok = history[rows.gather(1, new_idx).flatten(), 1:].view(b, nbest, step)  # [B, M, t] no BOS
+        new_tok = F.pad(new_tok, (0, 1), value=EOS)  # [B, M, t+1]
+        old_tok = F.pad(self.tokens, (0, 1), value=PAD)  # [B, M, t+1]
+        old_tok = old_tok.gather(1, old_idx.unsqueeze(-1).expand_as(old_tok))
+        return _Kept(norm, raw, torch.where(from_new.unsqueeze(-1), new_tok, old_tok))
+
+    def select(self, keep: Tensor) -> _Kept:
+        """The sentences ``keep`` [B'] only."""
+        return _Kept(self.norm[keep], self.raw[keep], self.tokens[keep])
+
+    def hypotheses(self, i: int) -> list[Hypothesis]:
+        """Sentence ``i``'s hypotheses, best first."""
+        out = []
+        for toks, lp, score in zip(self.tokens[i].tolist(), self.raw[i].tolist(), self.norm[i].tolist()):
+            if score == NEG_INF:
+                continue
+            out.append(Hypothesis(toks[: toks.index(EOS)], lp, score))
+        return out
+
+
+def _going_on(go_on: Tensor, cand: Tensor, ends: Tensor, rows: Tensor,
+              token: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The live hypotheses: the candidates ``go_on`` [B, K] picks of cand, ends, rows
+    and token [B, C], as their scores (-inf where one ends), rows and tokens [B, K]."""
+    scores = cand.gather(1, go_on).masked_fill(ends.gather(1, go_on), NEG_INF)
+    return scores, rows.gather(1, go_on), token.gather(1, go_on)
+
+
 @torch.inference_mode()
 def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max_len: Tensor,
                 min_len: int = 0, nbest: int = 1,
@@ -68,9 +123,7 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     history = torch.full((b0 * k, 1), BOS, dtype=torch.long, device=device)  # [N, t+1]
     scores = torch.full((b0, k), NEG_INF, device=device)  # [B, K]
     scores[:, 0] = 0.0  # one live hypothesis per sentence at the start
-    kept = torch.full((b0, nbest), NEG_INF, device=device)  # [B, M] normalised scores
-    kept_raw = torch.full((b0, nbest), NEG_INF, device=device)  # [B, M] log-probs
-    kept_tokens = torch.full((b0, nbest, 0), PAD, dtype=torch.long, device=device)  # [B, M, t]
+    kept = _Kept.empty(b0, nbest, device)
     active = torch.arange(b0, device=device)  # original index of each sentence still decoding
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
 
@@ -80,38 +133,20 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
                                  min_len=min_len, constraint=constrained)
         cand, src_beam, token = top_candidates(total.view(b, k, -1))  # [B, C]
         ends, go_on = split_finished(cand, token, k)
-
-        # finished: normalise and merge into the kept n-best
         rows_c = torch.arange(b, device=device).unsqueeze(1) * k + src_beam  # [B, C] row in history
-        new_norm = torch.where(ends, cand / length_penalty(float(step + 1), alpha), NEG_INF)
-        kept, pick = merge_finished(kept, new_norm)  # [B, M]
-        from_new = pick >= nbest
-        new_idx = (pick - nbest).clamp(min=0)
-        old_idx = pick.clamp(max=nbest - 1)
-        kept_raw = torch.where(from_new, cand.gather(1, new_idx), kept_raw.gather(1, old_idx))
-        new_tok = history[rows_c.gather(1, new_idx).flatten(), 1:].view(b, nbest, step)  # [B, M, t] no BOS
-        new_tok = F.pad(new_tok, (0, 1), value=EOS)  # [B, M, t+1]
-        old_tok = F.pad(kept_tokens, (0, 1), value=PAD)  # [B, M, t+1]
-        old_tok = old_tok.gather(1, old_idx.unsqueeze(-1).expand_as(old_tok))
-        kept_tokens = torch.where(from_new.unsqueeze(-1), new_tok, old_tok)
-
-        # live: the K best candidates that go on
-        scores = cand.gather(1, go_on)  # [B, K]
-        scores = scores.masked_fill(ends.gather(1, go_on), NEG_INF)
-        rows = rows_c.gather(1, go_on)  # [B, K]
-        next_tok = token.gather(1, go_on)  # [B, K]
-
-        done = cannot_improve(scores.max(dim=1).values, kept[:, -1], max_len[active] + 1, alpha)
+        kept = kept.merged(cand, ends, rows_c, history, step, alpha)
+        scores, rows, next_tok = _going_on(go_on, cand, ends, rows_c, token)  # [B, K] each
+        done = cannot_improve(scores.max(dim=1).values, kept.norm[:, -1], max_len[active] + 1, alpha)
         done |= ~torch.isfinite(scores).any(dim=1)
         keep = None
         if bool(done.any()):
             for i in done.nonzero().flatten().tolist():
-                results[int(active[i])] = _hypotheses(kept_tokens[i], kept_raw[i], kept[i])
+                results[int(active[i])] = kept.hypotheses(i)
             keep = (~done).nonzero().flatten()
             if keep.numel() == 0:
                 break
-            active, scores, kept, kept_raw, kept_tokens, rows, next_tok = (
-                t[keep] for t in (active, scores, kept, kept_raw, kept_tokens, rows, next_tok))
+            active, scores, rows, next_tok = (t[keep] for t in (active, scores, rows, next_tok))
+            kept = kept.select(keep)
             limit = max_len[active].repeat_interleave(k)
         # everything per hypothesis follows: rows are indices into the previous step's hypotheses
         flat_rows = rows.flatten()  # [N']
@@ -121,15 +156,6 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
             constrained.reorder(flat_rows, keep)
             constrained.advance(next_tok.flatten())
     return results
-
-
-def _hypotheses(tokens: Tensor, raw: Tensor, norm: Tensor) -> list[Hypothesis]:
-    out = []
-    for toks, lp, score in zip(tokens.tolist(), raw.tolist(), norm.tolist()):
-        if score == NEG_INF:
-            continue
-        out.append(Hypothesis(toks[: toks.index(EOS)], lp, score))
-    return out
 
 
 @torch.inference_mode()

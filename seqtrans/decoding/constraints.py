@@ -94,13 +94,3 @@ def mask_disallowed(log_probs: Tensor, mask: Tensor, *, by: object) -> Tensor:
             f"expected a bool mask of shape {tuple(log_probs.shape)}"
         )
     return log_probs.masked_fill(~mask.to(log_probs.device), float("-inf"))
-
-
-def apply_constraint(log_probs: Tensor, constraint: Constraint | None, prefix: Tensor, *,
-                     rows: Tensor, remaining: Tensor) -> Tensor:
-    """Set the log-probability of tokens the constraint forbids after ``prefix`` to -inf.
-    [N, V] -> [N, V]"""
-    if constraint is None:
-        return log_probs
-    return mask_disallowed(log_probs, constraint.allowed(prefix, rows=rows, remaining=remaining),
-                           by=constraint)

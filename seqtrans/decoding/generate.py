@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from tqdm import tqdm
 
+from seqtrans import environment
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import beam_search, greedy_search
@@ -16,9 +16,10 @@ from seqtrans.decoding.constraints import Constraint
 from seqtrans.decoding.protocol import SearchModel
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.ensemble import Ensemble
-from seqtrans.kernels import autocast
+from seqtrans.linear.onednn import onednn_available
 from seqtrans.model import Transformer
-from seqtrans.quantize import onednn_available, onednn_cached, quantized_cached
+from seqtrans.precision import autocast
+from seqtrans.quantize import onednn_cached, quantized_cached
 
 ConstraintFactory = Callable[[list[int]], "Constraint | None"]
 
@@ -54,7 +55,7 @@ def decoding_model(model: SearchModel, precision: str, device: torch.device) -> 
     if precision == "int8":
         make = quantized_cached
     elif (precision == "fp32" and device.type == "cpu" and onednn_available()
-          and os.environ.get("SEQTRANS_TUNE_MATMUL", "1") != "0"):
+          and environment.tune_matmul()):
         make = onednn_cached
     else:
         return model

@@ -77,10 +77,12 @@ def check_task(task: Task[Any, Any, Any], directory: Path, *, examples: int = 50
         raise ContractError("read() of an unknown split must raise UsageError (seqtrans.tasks.check_split)")
 
     directory.mkdir(parents=True, exist_ok=True)
-    codec = task.vocabulary(directory, samples["train"])
-    _require(isinstance(codec, Codec), f"vocabulary() returned {type(codec).__name__}, not a codec")
-    reloaded = task.vocabulary(directory, None)
-    _require(reloaded.vocabularies == codec.vocabularies, "vocabulary() does not reload what it built")
+    codec = task.build_vocabulary(directory, samples["train"])
+    reloaded = task.load_vocabulary(directory)
+    for method, made in (("build_vocabulary", codec), ("load_vocabulary", reloaded)):
+        _require(isinstance(made, Codec), f"{method}() returned {type(made).__name__}, not a codec")
+    _require(reloaded.vocabularies == codec.vocabularies,
+             "load_vocabulary() does not load what build_vocabulary() built")
     try:
         copied = pickle.loads(pickle.dumps(codec))
     except Exception as exc:  # any failure to pickle breaks worker processes

@@ -7,10 +7,11 @@ and its decoding defaults. A plugin provides two objects:
   entry-point group: its name, its options (``Config``), its defaults and presets, its
   metric, and instances (:class:`Task`) that read data, build vocabularies, parse
   ``predict`` input, format and score predictions;
-- a **codec** (:class:`Codec`), returned by :meth:`Task.vocabulary`: the vocabularies
-  and the task's conversions between its objects and token strings. Everything that
-  needs the vocabulary lives on the codec, so nothing depends on the order of calls,
-  and a codec pickles, so encoding can run in worker processes and on other ranks.
+- a **codec** (:class:`Codec`), returned by :meth:`Task.build_vocabulary` and
+  :meth:`Task.load_vocabulary`: the vocabularies and the task's conversions between
+  its objects and token strings. Everything that needs the vocabulary lives on the
+  codec, so nothing depends on the order of calls, and a codec pickles, so encoding
+  can run in worker processes and on other ranks.
 
 A codec may have optional abilities, each a runtime-checkable protocol the engine
 tests with ``isinstance``: :class:`Constraining` (restrict next tokens during
@@ -125,13 +126,16 @@ class Task(Protocol[SourceT, TargetT, PredictionT]):
         """
         ...
 
-    def vocabulary(self, directory: Path,
-                   train: Iterable[Example[SourceT, TargetT]] | None) -> Codec[SourceT, TargetT, PredictionT]:
+    def build_vocabulary(self, directory: Path,
+                         train: Iterable[Example[SourceT, TargetT]]) -> Codec[SourceT, TargetT, PredictionT]:
         """Build the vocabularies (and any tokenizer model) into ``directory`` from
-        ``train``, or, when ``train`` is None, load them from ``directory``; return the
-        codec. Everything written there travels inside checkpoints, so a checkpoint
-        alone is enough to decode.
+        ``train``; return the codec. Everything written there travels inside
+        checkpoints, so a checkpoint alone is enough to decode.
         """
+        ...
+
+    def load_vocabulary(self, directory: Path) -> Codec[SourceT, TargetT, PredictionT]:
+        """The codec of what :meth:`build_vocabulary` wrote into ``directory``."""
         ...
 
     def parse_source(self, line: str) -> SourceT:
@@ -231,7 +235,7 @@ class DataDigest(Protocol):
     (``seqtrans prepare``) is found again without reading the data."""
 
     def train_digest(self) -> str:
-        """A string that changes whenever ``read("train")`` or ``vocabulary(directory,
+        """A string that changes whenever ``read("train")`` or ``build_vocabulary(directory,
         train)`` could give another result: a digest of the training files' contents and
         of the options that shape the training examples and the vocabulary. Without this
         ability the engine reads the training split and hashes what it yields."""
@@ -268,7 +272,7 @@ class Upgrading(Protocol):
 #: Members the engine requires of a task class (:class:`TaskClass`) and of its
 #: instances (:class:`Task`); checked when a plugin is loaded.
 CLASS_MEMBERS = ("name", "Config", "defaults", "presets", "metric")
-TASK_METHODS = ("read", "vocabulary", "parse_source", "format", "score")
+TASK_METHODS = ("read", "build_vocabulary", "load_vocabulary", "parse_source", "format", "score")
 
 
 def missing_members(task_cls: object) -> list[str]:

@@ -16,20 +16,19 @@ import hashlib
 import logging
 import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from seqtrans import atomic
 from seqtrans.errors import CheckpointError
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
 _NAME = re.compile(r"^checkpoint_(\d+)\.pt$")
-_TEMPORARY = re.compile(r"^\..+\.tmp$")
 #: The suffix a damaged checkpoint is renamed with: kept for inspection, never loaded.
 DAMAGED = ".damaged"
 
@@ -75,30 +74,14 @@ def save_atomic(payload: Mapping[str, Any], path: str | Path) -> None:
     payload = {**payload, "digest": digest(payload)}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot be written: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, "wb") as f:
+        with atomic.replacing(path, durable=True) as f:
             torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise CheckpointError(f"{path}: writing it failed: {exc.strerror or exc} (nothing was replaced: "
                               "the files written before it are intact)") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:  # make the rename itself durable
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:  # pragma: no cover - platforms without directory fsync
-        pass
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -152,7 +135,7 @@ def remove_temporary(directory: str | Path) -> None:
     directory = Path(directory)
     if directory.is_dir():
         for p in directory.iterdir():
-            if _TEMPORARY.match(p.name):
+            if atomic.is_temporary(p.name):
                 p.unlink(missing_ok=True)
 
 
@@ -171,16 +154,10 @@ def prune(directory: str | Path, keep: int) -> None:
         path.unlink(missing_ok=True)
 
 
-def average_weights(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
-    """The element-wise mean of the models' parameters (paper, section 6.1).
-
-    Floating-point tensors are summed in float64 and cast back; other tensors are
-    taken from the last checkpoint.
-    """
-    return _average(paths)[0]
-
-
 def _average(paths: Sequence[str | Path]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The element-wise mean of the models' parameters (paper, section 6.1), and the last
+    checkpoint. Floating-point tensors are summed in float64 and cast back; other tensors
+    are taken from the last checkpoint."""
     if not paths:
         raise CheckpointError("no checkpoints to average")
     total: dict[str, torch.Tensor] = {}

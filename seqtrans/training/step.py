@@ -20,8 +20,8 @@ from seqtrans.config import TrainConfig
 from seqtrans.data import Pairs
 from seqtrans.distributed import World
 from seqtrans.errors import TrainingError
-from seqtrans.kernels import autocast
 from seqtrans.model import Transformer
+from seqtrans.precision import autocast
 from seqtrans.training.loss import projected_label_smoothed_loss
 from seqtrans.training.progress import Progress
 from seqtrans.training.runlog import log

@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
-from test_search import BODY, VOCAB, mechanism_model
+from test_search import BODY, VOCAB, assert_decodes_alone_as_among_longer_ones, mechanism_model
 
 from conftest import tiny_model
 from seqtrans.data import pad_batch
@@ -107,21 +107,7 @@ def test_an_ensemble_of_a_model_with_itself_gives_the_models_outputs_and_scores(
 def test_an_ensembles_sentence_decodes_the_same_alone_or_among_longer_ones(beam: int) -> None:
     ensemble = Ensemble([mechanism_model(MEMBERS["extended"], seed=20, vocab=11),
                          mechanism_model(MEMBERS["narrow-memory"], seed=21, vocab=11)])
-    sentences = [[4, 5, EOS], [6, 7, 8, 9, 10, 4, 5, EOS], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, EOS]]
-
-    def decode(idx: list[int]) -> list:
-        src = pad_batch([sentences[i] for i in idx])
-        ml = torch.full((len(idx),), 20)
-        if beam == 1:
-            return greedy_search(ensemble, src, max_len=ml)
-        return beam_search(ensemble, src, beam=beam, alpha=0.6, max_len=ml, nbest=beam)
-
-    together = decode([0, 1, 2])
-    for i in range(3):
-        alone = decode([i])[0]
-        assert [h.tokens for h in alone] == [h.tokens for h in together[i]]
-        for a, b in zip(alone, together[i]):
-            assert a.score == pytest.approx(b.score, abs=1e-4)
+    assert_decodes_alone_as_among_longer_ones(ensemble, beam)
 
 
 def test_ensemble_weights_are_checked() -> None:

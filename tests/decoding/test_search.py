@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from conftest import tiny_model
 from seqtrans.data import pad_batch
 from seqtrans.decoding import beam_search, greedy_search, length_penalty
+from seqtrans.decoding.protocol import SearchModel
 from seqtrans.model import Transformer
 from seqtrans.vocab import BOS, EOS, PAD, UNK
 
@@ -169,13 +170,17 @@ def test_search_respects_the_constraint(beam: int) -> None:
 @pytest.mark.parametrize("beam, options", [pytest.param(1, {}, id="1-scaled_dot"), *(
     pytest.param(4, options, id=f"4-{name}") for name, options in MECHANISM_OPTIONS.items())])
 def test_a_sentence_decodes_the_same_alone_or_among_longer_ones(beam: int, options: dict) -> None:
-    model = mechanism_model(options, seed=7, vocab=11)
+    assert_decodes_alone_as_among_longer_ones(mechanism_model(options, seed=7, vocab=11), beam)
+
+
+def assert_decodes_alone_as_among_longer_ones(model: SearchModel, beam: int) -> None:
+    """Each of three sentences of different lengths decodes to the same hypotheses alone
+    as in one batch with the others."""
     sentences = [[4, 5, EOS], [6, 7, 8, 9, 10, 4, 5, EOS], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, EOS]]
-    max_len = [20, 20, 20]
 
     def decode(idx: list[int]) -> list:
         src = pad_batch([sentences[i] for i in idx])
-        ml = torch.tensor([max_len[i] for i in idx])
+        ml = torch.full((len(idx),), 20)
         if beam == 1:
             return greedy_search(model, src, max_len=ml)
         return beam_search(model, src, beam=beam, alpha=0.6, max_len=ml, nbest=beam)

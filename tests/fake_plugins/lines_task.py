@@ -56,12 +56,13 @@ class LinesTask:
                     raise DataError(path, n, f"expected source<TAB>target, found {len(parts)} field(s)")
                 yield Example(parts[0], parts[1], origin=f"{path}:{n}")
 
-    def vocabulary(self, directory: Path, train: Iterable[Example[str, str]] | None) -> LinesCodec:
-        if train is None:
-            vocab = Vocab.load(directory / "vocab.txt")
-        else:
-            vocab = Vocab.build(w.split() for e in train for w in (e.source, e.target))
-            vocab.save(directory / "vocab.txt")
+    def build_vocabulary(self, directory: Path, train: Iterable[Example[str, str]]) -> LinesCodec:
+        vocab = Vocab.build(w.split() for e in train for w in (e.source, e.target))
+        vocab.save(directory / "vocab.txt")
+        return LinesCodec(Vocabularies(vocab, vocab))
+
+    def load_vocabulary(self, directory: Path) -> LinesCodec:
+        vocab = Vocab.load(directory / "vocab.txt")
         return LinesCodec(Vocabularies(vocab, vocab))
 
     def parse_source(self, line: str) -> str:

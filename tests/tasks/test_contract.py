@@ -40,8 +40,11 @@ class Sampling(LinesCodec):
 
 def _with_codec(codec_cls: type[LinesCodec]) -> type[LinesTask]:
     class Task(LinesTask):
-        def vocabulary(self, directory: Path, train: Iterable[Example[str, str]] | None) -> LinesCodec:
-            return codec_cls(super().vocabulary(directory, train).vocabularies)
+        def build_vocabulary(self, directory: Path, train: Iterable[Example[str, str]]) -> LinesCodec:
+            return codec_cls(super().build_vocabulary(directory, train).vocabularies)
+
+        def load_vocabulary(self, directory: Path) -> LinesCodec:
+            return codec_cls(super().load_vocabulary(directory).vocabularies)
 
     return Task
 

@@ -118,13 +118,15 @@ class CopyTask:
             target = seq[::-1] if c.reverse else seq
             yield Example(seq, target, origin=f"{split}:{i + 1}")
 
-    def vocabulary(self, directory: Path, train: Iterable[Example[Symbols, Symbols]] | None) -> CopyCodec:
-        path = directory / "vocab.txt"
-        if train is None:
-            vocab = Vocab.load(path)
-        else:
-            vocab = Vocab(str(s) for s in range(self.config.vocab_size))
-            vocab.save(path)
+    def build_vocabulary(self, directory: Path, train: Iterable[Example[Symbols, Symbols]]) -> CopyCodec:
+        vocab = Vocab(str(s) for s in range(self.config.vocab_size))
+        vocab.save(directory / "vocab.txt")
+        return self._codec(vocab)
+
+    def load_vocabulary(self, directory: Path) -> CopyCodec:
+        return self._codec(Vocab.load(directory / "vocab.txt"))
+
+    def _codec(self, vocab: Vocab) -> CopyCodec:
         return CopyCodec(Vocabularies(vocab, vocab), constrain=self.config.constrain)
 
     def parse_source(self, line: str) -> Symbols:

@@ -38,7 +38,7 @@ def test_copy_keeps_the_plugin_contract(tmp_path: Path, options: dict) -> None:
 
 def test_the_constraint_makes_every_output_a_permutation_of_its_source(tmp_path: Path) -> None:
     task = CopyTask(CopyConfig(constrain=True, vocab_size=7, train_size=10))
-    codec = task.vocabulary(tmp_path, list(task.read("train")))
+    codec = task.build_vocabulary(tmp_path, list(task.read("train")))
     torch.manual_seed(3)
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=4,
                                     dropout=0.0), codec).eval()

@@ -344,45 +344,51 @@ class ParsingTask:
 
     # -------------------------------------------------------------- vocabularies
 
-    def vocabulary(self, directory: Path, train: Iterable[Example[Sentence, Tree]] | None) -> ParsingCodec:
+    def build_vocabulary(self, directory: Path, train: Iterable[Example[Sentence, Tree]]) -> ParsingCodec:
         import sentencepiece as spm
 
         model_path = directory / "sentencepiece.model"
-        if train is not None:
-            examples = list(train)
-            if not examples:
-                raise DataError(self.source_of("train"), None, "holds no training trees to build the "
-                                "vocabulary from")
-            sentences = [" ".join(e.source.words) for e in examples]
-            train_sentencepiece(sentences, model_path, vocab_size=self.config.vocab_size,
-                                model_type=self.config.sentencepiece_model)
-            sp = spm.SentencePieceProcessor(model_file=str(model_path))
-            log.info("sentencepiece %s: %d pieces (data.vocab_size=%d)", spm.__version__, sp.get_piece_size(),
-                     self.config.vocab_size)
-            source = Vocab(p for p in (sp.id_to_piece(i) for i in range(1, sp.get_piece_size()))
-                           if p and not any(ch.isspace() for ch in p))
-            labels: set[str] = set(PTB_LABELS)
-            for e in examples:  # every order writes the same openings
-                labels.update(tok[1:] for tok in linearize(e.target) if tok[0] == "(")
-            preterminals = [PLACEHOLDER]
-            if self.config.preterminals == "tags":
-                preterminals = sorted(set(PTB_TAGS).union(*(e.source.tags or () for e in examples)))
-            target = Vocab(preterminals + [f"{b}{label}" for label in sorted(labels) for b in "()"])
-            source.save(directory / "source.vocab")
-            target.save(directory / "target.vocab")
-            vectors = self._vectors(directory, sp, examples)
-        else:
-            try:
-                sp = spm.SentencePieceProcessor(model_file=str(model_path))
-            except (OSError, RuntimeError) as exc:
-                raise DataError(model_path, None, f"cannot load the sentencepiece model: {exc}") from None
-            source = Vocab.load(directory / "source.vocab")
-            target = Vocab.load(directory / "target.vocab")
-            vectors = None
-            if self.config.word_vectors:
-                from seqtrans_parsing.vectors import VectorSource
+        examples = list(train)
+        if not examples:
+            raise DataError(self.source_of("train"), None, "holds no training trees to build the "
+                            "vocabulary from")
+        sentences = [" ".join(e.source.words) for e in examples]
+        train_sentencepiece(sentences, model_path, vocab_size=self.config.vocab_size,
+                            model_type=self.config.sentencepiece_model)
+        sp = spm.SentencePieceProcessor(model_file=str(model_path))
+        log.info("sentencepiece %s: %d pieces (data.vocab_size=%d)", spm.__version__, sp.get_piece_size(),
+                 self.config.vocab_size)
+        source = Vocab(p for p in (sp.id_to_piece(i) for i in range(1, sp.get_piece_size()))
+                       if p and not any(ch.isspace() for ch in p))
+        labels: set[str] = set(PTB_LABELS)
+        for e in examples:  # every order writes the same openings
+            labels.update(tok[1:] for tok in linearize(e.target) if tok[0] == "(")
+        preterminals = [PLACEHOLDER]
+        if self.config.preterminals == "tags":
+            preterminals = sorted(set(PTB_TAGS).union(*(e.source.tags or () for e in examples)))
+        target = Vocab(preterminals + [f"{b}{label}" for label in sorted(labels) for b in "()"])
+        source.save(directory / "source.vocab")
+        target.save(directory / "target.vocab")
+        return self._codec(sp, source, target, self._vectors(directory, sp, examples))
 
-                vectors = VectorSource.load(directory / VECTORS_FILE)
+    def load_vocabulary(self, directory: Path) -> ParsingCodec:
+        import sentencepiece as spm
+
+        model_path = directory / "sentencepiece.model"
+        try:
+            sp = spm.SentencePieceProcessor(model_file=str(model_path))
+        except (OSError, RuntimeError) as exc:
+            raise DataError(model_path, None, f"cannot load the sentencepiece model: {exc}") from None
+        source = Vocab.load(directory / "source.vocab")
+        target = Vocab.load(directory / "target.vocab")
+        vectors = None
+        if self.config.word_vectors:
+            from seqtrans_parsing.vectors import VectorSource
+
+            vectors = VectorSource.load(directory / VECTORS_FILE)
+        return self._codec(sp, source, target, vectors)
+
+    def _codec(self, sp: Any, source: Vocab, target: Vocab, vectors: VectorSource | None) -> ParsingCodec:
         return ParsingCodec(sp, Vocabularies(source, target), tags=self.config.preterminals == "tags",
                             unigram=self.config.sentencepiece_model == "unigram",
                             order=self.config.linearization, vectors=vectors,

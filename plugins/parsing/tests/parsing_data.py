@@ -1,10 +1,22 @@
 """Where the parsing tests' data lives (the shared data directory beside the repository),
-and a helper the constraint tests share."""
+and helpers the tests share."""
 
 from pathlib import Path
 from typing import Any
 
 SHARED_DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
+NLTK_DATA = SHARED_DATA / "nltk_data"
+SAMPLE = SHARED_DATA / "ptb-sample"
+
+
+def use_shared_nltk_data(monkeypatch: Any) -> None:
+    """Point NLTK at the shared data for one test: its environment variable and, as NLTK
+    reads that variable once, its search path."""
+    import nltk
+
+    monkeypatch.setenv("NLTK_DATA", str(NLTK_DATA))
+    if str(NLTK_DATA) not in nltk.data.path:
+        monkeypatch.setattr(nltk.data, "path", [str(NLTK_DATA), *nltk.data.path])
 
 
 def admitted_sequences(constraint: Any, vocab: Any, max_len: int) -> set[tuple[str, ...]]:

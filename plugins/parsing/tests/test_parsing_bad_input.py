@@ -190,7 +190,7 @@ def test_an_empty_training_set_names_where_the_trees_were_looked_for(tmp_path: P
     task = ParsingTask(ParsingConfig(train=str(empty)))
     assert list(task.read("train")) == []
     with pytest.raises(DataError, match=rf"{empty}: holds no training trees"):
-        task.vocabulary(tmp_path, [])
+        task.build_vocabulary(tmp_path, [])
     with pytest.raises(DataError, match=r"no such file, directory or glob match"):
         list(ParsingTask(ParsingConfig(train=str(tmp_path / "missing*.mrg"))).read("train"))
 

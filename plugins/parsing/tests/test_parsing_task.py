@@ -10,32 +10,26 @@ from typing import Any
 import pytest
 import torch
 
-from parsing_data import SHARED_DATA
+from parsing_data import SAMPLE, use_shared_nltk_data
 from seqtrans import online, pipeline, scoring, tasks
 from seqtrans.cli import main
 from seqtrans.config import DecodeConfig, ModelConfig
+from seqtrans.data import target_ids
 from seqtrans.errors import ConfigError
 from seqtrans.model import build_model
 from seqtrans.tasks import Example
 from seqtrans.tasks.contract import check_task
-from seqtrans.vocab import UNK, target_ids
+from seqtrans.vocab import UNK
 from seqtrans_parsing import ParsingCodec, ParsingConfig, ParsingTask
 from seqtrans_parsing.cursor import SpanCursor
 from seqtrans_parsing.linearize import linearize
 from seqtrans_parsing.task import PTB_TAGS
 from seqtrans_parsing.trees import read_trees
 
-NLTK_DATA = SHARED_DATA / "nltk_data"
-SAMPLE = SHARED_DATA / "ptb-sample"
-
 
 @pytest.fixture(autouse=True)
 def _nltk_data(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NLTK_DATA", str(NLTK_DATA))
-    import nltk
-
-    if str(NLTK_DATA) not in nltk.data.path:
-        monkeypatch.setattr(nltk.data, "path", [str(NLTK_DATA), *nltk.data.path])
+    use_shared_nltk_data(monkeypatch)
 
 
 def with_cursors(codec: ParsingCodec, *, span: bool = False) -> ParsingCodec:
@@ -69,7 +63,7 @@ def test_the_paper_decoding_defaults_and_the_presets() -> None:
 def _small_task(tmp_path: Path, **options: Any) -> tuple[ParsingTask, ParsingCodec, list[Example]]:
     task = ParsingTask(ParsingConfig(vocab_size=200, train=str(SAMPLE / "dev.trees"), **options))
     train = [e for e in task.read("train") if isinstance(e, Example)]
-    codec = task.vocabulary(tmp_path, train)
+    codec = task.build_vocabulary(tmp_path, train)
     return task, codec, train
 
 
@@ -209,7 +203,7 @@ def test_a_tagging_target_writes_tags_walks_the_cursor_on_them_and_decodes_trees
     assert "tag_accuracy" not in _small_task(tmp_path / "xx")[0].score(preds, [a, b])
     # a saved run loads the same preterminals back
     loaded = ParsingTask(task.config)
-    assert loaded.vocabulary(tmp_path, None).source_walk() == codec.source_walk()
+    assert loaded.load_vocabulary(tmp_path).source_walk() == codec.source_walk()
 
 
 def _first_trees(path: Path, n: int, out: Path) -> Path:
@@ -275,7 +269,7 @@ def test_an_in_order_target_round_trips_and_decodes_well_formed_trees(tmp_path: 
     for beam in (1, 3):
         _assert_constrained_trees(model, codec, sources, beam)
     # a saved run loads the same order back
-    assert ParsingTask(task.config).vocabulary(tmp_path, None).order == "in_order"
+    assert ParsingTask(task.config).load_vocabulary(tmp_path).order == "in_order"
 
 
 def test_a_tiny_in_order_run_through_the_command_line(tmp_path: Path) -> None:

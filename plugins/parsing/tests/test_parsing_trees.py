@@ -13,7 +13,7 @@ import pytest
 from nltk.corpus.reader import BracketParseCorpusReader
 from nltk.corpus.util import LazyCorpusLoader
 
-from parsing_data import SHARED_DATA
+from parsing_data import NLTK_DATA, SAMPLE, use_shared_nltk_data
 from seqtrans import pipeline
 from seqtrans.errors import ConfigError, DataError
 from seqtrans.tasks import Example, Skipped
@@ -21,15 +21,10 @@ from seqtrans_parsing import Parse, ParsingConfig, ParsingTask
 from seqtrans_parsing.treebank import parse_range
 from seqtrans_parsing.trees import MalformedTree, Tree, preprocess, read_trees, strip_function_tags
 
-SAMPLE = SHARED_DATA / "ptb-sample"
-NLTK_DATA = SHARED_DATA / "nltk_data"
-
 
 @pytest.fixture(autouse=True)
 def _nltk_data(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NLTK_DATA", str(NLTK_DATA))
-    if str(NLTK_DATA) not in nltk.data.path:
-        monkeypatch.setattr(nltk.data, "path", [str(NLTK_DATA), *nltk.data.path])
+    use_shared_nltk_data(monkeypatch)
 
 
 def test_multi_line_trees_and_one_tree_per_line_read_alike() -> None:

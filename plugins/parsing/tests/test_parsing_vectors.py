@@ -15,13 +15,14 @@ import torch
 from parsing_data import SHARED_DATA
 from seqtrans import pipeline
 from seqtrans.config import ModelConfig
+from seqtrans.data import source_ids
 from seqtrans.errors import DataError, UsageError
 from seqtrans.extension import ExtensionError
 from seqtrans.model import Transformer, build_model
 from seqtrans.quantize import onednn, quantized
 from seqtrans.tasks import Example, ModelExtending
 from seqtrans.tasks.contract import check_task
-from seqtrans.vocab import EOS, PAD, SPECIALS, source_ids
+from seqtrans.vocab import EOS, PAD, SPECIALS
 from seqtrans_parsing import ParsingConfig, ParsingTask
 from seqtrans_parsing.extensions import VectorInput
 from seqtrans_parsing.task import ParsingCodec
@@ -98,7 +99,7 @@ def _task_and_codec(tmp_path: Path, vectors: Path | None) -> tuple[ParsingTask, 
     task = ParsingTask(ParsingConfig(vocab_size=200, train=str(SAMPLE / "dev.trees"), preterminals="tags",
                                      word_vectors=str(vectors) if vectors else "", source_cursor=True))
     train = [e for e in task.read("train") if isinstance(e, Example)]
-    return task, task.vocabulary(tmp_path, train), train
+    return task, task.build_vocabulary(tmp_path, train), train
 
 
 def _model(codec: ParsingCodec, **options: bool) -> Transformer:
@@ -164,7 +165,7 @@ def test_the_codec_offers_the_vectors_and_the_encoder_reads_them(tmp_path: Path)
     with pytest.raises(ExtensionError, match="'source_vectors' .* CTranslate2's encoder has no input"):
         vectors_only.check_supported("export")
     # a saved run loads the same vectors back
-    loaded = ParsingTask(task.config).vocabulary(tmp_path, None)
+    loaded = ParsingTask(task.config).load_vocabulary(tmp_path)
     assert loaded.vectors == codec.vectors
     again = loaded.source_vectors()
     assert again is not None and np.array_equal(again.lookup(src.tolist()), found.numpy())
@@ -177,11 +178,11 @@ def test_a_run_refuses_vectors_other_than_its_own(tmp_path: Path) -> None:
     task, codec, _ = _task_and_codec(tmp_path, vectors_file)
     _glove_file(tmp_path, ["the", "a"], seed=0)  # the same contents: still accepted
     vectors_module._TABLES.clear()
-    assert ParsingTask(task.config).vocabulary(tmp_path, None).source_vectors() is not None
+    assert ParsingTask(task.config).load_vocabulary(tmp_path).source_vectors() is not None
     vectors_file.write_text(vectors_file.read_text().replace("the", "thy"))
     vectors_module._TABLES.clear()
     with pytest.raises(DataError, match="not the ones the run was trained with"):
-        ParsingTask(task.config).vocabulary(tmp_path, None).source_vectors()
+        ParsingTask(task.config).load_vocabulary(tmp_path).source_vectors()
 
 
 def test_without_vectors_the_model_has_no_vector_input_and_a_missing_file_is_named(tmp_path: Path) -> None:

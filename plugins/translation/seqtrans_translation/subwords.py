@@ -24,13 +24,13 @@ import math
 import os
 import random
 import sys
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import sentencepiece as spm
 
+from seqtrans import atomic
 from seqtrans.errors import DataError
 from seqtrans.vocab import SPECIALS, Vocab
 
@@ -139,15 +139,7 @@ def build(texts: Iterable[str], settings: SubwordSettings, cache: Path, *,
         log.info("sentencepiece: reusing %s", path)
         return Subwords(path.read_bytes(), origin=str(path))
     model = train(chosen, settings, origin=origin)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(model)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.write_bytes(path, model)
     log.info("sentencepiece: trained %s on %d sentences, cached as %s", settings.model_type,
              len(chosen), path)
     return Subwords(model, origin=str(path))

@@ -121,22 +121,22 @@ class TranslationTask:
 
     # -------------------------------------------------------------- subwords
 
-    def vocabulary(self, directory: Path, train: Iterable[Example[str, str]] | None) -> TranslationCodec:
+    def build_vocabulary(self, directory: Path, train: Iterable[Example[str, str]]) -> TranslationCodec:
         """One sentencepiece model for both languages, trained on the training pairs
-        (or reused from the cache) and stored in ``directory``; loaded from there when
-        ``train`` is None."""
-        if train is None:
-            subwords = Subwords.load(directory)
-        else:
-            c = self.config
-            settings = SubwordSettings(model_type=c.subword_model, vocab_size=c.vocab_size,
-                                       character_coverage=c.character_coverage,
-                                       normalization=c.normalization, sample_sentences=c.subword_sample)
-            texts = (text for ex in train for text in (ex.source, ex.target))
-            subwords = build(texts, settings, download.cache_dir(c.cache_dir or None),
-                             origin=self.source_of("train"))
-            subwords.save(directory)
+        (or reused from the cache) and stored in ``directory``."""
+        c = self.config
+        settings = SubwordSettings(model_type=c.subword_model, vocab_size=c.vocab_size,
+                                   character_coverage=c.character_coverage,
+                                   normalization=c.normalization, sample_sentences=c.subword_sample)
+        texts = (text for ex in train for text in (ex.source, ex.target))
+        subwords = build(texts, settings, download.cache_dir(c.cache_dir or None),
+                         origin=self.source_of("train"))
+        subwords.save(directory)
         return TranslationCodec(subwords)
+
+    def load_vocabulary(self, directory: Path) -> TranslationCodec:
+        """The sentencepiece model stored in ``directory``."""
+        return TranslationCodec(Subwords.load(directory))
 
     def source_of(self, split: str) -> str:
         """Where the pairs of a split are read from, as messages name it."""

@@ -116,7 +116,7 @@ def test_an_empty_training_set_names_its_files(tmp_path: Path) -> None:
                                               train_tgt=str(tmp_path / "t1")))
     with pytest.raises(DataError, match=rf"^{tmp_path / 's'} \(with {tmp_path / 't1'}\): holds no training "
                                         "text to learn subwords from$"):
-        empty.vocabulary(tmp_path / "vocab", [])
+        empty.build_vocabulary(tmp_path / "vocab", [])
     blank = TranslationTask(TranslationConfig(dataset="none", train_tsv=str(tmp_path / "t")))
     with pytest.raises(DataError, match=rf"^{tmp_path / 't'}: holds no training text"):
-        blank.vocabulary(tmp_path / "vocab", [])
+        blank.build_vocabulary(tmp_path / "vocab", [])

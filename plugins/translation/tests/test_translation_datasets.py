@@ -15,7 +15,7 @@ import pytest
 from seqtrans import download, pipeline
 from seqtrans.errors import DataError, DownloadError
 from seqtrans.tasks import Example, Skipped
-from seqtrans.testing import serve_directory
+from seqtrans.testing import serve_directory, without_download_settings
 from seqtrans_translation import TranslationConfig, TranslationTask, datasets
 from translation_data import MULTI30K
 
@@ -29,8 +29,7 @@ def http_mirror() -> Iterator[str]:
 
 @pytest.fixture(autouse=True)
 def _no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(download.MIRROR_ENV, raising=False)
-    monkeypatch.delenv(download.CACHE_ENV, raising=False)
+    without_download_settings(monkeypatch)
 
 
 def _task(tmp_path: Path, **options: object) -> TranslationTask:
@@ -51,7 +50,7 @@ def test_multi30k_has_its_published_sizes_in_both_directions(tmp_path: Path) -> 
         assert len(list(_task(tmp_path, test_set=test_set).read("test"))) == size
     # every file went through the cache, verified
     cached = sorted(p.name for p in (tmp_path / "cache" / "multi30k").iterdir())
-    assert len(cached) == 12 and not any(name.endswith(".part") for name in cached)
+    assert len(cached) == 12 and not any(name.startswith(".") for name in cached)
 
 
 def test_a_mirror_with_a_different_file_fails_verification(tmp_path: Path) -> None:

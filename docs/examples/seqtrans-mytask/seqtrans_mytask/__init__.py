@@ -76,13 +76,14 @@ class MyTask:
                 else:
                     yield Example(fields[0], fields[1], origin=origin)
 
-    def vocabulary(self, directory: Path, train: Iterable[Example[str, str]] | None) -> MyCodec:
-        if train is None:
-            vocab = Vocab.load(directory / "vocab.txt")
-        else:
-            sides = (side.split() for e in train for side in (e.source, e.target))
-            vocab = Vocab.build(sides, min_count=self.config.min_count)
-            vocab.save(directory / "vocab.txt")
+    def build_vocabulary(self, directory: Path, train: Iterable[Example[str, str]]) -> MyCodec:
+        sides = (side.split() for e in train for side in (e.source, e.target))
+        vocab = Vocab.build(sides, min_count=self.config.min_count)
+        vocab.save(directory / "vocab.txt")
+        return MyCodec(Vocabularies(vocab, vocab))
+
+    def load_vocabulary(self, directory: Path) -> MyCodec:
+        vocab = Vocab.load(directory / "vocab.txt")
         return MyCodec(Vocabularies(vocab, vocab))
 
     def parse_source(self, line: str) -> str:

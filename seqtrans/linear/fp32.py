@@ -1,5 +1,5 @@
-"""Inference-time choice among equivalent formulations of ``x @ W.T`` for the output
-projection, and the autocast context of the precision settings.
+"""float32 on the BLAS behind ``F.linear``: the form of ``x @ W.T`` for the output
+projection, chosen by shape among equivalent formulations.
 
 Decoding multiplies skinny activations (one row per hypothesis) by the large output
 projection. CPU BLAS libraries are far from equally fast on the equivalent forms
@@ -16,13 +16,14 @@ Shapes: M rows, K inputs, O outputs.
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from seqtrans import environment
 
 _Form = Callable[[Tensor, Tensor, "Tensor | None"], Tensor]
 
@@ -68,15 +69,8 @@ def form_for(rows: int) -> _Form:
 def output_projection(x: Tensor, weight: Tensor) -> Tensor:
     """``x @ weight.T`` for the pre-softmax projection.  x [..., K], weight [O, K] -> [..., O]"""
     if (x.device.type != "cpu" or x.dtype != torch.float32 or torch.is_grad_enabled()
-            or os.environ.get("SEQTRANS_TUNE_MATMUL", "1") == "0"):
+            or not environment.tune_matmul()):
         return F.linear(x, weight)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.size(-1))  # [M, K]
     return form_for(x2.size(0))(x2, weight, None).reshape(*lead, weight.size(0))
-
-
-def autocast(device: torch.device, precision: str) -> torch.autocast:
-    """The autocast context of a ``train.precision`` / ``decode.precision`` setting:
-    bfloat16 for ``"bf16"``, float16 for ``"fp16"``, disabled for ``"fp32"``."""
-    dtype = torch.float16 if precision == "fp16" else torch.bfloat16
-    return torch.autocast(device.type, dtype=dtype, enabled=precision in ("bf16", "fp16"))

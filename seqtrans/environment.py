@@ -1,0 +1,66 @@
+"""The environment variables seqtrans reads, each read here and nowhere else, so that
+one page lists what the environment can change. Imports no torch.
+
+- ``SEQTRANS_TUNE_MATMUL=0``: CPU decoding multiplies with ``F.linear`` only
+  (:mod:`seqtrans.linear`).
+- ``SEQTRANS_CACHE_DIR``, ``XDG_CACHE_HOME``: where downloads are cached
+  (:func:`seqtrans.download.cache_dir`).
+- ``SEQTRANS_MIRROR``: where downloads are read from (:func:`seqtrans.download.mirror_url`).
+- ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``: this process's place in a job, as torchrun
+  sets them (:mod:`seqtrans.world`).
+
+:func:`setting` is the one place that sets one, for the processes seqtrans starts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+TUNE_MATMUL = "SEQTRANS_TUNE_MATMUL"
+CACHE_DIR = "SEQTRANS_CACHE_DIR"
+MIRROR = "SEQTRANS_MIRROR"
+
+
+def tune_matmul() -> bool:
+    """Whether CPU decoding may choose among equivalent matrix multiplies (on unless
+    ``SEQTRANS_TUNE_MATMUL=0``)."""
+    return os.environ.get(TUNE_MATMUL, "1") != "0"
+
+
+def cache_dir() -> str:
+    """``$SEQTRANS_CACHE_DIR``, or an empty string."""
+    return os.environ.get(CACHE_DIR) or ""
+
+
+def xdg_cache_home() -> str:
+    """``$XDG_CACHE_HOME``, or an empty string."""
+    return os.environ.get("XDG_CACHE_HOME") or ""
+
+
+def mirror() -> str:
+    """``$SEQTRANS_MIRROR``, or an empty string."""
+    return os.environ.get(MIRROR) or ""
+
+
+def torchrun_world() -> tuple[int, int, int]:
+    """(``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``), (1, 0, 0) where unset; ValueError
+    when one is not an integer."""
+    return (int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0")),
+            int(os.environ.get("LOCAL_RANK", "0")))
+
+
+@contextmanager
+def setting(name: str, value: str) -> Iterator[None]:
+    """``$name`` set to ``value`` inside the block (for the processes started there),
+    as it was after it."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before

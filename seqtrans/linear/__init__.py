@@ -1,0 +1,19 @@
+"""The three ways seqtrans multiplies by a weight matrix when it decodes, one module each:
+
+- :mod:`.fp32`: float32 through the BLAS behind ``F.linear``; the output projection in
+  the form its shape runs fastest in (:func:`~.fp32.output_projection`, what
+  :class:`~seqtrans.model.Transformer` calls; training, CUDA and other dtypes get
+  ``F.linear``);
+- :mod:`.onednn`: float32 through oneDNN (:class:`~.onednn.OneDNNLinear`), the layers of
+  the fp32 decoding copy on CPU;
+- :mod:`.int8`: int8 weights and activations (:class:`~.int8.Int8Linear`), the layers of
+  the int8 decoding copy (``decode.precision=int8``).
+
+:mod:`seqtrans.quantize` builds the decoding copies of a model from the last two.
+"""
+
+from seqtrans.linear.fp32 import output_projection
+from seqtrans.linear.int8 import Int8Linear
+from seqtrans.linear.onednn import OneDNNLinear, onednn_available
+
+__all__ = ["Int8Linear", "OneDNNLinear", "onednn_available", "output_projection"]
