@@ -18,12 +18,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from seqtrans import tasks
+from seqtrans import atomic, tasks
 from seqtrans.config import DecodeConfig, ModelConfig, TrainConfig
 from seqtrans.errors import UsageError
 from seqtrans.tasks import Upgrading
@@ -111,17 +109,7 @@ def upgrade_run(directory: str | Path) -> list[str]:
             done.append(f"{path}: {'; '.join(changes)}")
     changes = upgrade_config(saved)
     if changes:
-        _replace_json(config_path, saved)
+        atomic.write_json(config_path, saved)
         done.append(f"{config_path}: {'; '.join(changes)}")
     return done
 
-
-def _replace_json(path: Path, data: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
