@@ -49,6 +49,7 @@ from seqtrans import atomic, pipeline
 from seqtrans.config import DecodeConfig
 from seqtrans.data import source_ids
 from seqtrans.decoding import generate
+from seqtrans.inference import loading
 from seqtrans.model import Transformer
 from seqtrans_copy import CopyConfig, CopyTask
 
@@ -163,7 +164,7 @@ def run_config(name: str, overrides: list[str], length: int, args: argparse.Name
         metrics = json.loads((out / "metrics.json").read_text())
     else:
         metrics = pipeline.run(config, out, device="cpu")
-    loaded = pipeline.load(out, device="cpu")
+    loaded = loading.load(out, device="cpu")
     task = CopyTask(config.data)
     sources = [source_ids(loaded.codec, e.source) for e in task.read("test")]
     timing = decode_timing(loaded.model, sources)
@@ -176,7 +177,7 @@ def scaling(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Decode 200 sequences of exactly n tokens with the L = 200 model, for each n, each
     forced to write exactly n tokens."""
     torch.set_num_threads(args.threads)
-    loaded = pipeline.load(Path(args.work) / f"{name}-L200", device="cpu")
+    loaded = loading.load(Path(args.work) / f"{name}-L200", device="cpu")
     points = []
     for n in SCALING:
         task = CopyTask(CopyConfig(min_length=n, max_length=n, test_size=200, seed=args.seed + 7))

@@ -7,7 +7,7 @@ per second of each and the ratios, and each system's model FLOP/s as a fraction 
 machine's fp32 (and bf16) matrix-multiply peak; writes JSON under benchmarks/results/.
 ``--precision`` also times seqtrans in other ``decode.precision`` settings (int8 on CPU).
 
-CTranslate2 decodes the seqtrans model itself, exported by ``seqtrans.export`` (so the
+CTranslate2 decodes the seqtrans model itself, exported by ``seqtrans.inference.export`` (so the
 weights are the same), with ``intra_threads`` = torch's threads, in each compute type of
 :data:`CT2_COMPUTE_TYPES` for the device; the ratio printed is seqtrans (fp32) over it.
 
@@ -42,7 +42,7 @@ from common import (  # noqa: E402
 from seqtrans.config import ModelConfig  # noqa: E402
 from seqtrans.decoding import beam_search, greedy_search  # noqa: E402
 from seqtrans.decoding.generate import decoding_model  # noqa: E402
-from seqtrans.export import export_ctranslate2  # noqa: E402
+from seqtrans.inference.export import export_ctranslate2  # noqa: E402
 from seqtrans.model import Transformer  # noqa: E402
 from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies  # noqa: E402
 

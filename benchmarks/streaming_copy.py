@@ -34,6 +34,7 @@ from seqtrans import atomic, pipeline
 from seqtrans.data import prediction, source_ids
 from seqtrans.decoding import generate
 from seqtrans.decoding.streaming import average_lagging, average_proportion, stream_greedy
+from seqtrans.inference import evaluation, loading
 from seqtrans.vocab import EOS
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -44,9 +45,9 @@ def _mean(values: list[float]) -> float:
 
 
 def evaluate(out: Path) -> dict[str, Any]:
-    loaded = pipeline.load(out, device="cpu")
+    loaded = loading.load(out, device="cpu")
     task, codec, model = loaded.task, loaded.codec, loaded.model
-    examples = pipeline.read_split(task, "test").examples
+    examples = evaluation.read_split(task, "test").examples
     decode = dataclasses.replace(loaded.config.decode, beam=1, nbest=1)
     sources = [source_ids(codec, e.source)[:-1] for e in examples]  # without the end symbol
 

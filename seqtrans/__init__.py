@@ -25,14 +25,14 @@ __version__ = "0.1.0"
 _API = {
     "resolve_config": "seqtrans.config",
     "run": "seqtrans.pipeline",
-    "load": "seqtrans.pipeline",
-    "load_ensemble": "seqtrans.pipeline",
-    "Ensemble": "seqtrans.ensemble",
-    "score_files": "seqtrans.scoring",
-    "evaluate": "seqtrans.pipeline",
-    "predict": "seqtrans.online",
+    "load": "seqtrans.inference.loading",
+    "load_ensemble": "seqtrans.inference.loading",
+    "Ensemble": "seqtrans.inference.ensemble",
+    "score_files": "seqtrans.inference.scoring",
+    "evaluate": "seqtrans.inference.loading",
+    "predict": "seqtrans.inference.online",
     "average": "seqtrans.pipeline",
-    "Loaded": "seqtrans.pipeline",
+    "Loaded": "seqtrans.inference.loading",
     "RunConfig": "seqtrans.config",
     "ModelConfig": "seqtrans.config",
     "TrainConfig": "seqtrans.config",
@@ -61,12 +61,13 @@ if TYPE_CHECKING:
     from seqtrans.config import DecodeConfig, ModelConfig, RunConfig, TrainConfig, resolve_config
     from seqtrans.decoding.constraints import Constraint
     from seqtrans.decoding.search import Hypothesis
-    from seqtrans.ensemble import Ensemble
     from seqtrans.errors import ConfigError, DataError, SeqtransError, UsageError
+    from seqtrans.inference.ensemble import Ensemble
+    from seqtrans.inference.loading import Loaded, evaluate, load, load_ensemble
+    from seqtrans.inference.online import predict
+    from seqtrans.inference.scoring import score_files
     from seqtrans.model import Transformer, build_model
-    from seqtrans.online import predict
-    from seqtrans.pipeline import Loaded, average, evaluate, load, load_ensemble, run
-    from seqtrans.scoring import score_files
+    from seqtrans.pipeline import average, run
     from seqtrans.tasks.protocol import Codec, Example, Skipped, Task, TaskClass
     from seqtrans.vocab import Vocab, Vocabularies
 

@@ -26,8 +26,8 @@ from typing import Any
 
 from seqtrans import __version__, atomic, environment
 from seqtrans.errors import Interrupted, SeqtransError, UsageError
-from seqtrans.export import FORMATS as EXPORT_FORMATS
-from seqtrans.export import QUANTIZATIONS as EXPORT_QUANTIZATIONS
+from seqtrans.inference.export import FORMATS as EXPORT_FORMATS
+from seqtrans.inference.export import QUANTIZATIONS as EXPORT_QUANTIZATIONS
 from seqtrans.tasks.discovery import COMMAND_GROUP, TaskEntry, installed, load_object
 
 log = logging.getLogger("seqtrans")
@@ -379,8 +379,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    from seqtrans.online import line_batches, predict, predict_batches, stream, words_of
-    from seqtrans.pipeline import load_ensemble
+    from seqtrans.inference.loading import load_ensemble
+    from seqtrans.inference.online import line_batches, predict, predict_batches, stream, words_of
 
     overrides = list(args.overrides)
     if args.beam is not None:
@@ -422,7 +422,7 @@ def _stdin_chunks() -> Iterator[str]:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from seqtrans.pipeline import evaluate
+    from seqtrans.inference.loading import evaluate
 
     metrics = evaluate(args.models, split=args.split, overrides=args.overrides, device=args.device,
                        progress=_progress(args))
@@ -431,7 +431,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from seqtrans.export import export
+    from seqtrans.inference.export import export
 
     path = export(args.model, to=args.to, out=args.out, quantization=args.quantization)
     print(f"wrote {path}")
@@ -439,8 +439,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
-    from seqtrans.pipeline import load_ensemble
-    from seqtrans.scoring import format_score, score_files
+    from seqtrans.inference.loading import load_ensemble
+    from seqtrans.inference.scoring import format_score, score_files
 
     loaded = load_ensemble(args.models, overrides=args.overrides, device=args.device)
     scores = score_files(loaded, args.src, args.tgt, progress=_progress(args))
@@ -462,8 +462,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_attention(args: argparse.Namespace) -> int:
-    from seqtrans.heatmaps import attend, draw
-    from seqtrans.pipeline import load
+    from seqtrans.inference.heatmaps import attend, draw
+    from seqtrans.inference.loading import load
 
     overrides = [f"decode.beam={args.beam}"] if args.beam is not None else []
     loaded = load(args.model, overrides=overrides, device=args.device)

@@ -70,7 +70,7 @@ def train(out: Path, steps: int, accumulate: int, device_name: str = "cpu") -> N
 
 def decode(out: Path) -> None:
     from seqtrans import tasks
-    from seqtrans.pipeline import decode_sources
+    from seqtrans.inference.evaluation import decode_sources
 
     distributed.init("cpu", timeout=60)
     task_cls = tasks.load("copy")

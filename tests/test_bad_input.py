@@ -16,9 +16,10 @@ from seqtrans import tasks
 from seqtrans.config import ModelConfig, RunConfig, TrainConfig
 from seqtrans.data import Pairs
 from seqtrans.errors import CheckpointError, DataError, UsageError
+from seqtrans.inference.evaluation import Split, score_examples
+from seqtrans.inference.loading import Loaded
+from seqtrans.inference.online import predict_batches
 from seqtrans.model import Transformer, build_model
-from seqtrans.online import predict_batches
-from seqtrans.pipeline import Loaded, Split, score_examples
 from seqtrans.tasks import Example
 from seqtrans.training import checkpoint
 from seqtrans.training.loop import Trainer

@@ -16,10 +16,10 @@ from seqtrans.cli import main
 from seqtrans.config import ModelConfig
 from seqtrans.decoding import greedy_search
 from seqtrans.errors import ConfigError, UsageError
-from seqtrans.export import export_ctranslate2, unsupported
 from seqtrans.extension import ExtensionError, ModelExtension
+from seqtrans.inference.export import export_ctranslate2, unsupported
+from seqtrans.inference.loading import load
 from seqtrans.model import Transformer
-from seqtrans.pipeline import load
 from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies
 
 MAX_LEN = 10

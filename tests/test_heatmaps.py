@@ -11,8 +11,8 @@ import torch
 
 from conftest import src_batch, tiny_model
 from seqtrans.cli import main
-from seqtrans.heatmaps import Attended, attend, draw
-from seqtrans.pipeline import load
+from seqtrans.inference.heatmaps import Attended, attend, draw
+from seqtrans.inference.loading import load
 from seqtrans.vocab import BOS
 
 PNG = b"\x89PNG\r\n\x1a\n"

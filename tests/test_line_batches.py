@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from seqtrans.errors import DataError
-from seqtrans.online import line_batches
+from seqtrans.inference.online import line_batches
 
 
 def test_lines_already_there_come_in_full_batches() -> None:

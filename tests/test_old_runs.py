@@ -81,3 +81,12 @@ def test_upgrade_converts_the_files_once_and_the_run_decodes_the_same(tmp_path: 
 def test_upgrade_refuses_what_is_not_a_run_directory(tmp_path: Path) -> None:
     done = seqtrans("upgrade", str(tmp_path), cwd=tmp_path)
     assert done.returncode == 2 and "not a run directory (no config.json)" in done.stderr
+
+
+def test_settings_given_at_load_cannot_change_a_models_extensions(tmp_path: Path) -> None:
+    _copy("parsing-cursors", tmp_path)
+    done = seqtrans("predict", "parsing-cursors", "--device", "cpu", "--set", "data.span_cursor=false",
+                    cwd=tmp_path, stdin="The dog barked .\n")
+    assert done.returncode == 2
+    assert ("the run's model has the task's model extensions ['source_cursor', 'span_cursor'], but its "
+            "settings as given build ['source_cursor']") in done.stderr

@@ -13,7 +13,7 @@ from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.generate import decoding_model, generate
-from seqtrans.ensemble import Ensemble
+from seqtrans.inference.ensemble import Ensemble
 from seqtrans.linear.int8 import Int8Linear
 from seqtrans.linear.onednn import OneDNNLinear, onednn_available
 from seqtrans.quantize import onednn, onednn_cached

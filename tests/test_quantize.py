@@ -13,8 +13,8 @@ from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.generate import generate
-from seqtrans.ensemble import Ensemble
 from seqtrans.errors import ConfigError
+from seqtrans.inference.ensemble import Ensemble
 from seqtrans.linear.int8 import Int8Linear, quantize_rows
 from seqtrans.quantize import quantized, quantized_cached
 from seqtrans.vocab import EOS

@@ -16,10 +16,11 @@ import torch
 
 from fake_plugins import install
 from seqtrans import config as cfg
-from seqtrans import pipeline, tasks
+from seqtrans import tasks
 from seqtrans.config import ModelConfig, RunConfig, TrainConfig
 from seqtrans.data import Pairs
 from seqtrans.errors import CheckpointError, ConfigError, TaskError, UsageError
+from seqtrans.inference import loading
 from seqtrans.model import Transformer
 from seqtrans.training import checkpoint
 from seqtrans.training.loop import Trainer
@@ -63,7 +64,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_and_runs_nothing(tmp_path: 
     with pytest.raises(CheckpointError, match=r"checkpoint_00000001.pt: not a readable checkpoint"):
         checkpoint.load(path)
     with pytest.raises(CheckpointError, match="not a readable checkpoint"):
-        pipeline.load(path, device="cpu")
+        loading.load(path, device="cpu")
     with pytest.raises(CheckpointError, match="not a readable checkpoint"):
         checkpoint.average([path], tmp_path / "avg.pt")
     assert not marker.exists()
@@ -154,7 +155,7 @@ def test_a_config_or_checkpoint_cannot_name_its_own_task_module(tmp_path: Path,
     checkpoint.save_atomic({"format": checkpoint.FORMAT, "config": {**saved, "task": "evil_task:EvilTask"},
                             "assets": {}, "model": {}}, path)
     with pytest.raises(TaskError, match="unknown task 'evil_task:EvilTask'"):
-        pipeline.load(path, device="cpu")
+        loading.load(path, device="cpu")
     assert not marker.exists() and "evil_task" not in sys.modules
 
 

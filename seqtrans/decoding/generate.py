@@ -15,7 +15,7 @@ from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.constraints import Constraint
 from seqtrans.decoding.protocol import SearchModel
 from seqtrans.decoding.search import Hypothesis
-from seqtrans.ensemble import Ensemble
+from seqtrans.inference.ensemble import Ensemble
 from seqtrans.linear.onednn import onednn_available
 from seqtrans.model import Transformer
 from seqtrans.precision import autocast

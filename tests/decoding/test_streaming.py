@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from seqtrans import online, pipeline, tasks
+from seqtrans import pipeline, tasks
 from seqtrans.attention.monotonic import MonotonicAttention
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
@@ -24,6 +24,7 @@ from seqtrans.decoding.streaming import (
 )
 from seqtrans.errors import DataError, UsageError
 from seqtrans.extension import ExtensionError
+from seqtrans.inference import loading, online
 from seqtrans.model import Transformer
 from seqtrans.vocab import EOS, Vocab, Vocabularies
 from seqtrans_copy import CopyCodec
@@ -126,13 +127,13 @@ def test_latency_metrics_by_hand() -> None:
 # ------------------------------------------------------------------ the CLI's simultaneous mode
 
 
-def loaded_copy(model: Transformer, *, max_len_b: int = 3) -> pipeline.Loaded:
+def loaded_copy(model: Transformer, *, max_len_b: int = 3) -> loading.Loaded:
     """The copy task (symbols 0..6, ids 4..10) around ``model``, as ``predict --stream`` loads it."""
     config = pipeline.resolve_config("copy", overrides=["data.vocab_size=7", "decode.max_len_a=1.0",
                                                         f"decode.max_len_b={max_len_b}"])
     task = tasks.load("copy")(config.data)
     vocab = Vocab(str(s) for s in range(7))
-    return pipeline.Loaded(config, task, CopyCodec(Vocabularies(vocab, vocab)), model, torch.device("cpu"))
+    return loading.Loaded(config, task, CopyCodec(Vocabularies(vocab, vocab)), model, torch.device("cpu"))
 
 
 class Arrivals:

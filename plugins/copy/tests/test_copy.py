@@ -11,6 +11,7 @@ import torch
 from seqtrans import pipeline, tasks
 from seqtrans.config import DecodeConfig, ModelConfig
 from seqtrans.errors import ConfigError
+from seqtrans.inference import evaluation, loading
 from seqtrans.model import build_model
 from seqtrans.tasks.contract import check_task
 from seqtrans_copy import CopyConfig, CopyTask
@@ -43,8 +44,8 @@ def test_the_constraint_makes_every_output_a_permutation_of_its_source(tmp_path:
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=4,
                                     dropout=0.0), codec).eval()
     sources = [[1, 2, 2, 5], [6], [0, 0, 0]]
-    preds, _ = pipeline.decode_sources(model, codec, sources, DecodeConfig(beam=3, max_len_b=5),
-                                       device=pipeline.select_device("cpu"))
+    preds, _ = evaluation.decode_sources(model, codec, sources, DecodeConfig(beam=3, max_len_b=5),
+                                       device=loading.select_device("cpu"))
     for src, pred in zip(sources, preds):
         assert sorted(pred) == sorted(src)
 

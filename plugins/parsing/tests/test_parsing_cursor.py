@@ -8,8 +8,8 @@ import torch
 
 from seqtrans.config import ModelConfig
 from seqtrans.decoding.streaming import check_streamable
-from seqtrans.export import export_ctranslate2
 from seqtrans.extension import ExtensionError
+from seqtrans.inference.export import export_ctranslate2
 from seqtrans.model import Transformer
 from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies
 from seqtrans_parsing.cursor import SourceCursor, SourceWalk, SpanCursor

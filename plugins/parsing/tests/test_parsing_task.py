@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from parsing_data import SAMPLE, use_shared_nltk_data
-from seqtrans import online, pipeline, scoring, tasks
+from seqtrans import pipeline, tasks
 from seqtrans.cli import main
 from seqtrans.config import DecodeConfig, ModelConfig
 from seqtrans.data import target_ids
 from seqtrans.errors import ConfigError
+from seqtrans.inference import evaluation, loading, online, scoring
 from seqtrans.model import build_model
 from seqtrans.tasks import Example
 from seqtrans.tasks.contract import check_task
@@ -70,7 +71,7 @@ def _small_task(tmp_path: Path, **options: Any) -> tuple[ParsingTask, ParsingCod
 def _assert_constrained_trees(model: Any, codec: ParsingCodec, sources: list[Any], beam: int) -> None:
     """Constrained decoding at ``beam`` gives trees over exactly the words, none repaired."""
     decode = DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=10)
-    preds, _ = pipeline.decode_sources(model, codec, sources, decode, device=pipeline.select_device("cpu"))
+    preds, _ = evaluation.decode_sources(model, codec, sources, decode, device=loading.select_device("cpu"))
     assert all(p.repairs == 0 for p in preds)
     assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
 
@@ -81,11 +82,11 @@ def test_constrained_outputs_are_well_formed_and_unconstrained_ones_are_repaired
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
                                     dropout=0.0, share_embeddings=False), codec).eval()
     sources = sorted((e.source for e in train), key=lambda s: len(s.words))[:6:2]
-    device = pipeline.select_device("cpu")
+    device = loading.select_device("cpu")
     for beam in (1, 3):
         _assert_constrained_trees(model, codec, sources, beam)
         free_decode = DecodeConfig(beam=beam, max_len_b=10, constrained=False)
-        free, _ = pipeline.decode_sources(model, codec, sources, free_decode, device=device)
+        free, _ = evaluation.decode_sources(model, codec, sources, free_decode, device=device)
         assert sum(p.repairs for p in free) > 0
         assert [p.tree.leaves() for p in free] == [list(s.words) for s in sources]
 
@@ -106,8 +107,8 @@ def test_each_word_starts_exactly_one_source_unit_for_the_cursor(tmp_path: Path)
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
                                     dropout=0.0, share_embeddings=False), with_cursors(codec)).eval()
     some = sources[:3] + sources[-1:]
-    preds, _ = pipeline.decode_sources(model, codec, some, DecodeConfig(beam=3, max_len_b=10),
-                                       device=pipeline.select_device("cpu"))
+    preds, _ = evaluation.decode_sources(model, codec, some, DecodeConfig(beam=3, max_len_b=10),
+                                       device=loading.select_device("cpu"))
     assert [p.tree.leaves() for p in preds] == [list(s.words) for s in some]
     assert all(p.repairs == 0 for p in preds)
 
@@ -134,8 +135,8 @@ def test_brackets_are_the_walks_spans_for_the_span_cursor(tmp_path: Path) -> Non
         assert [starts[i] for i, _ in opened] == [words for _, words in opened]
         assert starts[-1] == -1  # the whole tree closed
     sources = [e.source for e in train[:3]]
-    preds, _ = pipeline.decode_sources(model, codec, sources, DecodeConfig(beam=3, max_len_b=10),
-                                       device=pipeline.select_device("cpu"))
+    preds, _ = evaluation.decode_sources(model, codec, sources, DecodeConfig(beam=3, max_len_b=10),
+                                       device=loading.select_device("cpu"))
     assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
     assert all(p.repairs == 0 for p in preds)
 
@@ -186,8 +187,8 @@ def test_a_tagging_target_writes_tags_walks_the_cursor_on_them_and_decodes_trees
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
                                     dropout=0.0, share_embeddings=False), with_cursors(codec)).eval()
     sentence = task.parse_source("The dog barked .")  # no gold tags: the tree has the decoded ones
-    preds, _ = pipeline.decode_sources(model, codec, [sentence], DecodeConfig(beam=3, max_len_b=10),
-                                       device=pipeline.select_device("cpu"))
+    preds, _ = evaluation.decode_sources(model, codec, [sentence], DecodeConfig(beam=3, max_len_b=10),
+                                       device=loading.select_device("cpu"))
     leaves = preds[0].tree.tagged()
     assert preds[0].repairs == 0 and [w for _, w in leaves] == list(sentence.words)
     assert all(t in tags for t, _ in leaves)
@@ -233,11 +234,11 @@ def test_a_tiny_run_end_to_end_and_predict(tmp_path: Path) -> None:
     assert len(lines) == 12 and all(line.startswith("(TOP ") for line in lines)
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["test_sentences"] == 12
     assert metrics["skipped"] == 1
-    again = pipeline.evaluate(tmp_path / "run", split="test", device="cpu")
+    again = loading.evaluate(tmp_path / "run", split="test", device="cpu")
     assert again["skipped"] == 1 and again["f1"] == metrics["f1"]
-    assert pipeline.evaluate(tmp_path / "run", split="dev", device="cpu")["skipped"] == 0
+    assert loading.evaluate(tmp_path / "run", split="dev", device="cpu")["skipped"] == 0
 
-    loaded = pipeline.load(tmp_path / "run", device="cpu")
+    loaded = loading.load(tmp_path / "run", device="cpu")
     (out,) = list(online.predict(loaded, ["The dog ( barked ) ."]))
     assert out.startswith("(TOP ")
     ((tree, _),) = read_trees(out)
@@ -287,7 +288,7 @@ def test_a_tiny_in_order_run_through_the_command_line(tmp_path: Path) -> None:
     metrics = json.loads((run / "metrics.json").read_text())
     # constrained outputs are well-formed in-order sequences (read back in order, no repairs)
     assert metrics["malformed"] == 0.0 and metrics["evalb_errors"] == 0.0 and metrics["test_sentences"] == 5
-    loaded = pipeline.load(run, device="cpu")
+    loaded = loading.load(run, device="cpu")
     assert loaded.config.data.linearization == "in_order" and loaded.codec.order == "in_order"
     lines = (run / "predictions" / "test.txt").read_text().splitlines()
     assert len(lines) == 5 and all(line.startswith("(TOP ") for line in lines)

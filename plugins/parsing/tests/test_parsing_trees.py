@@ -14,8 +14,8 @@ from nltk.corpus.reader import BracketParseCorpusReader
 from nltk.corpus.util import LazyCorpusLoader
 
 from parsing_data import NLTK_DATA, SAMPLE, use_shared_nltk_data
-from seqtrans import pipeline
 from seqtrans.errors import ConfigError, DataError
+from seqtrans.inference import evaluation
 from seqtrans.tasks import Example, Skipped
 from seqtrans_parsing import Parse, ParsingConfig, ParsingTask
 from seqtrans_parsing.treebank import parse_range
@@ -122,7 +122,7 @@ def test_a_malformed_file_is_an_error_or_skipped_by_the_setting(tmp_path: Path) 
     assert [str(e.target) for e in examples] == ["(S (NN a))", "(S (NN c))"]
     assert task.score([Parse(e.target, 0) for e in examples], examples)["f1"] == 100.0
     # each reading counts afresh: the same split read twice reports the same
-    assert pipeline.read_split(task, "train").skipped == pipeline.read_split(task, "train").skipped == {
+    assert evaluation.read_split(task, "train").skipped == evaluation.read_split(task, "train").skipped == {
         "malformed tree (data.malformed=skip)": 1}
 
 

@@ -18,6 +18,7 @@ from seqtrans.config import ModelConfig
 from seqtrans.data import source_ids
 from seqtrans.errors import DataError, UsageError
 from seqtrans.extension import ExtensionError
+from seqtrans.inference import loading
 from seqtrans.model import Transformer, build_model
 from seqtrans.quantize import onednn, quantized
 from seqtrans.tasks import Example, ModelExtending
@@ -247,5 +248,5 @@ def test_a_tiny_run_with_vectors_end_to_end(tmp_path: Path) -> None:
     metrics = pipeline.run(config, tmp_path / "run", device="cpu")
     assert metrics["malformed"] == 0.0 and metrics["test_sentences"] == 5
     assert (tmp_path / "run" / "vocab" / "vectors.json").is_file()
-    again = pipeline.evaluate(tmp_path / "run", split="test", device="cpu")
+    again = loading.evaluate(tmp_path / "run", split="test", device="cpu")
     assert again["f1"] == metrics["f1"]

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from seqtrans import download, pipeline
+from seqtrans import download
 from seqtrans.errors import DataError, DownloadError
+from seqtrans.inference import evaluation
 from seqtrans.tasks import Example, Skipped
 from seqtrans.testing import serve_directory, without_download_settings
 from seqtrans_translation import TranslationConfig, TranslationTask, datasets
@@ -169,7 +170,7 @@ def test_wmt14_is_fetched_extracted_and_paired_through_a_mirror(
     for archive in (tmp_path / "cache" / "wmt14-en-de").glob("*.tgz"):
         archive.unlink()
     offline = _task(tmp_path, dataset="wmt14-en-de", mirror=str(tmp_path / "gone"))
-    assert len(pipeline.read_split(offline, "train").examples) == 4 and len(list(offline.read("test"))) == 3
+    assert len(evaluation.read_split(offline, "train").examples) == 4 and len(list(offline.read("test"))) == 3
 
 
 def test_an_interrupted_extraction_is_done_again(tmp_path: Path, wmt_mirror: Path,

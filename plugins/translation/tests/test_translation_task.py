@@ -16,6 +16,7 @@ import pytest
 from seqtrans import config as cfg
 from seqtrans import download, pipeline, tasks
 from seqtrans.errors import ConfigError, DataError
+from seqtrans.inference import evaluation
 from seqtrans.tasks.contract import check_task
 from seqtrans_translation import TranslationConfig, TranslationTask
 from seqtrans_translation.metrics import score
@@ -66,13 +67,13 @@ def test_training_pairs_are_limited_and_empty_ones_skipped_but_test_lines_never(
              for side in ("src", "tgt")}
     task = TranslationTask(TranslationConfig(dataset="none", **files))  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING):
-        train = pipeline.read_split(task, "train")
+        train = evaluation.read_split(task, "train")
     assert [e.source for e in train.examples] == ["a", "d"]
     assert train.skipped == {"empty source or target": 2}
     assert f"train: left out 2 of 4 inputs: empty source or target (first: {tmp_path / 's'}:2)" in caplog.text
     assert [e.source for e in task.read("test")] == ["a", "", "c", "d"]
     limited = TranslationTask(TranslationConfig(dataset="none", max_train_examples=3, **files))  # type: ignore[arg-type]
-    assert [e.source for e in pipeline.read_split(limited, "train").examples] == ["a"]
+    assert [e.source for e in evaluation.read_split(limited, "train").examples] == ["a"]
 
 
 def test_training_pairs_can_be_cleaned_by_length_and_ratio(tmp_path: Path,
@@ -84,7 +85,7 @@ def test_training_pairs_can_be_cleaned_by_length_and_ratio(tmp_path: Path,
     task = TranslationTask(TranslationConfig(dataset="none", max_train_words=6, max_train_ratio=1.5,
                                              **files))  # type: ignore[arg-type]
     # 3:4 words is kept; 7 words, 1:2 and 4:1 are not
-    train = pipeline.read_split(task, "train")
+    train = evaluation.read_split(task, "train")
     assert [e.source for e in train.examples] == ["a b c"]
     assert train.skipped == {"more than data.max_train_words=6 words": 1,
                              "length ratio above data.max_train_ratio=1.5": 2}

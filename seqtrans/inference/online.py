@@ -9,9 +9,9 @@ import select
 from collections.abc import Callable, Iterable, Iterator
 
 from seqtrans.data import prediction, source_ids, too_long
-from seqtrans.ensemble import position_limit
 from seqtrans.errors import DataError, UsageError
-from seqtrans.pipeline import Loaded
+from seqtrans.inference.ensemble import position_limit
+from seqtrans.inference.loading import Loaded
 from seqtrans.vocab import UNK
 
 log = logging.getLogger(__name__)
@@ -125,64 +125,79 @@ def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], N
     those of its first n + 1 (true of whitespace tokens and of sentencepiece), else
     :class:`DataError`.
     """
-    from seqtrans.decoding.streaming import (
-        average_lagging,
-        average_proportion,
-        check_streamable,
-        stream_greedy,
-    )
+    from seqtrans.decoding.streaming import average_lagging, average_proportion, stream_greedy
 
-    if loaded.others:
-        raise UsageError("streaming decodes with one model, not an ensemble")
-    check_streamable(loaded.model)
-    if loaded.config.decode.nbest > 1:
-        raise UsageError("streaming decodes greedily: decode.nbest must be 1")
-    model, task, codec = loaded.model, loaded.task, loaded.codec
-    vocabs = codec.vocabularies
-    limit = position_limit(model)
-    events = iter(words)
+    _check_streaming(loaded)
+    lines = _ArrivingLines(loaded, iter(words))
+    target = loaded.codec.vocabularies.target
+    limit = position_limit(loaded.model)
     proportions, laggings = [], []
-    line_number = 0
-
-    def ids_of(words_so_far: list[str]) -> list[int]:
-        return source_ids(codec, task.parse_source(" ".join(words_so_far)))[:-1]  # without the end
-
-    def source(word: str | None, arrived: list[str]) -> Iterator[int]:
-        """The ids of a line's words as they arrive, ending with the line."""
-        fed: list[int] = []
-        while word is not None:
-            arrived.append(word)
-            ids = ids_of(arrived)
-            if ids[: len(fed)] != fed:
-                raise DataError("<stdin>", line_number,
-                                "the task's tokens of the words read so far are not a prefix of those "
-                                "of more words: this task cannot be streamed word by word")
-            yield from ids[len(fed):]
-            fed = ids
-            word = next(events, None)
-        arrived.append("")  # marks the end of the line as read
-
-    for first in events:
-        line_number += 1
+    for first in lines.events:
+        lines.number += 1
         arrived: list[str] = []
         delays: list[int] = []
-        for emission in stream_greedy(model, source(first, arrived), loaded.config.decode,
+        for emission in stream_greedy(loaded.model, lines.source(first, arrived), loaded.config.decode,
                                       position_limit=limit):
-            write((" " if delays else "") + " ".join(vocabs.target.decode([emission.token])))
+            write((" " if delays else "") + " ".join(target.decode([emission.token])))
             delays.append(emission.delay)
         write("\t" + " ".join(map(str, delays)) + "\n")
-        if first is not None and arrived[-1:] != [""]:
-            # the output is complete before the input: the rest of the line is not needed
-            while (word := next(events, None)) is not None:
-                arrived.append(word)
-        warn_unseen(loaded, task.parse_source(" ".join(w for w in arrived if w)), "<stdin>", line_number)
-        length = len(ids_of([w for w in arrived if w]))
+        length = len(lines.ids_of(lines.finish(first, arrived)))
         if delays and length:
             proportions.append(average_proportion(delays, length))
             laggings.append(average_lagging(delays, length))
     if proportions:
         log.info("streamed %d inputs: average proportion %.3f, average lagging %.2f source tokens",
                  len(proportions), sum(proportions) / len(proportions), sum(laggings) / len(laggings))
+
+
+def _check_streaming(loaded: Loaded) -> None:
+    from seqtrans.decoding.streaming import check_streamable
+
+    if loaded.others:
+        raise UsageError("streaming decodes with one model, not an ensemble")
+    check_streamable(loaded.model)
+    if loaded.config.decode.nbest > 1:
+        raise UsageError("streaming decodes greedily: decode.nbest must be 1")
+
+
+class _ArrivingLines:
+    """The input lines of :func:`stream` as their words arrive: ``events`` yields words and
+    None at each line's end; ``number`` is the current line's."""
+
+    def __init__(self, loaded: Loaded, events: Iterator[str | None]) -> None:
+        self.loaded = loaded
+        self.events = events
+        self.number = 0
+
+    def ids_of(self, words: list[str]) -> list[int]:
+        """The source ids of some words, without the end symbol."""
+        return source_ids(self.loaded.codec, self.loaded.task.parse_source(" ".join(words)))[:-1]
+
+    def source(self, word: str | None, arrived: list[str]) -> Iterator[int]:
+        """The ids of a line's words as they arrive, ending with the line; each word read is
+        appended to ``arrived``, and "" once the line's end is read."""
+        fed: list[int] = []
+        while word is not None:
+            arrived.append(word)
+            ids = self.ids_of(arrived)
+            if ids[: len(fed)] != fed:
+                raise DataError("<stdin>", self.number,
+                                "the task's tokens of the words read so far are not a prefix of those "
+                                "of more words: this task cannot be streamed word by word")
+            yield from ids[len(fed):]
+            fed = ids
+            word = next(self.events, None)
+        arrived.append("")  # marks the end of the line as read
+
+    def finish(self, first: str | None, arrived: list[str]) -> list[str]:
+        """Read the rest of a line whose output is complete (not needed for decoding, but
+        for its latency and its warnings); the line's words."""
+        if first is not None and arrived[-1:] != [""]:
+            while (word := next(self.events, None)) is not None:
+                arrived.append(word)
+        words = [w for w in arrived if w]
+        warn_unseen(self.loaded, self.loaded.task.parse_source(" ".join(words)), "<stdin>", self.number)
+        return words
 
 
 def words_of(chunks: Iterable[str]) -> Iterator[str | None]:

@@ -198,7 +198,7 @@ def export_ctranslate2(model: Transformer, vocabularies: Vocabularies, out: str 
 def export(run: str | Path, *, to: str, out: str | Path, quantization: str | None = None) -> Path:
     """Export the trained model of a run directory (or checkpoint) ``run`` to format
     ``to`` (one of :data:`FORMATS`) in the new directory ``out``."""
-    from seqtrans.pipeline import load
+    from seqtrans.inference.loading import load
 
     if to not in FORMATS:
         raise UsageError(f"unknown export format '{to}'; choose one of {', '.join(FORMATS)}")

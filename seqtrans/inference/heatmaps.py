@@ -28,7 +28,7 @@ from seqtrans import atomic
 from seqtrans.attention.maps import AttentionMaps, MemoryWeights, MonotonicWeights
 from seqtrans.data import source_ids, too_long
 from seqtrans.errors import DataError, UsageError
-from seqtrans.pipeline import Loaded
+from seqtrans.inference.loading import Loaded
 from seqtrans.vocab import BOS, EOS, UNK
 
 #: Longest source or target drawn: beyond it the tick labels cannot be read.

@@ -1,0 +1,15 @@
+"""Inference: everything that uses a trained model, apart from training it.
+
+- :mod:`~seqtrans.inference.loading`: a run (or several, as an ensemble) loaded for
+  decoding (:class:`~seqtrans.inference.loading.Loaded`), and ``evaluate``;
+- :mod:`~seqtrans.inference.evaluation`: decoding many sources, reading and scoring a split;
+- :mod:`~seqtrans.inference.online`: ``predict`` and ``--stream``, input decoded as it arrives;
+- :mod:`~seqtrans.inference.scoring`: the log-probability of given pairs (``seqtrans score``);
+- :mod:`~seqtrans.inference.ensemble`: several models of one vocabulary searched as one;
+- :mod:`~seqtrans.inference.export`: a model in another engine's format (CTranslate2);
+- :mod:`~seqtrans.inference.heatmaps`: attention weights drawn as heatmaps.
+
+Nothing here imports the training orchestrator (:mod:`seqtrans.pipeline`), which uses
+this package for its test decoding and validation. Importing the package imports none
+of its modules: each is imported where it is used.
+"""

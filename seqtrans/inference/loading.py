@@ -1,0 +1,162 @@
+"""Loading a trained run for decoding: its task, codec and model, or several runs as an
+ensemble; runs saved by earlier versions are converted as they load (:mod:`seqtrans.upgrade`).
+
+A run directory holds ``config.json``, ``vocab/`` (the task's files), ``checkpoints/``
+(step checkpoints and ``average.pt``), ``predictions/test.txt``, ``metrics.json`` and
+``train.jsonl``; a checkpoint alone is enough to decode (it carries the config and the
+vocabulary files).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seqtrans import config as cfg
+from seqtrans import tasks
+from seqtrans.assets import assets_digest
+from seqtrans.config import DecodeConfig, RunConfig
+from seqtrans.decoding import Hypothesis
+from seqtrans.errors import CheckpointError, UsageError
+from seqtrans.inference.ensemble import Ensemble
+from seqtrans.inference.evaluation import decode_sources, read_split, score_examples
+from seqtrans.model import Transformer, build_model
+from seqtrans.tasks.protocol import Codec, Metric, Task, check_split
+from seqtrans.training import checkpoint
+from seqtrans.upgrade import upgrade_checkpoint
+
+AVERAGE = "average.pt"
+
+
+def select_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available")
+    if name not in ("cpu", "cuda"):
+        raise UsageError(f"--device must be auto, cpu or cuda, got {name!r}")
+    return torch.device(name)
+
+
+@dataclass
+class Loaded:
+    """A trained model with its task and codec, ready to decode; with ``others``, an
+    ensemble of models of one vocabulary (:mod:`seqtrans.inference.ensemble`) whose task, codec
+    and decoding settings are the first's."""
+
+    config: RunConfig
+    task: Task[Any, Any, Any]
+    codec: Codec[Any, Any, Any]
+    model: Transformer
+    device: torch.device
+    others: list[Transformer] = field(default_factory=list)  # further members of an ensemble
+    vocabulary_digest: str = ""  # sha256 of the vocabulary files the model was trained with
+
+    @property
+    def models(self) -> list[Transformer]:
+        return [self.model, *self.others]
+
+    @property
+    def searcher(self) -> Transformer | Ensemble:
+        """What decodes: the model, or the ensemble of all models."""
+        return Ensemble(self.models) if self.others else self.model
+
+    def decode(self, sources: Sequence[Any], *, decode: DecodeConfig | None = None,
+               progress: bool = False) -> tuple[list[Any], list[list[Hypothesis]]]:
+        """Predictions (task objects) and the n-best hypotheses of ``sources``, in order."""
+        return decode_sources(self.searcher, self.codec, sources, decode or self.config.decode,
+                              device=self.device, progress=progress)
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """A checkpoint file, or the final model of a run directory (the average, else the newest)."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    for directory in (path / "checkpoints", path):
+        if (directory / AVERAGE).is_file():
+            return directory / AVERAGE
+        found = checkpoint.list_checkpoints(directory)
+        if found:
+            return found[-1]
+    raise CheckpointError(f"{path}: neither a checkpoint file nor a run directory with checkpoints")
+
+
+def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch.device = "auto") -> Loaded:
+    """Load a run directory or checkpoint for decoding; ``overrides`` may change the
+    ``decode`` (and ``data``) settings, e.g. ``["decode.beam=8"]``."""
+    ckpt_path = find_checkpoint(path)
+    payload = checkpoint.load(ckpt_path)
+    upgrade_checkpoint(payload, origin=ckpt_path)
+    saved = payload["config"]
+    task_cls = tasks.load(saved["task"])
+    tree = cfg.merge(saved, cfg.parse_overrides(overrides, data_cls=task_cls.Config))
+    for section in ("model", "task", "seed"):
+        if tree.get(section) != saved.get(section):
+            raise UsageError(f"--set cannot change '{section}' of a trained model")
+    config = cfg.from_dict(RunConfig, tree, data_cls=task_cls.Config)
+    task = task_cls(config.data)
+    with tempfile.TemporaryDirectory(prefix="seqtrans-assets-") as scratch:
+        for name, data in payload.get("assets", {}).items():
+            (Path(scratch) / name).write_bytes(data)
+        codec = task.load_vocabulary(Path(scratch))  # self-contained: it pickles
+    dev_ = device if isinstance(device, torch.device) else select_device(device)
+    model = build_model(config.model, codec)
+    _load_weights(model, payload["model"], ckpt_path)
+    model.to(dev_).eval()
+    return Loaded(config, task, codec, model, dev_,
+                  vocabulary_digest=assets_digest(payload.get("assets", {})))
+
+
+def _load_weights(model: Transformer, weights: dict[str, Any], origin: Path) -> None:
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as exc:
+        built, saved = (sorted({k.split(".")[1] for k in names if k.startswith("extensions.")})
+                        for names in (model.state_dict(), weights))
+        if built != saved:
+            raise CheckpointError(
+                f"{origin}: the run's model has the task's model extensions {saved or 'none'}, but its "
+                f"settings as given build {built or 'none'}: --set cannot change the data settings that "
+                "decide a model's extensions") from None
+        raise CheckpointError(f"{origin}: weights do not fit the model of its config: {exc}") from None
+
+
+def load_ensemble(paths: Sequence[str | Path], *, overrides: Iterable[str] = (),
+                  device: str | torch.device = "auto") -> Loaded:
+    """Load several runs or checkpoints to decode as one ensemble (one path: as :func:`load`).
+    The task, codec and decoding settings (with ``overrides``) are the first run's; every
+    run must be of that task and have been trained with the same vocabulary files."""
+    if not paths:
+        raise UsageError("no run directory or checkpoint given")
+    first = load(paths[0], overrides=overrides, device=device)
+    for path in paths[1:]:
+        other = load(path, device=first.device)
+        if other.config.task != first.config.task:
+            raise UsageError(f"{paths[0]} and {path} cannot be ensembled: they are models of tasks "
+                             f"'{first.config.task}' and '{other.config.task}'")
+        if other.vocabulary_digest != first.vocabulary_digest:
+            raise UsageError(f"{paths[0]} and {path} cannot be ensembled: they were trained with different "
+                             f"vocabularies (sha256 {first.vocabulary_digest[:12]} and "
+                             f"{other.vocabulary_digest[:12]}); an ensemble needs one vocabulary")
+        first.others.append(other.model)
+    return first
+
+
+def evaluate(path: str | Path | Sequence[str | Path], *, split: str = "test", overrides: Iterable[str] = (),
+             device: str | torch.device = "auto", progress: bool = False) -> dict[str, Metric]:
+    """Decode and score one split with a trained model, or with an ensemble of several
+    (a sequence of paths, see :func:`load_ensemble`)."""
+    check_split(split)
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    loaded = load_ensemble(paths, overrides=overrides, device=device)
+    _, metrics = score_examples(loaded.searcher, loaded.task, loaded.codec, read_split(loaded.task, split),
+                                loaded.config.decode, device=loaded.device, progress=progress)
+    return metrics
+
+
