@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # torch is imported by the export itself, not by the command 
     import numpy as np
     from torch import Tensor, nn
 
-    from seqtrans.model import Transformer
+    from seqtrans.model import FeedForward, Transformer
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +115,12 @@ def _attention(spec: Any, module: object, *, cross: bool) -> None:
         _linear(linear_spec, linear)
 
 
+def _feed_forward(spec: Any, ffn: FeedForward, norm: nn.LayerNorm) -> None:
+    _linear(spec.linear_0, ffn.inner)
+    _linear(spec.linear_1, ffn.outer)
+    _layer_norm(spec.layer_norm, norm)
+
+
 def ctranslate2_spec(model: Transformer, vocabularies: Vocabularies) -> Any:
     """The ``ctranslate2.specs.TransformerSpec`` of ``model``, its weights filled in
     (float32), its vocabularies registered."""
@@ -135,9 +141,7 @@ def ctranslate2_spec(model: Transformer, vocabularies: Vocabularies) -> Any:
     for layer_spec, layer in zip(enc.layer, model.encoder_layers):
         _attention(layer_spec.self_attention, layer.self_attn, cross=False)
         _layer_norm(layer_spec.self_attention.layer_norm, layer.r1.norm)
-        _linear(layer_spec.ffn.linear_0, layer.ffn.inner)
-        _linear(layer_spec.ffn.linear_1, layer.ffn.outer)
-        _layer_norm(layer_spec.ffn.layer_norm, layer.r2.norm)
+        _feed_forward(layer_spec.ffn, layer.ffn, layer.r2.norm)
     if pre:
         _layer_norm(enc.layer_norm, model.encoder_norm)
 
@@ -150,9 +154,7 @@ def ctranslate2_spec(model: Transformer, vocabularies: Vocabularies) -> Any:
         _layer_norm(layer_spec.self_attention.layer_norm, dec_layer.r1.norm)
         _attention(layer_spec.attention, dec_layer.cross_attn, cross=True)
         _layer_norm(layer_spec.attention.layer_norm, dec_layer.r2.norm)
-        _linear(layer_spec.ffn.linear_0, dec_layer.ffn.inner)
-        _linear(layer_spec.ffn.linear_1, dec_layer.ffn.outer)
-        _layer_norm(layer_spec.ffn.layer_norm, dec_layer.r3.norm)
+        _feed_forward(layer_spec.ffn, dec_layer.ffn, dec_layer.r3.norm)
     if pre:
         _layer_norm(dec.layer_norm, model.decoder_norm)
 

@@ -1,8 +1,12 @@
-"""Where a training run stands (:class:`Progress`, saved in every checkpoint) and what
-training returns (:class:`TrainResult`)."""
+"""Where a training run stands (:class:`Progress`, saved in every checkpoint), what
+training returns (:class:`TrainResult`), and how its clocks leave out a pause
+(:func:`pausing`)."""
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 
@@ -32,3 +36,13 @@ class TrainResult:
     def tokens_per_second(self) -> float:
         p = self.progress
         return p.target_tokens / p.seconds if p.seconds > 0 else 0.0
+
+
+@contextlib.contextmanager
+def pausing(skip: Callable[[float], None]) -> Iterator[None]:
+    """Hand the seconds spent inside to ``skip``: how a clock leaves out a pause."""
+    paused = time.perf_counter()
+    try:
+        yield
+    finally:
+        skip(time.perf_counter() - paused)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from seqtrans import distributed
-from seqtrans.training.progress import Progress
+from seqtrans.training.progress import Progress, pausing
 from seqtrans.training.tracking import UPDATE_LINE, TensorBoard, TrainingBar, console_above_bar
 
 #: The logger of every training record; its name is the one run logs have always shown.
@@ -68,14 +68,12 @@ class RunLog:
             self._bar.close()
             self._bar = None
 
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
+    def paused(self) -> contextlib.AbstractContextManager[None]:
         """Time spent inside does not count in the window's tokens per second."""
-        paused = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._window_start += time.perf_counter() - paused
+        return pausing(self._skip)
+
+    def _skip(self, seconds: float) -> None:
+        self._window_start += seconds
 
     def update(self, progress: Progress, *, loss: float, tokens: int, lr: float) -> None:
         """Note an update taken (this rank's summed ``loss``, the update's target ``tokens``,

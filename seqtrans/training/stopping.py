@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from seqtrans.errors import Interrupted
-from seqtrans.training.progress import Progress
+from seqtrans.training.progress import Progress, pausing
 from seqtrans.training.runlog import log
 
 
@@ -58,13 +58,13 @@ class Stopwatch:
     def seconds(self) -> float:
         return self._before + time.perf_counter() - self._started
 
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        paused = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._started += time.perf_counter() - paused
+    def paused(self) -> contextlib.AbstractContextManager[None]:
+        """Time spent inside does not count."""
+        return pausing(self._skip)
+
+    def _skip(self, seconds: float) -> None:
+        self._started += seconds
+
 
 
 class Signals:

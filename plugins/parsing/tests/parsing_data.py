@@ -42,3 +42,14 @@ def admitted_sequences(constraint: Any, vocab: Any, max_len: int) -> set[tuple[s
 
     walk([])
     return admitted
+
+
+def assert_repairs(cases: dict[str, int], words: list[str], *, order: str = "top_down") -> None:
+    """Each bracket sequence of ``cases`` builds a tree over exactly ``words`` with the
+    given number of repairs."""
+    from seqtrans_parsing.linearize import to_tree
+
+    for text, repairs in cases.items():
+        built = to_tree(text.split(), words, order=order)  # type: ignore[arg-type]
+        assert built.repairs == repairs, text
+        assert built.tree.leaves() == words, text

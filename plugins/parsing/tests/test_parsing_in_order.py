@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from parsing_data import SHARED_DATA, admitted_sequences
+from parsing_data import SHARED_DATA, admitted_sequences, assert_repairs
 from seqtrans.vocab import EOS, Vocab
 from seqtrans_parsing.constraint import BracketConstraint
 from seqtrans_parsing.linearize import ORDERS, Order, linearize, to_tree
@@ -87,10 +87,7 @@ def test_in_order_repairs_are_counted_and_the_words_always_come_back() -> None:
         "XX": 3,  # two words missing, a bare preterminal under TOP
         "": 4,
     }
-    for text, repairs in cases.items():
-        built = to_tree(text.split(), words, order="in_order")
-        assert built.repairs == repairs, text
-        assert built.tree.leaves() == words, text
+    assert_repairs(cases, words, order="in_order")
     assert str(to_tree("XX XX (S XX )S".split(), words, order="in_order").tree) == \
         "(TOP (XX a) (S (XX b) (XX c)))"
     assert str(to_tree("(S XX (NP XX XX )NP )S".split(), words, order="in_order").tree) == \

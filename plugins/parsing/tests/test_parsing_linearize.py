@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from parsing_data import SHARED_DATA, admitted_sequences
+from parsing_data import SHARED_DATA, admitted_sequences, assert_repairs
 from seqtrans.vocab import EOS, Vocab
 from seqtrans_parsing.constraint import BracketConstraint
 from seqtrans_parsing.linearize import linearize, to_tree
@@ -61,10 +61,7 @@ def test_repairs_are_counted_and_the_words_always_come_back() -> None:
         "<unk> (S XX XX XX )S": 1,
         "": 4,
     }
-    for text, repairs in cases.items():
-        built = to_tree(text.split(), words)
-        assert built.repairs == repairs, text
-        assert built.tree.leaves() == words, text
+    assert_repairs(cases, words)
     two_roots = to_tree("(NP XX )NP (VP XX XX )VP".split(), words).tree
     assert str(two_roots) == "(TOP (NP (XX a)) (VP (XX b) (XX c)))"
     rng = random.Random(0)
