@@ -18,7 +18,8 @@ ROOT = Path(seqtrans.__file__).parent
 
 def test_no_inference_module_imports_the_training_orchestrator() -> None:
     names = [f"seqtrans.inference.{m.name}" for m in pkgutil.iter_modules(seqtrans.inference.__path__)]
-    assert {"seqtrans.inference.loading", "seqtrans.inference.online", "seqtrans.inference.export"} <= set(names)
+    assert {"seqtrans.inference.loading", "seqtrans.inference.online",
+            "seqtrans.inference.export"} <= set(names)
     code = ("import importlib, json, sys\n"
             f"for name in {names!r}: importlib.import_module(name)\n"
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('seqtrans'))))")

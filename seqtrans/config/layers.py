@@ -147,7 +147,7 @@ def load_file(path: str | Path) -> dict[str, Any]:
     except (ValueError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'JSON'}: {exc}") from None
     except RecursionError:  # both parsers recurse per level of nesting
-        raise UsageError(f"{path}: not a config file: its arrays or tables are too deep") from None
+        raise UsageError(f"{path}: not a config file: its arrays or tables nest too deeply") from None
     if not isinstance(loaded, dict):
         raise UsageError(f"{path}: expected a table of config sections")
     return loaded

@@ -16,8 +16,9 @@ from torch import Tensor, nn
 
 from seqtrans.config import ModelConfig
 from seqtrans.extension import Feature, ModelExtension
-from seqtrans_parsing.cursor import SourceCursor, SourceWalk, SpanCursor
+from seqtrans_parsing.cursor import SourceCursor, SpanCursor
 from seqtrans_parsing.vectors import WordVectors
+from seqtrans_parsing.walk import SourceWalk
 
 
 class VectorInput(ModelExtension):

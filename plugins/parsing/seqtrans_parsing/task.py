@@ -22,12 +22,12 @@ from seqtrans.tasks import Example, ModelExtending, Skipped, TaskClass, Upgradin
 from seqtrans.vocab import SPECIALS, Vocab, Vocabularies
 from seqtrans_parsing import treebank
 from seqtrans_parsing.augment import substitute
-from seqtrans_parsing.cursor import SourceWalk
 from seqtrans_parsing.evalb import COLLINS, evalb
 from seqtrans_parsing.linearize import PLACEHOLDER, Order, is_close, is_open, linearize, to_tree
 from seqtrans_parsing.sampling import UnigramSampler
 from seqtrans_parsing.subwords import WORD_START, train_sentencepiece
 from seqtrans_parsing.trees import Tree, preprocess, read_trees
+from seqtrans_parsing.walk import SourceWalk
 
 if TYPE_CHECKING:
     from seqtrans.config import ModelConfig

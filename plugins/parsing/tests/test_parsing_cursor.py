@@ -12,7 +12,8 @@ from seqtrans.extension import ExtensionError
 from seqtrans.inference.export import export_ctranslate2
 from seqtrans.model import Transformer
 from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies
-from seqtrans_parsing.cursor import SourceCursor, SourceWalk, SpanCursor
+from seqtrans_parsing.cursor import SourceCursor, SpanCursor
+from seqtrans_parsing.walk import SourceWalk
 
 # the walk of the test models: token 4 of the target consumes a unit, a unit starts at
 # source tokens 4 and 6; target token 5 opens a span, 6 closes one
