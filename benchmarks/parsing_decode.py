@@ -46,7 +46,12 @@ from seqtrans.data import pad_batch, source_ids  # noqa: E402
 from seqtrans.decoding.beam import beam_search  # noqa: E402
 from seqtrans.decoding.generate import length_batches, max_output_length  # noqa: E402
 from seqtrans.decoding.search import Hypothesis  # noqa: E402
-from seqtrans.pipeline import Loaded, load, read_split  # noqa: E402
+
+try:  # this engine
+    from seqtrans.inference.evaluation import read_split
+    from seqtrans.inference.loading import Loaded, load
+except ImportError:  # an engine from before the inference package (--baseline)
+    from seqtrans.pipeline import Loaded, load, read_split  # type: ignore[attr-defined,no-redef]
 
 ROOT = Path(__file__).resolve().parents[1]
 
