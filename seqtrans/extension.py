@@ -24,7 +24,7 @@ An extension overrides the hooks it needs; the others add nothing:
 forcing computes (the tests of an extension check that against each other).
 
 What the engine cannot do with an extension is asked of the extension, not known to
-the engine by name: each operation (:data:`FEATURES`) checks every extension's
+the engine by name: each operation (:data:`Feature`) checks every extension's
 :attr:`ModelExtension.limits` and raises :class:`ExtensionError` naming the extension
 and its reason.
 
@@ -43,12 +43,11 @@ from torch import Tensor, nn
 from seqtrans.attention.common import ROW, SENTENCE, reorder_fields
 from seqtrans.errors import UsageError
 
-__all__ = ["FEATURES", "ROW", "SENTENCE", "ExtensionError", "ExtensionState", "Feature", "ModelExtension",
+__all__ = ["ROW", "SENTENCE", "ExtensionError", "ExtensionState", "Feature", "ModelExtension",
            "check_supported", "reorder_fields"]
 
 #: The operations an extension may be unable to take part in.
 Feature = Literal["export", "quantize", "stream", "ensemble"]
-FEATURES: tuple[Feature, ...] = ("export", "quantize", "stream", "ensemble")
 
 _ASKED = {"export": "exporting it", "quantize": "int8 decoding (decode.precision=int8)",
           "stream": "streaming (predict --stream)", "ensemble": "decoding it in an ensemble"}
@@ -78,7 +77,7 @@ class ModelExtension(nn.Module):
     """A task's model-side part. Subclass it, give it parameters, override the hooks it
     needs; every hook's default adds nothing."""
 
-    #: The operations (:data:`FEATURES`) this extension cannot take part in, each with
+    #: The operations (:data:`Feature`) this extension cannot take part in, each with
     #: the reason a user reads ("reads whole sources", ...). The engine adds its own for
     #: ``export`` and ``stream`` unless the extension says it streams (an empty reason).
     limits: ClassVar[Mapping[Feature, str]] = {}

@@ -297,7 +297,7 @@ class Transformer(nn.Module):
         """The encoder states of the next source tokens, after those in ``state``, which is
         updated. A causal encoder gives every position the state it has in ``encode()``
         of the whole source.  tokens [B, S'] (no padding) -> [B, S', D]"""
-        self.check_supported("stream")
+        # start_encoding has checked that every extension can stream: not again per token
         x = self._embed(self.source_embed, tokens, state.length)
         for layer, cache in zip(self.encoder, state.caches):
             x = layer(x, None, cache=cache)
