@@ -128,8 +128,10 @@ SUBCOMMANDS = (
                  help="Simultaneous decoding: read each input word by word as it arrives on "
                       "stdin, write each target token as soon as it is decided, and end each "
                       "output with a tab and the delays (the source tokens read when each target "
-                      "token was written). Greedy; needs model.cross_attention=monotonic and "
-                      "model.causal_encoder=true."),
+                      "token was written). Greedy; needs model.causal_encoder=true and a model that "
+                      "decides when to read: model.cross_attention=monotonic or milk, or wait-k "
+                      "(model.wait_k, or decode.wait_k for any scaled_dot model; without a lag it "
+                      "reads the whole input first)."),
              DECODE_SET, DEVICE)),
     Command("evaluate", "Decode and score a split with a trained model.",
             "Decode one split of the model's task and print its metrics as JSON.",

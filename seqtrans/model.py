@@ -26,11 +26,13 @@ from seqtrans.attention import (
     AttentionMaps,
     DecodingState,
     KVCache,
+    LatencyReporting,
     Recorder,
     SourceStream,
     StreamingCrossAttention,
     cross_attention,
     self_attention,
+    waiting,
 )
 from seqtrans.config import ModelConfig
 from seqtrans.dropout import Dropout
@@ -365,7 +367,8 @@ class Transformer(nn.Module):
         if state is None:
             if encoded is None:
                 raise ValueError("decode() needs the encoder output or a decoding state")
-            cross = [layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers]
+            with waiting(self._training_lag(encoded.mask)):
+                cross = [layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers]
             caches: list[KVCache | None] = [None] * len(self.decoder)
             offset = 0
             for name, extension in self.named_extensions():
@@ -379,6 +382,24 @@ class Transformer(nn.Module):
         for layer, cross_state, cache in zip(self.decoder, cross, caches):
             x = layer(x, cross_state, cache=cache, record=record)
         return self.decoder_norm(x)
+
+    def _training_lag(self, mask: Tensor) -> int | None:
+        """Multi-k training's wait-k lag of a batch, drawn from 1 to its longest source
+        (with the global generator, so that a seed repeats it); None otherwise."""
+        if not (self.training and self.config.multi_k):
+            return None
+        return int(torch.randint(1, int(mask.sum(1).max()) + 1, ()))
+
+    def expected_delays(self) -> list[Tensor]:
+        """The expected delays [B, T] of each decoder layer whose encoder-decoder attention
+        has a read policy (MILk), from the last training forward pass; taken once."""
+        delays = []
+        for layer in self.decoder_layers:
+            if isinstance(layer.cross_attn, LatencyReporting):
+                taken = layer.cross_attn.take_delays()
+                if taken is not None:
+                    delays.append(taken)
+        return delays
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """src [B, S], tgt_in [B, T] -> logits [B, T, V]"""

@@ -84,7 +84,7 @@ def test_predict_stream_writes_outputs_with_their_delays(tmp_path: Path, run_dir
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 2
     assert "<stdin>:2: 1 symbol(s) the model has never seen, read as <unk>: '57'" in done.stderr
     done = seqtrans("predict", str(run_dir), "--stream", stdin="1 2\n")
-    assert done.returncode == 2 and "model.cross_attention=monotonic" in done.stderr
+    assert done.returncode == 2 and "model.causal_encoder=true" in done.stderr
 
 
 def test_evaluate_prints_the_metrics(run_dir: Path) -> None:

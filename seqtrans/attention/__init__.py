@@ -20,17 +20,19 @@ from torch import Tensor, nn
 from seqtrans.attention.additive import AdditiveScore
 from seqtrans.attention.content import ContentCrossAttention, ContentSelfAttention
 from seqtrans.attention.local import LocalAttention
+from seqtrans.attention.lookback import LookbackAttention
 from seqtrans.attention.luong import DotScore, GeneralScore, LocationScore
 from seqtrans.attention.maps import AttentionMaps, Recorder
 from seqtrans.attention.memory import MemoryAttention
 from seqtrans.attention.monotonic import MonotonicAttention, SourceStream
 from seqtrans.attention.restricted import RestrictedSelfAttention
-from seqtrans.attention.scaled_dot import CrossAttention, CrossState, KVCache, SelfAttention
+from seqtrans.attention.scaled_dot import CrossAttention, CrossState, KVCache, SelfAttention, waiting
 from seqtrans.config import ModelConfig
 
 __all__ = ["CROSS_ATTENTION", "SELF_ATTENTION", "AttentionMaps", "CrossAttention", "CrossAttentionModule",
            "CrossState", "DecodingState", "KVCache", "Recorder", "SelfAttention", "SelfAttentionModule",
-           "SourceStream", "StreamingCrossAttention", "cross_attention", "self_attention"]
+           "LatencyReporting", "SourceStream", "StreamingCrossAttention", "cross_attention", "self_attention",
+           "waiting"]
 
 
 class DecodingState(Protocol):
@@ -58,6 +60,13 @@ class StreamingCrossAttention(Protocol):
     makes a state that pulls encoder states from the source as they are needed."""
 
     def follow(self, source: SourceStream, *, like: Tensor) -> DecodingState: ...
+
+
+@runtime_checkable
+class LatencyReporting(Protocol):
+    """Encoder-decoder attention whose training pass has expected delays for a latency loss."""
+
+    def take_delays(self) -> Tensor | None: ...
 
 
 def _content_self(score: Callable[[ModelConfig], Any]) -> Callable[[ModelConfig], nn.Module]:
@@ -99,7 +108,7 @@ SELF_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
 }
 
 CROSS_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
-    "scaled_dot": lambda c: CrossAttention(c.d_model, c.heads, dropout=c.attention_dropout),
+    "scaled_dot": lambda c: CrossAttention(c.d_model, c.heads, dropout=c.attention_dropout, lag=c.wait_k),
     **{name: _content_cross(score) for name, score in SCORES.items()},
     "local": lambda c: LocalAttention(c.d_model, c.heads, window=c.local_window,
                                       alignment=c.local_alignment, dropout=c.attention_dropout),
@@ -107,6 +116,8 @@ CROSS_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
                                         decoder_score=c.memory_decoder_score, positions=c.memory_positions),
     "monotonic": lambda c: MonotonicAttention(c.d_model, dim=c.monotonic_dim, noise=c.monotonic_noise,
                                               r_init=c.monotonic_r_init),
+    "milk": lambda c: LookbackAttention(c.d_model, c.heads, dim=c.monotonic_dim, noise=c.monotonic_noise,
+                                        r_init=c.monotonic_r_init, dropout=c.attention_dropout),
 }
 
 

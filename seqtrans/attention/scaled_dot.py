@@ -2,6 +2,16 @@
 ``torch.nn.functional.scaled_dot_product_attention`` so fused kernels are used where
 the hardware has them.
 
+Encoder-decoder attention also decodes wait-k (Ma et al. 2019, STACL): with a lag k,
+target position i attends to the first i + k source positions only (every position,
+the end symbol included, once i + k exceeds the source's words). A model trained with
+that prefix-to-prefix mask (``model.wait_k``), or with k drawn anew for every batch
+(``model.multi_k``, Elbayad et al. 2020), translates while its source arrives: with a
+causal encoder, ``follow`` reads the source only as far as the next step's k needs.
+:func:`waiting` sets the lag of a decoding (``decode.wait_k``) or of a training batch
+without touching the modules, so that decoding copies of a model (int8, oneDNN), an
+ensemble's members and concurrent decodings each see the lag their caller chose.
+
 Shapes: B sentences, K hypotheses per sentence (beam), N = B*K rows, S source,
 T target (new tokens this call), L cached target positions, H heads, D model, d = D/H.
 """
@@ -9,7 +19,11 @@ T target (new tokens this call), L cached target positions, H heads, D model, d 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +31,27 @@ from torch import Tensor, nn
 
 from seqtrans.attention.common import masked_softmax, self_attention_mask
 from seqtrans.masks import causal_mask, key_mask
+
+if TYPE_CHECKING:
+    from seqtrans.attention.monotonic import SourceStream
+
+# The wait-k lag that encoder-decoder attention prepared now uses; None: the module's own.
+_LAG: ContextVar[int | None] = ContextVar("seqtrans_wait_k", default=None)
+
+
+@contextmanager
+def waiting(lag: int | None) -> Iterator[None]:
+    """Encoder-decoder attention prepared inside this block decodes wait-``lag``
+    (0: the whole source). None changes nothing: the lag of an enclosing block, else
+    each module's own (``model.wait_k``)."""
+    if lag is None:
+        yield
+        return
+    token = _LAG.set(lag)
+    try:
+        yield
+    finally:
+        _LAG.reset(token)
 
 
 def split_heads(x: Tensor, heads: int) -> Tensor:
@@ -144,11 +179,18 @@ class CrossState:
     """Keys and values of the encoder output, computed once per source.
 
     ``mask`` is None when no source in the batch is padded (the fused kernels then apply).
+    With a wait-k ``lag``, ``lengths`` are the source lengths and ``offset`` the target
+    positions decoded so far; ``source``, when the source is still arriving, is where
+    more encoder states come from (``lengths`` then counts those read so far).
     """
 
     k: Tensor  # [B, H, S, d]
     v: Tensor  # [B, H, S, d]
     mask: Tensor | None  # [B, 1, 1, S]
+    lag: int = 0
+    lengths: Tensor | None = None  # [B]
+    offset: int = 0
+    source: SourceStream | None = None
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         if sentences is not None:
@@ -156,6 +198,17 @@ class CrossState:
             self.v = self.v.index_select(0, sentences)
             if self.mask is not None:
                 self.mask = self.mask.index_select(0, sentences)
+            if self.lengths is not None:
+                self.lengths = self.lengths.index_select(0, sentences)
+
+    def visible(self, queries: int) -> Tensor:
+        """Which source positions the next ``queries`` target positions of each sentence
+        see under wait-k: the first min(i + k, S) for target position i.  -> [B, T, S]"""
+        assert self.lengths is not None
+        target = self.offset + torch.arange(queries, device=self.k.device)  # [T]
+        seen = torch.minimum((target + self.lag).unsqueeze(0), self.lengths.unsqueeze(1))  # [B, T]
+        source = torch.arange(self.k.size(2), device=self.k.device)  # [S]
+        return source.view(1, 1, -1) < seen.unsqueeze(-1)
 
 
 class CrossAttention(nn.Module):
@@ -166,10 +219,11 @@ class CrossAttention(nn.Module):
     ``forward(x [N, T, D], state) -> [N, T, D]`` with N a multiple of the state's B.
     """
 
-    def __init__(self, d_model: int, heads: int, *, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, heads: int, *, dropout: float = 0.0, lag: int = 0) -> None:
         super().__init__()
         self.heads = heads
         self.dropout = dropout
+        self.lag = lag  # wait-k (model.wait_k); 0: the whole source
         self.q = nn.Linear(d_model, d_model)
         self.kv = nn.Linear(d_model, 2 * d_model)
         self.out = nn.Linear(d_model, d_model)
@@ -181,17 +235,58 @@ class CrossAttention(nn.Module):
         """memory [B, S, D], mask [B, S] (True at real tokens) -> keys and values per head."""
         k, v = self.kv(memory).chunk(2, dim=-1)  # 2 x [B, S, D]
         padded = not bool(mask.all())
-        return CrossState(split_heads(k, self.heads), split_heads(v, self.heads),
-                          key_mask(mask) if padded else None)
+        state = CrossState(split_heads(k, self.heads), split_heads(v, self.heads),
+                           key_mask(mask) if padded else None)
+        lag = self.current_lag()
+        if lag:
+            state.lag, state.lengths = lag, mask.sum(1)
+        return state
+
+    def current_lag(self) -> int:
+        """The wait-k lag of a decoding or batch starting now (:func:`waiting`), else the module's."""
+        lag = _LAG.get()
+        return self.lag if lag is None else lag
+
+    def follow(self, source: SourceStream, *, like: Tensor) -> CrossState:
+        """The state of one hypothesis over a source that arrives while decoding: each step
+        reads the source as far as its wait-k lag needs, or to its end without a lag."""
+        d = self.out.in_features // self.heads
+        empty = like.new_zeros(1, self.heads, 0, d)
+        lag = self.current_lag()
+        return CrossState(empty, empty, None, lag=lag, source=source,
+                          lengths=torch.zeros(1, dtype=torch.long, device=like.device))
+
+    def _read(self, state: CrossState, queries: int) -> None:
+        """Pull encoder states from an arriving source until the last of the next
+        ``queries`` target positions sees all it may (lag 0: the whole source)."""
+        assert state.source is not None and state.lengths is not None
+        wanted = state.offset + queries - 1 + state.lag if state.lag else None
+        while state.source is not None and (wanted is None or state.k.size(2) < wanted):
+            more = state.source.states_from(state.k.size(2))  # [1, S', D]
+            if more is None:
+                state.source = None
+                break
+            k, v = (split_heads(t, self.heads) for t in self.kv(more).chunk(2, dim=-1))
+            state.k, state.v = torch.cat([state.k, k], dim=2), torch.cat([state.v, v], dim=2)
+        state.lengths = state.lengths.new_full((1,), state.k.size(2))
+        if not state.lag:
+            state.lag = state.k.size(2)  # everything read: no position is hidden
 
     def forward(self, x: Tensor, state: CrossState) -> Tensor:
         n, t, d_model = x.shape
+        if state.source is not None:
+            self._read(state, t)
         b = state.k.size(0)
         beam = n // b
         q = self.q(x).view(b, beam, t, self.heads, d_model // self.heads)  # [B, K, T, H, d]
         q = q.permute(0, 3, 1, 2, 4).reshape(b, self.heads, beam * t, -1)  # [B, H, K*T, d]
+        mask = state.mask
+        if state.lag:
+            visible = state.visible(t)  # [B, T, S], within each source's length
+            mask = visible.unsqueeze(1).expand(b, beam, t, -1).reshape(b, 1, beam * t, -1)
+            state.offset += t
         out = F.scaled_dot_product_attention(
-            q, state.k, state.v, attn_mask=state.mask,
+            q, state.k, state.v, attn_mask=mask,
             dropout_p=self.dropout if self.training else 0.0,
         )  # [B, H, K*T, d]
         out = out.view(b, self.heads, beam, t, -1).permute(0, 2, 3, 1, 4)  # [B, K, T, H, d]
@@ -201,4 +296,9 @@ class CrossAttention(nn.Module):
         """x [B, T, D], memory [B, S, D], mask [B, S] -> [B, H, T, S]"""
         q = split_heads(self.q(x), self.heads)  # [B, H, T, d]
         k = split_heads(self.kv(memory).chunk(2, dim=-1)[0], self.heads)  # [B, H, S, d]
-        return masked_softmax(q @ k.transpose(-1, -2) * q.size(-1) ** -0.5, key_mask(mask))
+        allowed = key_mask(mask)  # [B, 1, 1, S]
+        lag = self.current_lag()
+        if lag:
+            state = CrossState(k, k, None, lag=lag, lengths=mask.sum(1))
+            allowed = allowed & state.visible(x.size(1)).unsqueeze(1)
+        return masked_softmax(q @ k.transpose(-1, -2) * q.size(-1) ** -0.5, allowed)

@@ -18,9 +18,10 @@ def option(default: Any, help: str) -> Any:
 
 # Attention mechanisms (docs/attention.md); seqtrans.attention builds them by these names.
 Mechanism = Literal["scaled_dot", "dot", "general", "additive", "location", "restricted", "local",
-                    "memory", "monotonic"]
+                    "memory", "monotonic", "milk"]
 SELF_MECHANISMS = ("scaled_dot", "dot", "general", "additive", "location", "restricted")
-CROSS_MECHANISMS = ("scaled_dot", "dot", "general", "additive", "location", "local", "memory", "monotonic")
+CROSS_MECHANISMS = ("scaled_dot", "dot", "general", "additive", "location", "local", "memory", "monotonic",
+                    "milk")
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,22 @@ class ModelConfig:
     )
     cross_attention: Mechanism = option(
         "scaled_dot", "Encoder-decoder attention: scaled_dot, dot, general, additive, location, local, "
-        "memory or monotonic."
+        "memory, monotonic or milk (monotonic infinite lookback)."
     )
     causal_encoder: bool = option(
         False, "Unidirectional encoder: each source position attends only to itself and earlier "
         "ones, so encoding can follow a source as it arrives (needed by 'predict --stream')."
+    )
+    wait_k: int = option(
+        0, "wait-k (Ma et al. 2019): target position i attends to the first i + k source positions "
+        "only (all of them once i + k exceeds the source), in training and as the default decoding "
+        "lag (decode.wait_k); 0: the whole source. Needs cross_attention=scaled_dot; meant with "
+        "causal_encoder=true."
+    )
+    multi_k: bool = option(
+        False, "Multi-k training (Elbayad et al. 2020): each batch draws its wait-k lag uniformly from "
+        "1 to its longest source, so that one model decodes at any decode.wait_k. Needs "
+        "cross_attention=scaled_dot."
     )
     location_max_length: int = option(
         0, "location: the longest sequence it can attend over (W_a has a row per position and "
@@ -109,7 +121,7 @@ class ModelConfig:
                     "restricted_radius", "local_window", "memory_slots"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"model.{key}", f"must be at least 1, got {getattr(self, key)}")
-        for key in ("location_max_length", "monotonic_dim", "monotonic_noise"):
+        for key in ("location_max_length", "monotonic_dim", "monotonic_noise", "wait_k"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"model.{key}", f"must not be negative, got {getattr(self, key)}")
         for key in ("encoder_attention", "decoder_attention"):
@@ -125,6 +137,10 @@ class ModelConfig:
                 "model.cross_attention", f"'{self.cross_attention}' is a self-attention mechanism; "
                 f"choose one of {', '.join(CROSS_MECHANISMS)} (local is restricted attention's "
                 "encoder-decoder counterpart)")
+        if (self.wait_k or self.multi_k) and self.cross_attention != "scaled_dot":
+            raise ConfigError("model.wait_k" if self.wait_k else "model.multi_k",
+                              "wait-k masks scaled-dot encoder-decoder attention; this model has "
+                              f"model.cross_attention={self.cross_attention}")
         using_location = [key for key in ("encoder_attention", "decoder_attention", "cross_attention")
                           if getattr(self, key) == "location"]
         if using_location and self.location_max_length < 1:
@@ -166,6 +182,11 @@ class TrainConfig:
     adam_betas: tuple[float, float] = option((0.9, 0.98), "Adam beta1, beta2.")
     adam_eps: float = option(1e-9, "Adam epsilon.")
     label_smoothing: float = option(0.1, "epsilon_ls of label-smoothed cross-entropy.")
+    latency_weight: float = option(
+        0.0, "lambda of the latency loss of model.cross_attention=milk (Arivazhagan et al. 2019): "
+        "lambda times each sentence's differentiable average lagging under the expected "
+        "alignments, in source positions, averaged over the decoder layers, is added to the loss."
+    )
     subword_sampling: float = option(
         0.0, "Subword regularization (Kudo 2018): every epoch, re-encode the training sources with "
         "segmentations sampled from the task's unigram model at this smoothing alpha (smaller: more "
@@ -235,7 +256,7 @@ class TrainConfig:
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}", f"must be at least 1, got {getattr(self, key)}")
         for key in ("max_epochs", "max_minutes", "valid_beam", "valid_max_examples", "patience",
-                    "clip_norm", "lr_scale", "prepare_workers"):
+                    "clip_norm", "lr_scale", "prepare_workers", "latency_weight"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}", f"must not be negative, got {getattr(self, key)}")
         if not 0.0 <= self.cooldown <= 1.0:
@@ -270,6 +291,11 @@ class DecodeConfig:
         False, "Also decode the test split without the task's constraint and report those metrics "
         "with the prefix 'unconstrained_'."
     )
+    wait_k: int = option(
+        0, "Decode wait-k at this lag (Ma et al. 2019): each target position sees the first i + k "
+        "source positions; 0: the model's own model.wait_k (the whole source if it has none). A "
+        "model with scaled_dot encoder-decoder attention decodes at any lag."
+    )
     precision: str = option(
         "fp32", "fp32; bf16: decode under bfloat16 autocast (for CUDA and CPUs with AMX); int8 (CPU "
         "only): int8 weights in every linear layer and the output projection, activations quantized "
@@ -283,7 +309,7 @@ class DecodeConfig:
                 raise ConfigError(f"decode.{key}", f"must be at least 1, got {getattr(self, key)}")
         if self.nbest > self.beam:
             raise ConfigError("decode.nbest", f"nbest {self.nbest} exceeds the beam size {self.beam}")
-        for key in ("alpha", "max_len_a", "max_len_b", "min_len"):
+        for key in ("alpha", "max_len_a", "max_len_b", "min_len", "wait_k"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"decode.{key}", f"must not be negative, got {getattr(self, key)}")
         _check_precision("decode.precision", self.precision, DECODE_PRECISIONS)

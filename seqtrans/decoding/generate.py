@@ -9,6 +9,7 @@ import torch
 from tqdm import tqdm
 
 from seqtrans import environment
+from seqtrans.attention import waiting
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import beam_search, greedy_search
@@ -73,11 +74,20 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
              position_limit: int | None = None, progress: bool = False) -> list[list[Hypothesis]]:
     """The n-best hypotheses of every source (ids ending in EOS), in input order.
 
+    ``decode.wait_k`` sets the wait-k lag (:func:`seqtrans.attention.waiting`).
     ``constraints(indices)`` returns the task's constraint for the sources at those indices
     (its ``rows`` are positions in that list). ``position_limit`` caps output lengths
     (learned positions).
     """
     model = decoding_model(model, config.precision, device)
+    with waiting(config.wait_k or None):
+        return _generate(model, sources, config, device=device, constraints=constraints,
+                         position_limit=position_limit, progress=progress)
+
+
+def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeConfig, *,
+              device: torch.device, constraints: ConstraintFactory | None,
+              position_limit: int | None, progress: bool) -> list[list[Hypothesis]]:
     results: list[list[Hypothesis]] = [[] for _ in sources]
     bar = tqdm(total=len(sources), desc="decode", unit="sent", disable=not progress, leave=False)
     for idx in length_batches([len(s) for s in sources], config.batch_tokens):

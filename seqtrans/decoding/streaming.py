@@ -2,14 +2,22 @@
 still arriving.
 
 With a causal encoder (``model.causal_encoder``), a source position's encoder state never
-changes once it has been computed; with hard monotonic encoder-decoder attention
-(``model.cross_attention=monotonic``, Raffel et al. 2017), an output step looks at source
-positions left to right and stops at the first it selects. Together they decide, at every
-step, whether to read or to write: each decoder layer's attention reads source tokens
-(running the encoder on each as it arrives) until it selects a position or the source
-ends, and then the step writes its token. Reading more than that could not change the
-token, so the output is exactly that of greedy decoding with the whole source at hand;
-only the time at which each token is known changes.
+changes once it has been computed. Encoder-decoder attention then decides, at every
+step, whether to read or to write; each decoder layer's attention reads source tokens
+(running the encoder on each as it arrives) as far as it needs, and then the step writes
+its token:
+
+- hard monotonic attention (``model.cross_attention=monotonic``, Raffel et al. 2017)
+  looks at source positions left to right and stops at the first it selects;
+- its infinite lookback (``milk``, Arivazhagan et al. 2019) stops where the monotonic
+  head selects and attends softly over everything read;
+- scaled-dot attention under wait-k (``model.wait_k``, ``decode.wait_k``; Ma et al.
+  2019) reads k source tokens before the first write and one more before each next;
+  without a lag it reads the whole source first.
+
+Reading more than that could not change the token, so the output is exactly that of
+greedy decoding with the whole source at hand (and the same lag); only the time at which
+each token is known changes.
 
 The delay of an output token is the number of source tokens read when it was written
 (the end of the input not counted, so a token written after the whole source has been
@@ -30,12 +38,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seqtrans.attention import waiting
 from seqtrans.config import DecodeConfig
 from seqtrans.decoding.generate import max_output_length
 from seqtrans.decoding.search import mask_log_probs
 from seqtrans.errors import UsageError
 from seqtrans.model import Transformer
 from seqtrans.vocab import BOS, EOS
+
+
+#: Encoder-decoder attention that decides when to read: hard monotonic and its lookback
+#: (MILk), and scaled-dot attention under wait-k (or reading the whole source first).
+STREAMING = ("monotonic", "milk", "scaled_dot")
 
 
 @dataclass(frozen=True)
@@ -51,8 +65,9 @@ def check_streamable(model: Transformer) -> None:
     its task's model extensions (:class:`~seqtrans.extension.ExtensionError`)."""
     config = model.config
     missing = []
-    if config.cross_attention != "monotonic":
-        missing.append(f"model.cross_attention=monotonic (this model has {config.cross_attention})")
+    if config.cross_attention not in STREAMING:
+        missing.append(f"model.cross_attention={', '.join(STREAMING[:-1])} or {STREAMING[-1]} (this model has "
+                       f"{config.cross_attention})")
     if not config.causal_encoder:
         missing.append("model.causal_encoder=true")
     if missing:
@@ -102,7 +117,8 @@ def stream_greedy(model: Transformer, source: Iterable[int], config: DecodeConfi
     model.eval()
     device = model.output_weight.device
     stream = _SourceStream(model, iter(source))
-    state = model.start_streaming(stream)
+    with waiting(config.wait_k or None):
+        state = model.start_streaming(stream)
     previous = BOS
     step = 0
     while True:

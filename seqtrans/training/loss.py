@@ -101,3 +101,22 @@ def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor
     chunk = max(1, CHUNK_ELEMENTS // weight.size(0))
     loss, nll = _ProjectedLoss.apply(h, weight, t, smoothing, chunk)
     return loss, nll
+
+
+def expected_lagging(delays: Tensor, target_mask: Tensor, source_lengths: Tensor) -> Tensor:
+    """Differentiable average lagging (Cherry and Foster 2019; the latency loss of MILk,
+    Arivazhagan et al. 2019) of expected delays, per sentence:
+
+        g'_1 = d_1,  g'_i = max(d_i, g'_{i-1} + 1/gamma),  DAL = 1/|y| sum_i (g'_i - (i-1)/gamma)
+
+    with gamma = |y| / |x|. The max passes the gradient to whichever term is larger.
+    delays [B, T] (source tokens read when each target token is written), target_mask
+    [B, T] (True at real positions, a prefix of each row), source_lengths [B] -> [B]"""
+    lengths = target_mask.sum(1).clamp(min=1).to(delays.dtype)  # [B]
+    step = source_lengths.clamp(min=1).to(delays.dtype) / lengths  # 1 / gamma
+    lagged = delays[:, 0]
+    total = lagged.clone()
+    for i in range(1, delays.size(1)):
+        lagged = torch.maximum(delays[:, i], lagged + step)
+        total = total + (lagged - i * step) * target_mask[:, i]
+    return total / lengths

@@ -22,10 +22,11 @@ from seqtrans.distributed import World
 from seqtrans.errors import TrainingError
 from seqtrans.model import Transformer
 from seqtrans.precision import autocast
-from seqtrans.training.loss import projected_label_smoothed_loss
+from seqtrans.training.loss import expected_lagging, projected_label_smoothed_loss
 from seqtrans.training.progress import Progress
 from seqtrans.training.runlog import log
 from seqtrans.training.schedule import Schedule
+from seqtrans.vocab import PAD
 
 #: Below this fp16 loss scale the run stops: the loss overflows even when barely scaled.
 MIN_LOSS_SCALE = 1e-4
@@ -47,19 +48,28 @@ class LossModule(torch.nn.Module):
     """The model with its loss as ``forward``, the unit that data parallelism wraps
     (so that its gradient hooks see every parameter the loss uses)."""
 
-    def __init__(self, model: Transformer, smoothing: float, precision: str) -> None:
+    def __init__(self, model: Transformer, smoothing: float, precision: str, *,
+                 latency_weight: float = 0.0) -> None:
         super().__init__()
         self.model = model
         self.smoothing = smoothing
         self.precision = precision
+        self.latency_weight = latency_weight
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor,
                 tgt_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Summed label-smoothed loss and NLL of a batch."""
+        """Summed label-smoothed loss and NLL of a batch; with a read policy and
+        ``train.latency_weight``, the loss includes the weighted latency of each sentence."""
         with autocast(src.device, self.precision):
             hidden = self.model.hidden(src, tgt_in)  # [B, T, D]
-            return projected_label_smoothed_loss(hidden, self.model.output_weight, tgt_out,
-                                                 smoothing=self.smoothing)
+            loss, nll = projected_label_smoothed_loss(hidden, self.model.output_weight, tgt_out,
+                                                      smoothing=self.smoothing)
+        delays = self.model.expected_delays()
+        if delays and self.latency_weight:
+            words = src.ne(PAD).sum(1) - 1  # source tokens without the end symbol
+            lagging = torch.stack([expected_lagging(d.float(), tgt_out.ne(PAD), words) for d in delays])
+            loss = loss + self.latency_weight * lagging.mean(0).sum()
+        return loss, nll
 
 
 class UpdateStep:
