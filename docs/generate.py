@@ -209,6 +209,54 @@ def streaming_copy() -> str:
     return _table(header, rows) + _source("streaming_copy.json")
 
 
+_POLICY = {"full": "full sentence (reads the whole source first)", "multi-k": "multi-k wait-k",
+           "wait-3": "wait-3 (trained at k = 3)", "monotonic": "hard monotonic (Raffel et al.)"}
+
+
+def _policy(row: dict[str, Any]) -> str:
+    name = row["model"]
+    if name.startswith("milk-"):
+        return f"MILk, λ = {name.removeprefix('milk-')}"
+    return _POLICY.get(name, name) + (f", k = {row['wait_k']}" if name == "multi-k" else "")
+
+
+def simultaneous_multi30k() -> str:
+    data = _result("simultaneous_multi30k.json")
+    training = data["training"]
+    rows = [[_policy(r), f"{r['bleu']:.2f}", f"{r['chrf']:.2f}", f"{r['stream_ap']:.3f}", f"{r['stream_al']:.2f}",
+             f"{r['stream_laal']:.2f}", f"{r['stream_dal']:.2f}", f"{r['same_as_offline']:.3f}",
+             _num(training[r["model"]]["train_minutes"])] for r in data["simultaneous"]]
+    header = ["policy", "BLEU", "chrF", "AP", "AL", "LAAL", "DAL", "same as offline", "training minutes"]
+    return _table(header, rows) + _source("simultaneous_multi30k.json", machine=_cpu(data))
+
+
+def _cpu(data: dict[str, Any]) -> str:
+    m = data["machine"]
+    return f"{m['processor']}, {m['threads']} thread(s) per job, {m['jobs']} job(s) at once, PyTorch {m['torch']}"
+
+
+def memory_multi30k() -> str:
+    data = _result("simultaneous_multi30k.json")
+    training = data["training"]
+    rows = []
+    for r in data["memory"]:
+        t = training[r["model"]]
+        rows.append([r["model"], f"{t['bleu']:.2f}", f"{t['chrf']:.2f}",
+                     *(f"{r[f'beam{b}_{m}_seconds']:.1f} ({_pct(r[f'beam{b}_{m}_attention_share'])})"
+                       for b in (4, 1) for m in ("batch", "single"))])
+    single = data["memory"][0]["single_sentences"]
+    header = ["model", "BLEU (beam 4)", "chrF", "beam 4, batches: s (attention)",
+              f"beam 4, one at a time ({single} sentences)", "greedy, batches", f"greedy, one at a time ({single})"]
+    steps = [[str(r["source_length"]), f"{r['scaled_dot_ms_per_step']:.3f}", f"{r['memory_ms_per_step']:.3f}",
+              _ratio(1 / r["memory_over_scaled_dot"])] for r in data["attention_step"]]
+    return (_table(header, rows) + "
+Encoder–decoder attention alone, one decoding step of 32 sentences × beam 4 "
+            "(random weights, width 256):
+" +
+            _table(["source length", "scaled_dot ms/step", "memory (K = 32) ms/step", "speedup"], steps)
+            + _source("simultaneous_multi30k.json", machine=_cpu(data)))
+
+
 def attention_copy() -> str:
     data = _result("attention_copy.json")
     results: dict[str, dict[str, dict[str, float]]] = data["results"]
@@ -326,7 +374,8 @@ BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
                         "decode_ct2_cpu": decode_ct2_cpu,
                         "decode_cuda": decode_cuda, "train_cuda": train_cuda,
                         "distributed_cpu": distributed_cpu, "matmul_decoding": matmul_decoding},
-    DOCS / "streaming.md": {"streaming_copy": streaming_copy},
+    DOCS / "streaming.md": {"streaming_copy": streaming_copy, "simultaneous_multi30k": simultaneous_multi30k,
+                            "memory_multi30k": memory_multi30k},
     DOCS / "attention.md": {"attention_copy": attention_copy},
     DOCS / "tasks" / "translation.md": {"translation_multi30k": translation_multi30k},
     DOCS / "tasks" / "parsing.md": {"parsing_sample": parsing_sample, "parsing_vectors": parsing_vectors},

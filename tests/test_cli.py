@@ -87,6 +87,25 @@ def test_predict_stream_writes_outputs_with_their_delays(tmp_path: Path, run_dir
     assert done.returncode == 2 and "model.causal_encoder=true" in done.stderr
 
 
+def test_predict_stream_wait_k_reads_k_words_before_each_first_write(tmp_path: Path) -> None:
+    out = tmp_path / "waitk"
+    done = seqtrans("run", "copy", "--out", str(out), "--device", "cpu", "--set", *TINY,
+                    "model.multi_k=true", "model.causal_encoder=true", "train.max_steps=4", "train.eval_every=4")
+    assert done.returncode == 0, done.stderr
+    written = 0
+    for k in (1, 3, 9):
+        done = seqtrans("predict", str(out), "--stream", "--device", "cpu", "--set", f"decode.wait_k={k}",
+                        "decode.max_len_b=2", stdin="1 2 3 4\n5 5\n")
+        assert done.returncode == 0, done.stderr
+        for line, length in zip(done.stdout.splitlines(), (4, 2)):
+            output, delays = line.split("\t")
+            assert [int(d) for d in delays.split()] == [min(i + k, length) for i in range(len(output.split()))]
+            written += len(output.split())
+    assert written
+    done = seqtrans("predict", str(out), "--stream", "--set", "decode.wait_k=1.5", stdin="1 2\n")
+    assert done.returncode == 2 and "decode.wait_k" in done.stderr
+
+
 def test_evaluate_prints_the_metrics(run_dir: Path) -> None:
     done = seqtrans("evaluate", str(run_dir), "--split", "dev", "--device", "cpu")
     assert done.returncode == 0, done.stderr
