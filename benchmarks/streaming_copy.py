@@ -70,7 +70,8 @@ def evaluate(out: Path) -> dict[str, Any]:
         # against the hypothesis length, as the results already recorded were
         "average_proportion": _mean([average_proportion(d, source_length=n, target_length=len(d))
                                      for d, n in delays]),
-        "average_lagging": _mean([average_lagging(d, source_length=n, target_length=len(d)) for d, n in delays]),
+        "average_lagging": _mean([average_lagging(d, source_length=n, target_length=len(d))
+                                  for d, n in delays]),
         "mean_source_length": statistics.mean(len(s) for s in sources),
         "stream_seconds_per_sentence": stream_seconds / len(examples),
         "offline_seconds_per_sentence": offline_seconds / len(examples),

@@ -91,6 +91,9 @@ def test_evaluate_prints_the_metrics(run_dir: Path) -> None:
     done = seqtrans("evaluate", str(run_dir), "--split", "dev", "--device", "cpu")
     assert done.returncode == 0, done.stderr
     assert 0.0 <= json.loads(done.stdout)["exact_match"] <= 1.0
+    done = seqtrans("evaluate", str(run_dir), "--stream", "--device", "cpu")
+    assert done.returncode == 2
+    assert "streaming needs a model trained with model.cross_attention=monotonic" in done.stderr
 
 
 def test_average_writes_a_loadable_checkpoint(run_dir: Path, tmp_path: Path) -> None:

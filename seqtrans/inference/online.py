@@ -130,7 +130,7 @@ def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], N
     from seqtrans.decoding.latency import corpus_latency, sentence_latency
     from seqtrans.decoding.streaming import stream_greedy
 
-    _check_streaming(loaded)
+    check_streaming(loaded)
     lines = _ArrivingLines(loaded, iter(words))
     target = loaded.codec.vocabularies.target
     limit = position_limit(loaded.model)
@@ -152,7 +152,9 @@ def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], N
                  scores["ap"], scores["al"], scores["laal"], scores["dal"])
 
 
-def _check_streaming(loaded: Loaded) -> None:
+def check_streaming(loaded: Loaded) -> None:
+    """Raise :class:`UsageError` unless ``loaded`` can decode streams: one model, that can
+    stream, one output per input."""
     from seqtrans.decoding.streaming import check_streamable
 
     if loaded.others:

@@ -70,7 +70,8 @@ def test_every_metric_equals_simuleval_on_random_delays() -> None:
     ([0, 0, 2], 2, 3),  # written before reading
     ([2.5, 3.0], 4, 2),  # non-integer delays (SimulEval takes any number)
 ])
-def test_edge_cases_equal_simuleval(delays: list[int], source_length: int, reference_length: int | None) -> None:
+def test_edge_cases_equal_simuleval(delays: list[int], source_length: int,
+                                    reference_length: int | None) -> None:
     reference = None if reference_length is None else " ".join(["w"] * reference_length)
     ours = sentence_latency(delays, source_length=source_length, reference_length=reference_length)
     theirs = simuleval_scores(delays, source_length, reference)
