@@ -33,7 +33,8 @@ import torch
 from seqtrans import atomic, pipeline
 from seqtrans.data import prediction, source_ids
 from seqtrans.decoding import generate
-from seqtrans.decoding.streaming import average_lagging, average_proportion, stream_greedy
+from seqtrans.decoding.latency import average_lagging, average_proportion
+from seqtrans.decoding.streaming import stream_greedy
 from seqtrans.inference import evaluation, loading
 from seqtrans.vocab import EOS
 
@@ -66,8 +67,11 @@ def evaluate(out: Path) -> dict[str, Any]:
     return {
         **{k: float(v) for k, v in task.score(preds, examples).items()},
         "same_as_offline_greedy": same / len(examples),
-        "average_proportion": _mean([average_proportion(d, n) for d, n in delays]),
-        "average_lagging": _mean([average_lagging(d, n) for d, n in delays]),
+        # against the hypothesis length, as the results already recorded were
+        "average_proportion": _mean([average_proportion(d, source_length=n, target_length=len(d))
+                                     for d, n in delays]),
+        "average_lagging": _mean([average_lagging(d, source_length=n, target_length=len(d))
+                                  for d, n in delays]),
         "mean_source_length": statistics.mean(len(s) for s in sources),
         "stream_seconds_per_sentence": stream_seconds / len(examples),
         "offline_seconds_per_sentence": offline_seconds / len(examples),

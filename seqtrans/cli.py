@@ -135,7 +135,17 @@ SUBCOMMANDS = (
              DECODE_SET, DEVICE)),
     Command("evaluate", "Decode and score a split with a trained model.",
             "Decode one split of the model's task and print its metrics as JSON.",
-            (MODELS, arg("--split", default="test", choices=["train", "dev", "test"]), DECODE_SET, DEVICE)),
+            (MODELS, arg("--split", default="test", choices=["train", "dev", "test"]), BEAM,
+             arg("--stream", action="store_true",
+                 help="Simultaneous decoding: feed each source word by word to one model, greedily, "
+                      "as 'predict --stream' does, and add the latency in source words as SimulEval "
+                      "1.1.4 computes it (stream_ap, stream_al, stream_laal, stream_dal; see "
+                      "docs/streaming.md). Also writes the metrics to RUN_DIR/metrics-stream-SPLIT.json, "
+                      "the --set settings in the name (metrics-stream-test.wait_k=3.json), or to "
+                      "--output. Needs model.cross_attention=monotonic and model.causal_encoder=true."),
+             arg("--output", metavar="FILE", type=Path,
+                 help="With --stream: write the metrics here instead."),
+             DECODE_SET, DEVICE)),
     Command("score", "Print the log-probability of given source-target pairs.",
             "Score the line pairs of --src and --tgt (the task reads and encodes "
             "each side) by teacher forcing, in batches of decode.batch_tokens "
@@ -426,8 +436,20 @@ def _stdin_chunks() -> Iterator[str]:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from seqtrans.inference.loading import evaluate
 
-    metrics = evaluate(args.models, split=args.split, overrides=args.overrides, device=args.device,
-                       progress=_progress(args))
+    overrides = list(args.overrides)
+    if args.beam is not None:
+        if args.stream and args.beam != 1:
+            raise UsageError("--stream decodes greedily; it takes no --beam")
+        overrides.append(f"decode.beam={args.beam}")
+    if args.output is not None and not args.stream:
+        raise UsageError("--output is for --stream (evaluate otherwise prints its metrics only)")
+    metrics = evaluate(args.models, split=args.split, overrides=overrides, device=args.device,
+                       progress=_progress(args), stream=args.stream)
+    if args.stream:
+        from seqtrans.inference.simultaneous import metrics_path
+
+        path = args.output or metrics_path(args.models[0], split=args.split, overrides=args.overrides)
+        atomic.write_json(path, metrics)
     print(json.dumps(metrics, indent=2, sort_keys=True))
     return 0
 

@@ -79,7 +79,7 @@ def test_predict_stream_writes_outputs_with_their_delays(tmp_path: Path, run_dir
         output, delays = line.split("\t")
         assert len(delays.split()) == len(output.split())
         assert all(1 <= int(d) <= length for d in delays.split())
-    assert "average lagging" in done.stderr
+    assert "AL " in done.stderr and "LAAL " in done.stderr
     done = seqtrans("predict", str(out), "--stream", "--device", "cpu", stdin="1 2\n3 57\n")
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 2
     assert "<stdin>:2: 1 symbol(s) the model has never seen, read as <unk>: '57'" in done.stderr
@@ -110,6 +110,9 @@ def test_evaluate_prints_the_metrics(run_dir: Path) -> None:
     done = seqtrans("evaluate", str(run_dir), "--split", "dev", "--device", "cpu")
     assert done.returncode == 0, done.stderr
     assert 0.0 <= json.loads(done.stdout)["exact_match"] <= 1.0
+    done = seqtrans("evaluate", str(run_dir), "--stream", "--device", "cpu")
+    assert done.returncode == 2
+    assert "streaming needs a model trained with model.cross_attention=monotonic" in done.stderr
 
 
 def test_average_writes_a_loadable_checkpoint(run_dir: Path, tmp_path: Path) -> None:

@@ -21,8 +21,7 @@ each token is known changes.
 
 The delay of an output token is the number of source tokens read when it was written
 (the end of the input not counted, so a token written after the whole source has been
-read has delay |x|). Average proportion (Cho and Esipova 2016) and average lagging (Ma
-et al. 2019) summarise them.
+read has delay |x|). :mod:`seqtrans.decoding.latency` summarises them (AP, AL, LAAL, DAL).
 
 Greedy only: a beam would have to wait for its hypotheses to agree before writing. The
 maximum output length a * |x| + b holds as in offline decoding: while the source is
@@ -31,7 +30,7 @@ still arriving, a step that would exceed a * (tokens read) + b reads first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -136,19 +135,3 @@ def stream_greedy(model: Transformer, source: Iterable[int], config: DecodeConfi
         previous = token
         step += 1
 
-
-def average_proportion(delays: Sequence[int], source_length: int) -> float:
-    """AP = sum_i g(i) / (|x| |y|) (Cho and Esipova 2016): 1 for reading everything first."""
-    if not delays or source_length == 0:
-        return float("nan")
-    return sum(delays) / (source_length * len(delays))
-
-
-def average_lagging(delays: Sequence[int], source_length: int) -> float:
-    """AL = 1/tau sum_{i<=tau} (g(i) - (i - 1) / gamma) with gamma = |y| / |x| and tau the
-    first output written after the whole source was read (Ma et al. 2019): k for wait-k."""
-    if not delays or source_length == 0:
-        return float("nan")
-    gamma = len(delays) / source_length
-    tau = next((i + 1 for i, g in enumerate(delays) if g >= source_length), len(delays))
-    return sum(delays[i] - i / gamma for i in range(tau)) / tau

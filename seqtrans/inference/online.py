@@ -118,20 +118,23 @@ def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], N
     ``write`` as soon as it is decided (the model's target tokens, space-separated); when
     an input's output is complete, a tab, the delays (the source tokens read when each
     token was written) and a line break follow, and the rest of that input is skipped as
-    it arrives. The average proportion and average lagging are logged at the end.
+    it arrives. The latency metrics of :mod:`seqtrans.decoding.latency` (AP, AL, LAAL,
+    DAL) are logged at the end, in source tokens and against the hypothesis length (there
+    is no reference).
 
     The task's tokenisation is applied to the words arrived so far and the new tokens
     are fed to the model; the tokens of a line's first n words must be a prefix of
     those of its first n + 1 (true of whitespace tokens and of sentencepiece), else
     :class:`DataError`.
     """
-    from seqtrans.decoding.streaming import average_lagging, average_proportion, stream_greedy
+    from seqtrans.decoding.latency import corpus_latency, sentence_latency
+    from seqtrans.decoding.streaming import stream_greedy
 
-    _check_streaming(loaded)
+    check_streaming(loaded)
     lines = _ArrivingLines(loaded, iter(words))
     target = loaded.codec.vocabularies.target
     limit = position_limit(loaded.model)
-    proportions, laggings = [], []
+    latencies = []
     for first in lines.events:
         lines.number += 1
         arrived: list[str] = []
@@ -142,15 +145,16 @@ def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], N
             delays.append(emission.delay)
         write("\t" + " ".join(map(str, delays)) + "\n")
         length = len(lines.ids_of(lines.finish(first, arrived)))
-        if delays and length:
-            proportions.append(average_proportion(delays, length))
-            laggings.append(average_lagging(delays, length))
-    if proportions:
-        log.info("streamed %d inputs: average proportion %.3f, average lagging %.2f source tokens",
-                 len(proportions), sum(proportions) / len(proportions), sum(laggings) / len(laggings))
+        latencies.append(sentence_latency(delays, source_length=length))
+    if latencies:
+        scores = corpus_latency(latencies)
+        log.info("streamed %d inputs: AP %.3f, AL %.2f, LAAL %.2f, DAL %.2f source tokens", len(latencies),
+                 scores["ap"], scores["al"], scores["laal"], scores["dal"])
 
 
-def _check_streaming(loaded: Loaded) -> None:
+def check_streaming(loaded: Loaded) -> None:
+    """Raise :class:`UsageError` unless ``loaded`` can decode streams: one model, that can
+    stream, one output per input."""
     from seqtrans.decoding.streaming import check_streamable
 
     if loaded.others:

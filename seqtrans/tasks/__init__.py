@@ -11,6 +11,7 @@ from seqtrans.tasks.protocol import (
     ModelExtending,
     SegmentationSampling,
     Skipped,
+    SourceFormatting,
     TargetParsing,
     Task,
     TaskClass,
@@ -19,5 +20,6 @@ from seqtrans.tasks.protocol import (
 )
 
 __all__ = ["GROUP", "SPLITS", "Codec", "Constraining", "DataDigest", "Example", "ModelExtending",
-           "SegmentationSampling", "Skipped", "TargetParsing", "Task", "TaskClass", "TaskEntry", "Upgrading",
+           "SegmentationSampling", "Skipped", "SourceFormatting", "TargetParsing", "Task", "TaskClass",
+           "TaskEntry", "Upgrading",
            "check_split", "find", "installed", "load"]

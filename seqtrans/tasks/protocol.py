@@ -254,6 +254,17 @@ class TargetParsing(Protocol):
 
 
 @runtime_checkable
+class SourceFormatting(Protocol):
+    """A task (not a codec) that writes a source back as one line of ``predict`` input,
+    which :meth:`Task.parse_source` reads back to the same source: for feeding a split's
+    sources word by word (``seqtrans evaluate --stream``)."""
+
+    def format_source(self, source: Any) -> str:
+        """The source as one input line (no newline), its words separated by whitespace."""
+        ...
+
+
+@runtime_checkable
 class Upgrading(Protocol):
     """A task class (not an instance) whose plugin has changed the settings or weights
     its runs are saved with: it converts what an earlier version saved, so that such

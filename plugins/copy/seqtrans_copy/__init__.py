@@ -132,6 +132,9 @@ class CopyTask:
     def parse_source(self, line: str) -> Symbols:
         return [int(t) if t.isdigit() else -1 for t in line.split()]
 
+    def format_source(self, source: Symbols) -> str:
+        return " ".join(str(s) for s in source)
+
     def parse_target(self, line: str) -> Symbols:
         return self.parse_source(line)
 

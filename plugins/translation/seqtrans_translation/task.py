@@ -167,6 +167,9 @@ class TranslationTask:
     def parse_source(self, line: str) -> str:
         return line
 
+    def format_source(self, source: str) -> str:
+        return source
+
     def parse_target(self, line: str) -> str:
         return line
 
