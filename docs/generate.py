@@ -223,7 +223,8 @@ def _policy(row: dict[str, Any]) -> str:
 def simultaneous_multi30k() -> str:
     data = _result("simultaneous_multi30k.json")
     training = data["training"]
-    rows = [[_policy(r), f"{r['bleu']:.2f}", f"{r['chrf']:.2f}", f"{r['stream_ap']:.3f}", f"{r['stream_al']:.2f}",
+    rows = [[_policy(r), f"{r['bleu']:.2f}", f"{r['chrf']:.2f}", f"{r['stream_ap']:.3f}",
+             f"{r['stream_al']:.2f}",
              f"{r['stream_laal']:.2f}", f"{r['stream_dal']:.2f}", f"{r['same_as_offline']:.3f}",
              _num(training[r["model"]]["train_minutes"])] for r in data["simultaneous"]]
     header = ["policy", "BLEU", "chrF", "AP", "AL", "LAAL", "DAL", "same as offline", "training minutes"]
@@ -232,7 +233,8 @@ def simultaneous_multi30k() -> str:
 
 def _cpu(data: dict[str, Any]) -> str:
     m = data["machine"]
-    return f"{m['processor']}, {m['threads']} thread(s) per job, {m['jobs']} job(s) at once, PyTorch {m['torch']}"
+    return (f"{m['processor']}, {m['threads']} thread(s) per job, {m['jobs']} job(s) at once, "
+            f"PyTorch {m['torch']}")
 
 
 def memory_multi30k() -> str:
@@ -246,13 +248,13 @@ def memory_multi30k() -> str:
                        for b in (4, 1) for m in ("batch", "single"))])
     single = data["memory"][0]["single_sentences"]
     header = ["model", "BLEU (beam 4)", "chrF", "beam 4, batches: s (attention)",
-              f"beam 4, one at a time ({single} sentences)", "greedy, batches", f"greedy, one at a time ({single})"]
+              f"beam 4, one at a time ({single} sentences)", "greedy, batches",
+              f"greedy, one at a time ({single})"]
     steps = [[str(r["source_length"]), f"{r['scaled_dot_ms_per_step']:.3f}", f"{r['memory_ms_per_step']:.3f}",
               _ratio(1 / r["memory_over_scaled_dot"])] for r in data["attention_step"]]
-    return (_table(header, rows) + "
-Encoder–decoder attention alone, one decoding step of 32 sentences × beam 4 "
-            "(random weights, width 256):
-" +
+    return (_table(header, rows) + "\nEncoder–decoder attention alone, one decoding step of 32 sentences "
+            "× beam 4 "
+            "(random weights, width 256):\n" +
             _table(["source length", "scaled_dot ms/step", "memory (K = 32) ms/step", "speedup"], steps)
             + _source("simultaneous_multi30k.json", machine=_cpu(data)))
 

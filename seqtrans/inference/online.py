@@ -137,6 +137,9 @@ def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], N
     latencies = []
     for first in lines.events:
         lines.number += 1
+        if first is None:  # an empty line: nothing to translate, nothing to wait for
+            write("\t\n")
+            continue
         arrived: list[str] = []
         delays: list[int] = []
         for emission in stream_greedy(loaded.model, lines.source(first, arrived), loaded.config.decode,

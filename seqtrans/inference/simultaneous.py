@@ -96,8 +96,11 @@ def target_word_delays(loaded: Loaded, tokens: Sequence[int], delays: Sequence[i
 
 
 def stream_example(loaded: Loaded, example: Example[Any, Any]) -> StreamedExample:
-    """Decode one example's source as a stream of words (see the module docstring)."""
+    """Decode one example's source as a stream of words (see the module docstring). An
+    empty source has nothing to translate: its output is empty, with no delays."""
     words = source_words(loaded, example)
+    if not words:
+        return StreamedExample(prediction(loaded.codec, [], example.source), [], [], [], 0)
     ends = word_ends(loaded, words, example.origin)
     ids = source_ids(loaded.codec, loaded.task.parse_source(" ".join(words)))[:-1]
     emissions = list(stream_greedy(loaded.model, ids, loaded.config.decode,
