@@ -1,0 +1,359 @@
+"""Simultaneous translation and the seeds' attention mechanisms on Multi30k en-de.
+
+Trains every model at the same budget (the translation task's ``cpu`` preset, stopped
+after ``--steps`` updates so that the budget does not depend on what else the machine is
+doing; each model's training minutes are reported), or reuses a model already trained
+in ``--work`` with the same settings, then measures on test2016:
+
+- simultaneous policies, each decoding the test sources as streams (source words
+  arriving one at a time, greedy, as ``seqtrans evaluate --stream``): sacreBLEU, chrF,
+  and the latency metrics AP, AL, LAAL and DAL in source words as SimulEval computes
+  them; every streamed output is checked against offline greedy decoding with the same
+  lag. The models: the full-sentence model with the same causal encoder (the quality
+  ceiling: it reads the whole source first), one multi-k wait-k model (Elbayad et al.
+  2020) decoded at k in ``--ks``, a wait-3 model, the seed's hard monotonic attention
+  (Raffel et al. 2017), and monotonic infinite lookback (MILk, Arivazhagan et al. 2019)
+  at the latency weights ``--latency-weights``;
+- memory attention (Britz et al. 2017) against scaled-dot encoder-decoder attention,
+  both with the usual bidirectional encoder: BLEU and chrF (beam 4), the decoding time
+  of the test set (beam 4 and greedy; in batches and one sentence at a time) and the
+  share of it spent in encoder-decoder attention; then the encoder-decoder attention
+  alone, per decoding step, against the source length (random weights), where the
+  seed's fixed-size memory should pay off.
+
+    python benchmarks/simultaneous_multi30k.py --steps 500 --jobs 2
+    python benchmarks/simultaneous_multi30k.py --plot benchmarks/results/simultaneous_multi30k.json
+
+Writes ``benchmarks/results/simultaneous_multi30k.json`` and the BLEU-against-AL
+picture ``docs/images/simultaneous-multi30k.png``; ``python docs/generate.py`` puts
+the table into docs/streaming.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import json
+import logging
+import multiprocessing
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seqtrans import atomic, pipeline
+from seqtrans.config import ModelConfig, RunConfig
+from seqtrans.data import source_ids
+from seqtrans.decoding import generate
+from seqtrans.inference import evaluation, loading
+from seqtrans.model import Transformer
+
+ROOT = Path(__file__).resolve().parent
+RESULTS = ROOT / "results"
+PICTURE = ROOT.parent / "docs" / "images" / "simultaneous-multi30k.png"
+
+CAUSAL = ["model.causal_encoder=true"]
+MEMORY_SLOTS = (32,)  # K, as in Britz et al.'s WMT speed comparison (Table 3)
+
+
+def models(latency_weights: list[float]) -> dict[str, list[str]]:
+    """Each model's settings beyond the shared budget, by name (its run directory's)."""
+    return {
+        "full": CAUSAL,
+        "multi-k": [*CAUSAL, "model.multi_k=true"],
+        "wait-3": [*CAUSAL, "model.wait_k=3"],
+        "monotonic": [*CAUSAL, "model.cross_attention=monotonic"],
+        **{f"milk-{w:g}": [*CAUSAL, "model.cross_attention=milk", f"train.latency_weight={w:g}"]
+           for w in latency_weights},
+        "scaled-dot": [],
+        **{f"memory-{k}": ["model.cross_attention=memory", f"model.memory_slots={k}",
+                           "model.memory_positions=true"] for k in MEMORY_SLOTS},
+    }
+
+
+def budget(steps: int) -> list[str]:
+    """The shared budget: the cpu preset stopped after ``steps`` updates, its warmup and
+    checkpoint averaging scaled to them."""
+    every = max(1, steps // 10)
+    warmup = max(1, min(400, 2 * steps // 5))  # the preset's 400 for its 30 minutes' ~1,000 updates
+    return [f"train.max_steps={steps}", "train.max_minutes=0", f"train.warmup={warmup}",
+            f"train.checkpoint_every={every}", "train.average_last=5", "train.keep_checkpoints=5"]
+
+
+def train(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """Train one model (unless already trained with these settings); its run's metrics."""
+    torch.set_num_threads(args.threads)
+    out = Path(args.work) / name
+    config = pipeline.resolve_config("translation", preset="cpu", overrides=[*budget(args.steps), *overrides])
+    done = out / "metrics.json"
+    if done.is_file():
+        saved = json.loads((out / "config.json").read_text())
+        defaults = RunConfig()
+        trained_with = {section: {**dataclasses.asdict(getattr(defaults, section)), **saved.get(section, {})}
+                        for section in ("model", "train")}
+        if any(trained_with[section] != dataclasses.asdict(getattr(config, section))
+               for section in ("model", "train")):
+            raise SystemExit(f"{out} holds a model trained with other settings: remove it or choose --work")
+    else:
+        logging.getLogger("seqtrans").setLevel(logging.WARNING)
+        pipeline.run(config, out, device="cpu")
+    return {"settings": overrides, **json.loads(done.read_text())}
+
+
+# ---------------------------------------------------------------------- simultaneous
+
+
+def simultaneous(name: str, ks: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Streaming evaluation of one model at each lag (None: the model's own policy)."""
+    from seqtrans.inference.simultaneous import score_stream
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.work) / name
+    rows = []
+    for k in ks:
+        overrides = ["decode.beam=1"] + ([f"decode.wait_k={k}"] if k else [])
+        loaded = loading.load(out, overrides=overrides, device="cpu")
+        split = evaluation.read_split(loaded.task, "test")
+        started = time.perf_counter()
+        outputs, metrics = score_stream(loaded, split)
+        seconds = time.perf_counter() - started
+        same = same_as_offline(loaded, split, [o.tokens for o in outputs])
+        rows.append({"model": name, "wait_k": k or None, **metrics, "same_as_offline": same,
+                     "stream_seconds": round(seconds, 1)})
+        print(f"{name:>12} k={k or '-':>2}: BLEU {metrics['bleu']:.2f}  AL {metrics['stream_al']:.2f}  "
+              f"LAAL {metrics['stream_laal']:.2f}  AP {metrics['stream_ap']:.3f}  "
+              f"DAL {metrics['stream_dal']:.2f}  "
+              f"same as offline {same:.3f}", flush=True)
+    return rows
+
+
+def same_as_offline(loaded: loading.Loaded, split: evaluation.Split, streamed: list[list[int]]) -> float:
+    """The fraction of streamed outputs (target ids) equal to offline greedy decoding
+    with the same lag."""
+    ids = [source_ids(loaded.codec, e.source) for e in split.examples]
+    decode = dataclasses.replace(loaded.config.decode, beam=1, nbest=1)
+    offline = generate(loaded.model, ids, decode, device=loaded.device)
+    return sum(s == (h[0].tokens if h else []) for s, h in zip(streamed, offline)) / len(ids)
+
+
+# ---------------------------------------------------------------------- memory attention
+
+
+class CrossTimer:
+    """Time spent in every decoder layer's encoder-decoder attention (its ``prepare``
+    once per source and its steps), by wrapping the modules' calls."""
+
+    def __init__(self, model: Transformer) -> None:
+        self.seconds = 0.0
+        for layer in model.decoder_layers:
+            attn: Any = layer.cross_attn
+            attn.prepare = self._timed(attn.prepare)
+            attn.forward = self._timed(attn.forward)
+
+    def _timed(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*a: Any, **kw: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.seconds += time.perf_counter() - started
+        return run
+
+
+def decode_times(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Decoding time of the test set, batched and one at a time, beam 4 and greedy, and
+    the share of it in encoder-decoder attention (fp32 ``F.linear``: the same linear
+    layers for both mechanisms, so that the attention's own cost shows)."""
+    torch.set_num_threads(args.threads)
+    os.environ["SEQTRANS_TUNE_MATMUL"] = "0"  # the timer wraps the model's own modules
+    loaded = loading.load(Path(args.work) / name, device="cpu")
+    examples = evaluation.read_split(loaded.task, "test").examples
+    ids = [source_ids(loaded.codec, e.source) for e in examples]
+    single = ids[: args.single]
+    result: dict[str, Any] = {"model": name, "single_sentences": len(single)}
+    for beam in (4, 1):
+        decode = dataclasses.replace(loaded.config.decode, beam=beam, nbest=1)
+        for mode, sources, config in (("batch", ids, decode),
+                                      ("single", single, dataclasses.replace(decode, batch_tokens=1))):
+            generate(loaded.model, sources[:20], config, device=loaded.device)  # warm up
+            timer = CrossTimer(loaded.model)
+            started = time.perf_counter()
+            generate(loaded.model, sources, config, device=loaded.device)
+            seconds = time.perf_counter() - started
+            result[f"beam{beam}_{mode}_seconds"] = round(seconds, 2)
+            result[f"beam{beam}_{mode}_attention_share"] = round(timer.seconds / seconds, 3)
+            loaded = loading.load(Path(args.work) / name, device="cpu")  # without the timer
+    return result
+
+
+def attention_step(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One decoding step of encoder-decoder attention alone (random weights, the cpu
+    preset's width, beam 4 over 32 sentences) against the source length: scaled-dot
+    attends over all S positions, memory attention over K slots."""
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    from seqtrans.attention import cross_attention
+
+    rows = []
+    for length in (16, 64, 256, 1024):
+        row: dict[str, Any] = {"source_length": length}
+        for mechanism in ("scaled_dot", "memory"):
+            config = ModelConfig(d_model=256, heads=4, cross_attention=mechanism, memory_slots=32,
+                                 memory_positions=True)
+            attn: Any = cross_attention(mechanism, config)
+            attn.eval()
+            memory = torch.randn(32, length, 256)
+            mask = torch.ones(32, length, dtype=torch.bool)
+            x = torch.randn(128, 1, 256)
+            with torch.inference_mode():
+                state = attn.prepare(memory, mask)
+                steps = 50
+                for _ in range(5):
+                    attn(x, state)
+                started = time.perf_counter()
+                for _ in range(steps):
+                    attn(x, state)
+                row[f"{mechanism}_ms_per_step"] = round((time.perf_counter() - started) / steps * 1000, 3)
+        row["memory_over_scaled_dot"] = round(row["memory_ms_per_step"] / row["scaled_dot_ms_per_step"], 3)
+        rows.append(row)
+        print(f"attention step, |x| = {length:>4}: scaled-dot {row['scaled_dot_ms_per_step']:.3f} ms, "
+              f"memory {row['memory_ms_per_step']:.3f} ms", flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------------- picture
+
+
+def read_results(path: Path) -> dict[str, Any]:
+    """The results JSON; a malformed file is an error naming the file and line."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except OSError as exc:
+        raise SystemExit(f"{path}: {exc.strerror}") from None
+    if not isinstance(data, dict) or data.get("benchmark") != "simultaneous_multi30k":
+        raise SystemExit(f"{path}:1: not this benchmark's results "
+                         '(no "benchmark": "simultaneous_multi30k")')
+    for number, row in enumerate(data.get("simultaneous", []), 1):
+        missing = [key for key in ("model", "bleu", "stream_al") if key not in row]
+        if missing:
+            raise SystemExit(f"{path}: simultaneous row {number} lacks {', '.join(missing)}")
+    return data
+
+
+def plot(data: dict[str, Any], picture: Path) -> None:
+    """BLEU against AL (source words): one curve for the multi-k model over k, one for
+    MILk over its latency weights, single points for the others."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = data["simultaneous"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    curves = {"multi-k wait-k": [r for r in rows if r["model"] == "multi-k"],
+              "MILk": sorted((r for r in rows if r["model"].startswith("milk")),
+                             key=lambda r: r["stream_al"])}
+    for label, curve in curves.items():
+        if curve:
+            ax.plot([r["stream_al"] for r in curve], [r["bleu"] for r in curve], marker="o", label=label)
+            for r in curve:
+                note = f"k={r['wait_k']}" if r.get("wait_k") else "λ=" + r["model"].removeprefix("milk-")
+                ax.annotate(note, (r["stream_al"], r["bleu"]), textcoords="offset points", xytext=(4, -10),
+                            fontsize=7)
+    for r in rows:
+        if r["model"] in ("full", "wait-3", "monotonic"):
+            label = {"full": "full sentence (causal encoder)", "wait-3": "wait-3 (single k)",
+                     "monotonic": "hard monotonic"}[r["model"]]
+            ax.scatter([r["stream_al"]], [r["bleu"]], marker="s", label=label, zorder=3)
+    ax.set_xlabel("AL (source words, SimulEval)")
+    ax.set_ylabel("sacreBLEU, test2016")
+    ax.set_title("Multi30k en→de, greedy streams, equal training budget")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    picture.parent.mkdir(parents=True, exist_ok=True)
+    tmp = picture.with_suffix(".tmp.png")
+    fig.savefig(tmp)
+    os.replace(tmp, picture)
+
+
+# ---------------------------------------------------------------------- main
+
+
+def _machine(args: argparse.Namespace) -> dict[str, Any]:
+    cpu = platform.processor()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"processor": cpu, "cpus": os.cpu_count(), "torch": torch.__version__, "threads": args.threads,
+            "jobs": args.jobs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=500, help="Training updates per model (the budget).")
+    parser.add_argument("--ks", type=int, nargs="+", default=[1, 3, 5, 7, 9],
+                        help="Lags of the multi-k model.")
+    parser.add_argument("--latency-weights", type=float, nargs="+", default=[0.1, 0.5, 2.0],
+                        help="MILk's train.latency_weight, one model each.")
+    parser.add_argument("--threads", type=int, default=1, help="Threads per job.")
+    parser.add_argument("--jobs", type=int, default=2, help="Models trained (and streams decoded) at once.")
+    parser.add_argument("--single", type=int, default=200,
+                        help="Test sentences decoded one at a time for the timing.")
+    parser.add_argument("--work", default="runs/simultaneous_multi30k", help="Where the models are trained.")
+    parser.add_argument("--out", type=Path, default=RESULTS / "simultaneous_multi30k.json")
+    parser.add_argument("--part", choices=["all", "simultaneous", "memory"], default="all",
+                        help="Only the simultaneous policies or only memory attention; the results file "
+                             "keeps the other part's results.")
+    parser.add_argument("--plot", type=Path, metavar="RESULTS_JSON",
+                        help="Only draw the picture from a results file.")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    if args.plot:
+        data = read_results(args.plot)
+        if not data.get("simultaneous"):
+            raise SystemExit(f"{args.plot}: no simultaneous results to draw")
+        plot(data, PICTURE)
+        print(f"wrote {PICTURE}")
+        return
+
+    settings = models(args.latency_weights)
+    parts = {"simultaneous": [name for name in settings if not name.startswith(("scaled-dot", "memory"))],
+             "memory": [name for name in settings if name.startswith(("scaled-dot", "memory"))]}
+    results: dict[str, Any] = {"benchmark": "simultaneous_multi30k", "training": {}}
+    if args.out.is_file():  # another part's results, kept
+        results = read_results(args.out) if args.part != "all" else results
+    results.update({"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+                    "budget": budget(args.steps), "machine": _machine(args)})
+    chosen = [name for part, names in parts.items() if args.part in ("all", part) for name in names]
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+        trained = {name: pool.submit(train, name, settings[name], args) for name in chosen}
+        results["training"].update({name: future.result() for name, future in trained.items()})
+        if args.part in ("all", "simultaneous"):
+            lags = {"full": [0], "multi-k": args.ks, "wait-3": [3]}
+            jobs = [pool.submit(simultaneous, name, [k], args)
+                    for name in parts["simultaneous"] for k in lags.get(name, [0])]
+            results["simultaneous"] = [row for job in jobs for row in job.result()]
+    if args.part in ("all", "memory"):  # timings one at a time, on a machine doing nothing else
+        results["memory"] = [decode_times(name, args) for name in parts["memory"]]
+        results["attention_step"] = attention_step(args)
+    atomic.write_json(args.out, results, sort_keys=False)
+    if results.get("simultaneous"):
+        plot(results, PICTURE)
+    print(f"wrote {args.out}" + (f" and {PICTURE}" if results.get("simultaneous") else ""))
+
+
+if __name__ == "__main__":
+    main()
