@@ -114,6 +114,7 @@ def test_int8_stores_quantized_weights_that_decode(tmp_path: Path) -> None:
     ({"cross_attention": "monotonic"}, "model.cross_attention"),
     ({"encoder_attention": "restricted"}, "model.encoder_attention"),
     ({"causal_encoder": True}, "model.causal_encoder"),
+    ({"wait_k": 3}, "model.wait_k"),
 ])
 def test_what_ctranslate2_cannot_compute_is_refused_by_its_setting(overrides: dict[str, object], key: str,
                                                                    tmp_path: Path) -> None:

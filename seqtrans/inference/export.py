@@ -59,6 +59,8 @@ def unsupported(config: ModelConfig) -> list[tuple[str, str]]:
                                              "only scaled_dot models export"))
     if config.causal_encoder:
         problems.append(("model.causal_encoder", "CTranslate2's encoder is bidirectional"))
+    if config.wait_k:
+        problems.append(("model.wait_k", "CTranslate2's encoder-decoder attention has no wait-k mask"))
     return problems
 
 
