@@ -59,7 +59,8 @@ RESULTS = ROOT / "results"
 PICTURE = ROOT.parent / "docs" / "images" / "simultaneous-multi30k.png"
 
 CAUSAL = ["model.causal_encoder=true"]
-MEMORY_SLOTS = (16, 32)  # K: 32 as in Britz et al.'s WMT speed comparison (Table 3); 16 near Multi30k's source length
+# K: 32 as in Britz et al.'s WMT speed comparison (Table 3); 16, near Multi30k's source lengths
+MEMORY_SLOTS = (16, 32)
 
 
 def models(latency_weights: list[float]) -> dict[str, list[str]]:

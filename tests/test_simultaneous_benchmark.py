@@ -29,7 +29,8 @@ def test_a_malformed_results_file_is_named_with_its_line(bench: dict[str, Any], 
         bench["read_results"](path)
 
 
-def test_another_benchmarks_file_and_incomplete_rows_are_refused(bench: dict[str, Any], tmp_path: Path) -> None:
+def test_another_benchmarks_file_and_incomplete_rows_are_refused(bench: dict[str, Any],
+                                                                  tmp_path: Path) -> None:
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"benchmark": "decode_speed"}))
     with pytest.raises(SystemExit, match=rf"{other}:1: not this benchmark's results"):
