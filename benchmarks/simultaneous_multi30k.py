@@ -21,9 +21,12 @@ in ``--work`` with the same settings, then measures on test2016:
   alone, per decoding step, against the source length (random weights), where the
   seed's fixed-size memory should pay off.
 
-    python benchmarks/simultaneous_multi30k.py --steps 500 --jobs 2
+    python benchmarks/simultaneous_multi30k.py
+    python benchmarks/simultaneous_multi30k.py --models full multi-k
     python benchmarks/simultaneous_multi30k.py --plot benchmarks/results/simultaneous_multi30k.json
 
+Each model is scored as soon as it is trained and the results file rewritten then; a
+later invocation with the same budget keeps the models the file holds and does the rest.
 Writes ``benchmarks/results/simultaneous_multi30k.json`` and the BLEU-against-AL
 picture ``docs/images/simultaneous-multi30k.png``; ``python docs/generate.py`` puts
 the table into docs/streaming.md.
@@ -68,10 +71,10 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
     return {
         "full": CAUSAL,
         "multi-k": [*CAUSAL, "model.multi_k=true"],
-        "wait-3": [*CAUSAL, "model.wait_k=3"],
-        "monotonic": [*CAUSAL, "model.cross_attention=monotonic"],
         **{f"milk-{w:g}": [*CAUSAL, "model.cross_attention=milk", f"train.latency_weight={w:g}"]
            for w in latency_weights},
+        "wait-3": [*CAUSAL, "model.wait_k=3"],
+        "monotonic": [*CAUSAL, "model.cross_attention=monotonic"],
         "scaled-dot": [],
         **{f"memory-{k}": ["model.cross_attention=memory", f"model.memory_slots={k}",
                            "model.memory_positions=true"] for k in MEMORY_SLOTS},
@@ -80,8 +83,8 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
 
 def budget(steps: int) -> list[str]:
     """The shared budget: the cpu preset stopped after ``steps`` updates, its warmup and
-    checkpoint averaging scaled to them."""
-    every = max(1, steps // 10)
+    checkpoint averaging scaled to them (the last five of twenty checkpoints averaged)."""
+    every = max(1, steps // 20)
     warmup = max(1, min(400, 2 * steps // 5))  # the preset's 400 for its 30 minutes' ~1,000 updates
     return [f"train.max_steps={steps}", "train.max_minutes=0", f"train.warmup={warmup}",
             f"train.checkpoint_every={every}", "train.average_last=5", "train.keep_checkpoints=5"]
@@ -91,14 +94,19 @@ def train(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str
     """Train one model (unless already trained with these settings); its run's metrics."""
     torch.set_num_threads(args.threads)
     out = Path(args.work) / name
-    config = pipeline.resolve_config("translation", preset="cpu", overrides=[*budget(args.steps), *overrides])
+    config = pipeline.resolve_config("translation", preset="cpu",
+                                     overrides=[*budget(args.steps), *overrides, *args.set])
     done = out / "metrics.json"
     if done.is_file():
         saved = json.loads((out / "config.json").read_text())
         defaults = RunConfig()
-        trained_with = {section: {**dataclasses.asdict(getattr(defaults, section)), **saved.get(section, {})}
-                        for section in ("model", "train")}
-        if any(trained_with[section] != dataclasses.asdict(getattr(config, section))
+
+        def settings(section: str, values: dict[str, Any]) -> Any:
+            # as JSON holds them (a tuple is a list there), the defaults of keys it lacks filled in
+            return json.loads(json.dumps({**dataclasses.asdict(getattr(defaults, section)), **values}))
+
+        if any(settings(section, saved.get(section, {}))
+               != settings(section, dataclasses.asdict(getattr(config, section)))
                for section in ("model", "train")):
             raise SystemExit(f"{out} holds a model trained with other settings: remove it or choose --work")
     else:
@@ -300,10 +308,29 @@ def _machine(args: argparse.Namespace) -> dict[str, Any]:
             "jobs": args.jobs}
 
 
+def model_job(name: str, overrides: list[str], lags: list[int] | None,
+              args: argparse.Namespace) -> dict[str, Any]:
+    """One model trained (or reused) and, for a simultaneous policy (``lags`` not None),
+    scored as streams at each lag: its entries of the results file."""
+    trained = {**train(name, overrides, args), "machine": _machine(args)}
+    return {"training": trained, "simultaneous": simultaneous(name, lags, args) if lags is not None else []}
+
+
+def _save(results: dict[str, Any], out: Path, picture: Path, order: list[str]) -> None:
+    """The results written whole (rows in the models' order) and the picture redrawn."""
+    rank = {name: i for i, name in enumerate(order)}
+    results["simultaneous"].sort(key=lambda r: (rank.get(r["model"], len(rank)), r.get("wait_k") or 0))
+    atomic.write_json(out, results, sort_keys=False)
+    if results["simultaneous"]:
+        plot(results, picture)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=500, help="Training updates per model (the budget).")
+    parser.add_argument("--steps", type=int, default=650,
+                        help="Training updates per model (the budget; 650 are about 20 minutes of the cpu "
+                             "preset on two cores).")
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 3, 5, 7, 9],
                         help="Lags of the multi-k model.")
     parser.add_argument("--latency-weights", type=float, nargs="+", default=[0.1, 0.5, 2.0],
@@ -314,9 +341,15 @@ def main() -> None:
                         help="Test sentences decoded one at a time for the timing.")
     parser.add_argument("--work", default="runs/simultaneous_multi30k", help="Where the models are trained.")
     parser.add_argument("--out", type=Path, default=RESULTS / "simultaneous_multi30k.json")
+    parser.add_argument("--picture", type=Path, default=PICTURE,
+                        help="Where the BLEU-against-AL picture goes.")
     parser.add_argument("--part", choices=["all", "simultaneous", "memory"], default="all",
-                        help="Only the simultaneous policies or only memory attention; the results file "
-                             "keeps the other part's results.")
+                        help="Only the simultaneous policies or only memory attention.")
+    parser.add_argument("--models", nargs="+", metavar="NAME",
+                        help="Only these models (of the part chosen), e.g. full multi-k.")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="More settings for every model, e.g. a small test set (data.test_src, "
+                             "data.test_tgt) for a quick check of this script.")
     parser.add_argument("--plot", type=Path, metavar="RESULTS_JSON",
                         help="Only draw the picture from a results file.")
     args = parser.parse_args()
@@ -325,35 +358,50 @@ def main() -> None:
         data = read_results(args.plot)
         if not data.get("simultaneous"):
             raise SystemExit(f"{args.plot}: no simultaneous results to draw")
-        plot(data, PICTURE)
-        print(f"wrote {PICTURE}")
+        plot(data, args.picture)
+        print(f"wrote {args.picture}")
         return
 
     settings = models(args.latency_weights)
-    parts = {"simultaneous": [name for name in settings if not name.startswith(("scaled-dot", "memory"))],
-             "memory": [name for name in settings if name.startswith(("scaled-dot", "memory"))]}
-    results: dict[str, Any] = {"benchmark": "simultaneous_multi30k", "training": {}}
-    if args.out.is_file():  # another part's results, kept
-        results = read_results(args.out) if args.part != "all" else results
-    results.update({"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-                    "budget": budget(args.steps), "machine": _machine(args)})
-    chosen = [name for part, names in parts.items() if args.part in ("all", part) for name in names]
+    memory_names = [name for name in settings if name.startswith(("scaled-dot", "memory"))]
+    lags = {name: {"multi-k": args.ks, "wait-3": [3]}.get(name, [0])
+            for name in settings if name not in memory_names}
+    chosen = [name for name in settings
+              if args.part == "all" or (name in memory_names) == (args.part == "memory")]
+    unknown = sorted(set(args.models or []) - set(settings))
+    if unknown:
+        raise SystemExit(f"--models: no model {', '.join(unknown)}; the models: {', '.join(settings)}")
+    chosen = [name for name in chosen if not args.models or name in args.models]
+
+    # A results file of the same budget is continued: the models it holds are kept, the
+    # others are trained and scored, and the file is rewritten as each one finishes.
+    shared = [*budget(args.steps), *args.set]
+    results: dict[str, Any] = {"benchmark": "simultaneous_multi30k", "budget": shared,
+                               "training": {}, "simultaneous": []}
+    if args.out.is_file():
+        results = read_results(args.out)
+        if results.get("budget") != shared:
+            raise SystemExit(f"{args.out} holds results of another budget ({results.get('budget')}): "
+                             "choose --out or --steps to match")
+        results.setdefault("simultaneous", [])
+    results["command"] = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    todo = [name for name in chosen if name not in results["training"]]
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
-        trained = {name: pool.submit(train, name, settings[name], args) for name in chosen}
-        results["training"].update({name: future.result() for name, future in trained.items()})
-        if args.part in ("all", "simultaneous"):
-            lags = {"full": [0], "multi-k": args.ks, "wait-3": [3]}
-            jobs = [pool.submit(simultaneous, name, [k], args)
-                    for name in parts["simultaneous"] for k in lags.get(name, [0])]
-            results["simultaneous"] = [row for job in jobs for row in job.result()]
-    if args.part in ("all", "memory"):  # timings one at a time, on a machine doing nothing else
-        results["memory"] = [decode_times(name, args) for name in parts["memory"]]
+        jobs = {pool.submit(model_job, name, settings[name], lags.get(name), args): name for name in todo}
+        for job in concurrent.futures.as_completed(jobs):
+            entry = job.result()
+            results["training"][jobs[job]] = entry["training"]
+            results["simultaneous"] += entry["simultaneous"]
+            _save(results, args.out, args.picture, list(settings))
+    timed = [row["model"] for row in results.get("memory", [])]
+    if [name for name in chosen if name in memory_names] and timed != memory_names:
+        # timings one at a time, on a machine doing nothing else, from the trained runs
+        results["memory"] = [decode_times(name, args) for name in memory_names]
         results["attention_step"] = attention_step(args)
-    atomic.write_json(args.out, results, sort_keys=False)
-    if results.get("simultaneous"):
-        plot(results, PICTURE)
-    print(f"wrote {args.out}" + (f" and {PICTURE}" if results.get("simultaneous") else ""))
+        results["machine"] = _machine(args)
+        _save(results, args.out, args.picture, list(settings))
+    print(f"wrote {args.out}" + (f" and {args.picture}" if results["simultaneous"] else ""))
 
 
 if __name__ == "__main__":

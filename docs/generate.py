@@ -228,17 +228,20 @@ def simultaneous_multi30k() -> str:
              f"{r['stream_laal']:.2f}", f"{r['stream_dal']:.2f}", f"{r['same_as_offline']:.3f}",
              _num(training[r["model"]]["train_minutes"])] for r in data["simultaneous"]]
     header = ["policy", "BLEU", "chrF", "AP", "AL", "LAAL", "DAL", "same as offline", "training minutes"]
-    return _table(header, rows) + _source("simultaneous_multi30k.json", machine=_cpu(data))
+    machines = sorted({_cpu(t["machine"]) for t in training.values()})
+    return _table(header, rows) + _source("simultaneous_multi30k.json", machine="; ".join(machines))
 
 
-def _cpu(data: dict[str, Any]) -> str:
-    m = data["machine"]
+def _cpu(m: dict[str, Any]) -> str:
     return (f"{m['processor']}, {m['threads']} thread(s) per job, {m['jobs']} job(s) at once, "
             f"PyTorch {m['torch']}")
 
 
 def memory_multi30k() -> str:
     data = _result("simultaneous_multi30k.json")
+    if not data.get("memory"):
+        return ("\nNot measured yet: `python benchmarks/simultaneous_multi30k.py --part memory` trains the "
+                "models and times them.\n")
     training = data["training"]
     rows = []
     for r in data["memory"]:
@@ -256,7 +259,7 @@ def memory_multi30k() -> str:
             "× beam 4 "
             "(random weights, width 256):\n" +
             _table(["source length", "scaled_dot ms/step", "memory (K = 32) ms/step", "speedup"], steps)
-            + _source("simultaneous_multi30k.json", machine=_cpu(data)))
+            + _source("simultaneous_multi30k.json", machine=_cpu(data["machine"])))
 
 
 def attention_copy() -> str:

@@ -58,6 +58,6 @@ def test_the_picture_is_drawn_from_the_results(bench: dict[str, Any], tmp_path: 
 
 
 def test_the_budget_scales_warmup_and_averaging_to_the_updates(bench: dict[str, Any]) -> None:
-    assert bench["budget"](300) == ["train.max_steps=300", "train.max_minutes=0", "train.warmup=120",
-                                    "train.checkpoint_every=30", "train.average_last=5",
+    assert bench["budget"](650) == ["train.max_steps=650", "train.max_minutes=0", "train.warmup=260",
+                                    "train.checkpoint_every=32", "train.average_last=5",
                                     "train.keep_checkpoints=5"]
