@@ -44,7 +44,24 @@ class ModelConfig:
     positions: Literal["sinusoidal", "learned"] = option(
         "sinusoidal", "Positional encodings: sinusoidal, or learned (Table 3, row E)."
     )
+    sinusoid_layout: Literal["interleaved", "split"] = option(
+        "interleaved", "Sinusoidal encodings: 'interleaved' sin and cos of each frequency as in the paper's "
+        "formula; 'split': all sines in the first half of the vector, all cosines in the second."
+    )
     max_positions: int = option(1024, "Longest sequence learned positions can encode.")
+    activation: Literal["relu", "gelu", "silu"] = option(
+        "relu", "Feed-forward activation: relu as in the paper; gelu (exact, erf form); silu (swish, "
+        "x * sigmoid(x))."
+    )
+    scale_embeddings: bool = option(
+        True, "Multiply token embeddings by sqrt(d_model) before the positions are added (paper, 3.4)."
+    )
+    embedding_norm: bool = option(
+        False, "LayerNorm on the sum of token embeddings and positions, before dropout (not in the paper)."
+    )
+    output_bias: bool = option(
+        False, "A bias vector added to the output logits (not in the paper)."
+    )
     share_embeddings: bool = option(
         True, "Share source and target embeddings when the task's vocabulary is shared."
     )

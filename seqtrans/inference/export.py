@@ -61,6 +61,11 @@ def unsupported(config: ModelConfig) -> list[tuple[str, str]]:
         problems.append(("model.causal_encoder", "CTranslate2's encoder is bidirectional"))
     if config.wait_k:
         problems.append(("model.wait_k", "CTranslate2's encoder-decoder attention has no wait-k mask"))
+    # options this export does not write yet (the position table is written out whatever its layout)
+    defaults = ModelConfig()
+    for key in ("activation", "scale_embeddings", "embedding_norm", "output_bias"):
+        if getattr(config, key) != getattr(defaults, key):
+            problems.append((f"model.{key}", f"this export writes only {key}={getattr(defaults, key)!r}"))
     return problems
 
 
