@@ -98,6 +98,10 @@ SUBCOMMANDS = (
             (*CONFIG_ARGS,
              arg("--out", metavar="DIR", type=Path,
                  help="Run directory (default: runs/TASK-YYYYMMDD-HHMMSS)."),
+             arg("--init", metavar="RUN_DIR", type=Path,
+                 help="Start from the model of this run directory or checkpoint (one trained, or "
+                      "imported with 'seqtrans import'): its model options, vocabulary and weights; "
+                      "--set may still change model dropout. Fine-tuning: see docs/pretrained.md."),
              arg("--nproc", type=int, default=1, metavar="N",
                  help="Train data-parallel with N processes on this machine (one per GPU, or N "
                       "CPU processes with gloo): a shortcut for 'torchrun --standalone "
@@ -328,6 +332,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
                             overrides=args.overrides)
+    init = None
+    if args.init is not None:
+        from seqtrans.pipeline import initial, with_initial_model
+
+        init = initial(args.init)
+        config = with_initial_model(config, init, args.overrides)
     if args.nproc < 1:
         raise UsageError(f"--nproc must be at least 1, got {args.nproc}")
     out = args.out or Path("runs") / f"{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -343,7 +353,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             logging.getLogger().addHandler(handler)
             log.info("run directory: %s", out)
         try:
-            metrics = run(config, out, device=args.device, progress=_progress(args))
+            metrics = run(config, out, device=args.device, progress=_progress(args), init=init)
         except RuntimeError as exc:
             if world.distributed and _lost_contact(exc):
                 raise SeqtransError(
