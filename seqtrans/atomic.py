@@ -89,3 +89,22 @@ def write_text(path: str | Path, text: str) -> Path:
 def write_json(path: str | Path, data: Any, *, sort_keys: bool = True, ensure_ascii: bool = True) -> Path:
     """Write ``data`` as indented JSON with a final line break, atomically."""
     return write_text(path, json.dumps(data, indent=2, sort_keys=sort_keys, ensure_ascii=ensure_ascii) + "\n")
+
+
+@contextmanager
+def new_directory(path: str | Path) -> Iterator[Path]:
+    """A scratch directory beside ``path``, to be filled in the block: renamed to ``path``
+    when the block ends, removed with everything in it when the block raises. ``path``
+    must not exist (or be an empty directory); nothing half-written is ever left there."""
+    import shutil
+    import tempfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    try:
+        yield scratch
+        os.rename(scratch, path)  # fails if a non-empty directory appeared at path meanwhile
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise

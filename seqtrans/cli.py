@@ -98,6 +98,10 @@ SUBCOMMANDS = (
             (*CONFIG_ARGS,
              arg("--out", metavar="DIR", type=Path,
                  help="Run directory (default: runs/TASK-YYYYMMDD-HHMMSS)."),
+             arg("--init", metavar="RUN_DIR", type=Path,
+                 help="Start from the model of this run directory or checkpoint (one trained, or "
+                      "imported with 'seqtrans import'): its model options, vocabulary and weights; "
+                      "--set may still change model dropout. Fine-tuning: see docs/pretrained.md."),
              arg("--nproc", type=int, default=1, metavar="N",
                  help="Train data-parallel with N processes on this machine (one per GPU, or N "
                       "CPU processes with gloo): a shortcut for 'torchrun --standalone "
@@ -170,16 +174,29 @@ SUBCOMMANDS = (
             (arg("runs", nargs="+", metavar="RUN_DIR", type=Path),
              arg("--out", metavar="FILE", type=Path,
                  help="The PNG to write (default: RUN_DIR/curves.png of the first run)."))),
-    Command("export", "Write a trained model in another engine's format (CTranslate2).",
+    Command("import", "Read a model of another toolkit as a run directory.",
+            "Convert the model in directory DIR, in the format FORMAT that an installed plugin "
+            "registers (seqtrans.formats entry points; the translation plugin: hf-marian, a Hugging "
+            "Face Marian model such as OPUS-MT), into a new run directory that predict, evaluate, "
+            "score, serve, export and 'run --init' accept, written whole or not at all. See "
+            "docs/pretrained.md.",
+            (arg("format", metavar="FORMAT", help="The format of DIR."),
+             arg("source", metavar="DIR", type=Path, help="The model directory to read."),
+             arg("--out", metavar="RUN_DIR", type=Path, required=True,
+                 help="The run directory to create (must not exist)."))),
+    Command("export", "Write a trained model in another engine's format (CTranslate2, or a plugin's).",
             "Export the model of a run directory or checkpoint to a new directory OUT, "
-            "written whole or not at all. 'ctranslate2': a CTranslate2 Transformer model "
+            "written whole or not at all. Any other FORMAT is one an installed plugin registers "
+            "(the translation plugin: hf-marian, see docs/pretrained.md). 'ctranslate2': a "
+            "CTranslate2 Transformer model "
             "(model.bin, config.json and the vocabularies), for models with scaled_dot "
             "attention at every site, a bidirectional encoder and no model extension of its task. "
             "Decode it with ctranslate2.Translator on token strings, the source without its end "
             "symbol (CTranslate2 appends it). Needs ctranslate2 (pip install "
             "'seqtrans[export]'); see docs/export.md.",
             (MODEL,
-             arg("--to", required=True, choices=list(EXPORT_FORMATS), help="The format to write."),
+             arg("--to", required=True, metavar="FORMAT",
+                 help=f"The format to write: {', '.join(EXPORT_FORMATS)} or one a plugin registers."),
              arg("out", metavar="OUT", type=Path, help="The directory to create (must not exist)."),
              arg("--quantization", choices=list(EXPORT_QUANTIZATIONS),
                  help="Store the weights in this type (default: float32). int8 quantizes every "
@@ -315,6 +332,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
                             overrides=args.overrides)
+    init = None
+    if args.init is not None:
+        from seqtrans.pipeline import initial, with_initial_model
+
+        init = initial(args.init)
+        config = with_initial_model(config, init, args.overrides)
     if args.nproc < 1:
         raise UsageError(f"--nproc must be at least 1, got {args.nproc}")
     out = args.out or Path("runs") / f"{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -330,7 +353,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             logging.getLogger().addHandler(handler)
             log.info("run directory: %s", out)
         try:
-            metrics = run(config, out, device=args.device, progress=_progress(args))
+            metrics = run(config, out, device=args.device, progress=_progress(args), init=init)
         except RuntimeError as exc:
             if world.distributed and _lost_contact(exc):
                 raise SeqtransError(
@@ -462,6 +485,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_import(args: argparse.Namespace) -> int:
+    from seqtrans import formats
+
+    path = formats.load(args.format).import_model(args.source, out=args.out)
+    print(f"wrote {path}")
+    return 0
+
+
 def _cmd_score(args: argparse.Namespace) -> int:
     from seqtrans.inference.loading import load_ensemble
     from seqtrans.inference.scoring import format_score, score_files
@@ -469,7 +500,8 @@ def _cmd_score(args: argparse.Namespace) -> int:
     loaded = load_ensemble(args.models, overrides=args.overrides, device=args.device)
     scores = score_files(loaded, args.src, args.tgt, progress=_progress(args))
     alpha = loaded.config.decode.alpha if args.normalize else None
-    text = "".join(format_score(s, alpha=alpha) + "\n" for s in scores)
+    kind = loaded.config.decode.length_penalty
+    text = "".join(format_score(s, alpha=alpha, kind=kind) + "\n" for s in scores)
     if args.out is None:
         sys.stdout.write(text)
     else:
@@ -524,7 +556,8 @@ def _progress(args: argparse.Namespace) -> bool:
 
 COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "prepare": _cmd_prepare, "run": _cmd_run,
             "predict": _cmd_predict, "evaluate": _cmd_evaluate, "score": _cmd_score, "average": _cmd_average,
-            "plot": _cmd_plot, "export": _cmd_export, "attention": _cmd_attention, "upgrade": _cmd_upgrade}
+            "plot": _cmd_plot, "import": _cmd_import, "export": _cmd_export, "attention": _cmd_attention,
+            "upgrade": _cmd_upgrade}
 
 
 def _run_plugin_command(argv: list[str]) -> int | None:

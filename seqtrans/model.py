@@ -14,7 +14,7 @@ T target length (this call), D d_model, V vocabulary.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -44,13 +44,17 @@ from seqtrans.vocab import PAD
 
 
 class Positions(nn.Module):
-    """Sinusoidal (paper, section 3.5) or learned (Table 3, row E) position encodings."""
+    """Sinusoidal (paper, section 3.5) or learned (Table 3, row E) position encodings.
+
+    Sinusoids interleave sin and cos per frequency as the paper's formula does, or
+    (``layout="split"``) put every sine first and every cosine after them."""
 
     inv_freq: Tensor
 
-    def __init__(self, kind: str, d_model: int, max_positions: int) -> None:
+    def __init__(self, kind: str, d_model: int, max_positions: int, *, layout: str = "interleaved") -> None:
         super().__init__()
         self.kind = kind
+        self.layout = layout
         self.max_positions = max_positions
         if kind == "learned":
             self.table = nn.Embedding(max_positions, d_model)
@@ -71,14 +75,21 @@ class Positions(nn.Module):
             return self.table(torch.arange(offset, offset + length, device=device))
         pos = torch.arange(offset, offset + length, device=device, dtype=torch.float32)
         angles = pos[:, None] * self.inv_freq[None, :]  # [T, D/2]
+        if self.layout == "split":
+            return torch.cat([angles.sin(), angles.cos()], dim=-1)  # [T, D] sines, then cosines
         return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # [T, D] interleaved
 
 
-class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3)."""
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
-    def __init__(self, d_model: int, d_ff: int, *, dropout: float) -> None:
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3); GELU or SiLU in place of the max
+    with ``activation``."""
+
+    def __init__(self, d_model: int, d_ff: int, *, dropout: float, activation: str = "relu") -> None:
         super().__init__()
+        self.activation = _ACTIVATIONS[activation]
         self.inner = nn.Linear(d_model, d_ff)
         self.outer = nn.Linear(d_ff, d_model)
         self.dropout = Dropout(dropout)
@@ -87,7 +98,7 @@ class FeedForward(nn.Module):
             nn.init.zeros_(lin.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.outer(self.dropout(F.relu(self.inner(x))))
+        return self.outer(self.dropout(self.activation(self.inner(x))))
 
 
 class Residual(nn.Module):
@@ -116,7 +127,7 @@ class EncoderLayer(nn.Module):
         pre = c.norm == "pre"
         self.self_attn = self_attention(c.encoder_attention, c)
         self.causal = c.causal_encoder
-        self.ffn = FeedForward(c.d_model, c.d_ff, dropout=c.activation_dropout)
+        self.ffn = FeedForward(c.d_model, c.d_ff, dropout=c.activation_dropout, activation=c.activation)
         self.r1 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
         self.r2 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
 
@@ -136,7 +147,7 @@ class DecoderLayer(nn.Module):
         pre = c.norm == "pre"
         self.self_attn = self_attention(c.decoder_attention, c)
         self.cross_attn = cross_attention(c.cross_attention, c)
-        self.ffn = FeedForward(c.d_model, c.d_ff, dropout=c.activation_dropout)
+        self.ffn = FeedForward(c.d_model, c.d_ff, dropout=c.activation_dropout, activation=c.activation)
         self.r1 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
         self.r2 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
         self.r3 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
@@ -206,7 +217,7 @@ class Transformer(nn.Module):
                  shared_vocab: bool) -> None:
         super().__init__()
         c = self.config = config
-        self.scale = math.sqrt(c.d_model)
+        self.scale = math.sqrt(c.d_model) if c.scale_embeddings else 1.0
         self.target_embed = nn.Embedding(target_vocab_size, c.d_model, padding_idx=PAD)
         nn.init.normal_(self.target_embed.weight, std=c.d_model**-0.5)
         nn.init.zeros_(self.target_embed.weight[PAD])
@@ -216,7 +227,7 @@ class Transformer(nn.Module):
             self.source_embed = nn.Embedding(source_vocab_size, c.d_model, padding_idx=PAD)
             nn.init.normal_(self.source_embed.weight, std=c.d_model**-0.5)
             nn.init.zeros_(self.source_embed.weight[PAD])
-        self.positions = Positions(c.positions, c.d_model, c.max_positions)
+        self.positions = Positions(c.positions, c.d_model, c.max_positions, layout=c.sinusoid_layout)
         self.dropout = Dropout(c.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
@@ -228,6 +239,9 @@ class Transformer(nn.Module):
         if not c.tie_output:
             self.output = nn.Linear(c.d_model, target_vocab_size, bias=False)
             nn.init.normal_(self.output.weight, std=c.d_model**-0.5)
+        # optional parts made only when asked for, so that a model without them initialises as before
+        self.embedding_norm = nn.LayerNorm(c.d_model) if c.embedding_norm else None
+        self.output_bias = nn.Parameter(torch.zeros(target_vocab_size)) if c.output_bias else None  # [V]
         # the task's model-side parts (seqtrans.extension), in the order they are applied;
         # registered last, so that their parameters come after the Transformer's own
         self.extensions = nn.ModuleDict()
@@ -270,6 +284,8 @@ class Transformer(nn.Module):
         x = x + self.positions(tokens.size(1), offset=offset, device=tokens.device).to(x.dtype)
         if extra is not None:
             x = x + extra
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
         return self.dropout(x)
 
     def encode(self, src: Tensor, *, record: Recorder | None = None) -> Encoded:
@@ -351,8 +367,10 @@ class Transformer(nn.Module):
         """
         hidden = self.decode_hidden(tokens, encoded, state=state)  # [N, T, D]
         if self.projection is not None:
-            return cast(Tensor, self.projection(hidden))
-        return output_projection(hidden, self.output_weight)
+            logits = cast(Tensor, self.projection(hidden))
+        else:
+            logits = output_projection(hidden, self.output_weight)
+        return logits if self.output_bias is None else logits + self.output_bias.to(logits.dtype)
 
     def decode_hidden(self, tokens: Tensor, encoded: Encoded | None = None, *,
                       state: DecoderState | None = None, record: Recorder | None = None) -> Tensor:

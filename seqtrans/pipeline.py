@@ -40,6 +40,42 @@ from seqtrans.vocab import EOS
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Initial:
+    """A trained model that a run starts from (``seqtrans run --init``): its task, model
+    options, vocabulary files and weights."""
+
+    path: Path
+    task: str
+    model: dict[str, Any]  # the saved model section
+    assets: dict[str, bytes]
+    weights: dict[str, torch.Tensor]
+
+
+def initial(path: str | Path) -> Initial:
+    """The model of a run directory or checkpoint to start a run from."""
+    from seqtrans.inference.loading import find_checkpoint
+    from seqtrans.upgrade import upgrade_checkpoint
+
+    found = find_checkpoint(path)
+    payload = checkpoint.load(found)
+    upgrade_checkpoint(payload, origin=found)
+    saved = payload["config"]
+    return Initial(found, saved["task"], dict(saved["model"]), dict(payload.get("assets", {})),
+                   payload["model"])
+
+
+def with_initial_model(config: RunConfig, init: Initial, overrides: Sequence[str] = ()) -> RunConfig:
+    """``config`` with the model options of ``init`` (its shape decides the weights),
+    where the ``model.*`` keys of ``overrides`` (dropout, say) still apply."""
+    if init.task != config.task:
+        raise UsageError(f"--init {init.path}: a model of task '{init.task}', not '{config.task}'")
+    model_pairs = [pair for pair in overrides if pair.strip().startswith("model.")]
+    given = cfg.parse_overrides(model_pairs, data_cls=None).get("model", {})
+    tree = cfg.merge(cfg.to_dict(config), {"model": cfg.merge(init.model, given)})
+    return cfg.from_dict(RunConfig, tree, data_cls=type(config.data) if config.data is not None else None)
+
+
 def _seed(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
@@ -117,9 +153,12 @@ class _Data:
 
 
 def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "auto",
-        progress: bool = False) -> dict[str, Metric]:
+        progress: bool = False, init: Initial | None = None) -> dict[str, Metric]:
     """Prepare data, build the vocabulary, train, average checkpoints, decode and score
     the test split. Continues a run already in ``out``. Returns the metrics.
+
+    With ``init`` (its model options already in ``config``, :func:`with_initial_model`),
+    training starts from its weights and its vocabulary instead of building one.
 
     Started by torchrun (or ``seqtrans run --nproc``), every process calls this with the
     same arguments: it joins the process group, rank 0 prepares the data and the others
@@ -137,9 +176,12 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     if config.train.tensorboard:
         require_tensorboard()  # before the data is prepared, which may take long
     _seed(config.seed)
-    data = _data(task, config, out / "vocab", world, progress=progress)
+    data = _data(task, config, out / "vocab", world, progress=progress,
+                 given=init.assets if init is not None else None)
     check_sources(config.model, data.codec, data.dev_examples[: config.train.valid_max_examples or None])
     model = build_model(config.model, data.codec)
+    if init is not None:
+        _start_from(model, init)
     # everything the settings ask of the task has been checked: the run directory is written from here
     if world.main:
         _start_run_directory(out, config, data.assets)
@@ -167,11 +209,21 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     return metrics
 
 
+def _start_from(model: Transformer, init: Initial) -> None:
+    try:
+        model.load_state_dict(init.weights)
+    except RuntimeError as exc:
+        raise UsageError(f"--init {init.path}: its weights do not fit this run's model: {exc}") from None
+    log.info("starting from the weights of %s", init.path)
+
+
 def _data(task: Task[Any, Any, Any], config: RunConfig, vocab_dir: Path, world: distributed.World, *,
-          progress: bool) -> _Data:
+          progress: bool, given: dict[str, bytes] | None = None) -> _Data:
     """The training data prepared (by rank 0; the others open what it prepared, or prepare
-    it again with its vocabulary), and the dev examples."""
-    given = read_assets(vocab_dir) if vocab_dir.is_dir() and any(vocab_dir.iterdir()) else None
+    it again with its vocabulary), and the dev examples. The vocabulary is the run
+    directory's when it has one, else ``given`` where given, else built."""
+    if vocab_dir.is_dir() and any(vocab_dir.iterdir()):
+        given = read_assets(vocab_dir)
     if world.main:
         prepared = prepare(task, config, vocabulary=given, progress=progress)
         distributed.broadcast(prepared.assets)

@@ -44,7 +44,24 @@ class ModelConfig:
     positions: Literal["sinusoidal", "learned"] = option(
         "sinusoidal", "Positional encodings: sinusoidal, or learned (Table 3, row E)."
     )
+    sinusoid_layout: Literal["interleaved", "split"] = option(
+        "interleaved", "Sinusoidal encodings: 'interleaved' sin and cos of each frequency as in the paper's "
+        "formula; 'split': all sines in the first half of the vector, all cosines in the second."
+    )
     max_positions: int = option(1024, "Longest sequence learned positions can encode.")
+    activation: Literal["relu", "gelu", "silu"] = option(
+        "relu", "Feed-forward activation: relu as in the paper; gelu (exact, erf form); silu (swish, "
+        "x * sigmoid(x))."
+    )
+    scale_embeddings: bool = option(
+        True, "Multiply token embeddings by sqrt(d_model) before the positions are added (paper, 3.4)."
+    )
+    embedding_norm: bool = option(
+        False, "LayerNorm on the sum of token embeddings and positions, before dropout (not in the paper)."
+    )
+    output_bias: bool = option(
+        False, "A bias vector added to the output logits (not in the paper)."
+    )
     share_embeddings: bool = option(
         True, "Share source and target embeddings when the task's vocabulary is shared."
     )
@@ -281,6 +298,14 @@ class DecodeConfig:
 
     beam: int = option(4, "Beam size; 1 decodes greedily.")
     alpha: float = option(0.6, "Length penalty alpha of lp(Y) = ((5 + |Y|) / 6)^alpha; 0 disables.")
+    length_penalty: Literal["gnmt", "power"] = option(
+        "gnmt", "The form of lp(Y) that beam search divides log P(Y|X) by: 'gnmt' ((5 + |Y|) / 6)^alpha "
+        "(Wu et al. 2016); 'power' |Y|^alpha (the length_penalty of fairseq and transformers). |Y| counts "
+        "the end symbol.")
+    end_in_beam: bool = option(
+        False, "Beam search: a hypothesis may end only where its end symbol ranks among the beam's K best "
+        "candidates of the step (as fairseq and transformers search); false: any of the 2K candidates "
+        "kept at each step may end, which never gives a worse result.")
     max_len_a: float = option(1.0, "Maximum output length a * |x| + b: the a.")
     max_len_b: int = option(50, "Maximum output length a * |x| + b: the b.")
     min_len: int = option(0, "Minimum output length in tokens, where the maximum allows it.")

@@ -61,11 +61,11 @@ class _Kept:
                      torch.full((b, nbest, 0), PAD, dtype=torch.long, device=device))
 
     def merged(self, cand: Tensor, ends: Tensor, rows: Tensor, history: Tensor, step: int,
-               alpha: float) -> _Kept:
-        """These and the candidates that end at ``step`` (``ends``), normalised, the best
-        ``nbest`` kept. cand, ends, rows [B, C] (rows into history [N, step+1])."""
+               alpha: float, kind: str) -> _Kept:
+        """These and the candidates that end at ``step`` (``ends``), normalised (lp of
+        ``kind``), the best ``nbest`` kept. cand, ends, rows [B, C] (rows into history [N, step+1])."""
         b, nbest = self.norm.shape
-        new_norm = torch.where(ends, cand / length_penalty(float(step + 1), alpha), NEG_INF)
+        new_norm = torch.where(ends, cand / length_penalty(float(step + 1), alpha, kind=kind), NEG_INF)
         norm, pick = merge_finished(self.norm, new_norm)  # [B, M]
         from_new = pick >= nbest
         new_idx = (pick - nbest).clamp(min=0)
@@ -99,11 +99,19 @@ def _going_on(go_on: Tensor, cand: Tensor, ends: Tensor, rows: Tensor,
     return scores, rows.gather(1, go_on), token.gather(1, go_on)
 
 
+def _within_beam(ends: Tensor, k: int) -> Tensor:
+    """``ends`` [B, C] only where the candidate ranks among the K best of its step."""
+    return ends & (torch.arange(ends.size(1), device=ends.device) < k)
+
+
 @torch.inference_mode()
 def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max_len: Tensor,
-                min_len: int = 0, nbest: int = 1,
+                min_len: int = 0, nbest: int = 1, length_penalty: str = "gnmt", end_in_beam: bool = False,
                 constraint: Constraint | None = None) -> list[list[Hypothesis]]:
-    """The ``nbest`` best outputs of each source by ``log P(Y|X) / lp(Y)``.
+    """The ``nbest`` best outputs of each source by ``log P(Y|X) / lp(Y)`` (lp of the
+    form ``length_penalty``, :func:`~seqtrans.decoding.search.length_penalty`). With
+    ``end_in_beam``, only an end symbol among the K best candidates of a step ends a
+    hypothesis (as fairseq and transformers do).
 
     src [B, S] (PAD-padded, each ending in EOS); max_len [B]: the most tokens each
     output may have before its end symbol (``min_len``: the fewest, where the maximum
@@ -134,9 +142,11 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
         cand, src_beam, token = top_candidates(total.view(b, k, -1))  # [B, C]
         ends, go_on = split_finished(cand, token, k)
         rows_c = torch.arange(b, device=device).unsqueeze(1) * k + src_beam  # [B, C] row in history
-        kept = kept.merged(cand, ends, rows_c, history, step, alpha)
+        kept = kept.merged(cand, _within_beam(ends, k) if end_in_beam else ends, rows_c, history, step, alpha,
+                           length_penalty)
         scores, rows, next_tok = _going_on(go_on, cand, ends, rows_c, token)  # [B, K] each
-        done = cannot_improve(scores.max(dim=1).values, kept.norm[:, -1], max_len[active] + 1, alpha)
+        done = cannot_improve(scores.max(dim=1).values, kept.norm[:, -1], max_len[active] + 1, alpha,
+                              kind=length_penalty)
         done |= ~torch.isfinite(scores).any(dim=1)
         keep = None
         if bool(done.any()):

@@ -101,7 +101,8 @@ def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCo
                                     constraint=constraint)
             else:
                 out = beam_search(model, src, beam=config.beam, alpha=config.alpha, max_len=max_len,
-                                  min_len=config.min_len, nbest=config.nbest, constraint=constraint)
+                                  min_len=config.min_len, nbest=config.nbest, constraint=constraint,
+                                  length_penalty=config.length_penalty, end_in_beam=config.end_in_beam)
         for i, hyps in zip(idx, out):
             results[i] = hyps
         bar.update(len(idx))

@@ -26,8 +26,11 @@ class Hypothesis:
     score: float
 
 
-def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
-    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha, |Y| counting the end symbol (Wu et al. 2016)."""
+def length_penalty(length: Tensor | float, alpha: float, *, kind: str = "gnmt") -> Tensor | float:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016), or (``kind="power"``)
+    |Y|^alpha; |Y| counts the end symbol."""
+    if kind == "power":
+        return length**alpha
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -98,12 +101,13 @@ def merge_finished(kept_scores: Tensor, new_scores: Tensor) -> tuple[Tensor, Ten
     return torch.cat([kept_scores, new_scores], dim=1).topk(m, dim=1)
 
 
-def cannot_improve(best_live: Tensor, worst_kept: Tensor, max_length: Tensor, alpha: float) -> Tensor:
+def cannot_improve(best_live: Tensor, worst_kept: Tensor, max_length: Tensor, alpha: float, *,
+                   kind: str = "gnmt") -> Tensor:
     """True where no live hypothesis can still beat the M-th best finished one.
 
     A live hypothesis's log-probability can only fall, and for alpha >= 0 its score
     is highest if it ends at the longest length allowed; so
     ``best_live / lp(max_length)`` bounds every score it may reach. [B] -> [B] bool.
     """
-    bound = best_live / length_penalty(max_length.to(best_live.dtype), alpha)
+    bound = best_live / length_penalty(max_length.to(best_live.dtype), alpha, kind=kind)
     return torch.isfinite(worst_kept) & (bound <= worst_kept)

@@ -61,6 +61,11 @@ def unsupported(config: ModelConfig) -> list[tuple[str, str]]:
         problems.append(("model.causal_encoder", "CTranslate2's encoder is bidirectional"))
     if config.wait_k:
         problems.append(("model.wait_k", "CTranslate2's encoder-decoder attention has no wait-k mask"))
+    # options this export does not write yet (the position table is written out whatever its layout)
+    defaults = ModelConfig()
+    for key in ("activation", "scale_embeddings", "embedding_norm", "output_bias"):
+        if getattr(config, key) != getattr(defaults, key):
+            problems.append((f"model.{key}", f"this export writes only {key}={getattr(defaults, key)!r}"))
     return problems
 
 
@@ -201,10 +206,21 @@ def export_ctranslate2(model: Transformer, vocabularies: Vocabularies, out: str 
 
 def export(run: str | Path, *, to: str, out: str | Path, quantization: str | None = None) -> Path:
     """Export the trained model of a run directory (or checkpoint) ``run`` to format
-    ``to`` (one of :data:`FORMATS`) in the new directory ``out``."""
+    ``to`` (one of :data:`FORMATS`, or a format a plugin registers,
+    :mod:`seqtrans.formats`) in the new directory ``out``."""
+    from seqtrans import formats
     from seqtrans.inference.loading import load
 
     if to not in FORMATS:
-        raise UsageError(f"unknown export format '{to}'; choose one of {', '.join(FORMATS)}")
+        if to not in formats.names():
+            raise UsageError(f"unknown export format '{to}'; choose one of "
+                             f"{', '.join([*FORMATS, *formats.names()])}")
+        if quantization is not None:
+            raise UsageError(f"--quantization is for ctranslate2; format '{to}' stores float32 weights")
+        plugin_format = formats.load(to)
+        out = Path(out)
+        if out.exists():
+            raise UsageError(f"{out} exists; remove it or choose another output directory")
+        return plugin_format.export_model(load(run, device="cpu"), out=out)
     loaded = load(run, device="cpu")
     return export_ctranslate2(loaded.model, loaded.codec.vocabularies, out, quantization=quantization)

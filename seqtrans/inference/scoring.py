@@ -42,9 +42,10 @@ class PairScore:
     def per_token(self) -> float:
         return self.log_prob / self.tokens
 
-    def normalized(self, alpha: float) -> float:
-        """The score beam search ranks by: log_prob / lp(|y| + 1) (GNMT's length penalty)."""
-        return float(self.log_prob / length_penalty(float(self.tokens), alpha))
+    def normalized(self, alpha: float, *, kind: str = "gnmt") -> float:
+        """The score beam search ranks by: log_prob / lp(|y| + 1) (GNMT's length penalty, or
+        ``kind`` as decode.length_penalty names it)."""
+        return float(self.log_prob / length_penalty(float(self.tokens), alpha, kind=kind))
 
 
 @torch.inference_mode()
@@ -146,8 +147,8 @@ def score_files(loaded: Loaded, src_path: str | Path, tgt_path: str | Path, *,
                          device=loaded.device, precision=decode.precision, progress=progress)
 
 
-def format_score(score: PairScore, *, alpha: float | None = None) -> str:
+def format_score(score: PairScore, *, alpha: float | None = None, kind: str = "gnmt") -> str:
     """``total<TAB>per-token<TAB>tokens``; with ``alpha``, the first column is the
-    length-normalised score instead."""
-    first = score.log_prob if alpha is None else score.normalized(alpha)
+    length-normalised score (lp of ``kind``) instead."""
+    first = score.log_prob if alpha is None else score.normalized(alpha, kind=kind)
     return f"{first:.6f}\t{score.per_token:.6f}\t{score.tokens}"

@@ -44,25 +44,31 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, *, smoothing: float,
 
 
 class _ProjectedLoss(torch.autograd.Function):
-    """Loss of ``hidden @ weight.T`` computed chunk by chunk; the gradients are formed in
-    the forward pass, where each chunk's probabilities are at hand, and scaled in backward."""
+    """Loss of ``hidden @ weight.T (+ bias)`` computed chunk by chunk; the gradients are
+    formed in the forward pass, where each chunk's probabilities are at hand, and scaled
+    in backward."""
 
     @staticmethod
-    def forward(ctx: Any, hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float,
-                chunk: int) -> tuple[Tensor, Tensor]:
+    def forward(ctx: Any, hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
+                smoothing: float, chunk: int) -> tuple[Tensor, Tensor]:
         m, v = hidden.size(0), weight.size(0)
         ctx.weight_dtype = weight.dtype
-        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        ctx.has_bias = bias is not None
+        need_grad = any(ctx.needs_input_grad[:3])
         w = weight.to(hidden.dtype)
         grad_hidden = torch.empty_like(hidden) if need_grad else None
         grad_weight = (torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
                        if need_grad else None)
+        grad_bias = (torch.zeros(v, dtype=torch.float32, device=weight.device)
+                     if need_grad and bias is not None else None)
         loss = hidden.new_zeros((), dtype=torch.float32)
         nll_sum = hidden.new_zeros((), dtype=torch.float32)
         for start in range(0, m, chunk):
             h = hidden[start : start + chunk]  # [c, D]
             t = target[start : start + chunk]  # [c]
             logits = (h @ w.t()).float()  # [c, V]
+            if bias is not None:
+                logits += bias.float()
             lse = torch.logsumexp(logits, dim=-1)  # [c]
             nll = lse - logits.gather(1, t.unsqueeze(1)).squeeze(1)  # [c]
             uniform = lse - logits.mean(dim=-1)  # [c]: mean_v -log p(v)
@@ -75,31 +81,38 @@ class _ProjectedLoss(torch.autograd.Function):
                 grad = grad.to(hidden.dtype)
                 grad_hidden[start : start + chunk] = grad @ w  # type: ignore[index]
                 grad_weight.addmm_(grad.t().float(), h.float())  # type: ignore[union-attr]
+                if grad_bias is not None:
+                    grad_bias += grad.float().sum(0)
         ctx.mark_non_differentiable(nll_sum)
         if need_grad:
-            ctx.save_for_backward(grad_hidden, grad_weight)
+            ctx.save_for_backward(grad_hidden, grad_weight, *([grad_bias] if grad_bias is not None else []))
         return loss, nll_sum
 
     @staticmethod
     def backward(ctx: Any, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor | None, ...]:
-        grad_hidden, grad_weight = ctx.saved_tensors
+        grad_hidden, grad_weight, *more = ctx.saved_tensors
         scale = grad_loss.float()
+        grad_bias = None
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = (more[0] * scale).to(ctx.weight_dtype)
         return ((grad_hidden.float() * scale).to(grad_hidden.dtype),
                 (grad_weight * scale).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None,
-                None, None, None)
+                grad_bias, None, None, None)
 
 
 def projected_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor, *, smoothing: float,
+                                  bias: Tensor | None = None,
                                   ignore_index: int = PAD) -> tuple[Tensor, Tensor]:
-    """:func:`label_smoothed_loss` of ``hidden @ weight.T`` without materialising the logits.
+    """:func:`label_smoothed_loss` of ``hidden @ weight.T (+ bias)`` without materialising
+    the logits.
 
-    hidden [B, T, D], weight [V, D], target [B, T] -> (loss [], nll [])
+    hidden [B, T, D], weight [V, D], bias [V] or None, target [B, T] -> (loss [], nll [])
     """
     keep = target.ne(ignore_index)  # [B, T]
     h = hidden[keep]  # [M, D]
     t = target[keep]  # [M]
     chunk = max(1, CHUNK_ELEMENTS // weight.size(0))
-    loss, nll = _ProjectedLoss.apply(h, weight, t, smoothing, chunk)
+    loss, nll = _ProjectedLoss.apply(h, weight, bias, t, smoothing, chunk)
     return loss, nll
 
 

@@ -63,7 +63,7 @@ class LossModule(torch.nn.Module):
         with autocast(src.device, self.precision):
             hidden = self.model.hidden(src, tgt_in)  # [B, T, D]
             loss, nll = projected_label_smoothed_loss(hidden, self.model.output_weight, tgt_out,
-                                                      smoothing=self.smoothing)
+                                                      bias=self.model.output_bias, smoothing=self.smoothing)
         delays = self.model.expected_delays()
         if delays and self.latency_weight:
             words = src.ne(PAD).sum(1) - 1  # source tokens without the end symbol

@@ -99,3 +99,22 @@ def test_greedy_takes_the_argmax_at_every_step() -> None:
     table = {(): {A: 0.6, EOS: 0.4}, (A,): {A: 0.51, EOS: 0.49}, (A, A): {EOS: 1.0}}
     hyp = greedy_search(TableModel(table), SRC, max_len=torch.tensor([5]))[0][0]  # type: ignore[arg-type]
     assert hyp.tokens == [A, A] and hyp.log_prob == pytest.approx(math.log(0.6 * 0.51))
+
+
+def test_end_in_beam_ends_a_hypothesis_only_within_the_beam() -> None:
+    # step 1 ranks a (0.5), b (0.45), </s> (0.05): the ending is third, outside a beam of 2
+    table = {(): {A: 0.5, B: 0.45, EOS: 0.05}, (A,): {A: 0.99, EOS: 0.01}, (B,): {B: 0.99, EOS: 0.01}}
+    model = TableModel(table)
+    anywhere = beam_search(model, SRC, beam=2, alpha=0.0, max_len=torch.tensor([1]))[0]  # type: ignore[arg-type]
+    within = beam_search(model, SRC, beam=2, alpha=0.0, max_len=torch.tensor([1]),  # type: ignore[arg-type]
+                         end_in_beam=True)[0]
+    assert anywhere[0].tokens == [] and anywhere[0].log_prob == pytest.approx(math.log(0.05))
+    assert within[0].tokens == [A] and within[0].log_prob == pytest.approx(math.log(0.5 * 0.01))
+
+
+def test_the_power_length_penalty_divides_by_the_length_to_the_alpha() -> None:
+    # ln(0.35 * 0.5 * 0.4) / 4 = -0.665 beats b </s> (ln(0.25 * 0.99) / 2 = -0.698) and a a </s> (-0.751)
+    hyps = beam_search(TableModel(TABLE), SRC, beam=3, alpha=1.0,  # type: ignore[arg-type]
+                       max_len=torch.tensor([5]), length_penalty="power")[0]
+    assert hyps[0].tokens == [A, A, B]
+    assert hyps[0].score == pytest.approx(math.log(0.35 * 0.5 * 0.4) / 4)

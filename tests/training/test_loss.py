@@ -80,3 +80,24 @@ def test_projected_loss_without_gradients() -> None:
         loss, nll = projected_label_smoothed_loss(hidden, weight, target, smoothing=0.1)
     ref, ref_nll = label_smoothed_loss(hidden @ weight.t(), target, smoothing=0.1)
     assert float(loss) == pytest.approx(float(ref), rel=1e-6) and float(nll) == pytest.approx(float(ref_nll))
+
+
+def test_projected_loss_with_an_output_bias_has_the_bias_gradient(monkeypatch) -> None:
+    from seqtrans.training import loss as loss_module
+
+    monkeypatch.setattr(loss_module, "CHUNK_ELEMENTS", 2 * 11)
+    torch.manual_seed(4)
+    hidden = torch.randn(2, 5, 8, requires_grad=True)
+    weight = torch.randn(11, 8, requires_grad=True)
+    bias = torch.randn(11, requires_grad=True)
+    target = torch.tensor([[4, 5, 6, 2, PAD], [7, 2, PAD, PAD, PAD]])
+    ref_loss, ref_nll = label_smoothed_loss(hidden @ weight.t() + bias, target, smoothing=0.1)
+    ref_loss.backward()
+    ref_grads = hidden.grad.clone(), weight.grad.clone(), bias.grad.clone()
+    hidden.grad = weight.grad = bias.grad = None
+    loss, nll = loss_module.projected_label_smoothed_loss(hidden, weight, target, bias=bias, smoothing=0.1)
+    loss.backward()
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-6)
+    assert nll.item() == pytest.approx(ref_nll.item(), rel=1e-6)
+    for got, want in zip((hidden.grad, weight.grad, bias.grad), ref_grads):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)

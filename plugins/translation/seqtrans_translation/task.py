@@ -18,6 +18,7 @@ from seqtrans.vocab import Vocabularies
 from seqtrans_translation import datasets, metrics
 from seqtrans_translation.config import TranslationConfig
 from seqtrans_translation.presets import DEFAULTS, PRESETS
+from seqtrans_translation.pretrained import PretrainedCodec, has_pretrained_files
 from seqtrans_translation.readers import TextFile, read_parallel, read_tsv
 from seqtrans_translation.subwords import Subwords, SubwordSettings, build
 
@@ -134,8 +135,11 @@ class TranslationTask:
         subwords.save(directory)
         return TranslationCodec(subwords)
 
-    def load_vocabulary(self, directory: Path) -> TranslationCodec:
-        """The sentencepiece model stored in ``directory``."""
+    def load_vocabulary(self, directory: Path) -> TranslationCodec | PretrainedCodec:
+        """The sentencepiece model stored in ``directory``, or a pretrained model's source
+        and target models with their joint vocabulary (:mod:`seqtrans_translation.pretrained`)."""
+        if has_pretrained_files(directory):
+            return PretrainedCodec.load(directory)
         return TranslationCodec(Subwords.load(directory))
 
     def source_of(self, split: str) -> str:
