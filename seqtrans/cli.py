@@ -77,6 +77,10 @@ MODEL = arg("model", metavar="RUN_DIR_OR_CHECKPOINT")
 DECODE_SET = arg("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                  help="Override decode.* (or data.*) keys.")
 BEAM = arg("--beam", type=int, help="Beam size (default: the run's decode.beam).")
+# predict's shortcuts for decode.* keys: (flag, key, type); the help is the key's own
+SAMPLING_FLAGS = (("--sample", "sample", int), ("--temperature", "temperature", float),
+                  ("--top-k", "top_k", int), ("--top-p", "top_p", float), ("--epsilon", "epsilon", float),
+                  ("--seed", "seed", int))
 
 GLOBAL_ARGS = (
     arg("-q", "--quiet", action="store_true", help="Log warnings only, no progress bars."),
@@ -86,6 +90,14 @@ GLOBAL_ARGS = (
              "the run's log file still gets): auto shows them when standard error is a "
              "terminal and -q is not given; on and off force either."),
 )
+
+def _decode_help(key: str) -> str:
+    from dataclasses import fields
+
+    from seqtrans.config import DecodeConfig
+
+    return str(next(f.metadata["help"] for f in fields(DecodeConfig) if f.name == key))
+
 
 SUBCOMMANDS = (
     Command("tasks", "List installed tasks with their distribution, version and load status.",
@@ -132,6 +144,8 @@ SUBCOMMANDS = (
                       "decides when to read: model.cross_attention=monotonic or milk, or wait-k "
                       "(model.wait_k, or decode.wait_k for any scaled_dot model; without a lag it "
                       "reads the whole input first)."),
+             *(arg(flag, type=kind, metavar=key.upper(), help=f"decode.{key}: {_decode_help(key)}")
+               for flag, key, kind in SAMPLING_FLAGS),
              DECODE_SET, DEVICE)),
     Command("evaluate", "Decode and score a split with a trained model.",
             "Decode one split of the model's task and print its metrics as JSON.",
@@ -399,6 +413,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         if args.stream and args.beam != 1:
             raise UsageError("--stream decodes greedily; it takes no --beam")
         overrides.append(f"decode.beam={args.beam}")
+    for _flag, key, _kind in SAMPLING_FLAGS:
+        value = getattr(args, key)
+        if value is not None:
+            overrides.append(f"decode.{key}={value}")
     loaded = load_ensemble(args.models, overrides=overrides, device=args.device)
     if args.stream:
         stream(loaded, words_of(_stdin_chunks()), _write_now)

@@ -1,4 +1,4 @@
-"""Batched beam search and greedy search: thin loops around :mod:`seqtrans.decoding.search`.
+"""Batched beam search, greedy search and sampling: thin loops around :mod:`seqtrans.decoding.search`.
 
 A sentence leaves the batch as soon as it is finished, so the remaining ones decode
 on a smaller batch; nothing a sentence computes depends on its batch-mates.
@@ -9,6 +9,7 @@ L longest output allowed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +18,7 @@ from torch import Tensor
 
 from seqtrans.decoding.constraints import Constraint, ConstraintState, mask_disallowed, start_constraint
 from seqtrans.decoding.protocol import SearchModel, SearchState
+from seqtrans.decoding.sampling import Truncation, draw, truncate
 from seqtrans.decoding.search import (
     NEG_INF,
     Hypothesis,
@@ -158,10 +160,45 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     return results
 
 
+Choose = Callable[[Tensor, int, Tensor], "tuple[Tensor, Tensor]"]
+
+
 @torch.inference_mode()
 def greedy_search(model: SearchModel, src: Tensor, *, max_len: Tensor, min_len: int = 0,
                   constraint: Constraint | None = None) -> list[list[Hypothesis]]:
     """The most probable next token at every step, until the end symbol or ``max_len``."""
+
+    def most_probable(log_probs: Tensor, step: int, rows: Tensor) -> tuple[Tensor, Tensor]:
+        return log_probs.max(dim=1)
+
+    return _one_path(model, src, max_len=max_len, min_len=min_len, constraint=constraint,
+                     choose=most_probable)
+
+
+@torch.inference_mode()
+def sample_search(model: SearchModel, src: Tensor, *, max_len: Tensor, uniforms: Tensor,
+                  truncation: Truncation, min_len: int = 0,
+                  constraint: Constraint | None = None) -> list[list[Hypothesis]]:
+    """One sample per source: at every step a token drawn from the model's distribution,
+    reshaped by ``truncation``, with the source's own uniform numbers ``uniforms``
+    [B, L+1] (one per step; :func:`~seqtrans.decoding.sampling.input_uniforms`). The
+    log-probability reported is the model's, before truncation."""
+
+    uniforms = uniforms.to(src.device)
+
+    def sampled(log_probs: Tensor, step: int, rows: Tensor) -> tuple[Tensor, Tensor]:
+        token = draw(truncate(log_probs, truncation), uniforms[rows, step])  # [B']
+        return log_probs.gather(1, token.unsqueeze(1)).squeeze(1), token  # [B', 1] -> [B']
+
+    return _one_path(model, src, max_len=max_len, min_len=min_len, constraint=constraint,
+                     choose=sampled)
+
+
+def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, min_len: int,
+              constraint: Constraint | None, choose: Choose) -> list[list[Hypothesis]]:
+    """One hypothesis per source, extended at every step by the token ``choose``
+    (log_probs [B', V], step, rows [B']: each row's source in ``src``) picks: its
+    log-probability and the token, each [B']."""
     model.eval()
     b0, device = src.size(0), src.device
     max_len = max_len.to(device)
@@ -179,7 +216,7 @@ def greedy_search(model: SearchModel, src: Tensor, *, max_len: Tensor, min_len: 
         log_probs = _extended_scores(model, history[:, step : step + 1], step, state,
                                      prefix=zeros[: active.numel()], limit=limit, min_len=min_len,
                                      constraint=constrained)
-        best, token = log_probs.max(dim=1)  # [B]
+        best, token = choose(log_probs, step, active)  # [B]
         total = total + best
         history[:, step + 1] = token
         if constrained is not None:

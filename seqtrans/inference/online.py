@@ -18,8 +18,9 @@ log = logging.getLogger(__name__)
 
 
 def predict(loaded: Loaded, lines: Iterable[str]) -> Iterator[str]:
-    """One output per input line, as each is decoded. With ``decode.nbest`` > 1, each
-    input gives ``nbest`` lines ``rank<TAB>score<TAB>output`` and an empty line."""
+    """One output per input line, as each is decoded. With ``decode.nbest`` (or
+    ``decode.sample``) > 1, each input gives that many lines ``rank<TAB>score<TAB>output``
+    (samples in the order drawn) and an empty line."""
     return predict_batches(loaded, ([line.rstrip("\n")] for line in lines))
 
 
@@ -30,15 +31,16 @@ def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str =
 
     Symbols the model has never seen are read as ``<unk>`` and logged with the line
     (``name:line``); an input longer than learned positions reach is a :class:`DataError`."""
-    nbest = loaded.config.decode.nbest
+    nbest = loaded.config.decode.outputs_per_input
     task = loaded.task
     number = 0
     for lines in batches:
+        first = number
         sources = [task.parse_source(line) for line in lines]
         for source in sources:
             number += 1
             _check_source(loaded, source, name, number)
-        preds, hyps = loaded.decode(sources)
+        preds, hyps = loaded.decode(sources, positions=range(first, number))
         for source, pred, nbest_hyps in zip(sources, preds, hyps):
             if nbest == 1:
                 yield task.format(pred)
@@ -165,6 +167,8 @@ def check_streaming(loaded: Loaded) -> None:
     check_streamable(loaded.model)
     if loaded.config.decode.nbest > 1:
         raise UsageError("streaming decodes greedily: decode.nbest must be 1")
+    if loaded.config.decode.sample:
+        raise UsageError("streaming decodes greedily: decode.sample must be 0")
 
 
 class _ArrivingLines:
