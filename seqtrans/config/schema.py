@@ -284,6 +284,10 @@ class DecodeConfig:
     max_len_a: float = option(1.0, "Maximum output length a * |x| + b: the a.")
     max_len_b: int = option(50, "Maximum output length a * |x| + b: the b.")
     min_len: int = option(0, "Minimum output length in tokens, where the maximum allows it.")
+    no_repeat_ngram_size: int = option(
+        0, "No output contains an n-gram of this many target tokens twice (a token that would repeat "
+        "one is not allowed); 0: no such rule."
+    )
     nbest: int = option(1, "Hypotheses returned per input (at most the beam size).")
     batch_tokens: int = option(8000, "Source tokens (padding included) per decoding batch.")
     constrained: bool = option(True, "Apply the task's constraint on next tokens, where it has one.")
@@ -332,7 +336,7 @@ class DecodeConfig:
                 raise ConfigError(f"decode.{key}", f"must be at least 1, got {getattr(self, key)}")
         if self.nbest > self.beam:
             raise ConfigError("decode.nbest", f"nbest {self.nbest} exceeds the beam size {self.beam}")
-        for key in ("alpha", "max_len_a", "max_len_b", "min_len", "wait_k"):
+        for key in ("alpha", "max_len_a", "max_len_b", "min_len", "wait_k", "no_repeat_ngram_size"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"decode.{key}", f"must not be negative, got {getattr(self, key)}")
         _check_precision("decode.precision", self.precision, DECODE_PRECISIONS)

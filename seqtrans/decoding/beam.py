@@ -27,22 +27,37 @@ from seqtrans.decoding.search import (
     length_penalty,
     mask_log_probs,
     merge_finished,
+    repeated_ngrams,
     split_finished,
     top_candidates,
 )
 from seqtrans.vocab import BOS, EOS, PAD
 
 
-def _extended_scores(model: SearchModel, last: Tensor, step: int, state: SearchState, *,
-                     prefix: Tensor, limit: Tensor, min_len: int,
+@dataclass(frozen=True)
+class Rules:
+    """What every hypothesis must respect, whatever the search: at least ``min_len``
+    tokens (where the maximum allows it), and no n-gram of ``no_repeat_ngram_size``
+    tokens twice (0: no such rule)."""
+
+    min_len: int = 0
+    no_repeat_ngram_size: int = 0
+
+
+def _extended_scores(model: SearchModel, generated: Tensor, step: int, state: SearchState, *,
+                     prefix: Tensor, limit: Tensor, rules: Rules,
                      constraint: ConstraintState | None) -> Tensor:
     """``prefix`` [N] plus the log-probability of each next token of each hypothesis
-    after its ``last`` token [N, 1], -inf where the token is not allowed; ``limit`` [N]:
-    the most tokens each may have before its end symbol.  -> [N, V] (float32)"""
-    logits = model.decode(last, state=state)[:, -1]  # [N, V]
+    after its ``generated`` tokens [N, t] (the start symbol first), -inf where the token
+    is not allowed; ``limit`` [N]: the most tokens each may have before its end symbol.
+    -> [N, V] (float32)"""
+    logits = model.decode(generated[:, -1:], state=state)[:, -1]  # [N, V]
     log_probs = extend(logits, prefix)
     remaining = limit - step  # tokens still allowed before the end symbol
-    log_probs = mask_log_probs(log_probs, force_eos=remaining <= 0, forbid_eos=step < min_len)
+    log_probs = mask_log_probs(log_probs, force_eos=remaining <= 0, forbid_eos=step < rules.min_len)
+    if rules.no_repeat_ngram_size:
+        banned = repeated_ngrams(generated[:, 1:], rules.no_repeat_ngram_size, log_probs.size(1))  # [N, V]
+        log_probs = log_probs.masked_fill(banned, NEG_INF)
     if constraint is None:
         return log_probs
     return mask_disallowed(log_probs, constraint.allowed(remaining=remaining + 1), by=constraint)
@@ -103,15 +118,17 @@ def _going_on(go_on: Tensor, cand: Tensor, ends: Tensor, rows: Tensor,
 
 @torch.inference_mode()
 def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max_len: Tensor,
-                min_len: int = 0, nbest: int = 1,
-                constraint: Constraint | None = None) -> list[list[Hypothesis]]:
+                min_len: int = 0, nbest: int = 1, constraint: Constraint | None = None,
+                no_repeat_ngram_size: int = 0) -> list[list[Hypothesis]]:
     """The ``nbest`` best outputs of each source by ``log P(Y|X) / lp(Y)``.
 
     src [B, S] (PAD-padded, each ending in EOS); max_len [B]: the most tokens each
     output may have before its end symbol (``min_len``: the fewest, where the maximum
-    allows). A sentence stops as soon as no live hypothesis can beat its n-th finished
-    one, which never changes the result.
+    allows; ``no_repeat_ngram_size``: no n-gram of that many tokens twice). A sentence
+    stops as soon as no live hypothesis can beat its n-th finished one, which never
+    changes the result.
     """
+    rules = Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size)
     model.eval()
     b0, k, device = src.size(0), beam, src.device
     max_len = max_len.to(device)
@@ -131,8 +148,8 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
 
     for step in range(longest + 1):
         b = active.numel()
-        total = _extended_scores(model, history[:, -1:], step, state, prefix=scores.view(-1), limit=limit,
-                                 min_len=min_len, constraint=constrained)
+        total = _extended_scores(model, history, step, state, prefix=scores.view(-1), limit=limit,
+                                 rules=rules, constraint=constrained)
         cand, src_beam, token = top_candidates(total.view(b, k, -1))  # [B, C]
         ends, go_on = split_finished(cand, token, k)
         rows_c = torch.arange(b, device=device).unsqueeze(1) * k + src_beam  # [B, C] row in history
@@ -165,20 +182,21 @@ Choose = Callable[[Tensor, int, Tensor], "tuple[Tensor, Tensor]"]
 
 @torch.inference_mode()
 def greedy_search(model: SearchModel, src: Tensor, *, max_len: Tensor, min_len: int = 0,
-                  constraint: Constraint | None = None) -> list[list[Hypothesis]]:
+                  constraint: Constraint | None = None,
+                  no_repeat_ngram_size: int = 0) -> list[list[Hypothesis]]:
     """The most probable next token at every step, until the end symbol or ``max_len``."""
 
     def most_probable(log_probs: Tensor, step: int, rows: Tensor) -> tuple[Tensor, Tensor]:
         return log_probs.max(dim=1)
 
-    return _one_path(model, src, max_len=max_len, min_len=min_len, constraint=constraint,
-                     choose=most_probable)
+    return _one_path(model, src, max_len=max_len, constraint=constraint, choose=most_probable,
+                     rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size))
 
 
 @torch.inference_mode()
 def sample_search(model: SearchModel, src: Tensor, *, max_len: Tensor, uniforms: Tensor,
-                  truncation: Truncation, min_len: int = 0,
-                  constraint: Constraint | None = None) -> list[list[Hypothesis]]:
+                  truncation: Truncation, min_len: int = 0, constraint: Constraint | None = None,
+                  no_repeat_ngram_size: int = 0) -> list[list[Hypothesis]]:
     """One sample per source: at every step a token drawn from the model's distribution,
     reshaped by ``truncation``, with the source's own uniform numbers ``uniforms``
     [B, L+1] (one per step; :func:`~seqtrans.decoding.sampling.input_uniforms`). The
@@ -190,11 +208,11 @@ def sample_search(model: SearchModel, src: Tensor, *, max_len: Tensor, uniforms:
         token = draw(truncate(log_probs, truncation), uniforms[rows, step])  # [B']
         return log_probs.gather(1, token.unsqueeze(1)).squeeze(1), token  # [B', 1] -> [B']
 
-    return _one_path(model, src, max_len=max_len, min_len=min_len, constraint=constraint,
-                     choose=sampled)
+    return _one_path(model, src, max_len=max_len, constraint=constraint, choose=sampled,
+                     rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size))
 
 
-def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, min_len: int,
+def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, rules: Rules,
               constraint: Constraint | None, choose: Choose) -> list[list[Hypothesis]]:
     """One hypothesis per source, extended at every step by the token ``choose``
     (log_probs [B', V], step, rows [B']: each row's source in ``src``) picks: its
@@ -213,8 +231,8 @@ def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, min_len: int,
     constrained = start_constraint(constraint, active) if constraint is not None else None
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
     for step in range(longest + 1):
-        log_probs = _extended_scores(model, history[:, step : step + 1], step, state,
-                                     prefix=zeros[: active.numel()], limit=limit, min_len=min_len,
+        log_probs = _extended_scores(model, history[:, : step + 1], step, state,
+                                     prefix=zeros[: active.numel()], limit=limit, rules=rules,
                                      constraint=constrained)
         best, token = choose(log_probs, step, active)  # [B]
         total = total + best

@@ -111,10 +111,11 @@ def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCo
         with autocast(device, config.precision):
             if config.beam == 1:
                 out = greedy_search(model, src, max_len=max_len, min_len=config.min_len,
-                                    constraint=constraint)
+                                    constraint=constraint, no_repeat_ngram_size=config.no_repeat_ngram_size)
             else:
                 out = beam_search(model, src, beam=config.beam, alpha=config.alpha, max_len=max_len,
-                                  min_len=config.min_len, nbest=config.nbest, constraint=constraint)
+                                  min_len=config.min_len, nbest=config.nbest, constraint=constraint,
+                                  no_repeat_ngram_size=config.no_repeat_ngram_size)
         for i, hyps in zip(idx, out):
             results[i] = hyps
         bar.update(len(idx))
@@ -138,5 +139,6 @@ def _sample(model: SearchModel, sources: Sequence[list[int]], idx: list[int], le
                             epsilon=config.epsilon)
     with autocast(device, config.precision):
         out = sample_search(model, src, max_len=max_len, uniforms=uniforms, truncation=truncation,
-                            min_len=config.min_len, constraint=constraint)
+                            min_len=config.min_len, constraint=constraint,
+                            no_repeat_ngram_size=config.no_repeat_ngram_size)
     return [[h for hyps in out[b * n : (b + 1) * n] for h in hyps] for b in range(len(idx))]

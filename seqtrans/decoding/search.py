@@ -48,6 +48,25 @@ def mask_log_probs(log_probs: Tensor, *, force_eos: Tensor, forbid_eos: bool = F
     return log_probs
 
 
+def repeated_ngrams(generated: Tensor, size: int, vocab: int) -> Tensor:
+    """The tokens that would repeat an n-gram of ``size`` tokens: True for token v of row
+    i where the row's last ``size - 1`` tokens followed by v already occur in it (for
+    size 1, every token it holds).
+
+    generated [N, t] (target ids so far, the start symbol excluded) -> [N, V] bool
+    """
+    n, t = generated.shape
+    banned = torch.zeros(n, vocab, dtype=torch.long, device=generated.device)
+    if t < size:
+        return banned.bool()
+    windows = generated.unfold(1, size, 1)  # [N, W, size] every n-gram, W = t - size + 1
+    last = generated[:, t - size + 1 :].unsqueeze(1)  # [N, 1, size-1]
+    match = windows[:, :, :-1].eq(last).all(dim=2)  # [N, W] n-grams that the next token would repeat
+    # summed, not written: one token may close several windows, matching or not
+    banned.scatter_add_(1, windows[:, :, -1], match.long())  # [N, W] -> [N, V]
+    return banned > 0
+
+
 def extend(logits: Tensor, prefix: Tensor) -> Tensor:
     """The log-probability of every hypothesis extended by every token:
     ``prefix + log_softmax(logits)`` in one pass over the logits.

@@ -169,6 +169,8 @@ def check_streaming(loaded: Loaded) -> None:
         raise UsageError("streaming decodes greedily: decode.nbest must be 1")
     if loaded.config.decode.sample:
         raise UsageError("streaming decodes greedily: decode.sample must be 0")
+    if loaded.config.decode.no_repeat_ngram_size:
+        raise UsageError("streaming has no decode.no_repeat_ngram_size: it must be 0")
 
 
 class _ArrivingLines:
