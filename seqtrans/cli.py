@@ -146,6 +146,13 @@ SUBCOMMANDS = (
                       "reads the whole input first)."),
              *(arg(flag, type=kind, metavar=key.upper(), help=f"decode.{key}: {_decode_help(key)}")
                for flag, key, kind in SAMPLING_FLAGS),
+             arg("--prefixes", action="store_true",
+                 help="Each input line is SOURCE<TAB>PREFIX: the output starts with PREFIX (read as the "
+                      "task reads a target, e.g. text for translation), which is scored, not searched, and "
+                      "decoding goes on after it (interactive translation). A line without a tab has no "
+                      "prefix. A prefix the task cannot read or whose tokens the model's vocabulary lacks "
+                      "is an error naming the line; that line's output is left empty, the other lines "
+                      "are decoded, and the exit status is 1."),
              DECODE_SET, DEVICE)),
     Command("evaluate", "Decode and score a split with a trained model.",
             "Decode one split of the model's task and print its metrics as JSON.",
@@ -419,14 +426,16 @@ def _cmd_predict(args: argparse.Namespace) -> int:
             overrides.append(f"decode.{key}={value}")
     loaded = load_ensemble(args.models, overrides=overrides, device=args.device)
     if args.stream:
+        if args.prefixes:
+            raise UsageError("--stream takes no --prefixes")
         stream(loaded, words_of(_stdin_chunks()), _write_now)
         return 0
     try:
         fd = sys.stdin.fileno()
     except (AttributeError, OSError, io.UnsupportedOperation):  # a stream without a descriptor
-        outputs = predict(loaded, sys.stdin)
+        outputs = predict(loaded, sys.stdin, prefixes=args.prefixes)
     else:
-        outputs = predict_batches(loaded, line_batches(fd))
+        outputs = predict_batches(loaded, line_batches(fd), prefixes=args.prefixes)
     for line in outputs:
         _write_now(line + "\n")
     return 0

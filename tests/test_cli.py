@@ -71,6 +71,15 @@ def test_predict_samples_reproducibly_and_names_a_bad_sampling_key(run_dir: Path
     assert bad.returncode == 2 and "decode.top_p" in bad.stderr
 
 
+def test_predict_forces_prefixes_and_names_a_line_whose_prefix_cannot_be_encoded(run_dir: Path) -> None:
+    done = seqtrans("predict", str(run_dir), "--device", "cpu", "--prefixes", "--set",
+                    "decode.constrained=false", stdin="1 2 3\t3 3\n4 4\tnine\n5 6\n")
+    assert done.returncode == 1
+    lines = done.stdout.split("\n")
+    assert len(lines) == 4 and lines[0].split()[:2] == ["3", "3"] and lines[1] == "" and lines[2]
+    assert "<stdin>:2: target prefix: 1 token(s) not in the model's target vocabulary: '-1'" in done.stderr
+
+
 def test_predict_reports_symbols_the_model_has_never_seen(run_dir: Path) -> None:
     done = seqtrans("predict", str(run_dir), "--device", "cpu", stdin="1 2 3\n4 57 5 99\n")
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 2

@@ -24,6 +24,7 @@ from seqtrans.decoding.search import (
     Hypothesis,
     cannot_improve,
     extend,
+    force_tokens,
     length_penalty,
     mask_log_probs,
     merge_finished,
@@ -45,11 +46,12 @@ class Rules:
 
 
 def _extended_scores(model: SearchModel, generated: Tensor, step: int, state: SearchState, *,
-                     prefix: Tensor, limit: Tensor, rules: Rules,
-                     constraint: ConstraintState | None) -> Tensor:
+                     prefix: Tensor, limit: Tensor, rules: Rules, constraint: ConstraintState | None,
+                     forced: Tensor | None) -> Tensor:
     """``prefix`` [N] plus the log-probability of each next token of each hypothesis
     after its ``generated`` tokens [N, t] (the start symbol first), -inf where the token
-    is not allowed; ``limit`` [N]: the most tokens each may have before its end symbol.
+    is not allowed; ``limit`` [N]: the most tokens each may have before its end symbol;
+    ``forced`` [N]: the token each must take (a target prefix), PAD where free.
     -> [N, V] (float32)"""
     logits = model.decode(generated[:, -1:], state=state)[:, -1]  # [N, V]
     log_probs = extend(logits, prefix)
@@ -58,9 +60,17 @@ def _extended_scores(model: SearchModel, generated: Tensor, step: int, state: Se
     if rules.no_repeat_ngram_size:
         banned = repeated_ngrams(generated[:, 1:], rules.no_repeat_ngram_size, log_probs.size(1))  # [N, V]
         log_probs = log_probs.masked_fill(banned, NEG_INF)
-    if constraint is None:
-        return log_probs
-    return mask_disallowed(log_probs, constraint.allowed(remaining=remaining + 1), by=constraint)
+    if constraint is not None:
+        log_probs = mask_disallowed(log_probs, constraint.allowed(remaining=remaining + 1), by=constraint)
+    return log_probs if forced is None else force_tokens(log_probs, forced)
+
+
+def _forced_at(prefixes: Tensor | None, step: int, sentences: Tensor, per_sentence: int) -> Tensor | None:
+    """The tokens ``prefixes`` [B0, P] (PAD-padded) force at ``step`` on the hypotheses of
+    the ``sentences`` [B] still decoding, ``per_sentence`` each; None once none is forced."""
+    if prefixes is None or step >= prefixes.size(1):
+        return None
+    return prefixes[sentences, step].repeat_interleave(per_sentence)  # [B] -> [B*K]
 
 
 @dataclass
@@ -119,12 +129,14 @@ def _going_on(go_on: Tensor, cand: Tensor, ends: Tensor, rows: Tensor,
 @torch.inference_mode()
 def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max_len: Tensor,
                 min_len: int = 0, nbest: int = 1, constraint: Constraint | None = None,
-                no_repeat_ngram_size: int = 0) -> list[list[Hypothesis]]:
+                no_repeat_ngram_size: int = 0, prefixes: Tensor | None = None) -> list[list[Hypothesis]]:
     """The ``nbest`` best outputs of each source by ``log P(Y|X) / lp(Y)``.
 
     src [B, S] (PAD-padded, each ending in EOS); max_len [B]: the most tokens each
     output may have before its end symbol (``min_len``: the fewest, where the maximum
-    allows; ``no_repeat_ngram_size``: no n-gram of that many tokens twice). A sentence
+    allows; ``no_repeat_ngram_size``: no n-gram of that many tokens twice). ``prefixes``
+    [B, P] (PAD-padded target ids) are forced: each output starts with its source's,
+    scored by the model, not searched; ``max_len`` must leave room for them. A sentence
     stops as soon as no live hypothesis can beat its n-th finished one, which never
     changes the result.
     """
@@ -132,6 +144,7 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     model.eval()
     b0, k, device = src.size(0), beam, src.device
     max_len = max_len.to(device)
+    prefixes = None if prefixes is None else prefixes.to(device)
     longest = int(max_len.max())
     state = model.start(model.encode(src), beam=k, capacity=longest + 1)
     sent_of_row = torch.arange(b0, device=device).repeat_interleave(k)  # [N]
@@ -149,7 +162,8 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     for step in range(longest + 1):
         b = active.numel()
         total = _extended_scores(model, history, step, state, prefix=scores.view(-1), limit=limit,
-                                 rules=rules, constraint=constrained)
+                                 rules=rules, constraint=constrained,
+                                 forced=_forced_at(prefixes, step, active, k))
         cand, src_beam, token = top_candidates(total.view(b, k, -1))  # [B, C]
         ends, go_on = split_finished(cand, token, k)
         rows_c = torch.arange(b, device=device).unsqueeze(1) * k + src_beam  # [B, C] row in history
@@ -182,25 +196,28 @@ Choose = Callable[[Tensor, int, Tensor], "tuple[Tensor, Tensor]"]
 
 @torch.inference_mode()
 def greedy_search(model: SearchModel, src: Tensor, *, max_len: Tensor, min_len: int = 0,
-                  constraint: Constraint | None = None,
-                  no_repeat_ngram_size: int = 0) -> list[list[Hypothesis]]:
-    """The most probable next token at every step, until the end symbol or ``max_len``."""
+                  constraint: Constraint | None = None, no_repeat_ngram_size: int = 0,
+                  prefixes: Tensor | None = None) -> list[list[Hypothesis]]:
+    """The most probable next token at every step, until the end symbol or ``max_len``;
+    ``prefixes`` as in :func:`beam_search`."""
 
     def most_probable(log_probs: Tensor, step: int, rows: Tensor) -> tuple[Tensor, Tensor]:
         return log_probs.max(dim=1)
 
     return _one_path(model, src, max_len=max_len, constraint=constraint, choose=most_probable,
-                     rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size))
+                     rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size),
+                     prefixes=prefixes)
 
 
 @torch.inference_mode()
 def sample_search(model: SearchModel, src: Tensor, *, max_len: Tensor, uniforms: Tensor,
                   truncation: Truncation, min_len: int = 0, constraint: Constraint | None = None,
-                  no_repeat_ngram_size: int = 0) -> list[list[Hypothesis]]:
+                  no_repeat_ngram_size: int = 0, prefixes: Tensor | None = None) -> list[list[Hypothesis]]:
     """One sample per source: at every step a token drawn from the model's distribution,
     reshaped by ``truncation``, with the source's own uniform numbers ``uniforms``
     [B, L+1] (one per step; :func:`~seqtrans.decoding.sampling.input_uniforms`). The
-    log-probability reported is the model's, before truncation."""
+    log-probability reported is the model's, before truncation. ``prefixes`` as in
+    :func:`beam_search`."""
 
     uniforms = uniforms.to(src.device)
 
@@ -209,17 +226,20 @@ def sample_search(model: SearchModel, src: Tensor, *, max_len: Tensor, uniforms:
         return log_probs.gather(1, token.unsqueeze(1)).squeeze(1), token  # [B', 1] -> [B']
 
     return _one_path(model, src, max_len=max_len, constraint=constraint, choose=sampled,
-                     rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size))
+                     rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size),
+                     prefixes=prefixes)
 
 
 def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, rules: Rules,
-              constraint: Constraint | None, choose: Choose) -> list[list[Hypothesis]]:
+              constraint: Constraint | None, choose: Choose,
+              prefixes: Tensor | None) -> list[list[Hypothesis]]:
     """One hypothesis per source, extended at every step by the token ``choose``
     (log_probs [B', V], step, rows [B']: each row's source in ``src``) picks: its
     log-probability and the token, each [B']."""
     model.eval()
     b0, device = src.size(0), src.device
     max_len = max_len.to(device)
+    prefixes = None if prefixes is None else prefixes.to(device)
     longest = int(max_len.max())
     state = model.start(model.encode(src), beam=1, capacity=longest + 1)
     history = torch.full((b0, longest + 2), PAD, dtype=torch.long, device=device)  # [B, L+2]
@@ -233,7 +253,7 @@ def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, rules: Rules,
     for step in range(longest + 1):
         log_probs = _extended_scores(model, history[:, : step + 1], step, state,
                                      prefix=zeros[: active.numel()], limit=limit, rules=rules,
-                                     constraint=constrained)
+                                     constraint=constrained, forced=_forced_at(prefixes, step, active, 1))
         best, token = choose(log_probs, step, active)  # [B]
         total = total + best
         history[:, step + 1] = token

@@ -67,6 +67,17 @@ def repeated_ngrams(generated: Tensor, size: int, vocab: int) -> Tensor:
     return banned > 0
 
 
+def force_tokens(log_probs: Tensor, forced: Tensor) -> Tensor:
+    """Rows with a forced token (a target prefix) keep only that token's score; rows
+    whose ``forced`` entry is PAD are left as they are.
+
+    log_probs [N, V], forced [N] -> [N, V]
+    """
+    allowed = forced.eq(PAD).unsqueeze(1).expand_as(log_probs).clone()  # [N, V]: free rows allow all
+    allowed.scatter_(1, forced.unsqueeze(1), True)  # [N, 1] -> [N, V]
+    return log_probs.masked_fill(~allowed, NEG_INF)
+
+
 def extend(logits: Tensor, prefix: Tensor) -> Tensor:
     """The log-probability of every hypothesis extended by every token:
     ``prefix + log_softmax(logits)`` in one pass over the logits.

@@ -68,11 +68,13 @@ class Loaded:
 
     def decode(self, sources: Sequence[Any], *, decode: DecodeConfig | None = None,
                progress: bool = False, positions: Sequence[int] | None = None,
-               ) -> tuple[list[Any], list[list[Hypothesis]]]:
+               prefixes: Sequence[list[int]] | None = None) -> tuple[list[Any], list[list[Hypothesis]]]:
         """Predictions (task objects) and the n-best hypotheses (or samples) of ``sources``,
-        in order; ``positions`` seed the sampling streams (see :func:`decode_sources`)."""
+        in order; ``positions`` seed the sampling streams and ``prefixes`` are forced
+        target ids (see :func:`decode_sources`)."""
         return decode_sources(self.searcher, self.codec, sources, decode or self.config.decode,
-                              device=self.device, progress=progress, positions=positions)
+                              device=self.device, progress=progress, positions=positions,
+                              prefixes=prefixes)
 
 
 def find_checkpoint(path: str | Path) -> Path:

@@ -12,42 +12,94 @@ from seqtrans.data import prediction, source_ids, too_long
 from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.ensemble import position_limit
 from seqtrans.inference.loading import Loaded
+from seqtrans.tasks.protocol import TargetParsing
 from seqtrans.vocab import UNK
 
 log = logging.getLogger(__name__)
 
 
-def predict(loaded: Loaded, lines: Iterable[str]) -> Iterator[str]:
+def predict(loaded: Loaded, lines: Iterable[str], *, prefixes: bool = False) -> Iterator[str]:
     """One output per input line, as each is decoded. With ``decode.nbest`` (or
     ``decode.sample``) > 1, each input gives that many lines ``rank<TAB>score<TAB>output``
-    (samples in the order drawn) and an empty line."""
-    return predict_batches(loaded, ([line.rstrip("\n")] for line in lines))
+    (samples in the order drawn) and an empty line. With ``prefixes``, a line is
+    ``source<TAB>target prefix`` (see :func:`predict_batches`)."""
+    return predict_batches(loaded, ([line.rstrip("\n")] for line in lines), prefixes=prefixes)
 
 
-def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str = "<stdin>") -> Iterator[str]:
+def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str = "<stdin>",
+                    prefixes: bool = False) -> Iterator[str]:
     """The outputs of batches of input lines (without line ends), in input order. Each
     batch is decoded at once, sorted by length into batches of ``decode.batch_tokens``,
     so a file decodes at batch speed; a batch of one line is answered at once.
 
     Symbols the model has never seen are read as ``<unk>`` and logged with the line
-    (``name:line``); an input longer than learned positions reach is a :class:`DataError`."""
-    nbest = loaded.config.decode.outputs_per_input
+    (``name:line``); an input longer than learned positions reach is a :class:`DataError`.
+
+    With ``prefixes``, each line is ``source<TAB>prefix`` (a line without a tab has no
+    prefix): the output starts with the prefix, read as the task reads a target and
+    scored, not searched (:func:`seqtrans.decoding.generate`). A prefix the task cannot
+    read, or with a token outside the model's target vocabulary, is logged as an error
+    naming the line, which gets an empty output; the other lines are decoded, and a
+    :class:`DataError` naming the first such line ends the output."""
+    several = loaded.config.decode.outputs_per_input > 1
     task = loaded.task
     number = 0
+    failed: list[DataError] = []
     for lines in batches:
         first = number
-        sources = [task.parse_source(line) for line in lines]
-        for source in sources:
+        sources, forced, good = [], [], []
+        for i, line in enumerate(lines):
             number += 1
+            text, _, prefix = line.partition("\t") if prefixes else (line, "", "")
+            source = task.parse_source(text)
             _check_source(loaded, source, name, number)
-        preds, hyps = loaded.decode(sources, positions=range(first, number))
-        for source, pred, nbest_hyps in zip(sources, preds, hyps):
-            if nbest == 1:
-                yield task.format(pred)
+            try:
+                forced.append(prefix_ids(loaded, prefix, name, number) if prefix else [])
+            except DataError as exc:
+                log.error("%s", exc)
+                failed.append(exc)
                 continue
-            for rank, hyp in enumerate(nbest_hyps, 1):
-                yield f"{rank}\t{hyp.score:.4f}\t{task.format(prediction(loaded.codec, hyp.tokens, source))}"
+            sources.append(source)
+            good.append(i)
+        outputs: list[list[str]] = [[] for _ in lines]
+        if sources:
+            preds, hyps = loaded.decode(sources, positions=[first + i for i in good],
+                                        prefixes=forced if prefixes else None)
+            for i, source, pred, nbest_hyps in zip(good, sources, preds, hyps):
+                outputs[i] = [task.format(pred)] if not several else [
+                    f"{rank}\t{hyp.score:.4f}\t{task.format(prediction(loaded.codec, hyp.tokens, source))}"
+                    for rank, hyp in enumerate(nbest_hyps, 1)]
+        for out in outputs:
+            if not several:
+                yield out[0] if out else ""
+                continue
+            yield from out
             yield ""
+    if failed:
+        raise DataError(name, failed[0].line, f"{failed[0].problem} ({len(failed)} line(s) left without "
+                        "output; the other lines were decoded)")
+
+
+def prefix_ids(loaded: Loaded, text: str, name: str, number: int) -> list[int]:
+    """The target ids of a target prefix given as text, read as the task reads a target;
+    a :class:`DataError` naming the line if the task cannot read it or the model's target
+    vocabulary lacks one of its tokens."""
+    task = loaded.task
+    if not isinstance(task, TargetParsing):
+        raise DataError(name, number, f"task '{loaded.config.task}' cannot read a target prefix (it has no "
+                        "parse_target)")
+    try:
+        target = task.parse_target(text)
+    except DataError as exc:
+        raise DataError(name, number, f"target prefix: {exc.problem}") from None
+    tokens = loaded.codec.target_tokens(target)
+    vocab = loaded.codec.vocabularies.target
+    unknown = [t for t in tokens if vocab.index(t) == UNK]
+    if unknown:
+        shown = ", ".join(repr(t) for t in unknown[:10])
+        raise DataError(name, number, f"target prefix: {len(unknown)} token(s) not in the model's target "
+                        f"vocabulary: {shown}")
+    return vocab.encode(tokens)
 
 
 def unseen(loaded: Loaded, source: object) -> list[str]:
