@@ -153,6 +153,22 @@ SUBCOMMANDS = (
                       "prefix. A prefix the task cannot read or whose tokens the model's vocabulary lacks "
                       "is an error naming the line; that line's output is left empty, the other lines "
                       "are decoded, and the exit status is 1."),
+             arg("--format", choices=["text", "jsonl"], default="text",
+                 help="text: one line per output (with nbest or sample > 1: rank, score and output, "
+                      "tab-separated, and an empty line after each input); jsonl: one JSON object per input "
+                      "with its line number and its hypotheses (output, tokens, log_prob, score, "
+                      "normalized_score and the fields asked for below; a line that could not be decoded "
+                      "has an 'error')."),
+             arg("--token-scores", action="store_true",
+                 help="Add each output token's log-probability and the end symbol's (a tab-separated column "
+                      "in text, 'token_log_probs' in jsonl), from one teacher-forced pass over the outputs."),
+             arg("--alignments", action="store_true",
+                 help="Add source-target word alignments in Pharaoh format (i-j: source word i, target word "
+                      "j, from 0) from the encoder-decoder attention: each target token with the source "
+                      "token it attends to most (a tab-separated column in text, 'alignment' in jsonl)."),
+             arg("--alignment-layer", type=int, metavar="N",
+                 help="With --alignments: the attention of decoder layer N (from 1) instead of the mean of "
+                      "all layers; heads are averaged."),
              DECODE_SET, DEVICE)),
     Command("evaluate", "Decode and score a split with a trained model.",
             "Decode one split of the model's task and print its metrics as JSON.",
@@ -414,6 +430,7 @@ def _first_line(exc: BaseException) -> str:
 def _cmd_predict(args: argparse.Namespace) -> int:
     from seqtrans.inference.loading import load_ensemble
     from seqtrans.inference.online import line_batches, predict, predict_batches, stream, words_of
+    from seqtrans.inference.output import OutputOptions
 
     overrides = list(args.overrides)
     if args.beam is not None:
@@ -426,16 +443,21 @@ def _cmd_predict(args: argparse.Namespace) -> int:
             overrides.append(f"decode.{key}={value}")
     loaded = load_ensemble(args.models, overrides=overrides, device=args.device)
     if args.stream:
-        if args.prefixes:
-            raise UsageError("--stream takes no --prefixes")
+        if args.prefixes or args.format != "text" or args.token_scores or args.alignments:
+            raise UsageError("--stream writes text only: it takes no --prefixes, --format jsonl, "
+                             "--token-scores or --alignments")
         stream(loaded, words_of(_stdin_chunks()), _write_now)
         return 0
+    if args.alignment_layer is not None and not args.alignments:
+        raise UsageError("--alignment-layer needs --alignments")
+    output = OutputOptions(format=args.format, token_log_probs=args.token_scores, alignments=args.alignments,
+                           alignment_layer=args.alignment_layer)
     try:
         fd = sys.stdin.fileno()
     except (AttributeError, OSError, io.UnsupportedOperation):  # a stream without a descriptor
-        outputs = predict(loaded, sys.stdin, prefixes=args.prefixes)
+        outputs = predict(loaded, sys.stdin, prefixes=args.prefixes, output=output)
     else:
-        outputs = predict_batches(loaded, line_batches(fd), prefixes=args.prefixes)
+        outputs = predict_batches(loaded, line_batches(fd), prefixes=args.prefixes, output=output)
     for line in outputs:
         _write_now(line + "\n")
     return 0

@@ -19,11 +19,15 @@ NEG_INF = float("-inf")
 @dataclass(frozen=True)
 class Hypothesis:
     """One output: target ids without the end symbol, its total log-probability and
-    its length-normalised score (what the search ranks by)."""
+    its score (what the search ranks by: length-normalised in beam search, the
+    log-probability itself in greedy search and sampling). ``token_log_probs``, filled
+    only when asked for (:func:`seqtrans.inference.details.with_token_log_probs`): the
+    log-probability of each token and of the end symbol, which sum to ``log_prob``."""
 
     tokens: list[int]
     log_prob: float
     score: float
+    token_log_probs: tuple[float, ...] | None = None
 
 
 def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:

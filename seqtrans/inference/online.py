@@ -7,27 +7,32 @@ import logging
 import os
 import select
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
-from seqtrans.data import prediction, source_ids, too_long
+from seqtrans.data import source_ids, too_long
+from seqtrans.decoding.search import Hypothesis
 from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.ensemble import position_limit
 from seqtrans.inference.loading import Loaded
+from seqtrans.inference.output import TEXT, OutputOptions, render, render_failure
 from seqtrans.tasks.protocol import TargetParsing
 from seqtrans.vocab import UNK
 
 log = logging.getLogger(__name__)
 
 
-def predict(loaded: Loaded, lines: Iterable[str], *, prefixes: bool = False) -> Iterator[str]:
+def predict(loaded: Loaded, lines: Iterable[str], *, prefixes: bool = False,
+            output: OutputOptions = TEXT) -> Iterator[str]:
     """One output per input line, as each is decoded. With ``decode.nbest`` (or
     ``decode.sample``) > 1, each input gives that many lines ``rank<TAB>score<TAB>output``
     (samples in the order drawn) and an empty line. With ``prefixes``, a line is
-    ``source<TAB>target prefix`` (see :func:`predict_batches`)."""
-    return predict_batches(loaded, ([line.rstrip("\n")] for line in lines), prefixes=prefixes)
+    ``source<TAB>target prefix``; ``output`` chooses the format and the fields (see
+    :func:`predict_batches`)."""
+    return predict_batches(loaded, ([line.rstrip("\n")] for line in lines), prefixes=prefixes, output=output)
 
 
 def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str = "<stdin>",
-                    prefixes: bool = False) -> Iterator[str]:
+                    prefixes: bool = False, output: OutputOptions = TEXT) -> Iterator[str]:
     """The outputs of batches of input lines (without line ends), in input order. Each
     batch is decoded at once, sorted by length into batches of ``decode.batch_tokens``,
     so a file decodes at batch speed; a batch of one line is answered at once.
@@ -40,14 +45,19 @@ def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str =
     scored, not searched (:func:`seqtrans.decoding.generate`). A prefix the task cannot
     read, or with a token outside the model's target vocabulary, is logged as an error
     naming the line, which gets an empty output; the other lines are decoded, and a
-    :class:`DataError` naming the first such line ends the output."""
-    several = loaded.config.decode.outputs_per_input > 1
+    :class:`DataError` naming the first such line ends the output.
+
+    ``output`` (:class:`~seqtrans.inference.output.OutputOptions`): text lines, with the
+    alignment and the per-token log-probabilities as further tab-separated columns when
+    asked for, or one JSON object per input; these fields cost one teacher-forced pass
+    over the outputs (:mod:`seqtrans.inference.details`)."""
     task = loaded.task
     number = 0
     failed: list[DataError] = []
     for lines in batches:
         first = number
         sources, forced, good = [], [], []
+        problems: dict[int, str] = {}  # lines of the batch that cannot be decoded
         for i, line in enumerate(lines):
             number += 1
             text, _, prefix = line.partition("\t") if prefixes else (line, "", "")
@@ -58,26 +68,49 @@ def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str =
             except DataError as exc:
                 log.error("%s", exc)
                 failed.append(exc)
+                problems[i] = exc.problem
                 continue
             sources.append(source)
             good.append(i)
-        outputs: list[list[str]] = [[] for _ in lines]
+        outputs = {i: render_failure(loaded, output, number=first + i + 1, problem=problem)
+                   for i, problem in problems.items()}
         if sources:
-            preds, hyps = loaded.decode(sources, positions=[first + i for i in good],
-                                        prefixes=forced if prefixes else None)
-            for i, source, pred, nbest_hyps in zip(good, sources, preds, hyps):
-                outputs[i] = [task.format(pred)] if not several else [
-                    f"{rank}\t{hyp.score:.4f}\t{task.format(prediction(loaded.codec, hyp.tokens, source))}"
-                    for rank, hyp in enumerate(nbest_hyps, 1)]
-        for out in outputs:
-            if not several:
-                yield out[0] if out else ""
-                continue
-            yield from out
-            yield ""
+            _, hyps = loaded.decode(sources, positions=[first + i for i in good],
+                                    prefixes=forced if prefixes else None)
+            aligned = _details(loaded, sources, hyps, output) if output.details else None
+            if output.token_log_probs and aligned is not None:
+                hyps = aligned[0]
+            for k, (i, source, nbest_hyps) in enumerate(zip(good, sources, hyps)):
+                outputs[i] = render(loaded, output, number=first + i + 1, source=source, hyps=nbest_hyps,
+                                    alignments=aligned[1][k] if aligned is not None and output.alignments
+                                    else None)
+        for i in range(len(lines)):
+            yield from outputs[i]
     if failed:
         raise DataError(name, failed[0].line, f"{failed[0].problem} ({len(failed)} line(s) left without "
                         "output; the other lines were decoded)")
+
+
+def _details(loaded: Loaded, sources: list[Any], hyps: list[list[Hypothesis]], output: OutputOptions,
+             ) -> tuple[list[list[Hypothesis]], list[list[list[tuple[int, int]]]]]:
+    """The hypotheses with their per-token log-probabilities (when asked for) and the
+    word alignments of each (empty lists when not asked for)."""
+    from seqtrans.inference.details import attention_weights, with_token_log_probs, word_alignments
+
+    ids = [source_ids(loaded.codec, s) for s in sources]
+    decode = loaded.config.decode
+    if output.token_log_probs:
+        hyps = with_token_log_probs(loaded.searcher, ids, hyps, decode=decode, device=loaded.device)
+    if not output.alignments:
+        return hyps, [[[] for _ in nbest] for nbest in hyps]
+    pairs = [(i, h) for i, nbest in enumerate(hyps) for h in nbest]
+    weights = attention_weights(loaded.searcher, [ids[i] for i, _ in pairs], [h.tokens for _, h in pairs],
+                                layer=output.alignment_layer, device=loaded.device,
+                                batch_tokens=decode.batch_tokens)
+    aligned: list[list[list[tuple[int, int]]]] = [[] for _ in hyps]
+    for (i, h), w in zip(pairs, weights):
+        aligned[i].append(word_alignments(loaded.codec, sources[i], h.tokens, w))
+    return hyps, aligned
 
 
 def prefix_ids(loaded: Loaded, text: str, name: str, number: int) -> list[int]:
