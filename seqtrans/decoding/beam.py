@@ -9,7 +9,7 @@ L longest output allowed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +22,7 @@ from seqtrans.decoding.sampling import Truncation, draw, truncate
 from seqtrans.decoding.search import (
     NEG_INF,
     Hypothesis,
+    banned_phrase_tokens,
     cannot_improve,
     extend,
     force_tokens,
@@ -38,20 +39,23 @@ from seqtrans.vocab import BOS, EOS, PAD
 @dataclass(frozen=True)
 class Rules:
     """What every hypothesis must respect, whatever the search: at least ``min_len``
-    tokens (where the maximum allows it), and no n-gram of ``no_repeat_ngram_size``
-    tokens twice (0: no such rule)."""
+    tokens (where the maximum allows it), no n-gram of ``no_repeat_ngram_size`` tokens
+    twice (0: no such rule), and none of the phrases ``banned[b]`` (target ids) of its
+    source b (empty: none)."""
 
     min_len: int = 0
     no_repeat_ngram_size: int = 0
+    banned: Sequence[Sequence[Sequence[int]]] = ()
 
 
 def _extended_scores(model: SearchModel, generated: Tensor, step: int, state: SearchState, *,
                      prefix: Tensor, limit: Tensor, rules: Rules, constraint: ConstraintState | None,
-                     forced: Tensor | None) -> Tensor:
+                     forced: Tensor | None, sources: Tensor) -> Tensor:
     """``prefix`` [N] plus the log-probability of each next token of each hypothesis
     after its ``generated`` tokens [N, t] (the start symbol first), -inf where the token
     is not allowed; ``limit`` [N]: the most tokens each may have before its end symbol;
-    ``forced`` [N]: the token each must take (a target prefix), PAD where free.
+    ``forced`` [N]: the token each must take (a target prefix), PAD where free;
+    ``sources`` [N]: the source of each (an index into ``rules.banned``).
     -> [N, V] (float32)"""
     logits = model.decode(generated[:, -1:], state=state)[:, -1]  # [N, V]
     log_probs = extend(logits, prefix)
@@ -59,6 +63,10 @@ def _extended_scores(model: SearchModel, generated: Tensor, step: int, state: Se
     log_probs = mask_log_probs(log_probs, force_eos=remaining <= 0, forbid_eos=step < rules.min_len)
     if rules.no_repeat_ngram_size:
         banned = repeated_ngrams(generated[:, 1:], rules.no_repeat_ngram_size, log_probs.size(1))  # [N, V]
+        log_probs = log_probs.masked_fill(banned, NEG_INF)
+    if rules.banned:
+        own = [rules.banned[b] for b in sources.tolist()]
+        banned = banned_phrase_tokens(generated[:, 1:], own, log_probs.size(1))  # [N, V]
         log_probs = log_probs.masked_fill(banned, NEG_INF)
     if constraint is not None:
         log_probs = mask_disallowed(log_probs, constraint.allowed(remaining=remaining + 1), by=constraint)
@@ -129,18 +137,20 @@ def _going_on(go_on: Tensor, cand: Tensor, ends: Tensor, rows: Tensor,
 @torch.inference_mode()
 def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max_len: Tensor,
                 min_len: int = 0, nbest: int = 1, constraint: Constraint | None = None,
-                no_repeat_ngram_size: int = 0, prefixes: Tensor | None = None) -> list[list[Hypothesis]]:
+                no_repeat_ngram_size: int = 0, prefixes: Tensor | None = None,
+                banned: Sequence[Sequence[Sequence[int]]] = ()) -> list[list[Hypothesis]]:
     """The ``nbest`` best outputs of each source by ``log P(Y|X) / lp(Y)``.
 
     src [B, S] (PAD-padded, each ending in EOS); max_len [B]: the most tokens each
     output may have before its end symbol (``min_len``: the fewest, where the maximum
     allows; ``no_repeat_ngram_size``: no n-gram of that many tokens twice). ``prefixes``
     [B, P] (PAD-padded target ids) are forced: each output starts with its source's,
-    scored by the model, not searched; ``max_len`` must leave room for them. A sentence
+    scored by the model, not searched; ``max_len`` must leave room for them. No output
+    of source b contains a phrase of ``banned[b]`` (target ids; empty: no such rule). A sentence
     stops as soon as no live hypothesis can beat its n-th finished one, which never
     changes the result.
     """
-    rules = Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size)
+    rules = Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, banned=banned)
     model.eval()
     b0, k, device = src.size(0), beam, src.device
     max_len = max_len.to(device)
@@ -163,7 +173,8 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
         b = active.numel()
         total = _extended_scores(model, history, step, state, prefix=scores.view(-1), limit=limit,
                                  rules=rules, constraint=constrained,
-                                 forced=_forced_at(prefixes, step, active, k))
+                                 forced=_forced_at(prefixes, step, active, k),
+                                 sources=active.repeat_interleave(k))
         cand, src_beam, token = top_candidates(total.view(b, k, -1))  # [B, C]
         ends, go_on = split_finished(cand, token, k)
         rows_c = torch.arange(b, device=device).unsqueeze(1) * k + src_beam  # [B, C] row in history
@@ -197,27 +208,29 @@ Choose = Callable[[Tensor, int, Tensor], "tuple[Tensor, Tensor]"]
 @torch.inference_mode()
 def greedy_search(model: SearchModel, src: Tensor, *, max_len: Tensor, min_len: int = 0,
                   constraint: Constraint | None = None, no_repeat_ngram_size: int = 0,
-                  prefixes: Tensor | None = None) -> list[list[Hypothesis]]:
+                  prefixes: Tensor | None = None,
+                  banned: Sequence[Sequence[Sequence[int]]] = ()) -> list[list[Hypothesis]]:
     """The most probable next token at every step, until the end symbol or ``max_len``;
-    ``prefixes`` as in :func:`beam_search`."""
+    ``prefixes`` and ``banned`` as in :func:`beam_search`."""
 
     def most_probable(log_probs: Tensor, step: int, rows: Tensor) -> tuple[Tensor, Tensor]:
         return log_probs.max(dim=1)
 
     return _one_path(model, src, max_len=max_len, constraint=constraint, choose=most_probable,
-                     rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size),
+                     rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, banned=banned),
                      prefixes=prefixes)
 
 
 @torch.inference_mode()
 def sample_search(model: SearchModel, src: Tensor, *, max_len: Tensor, uniforms: Tensor,
                   truncation: Truncation, min_len: int = 0, constraint: Constraint | None = None,
-                  no_repeat_ngram_size: int = 0, prefixes: Tensor | None = None) -> list[list[Hypothesis]]:
+                  no_repeat_ngram_size: int = 0, prefixes: Tensor | None = None,
+                banned: Sequence[Sequence[Sequence[int]]] = ()) -> list[list[Hypothesis]]:
     """One sample per source: at every step a token drawn from the model's distribution,
     reshaped by ``truncation``, with the source's own uniform numbers ``uniforms``
     [B, L+1] (one per step; :func:`~seqtrans.decoding.sampling.input_uniforms`). The
-    log-probability reported is the model's, before truncation. ``prefixes`` as in
-    :func:`beam_search`."""
+    log-probability reported is the model's, before truncation. ``prefixes`` and
+    ``banned`` as in :func:`beam_search`."""
 
     uniforms = uniforms.to(src.device)
 
@@ -226,7 +239,7 @@ def sample_search(model: SearchModel, src: Tensor, *, max_len: Tensor, uniforms:
         return log_probs.gather(1, token.unsqueeze(1)).squeeze(1), token  # [B', 1] -> [B']
 
     return _one_path(model, src, max_len=max_len, constraint=constraint, choose=sampled,
-                     rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size),
+                     rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, banned=banned),
                      prefixes=prefixes)
 
 
@@ -253,7 +266,8 @@ def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, rules: Rules,
     for step in range(longest + 1):
         log_probs = _extended_scores(model, history[:, : step + 1], step, state,
                                      prefix=zeros[: active.numel()], limit=limit, rules=rules,
-                                     constraint=constrained, forced=_forced_at(prefixes, step, active, 1))
+                                     constraint=constrained, forced=_forced_at(prefixes, step, active, 1),
+                                     sources=active)
         best, token = choose(log_probs, step, active)  # [B]
         total = total + best
         history[:, step + 1] = token

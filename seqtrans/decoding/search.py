@@ -6,6 +6,7 @@ hypotheses (n-best), L longest output.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -69,6 +70,25 @@ def repeated_ngrams(generated: Tensor, size: int, vocab: int) -> Tensor:
     # summed, not written: one token may close several windows, matching or not
     banned.scatter_add_(1, windows[:, :, -1], match.long())  # [N, W] -> [N, V]
     return banned > 0
+
+
+def banned_phrase_tokens(generated: Tensor, phrases: Sequence[Sequence[Sequence[int]]], vocab: int) -> Tensor:
+    """The tokens that would complete a banned phrase: True for token v of row i where
+    the row ends with all but the last token of one of ``phrases[i]`` and v is its last.
+
+    generated [N, t] (target ids so far, the start symbol excluded), phrases: per row
+    -> [N, V] bool
+    """
+    n, t = generated.shape
+    banned = torch.zeros(n, vocab, dtype=torch.bool)
+    longest = max((len(p) for own in phrases for p in own), default=1)
+    tails = generated[:, max(0, t - longest + 1) :].tolist()  # [N, <= longest-1]: only the end matters
+    for i, (tail, own) in enumerate(zip(tails, phrases)):
+        for phrase in own:
+            k = len(phrase) - 1
+            if k == 0 or (k <= len(tail) and tail[len(tail) - k :] == list(phrase[:k])):
+                banned[i, phrase[-1]] = True
+    return banned.to(generated.device)
 
 
 def force_tokens(log_probs: Tensor, forced: Tensor) -> Tensor:

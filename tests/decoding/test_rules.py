@@ -12,9 +12,10 @@ from test_search import BODY, VOCAB, brute_force
 
 from conftest import tiny_model
 from seqtrans.config import DecodeConfig
+from seqtrans.data import pad_batch
 from seqtrans.decoding import beam_search, greedy_search
 from seqtrans.decoding.generate import generate
-from seqtrans.decoding.search import repeated_ngrams
+from seqtrans.decoding.search import banned_phrase_tokens, repeated_ngrams
 from seqtrans.errors import ConfigError
 from seqtrans.vocab import BOS, EOS, PAD
 
@@ -105,3 +106,55 @@ def test_samples_never_repeat_an_ngram() -> None:
 def test_a_negative_ngram_size_names_its_key() -> None:
     with pytest.raises(ConfigError, match="decode.no_repeat_ngram_size"):
         DecodeConfig(no_repeat_ngram_size=-1)
+
+
+def contains(y: list[int], phrase: list[int]) -> bool:
+    return any(y[i : i + len(phrase)] == phrase for i in range(len(y) - len(phrase) + 1))
+
+
+def test_banned_phrase_tokens_are_those_that_would_complete_a_phrase() -> None:
+    rng = random.Random(7)
+    for _ in range(40):
+        rows = [[rng.choice([4, 5, 6]) for _ in range(5)] for _ in range(4)]
+        phrases = [[[rng.choice([4, 5, 6]) for _ in range(rng.randint(1, 3))] for _ in range(2)]
+                   for _ in rows]
+        banned = banned_phrase_tokens(torch.tensor(rows), phrases, VOCAB)
+        for row, own, got in zip(rows, phrases, banned.tolist()):
+            expected = [any([*row, v][-len(p):] == p for p in own) for v in range(VOCAB)]
+            assert got == expected, (row, own)
+
+
+# overlapping phrases, a repeated one, a single token
+BANNED = [[[5, 4]], [[4, 4], [4, 4, 5]], [[6]], [[4, 6], [6, 4], [4, 6]]]
+
+
+@pytest.mark.parametrize("phrases", BANNED, ids=str)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_wide_beam_returns_the_best_output_without_a_banned_phrase(phrases: list[list[int]],
+                                                                  seed: int) -> None:
+    model = tiny_model(vocab=VOCAB, seed=seed)
+    src = torch.tensor([[4, 5, 6, 4, EOS]])
+    everything = brute_force(model, src, 3, 1.0)
+    allowed = [(s, y) for s, y in everything if not any(contains(y, p) for p in phrases)]
+    hyps = beam_search(model, src, beam=VOCAB**3, alpha=1.0, max_len=torch.tensor([3]), nbest=3,
+                       banned=[phrases])[0]
+    assert [h.tokens for h in hyps] == [y for _, y in allowed[:3]]
+    greedy = greedy_search(model, src, max_len=torch.tensor([3]), banned=[phrases])[0]
+    assert all(not any(contains(h.tokens, p) for p in phrases) for h in greedy)
+
+
+def test_each_source_keeps_its_own_banned_phrases_in_a_batch() -> None:
+    model = tiny_model(vocab=VOCAB, seed=1)
+    sources = [[4, 5, 6, 4, EOS], [5, 5, EOS], [6, 4, EOS]]
+    max_len = torch.tensor([4, 4, 4])
+    free = beam_search(model, pad_batch(sources), beam=4, alpha=3.0, max_len=max_len)
+    assert all(hyps[0].tokens for hyps in free)
+    banned = [[free[0][0].tokens[:1]], [], [free[2][0].tokens[:2]]]  # each bans its own best start
+    together = beam_search(model, pad_batch(sources), beam=4, alpha=3.0, max_len=max_len, banned=banned)
+    for src, own, hyps in zip(sources, banned, together):
+        alone = beam_search(model, torch.tensor([src]), beam=4, alpha=3.0, max_len=torch.tensor([4]),
+                            banned=[own])[0]
+        assert [h.tokens for h in hyps] == [h.tokens for h in alone]
+        assert all(not any(contains(h.tokens, p) for p in own) for h in hyps)
+    assert [h.tokens for h in free[1]] == [h.tokens for h in together[1]]  # no phrase: as without the rule
+    assert together[0][0].tokens != free[0][0].tokens and together[2][0].tokens != free[2][0].tokens
