@@ -77,6 +77,10 @@ MODEL = arg("model", metavar="RUN_DIR_OR_CHECKPOINT")
 DECODE_SET = arg("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                  help="Override decode.* (or data.*) keys.")
 BEAM = arg("--beam", type=int, help="Beam size (default: the run's decode.beam).")
+# predict's shortcuts for decode.* keys: (flag, key, type); the help is the key's own
+SAMPLING_FLAGS = (("--sample", "sample", int), ("--temperature", "temperature", float),
+                  ("--top-k", "top_k", int), ("--top-p", "top_p", float), ("--epsilon", "epsilon", float),
+                  ("--seed", "seed", int))
 
 GLOBAL_ARGS = (
     arg("-q", "--quiet", action="store_true", help="Log warnings only, no progress bars."),
@@ -86,6 +90,14 @@ GLOBAL_ARGS = (
              "the run's log file still gets): auto shows them when standard error is a "
              "terminal and -q is not given; on and off force either."),
 )
+
+def _decode_help(key: str) -> str:
+    from dataclasses import fields
+
+    from seqtrans.config import DecodeConfig
+
+    return str(next(f.metadata["help"] for f in fields(DecodeConfig) if f.name == key))
+
 
 SUBCOMMANDS = (
     Command("tasks", "List installed tasks with their distribution, version and load status.",
@@ -136,6 +148,31 @@ SUBCOMMANDS = (
                       "decides when to read: model.cross_attention=monotonic or milk, or wait-k "
                       "(model.wait_k, or decode.wait_k for any scaled_dot model; without a lag it "
                       "reads the whole input first)."),
+             *(arg(flag, type=kind, metavar=key.upper(), help=f"decode.{key}: {_decode_help(key)}")
+               for flag, key, kind in SAMPLING_FLAGS),
+             arg("--prefixes", action="store_true",
+                 help="Each input line is SOURCE<TAB>PREFIX: the output starts with PREFIX (read as the "
+                      "task reads a target, e.g. text for translation), which is scored, not searched, and "
+                      "decoding goes on after it (interactive translation). A line without a tab has no "
+                      "prefix. A prefix the task cannot read or whose tokens the model's vocabulary lacks "
+                      "is an error naming the line; that line's output is left empty, the other lines "
+                      "are decoded, and the exit status is 1."),
+             arg("--format", choices=["text", "jsonl"], default="text",
+                 help="text: one line per output (with nbest or sample > 1: rank, score and output, "
+                      "tab-separated, and an empty line after each input); jsonl: one JSON object per input "
+                      "with its line number and its hypotheses (output, tokens, log_prob, score, "
+                      "normalized_score and the fields asked for below; a line that could not be decoded "
+                      "has an 'error')."),
+             arg("--token-scores", action="store_true",
+                 help="Add each output token's log-probability and the end symbol's (a tab-separated column "
+                      "in text, 'token_log_probs' in jsonl), from one teacher-forced pass over the outputs."),
+             arg("--alignments", action="store_true",
+                 help="Add source-target word alignments in Pharaoh format (i-j: source word i, target word "
+                      "j, from 0) from the encoder-decoder attention: each target token with the source "
+                      "token it attends to most (a tab-separated column in text, 'alignment' in jsonl)."),
+             arg("--alignment-layer", type=int, metavar="N",
+                 help="With --alignments: the attention of decoder layer N (from 1) instead of the mean of "
+                      "all layers; heads are averaged."),
              DECODE_SET, DEVICE)),
     Command("evaluate", "Decode and score a split with a trained model.",
             "Decode one split of the model's task and print its metrics as JSON.",
@@ -416,22 +453,34 @@ def _first_line(exc: BaseException) -> str:
 def _cmd_predict(args: argparse.Namespace) -> int:
     from seqtrans.inference.loading import load_ensemble
     from seqtrans.inference.online import line_batches, predict, predict_batches, stream, words_of
+    from seqtrans.inference.output import OutputOptions
 
     overrides = list(args.overrides)
     if args.beam is not None:
         if args.stream and args.beam != 1:
             raise UsageError("--stream decodes greedily; it takes no --beam")
         overrides.append(f"decode.beam={args.beam}")
+    for _flag, key, _kind in SAMPLING_FLAGS:
+        value = getattr(args, key)
+        if value is not None:
+            overrides.append(f"decode.{key}={value}")
     loaded = load_ensemble(args.models, overrides=overrides, device=args.device)
     if args.stream:
+        if args.prefixes or args.format != "text" or args.token_scores or args.alignments:
+            raise UsageError("--stream writes text only: it takes no --prefixes, --format jsonl, "
+                             "--token-scores or --alignments")
         stream(loaded, words_of(_stdin_chunks()), _write_now)
         return 0
+    if args.alignment_layer is not None and not args.alignments:
+        raise UsageError("--alignment-layer needs --alignments")
+    output = OutputOptions(format=args.format, token_log_probs=args.token_scores, alignments=args.alignments,
+                           alignment_layer=args.alignment_layer)
     try:
         fd = sys.stdin.fileno()
     except (AttributeError, OSError, io.UnsupportedOperation):  # a stream without a descriptor
-        outputs = predict(loaded, sys.stdin)
+        outputs = predict(loaded, sys.stdin, prefixes=args.prefixes, output=output)
     else:
-        outputs = predict_batches(loaded, line_batches(fd))
+        outputs = predict_batches(loaded, line_batches(fd), prefixes=args.prefixes, output=output)
     for line in outputs:
         _write_now(line + "\n")
     return 0

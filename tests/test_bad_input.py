@@ -116,3 +116,20 @@ def test_a_run_saved_before_an_option_existed_still_continues(tmp_path: Path) ->
     with pytest.raises(UsageError, match="model.an_option_since_removed=1, an option this version of "
                                          "seqtrans no longer has"):
         _check_resumable(tmp_path, config)
+
+
+def test_a_prefix_the_vocabulary_cannot_encode_names_its_line_and_the_others_decode(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    loaded = _loaded(tmp_path, "decode.constrained=false", "decode.max_len_b=3")
+    outputs: list[str] = []
+    with caplog.at_level(logging.ERROR), pytest.raises(
+            DataError, match=r"^<stdin>:3: target prefix: 1 token\(s\) not in the model's target vocabulary: "
+                             r"'-1' \(1 line\(s\) left without output; the other lines were decoded\)$"):
+        for line in predict_batches(loaded, [["1 2 3\t3 2", "4 5"], ["6 6\tx 7", "7\t7 7 7 7 7 7"]],
+                                    prefixes=True):
+            outputs.append(line)
+    assert len(outputs) == 4 and outputs[2] == ""
+    assert outputs[0].split()[:2] == ["3", "2"] and outputs[3].split()[:6] == ["7"] * 6
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+        "<stdin>:3: target prefix: 1 token(s) not in the model's target vocabulary: '-1'"]
+

@@ -59,6 +59,27 @@ def test_predict_reads_stdin_and_writes_one_line_per_input(run_dir: Path) -> Non
     assert [r[0] for r in rank_lines] == ["1", "2"] and float(rank_lines[0][1]) >= float(rank_lines[1][1])
 
 
+def test_predict_samples_reproducibly_and_names_a_bad_sampling_key(run_dir: Path) -> None:
+    args = ("predict", str(run_dir), "--device", "cpu", "--sample", "3", "--top-k", "4", "--seed", "5")
+    first = seqtrans(*args, stdin="1 2 3\n4 4\n")
+    assert first.returncode == 0, first.stderr
+    blocks = first.stdout.split("\n\n")
+    assert [[line.split("\t")[0] for line in b.splitlines()] for b in blocks[:2]] == [["1", "2", "3"]] * 2
+    assert seqtrans(*args, stdin="1 2 3\n4 4\n").stdout == first.stdout  # another process
+    assert seqtrans(*args, stdin="1 2 3\n").stdout == blocks[0] + "\n\n"  # without its neighbour
+    bad = seqtrans("predict", str(run_dir), "--device", "cpu", "--sample", "1", "--top-p", "1.5", stdin="1\n")
+    assert bad.returncode == 2 and "decode.top_p" in bad.stderr
+
+
+def test_predict_forces_prefixes_and_names_a_line_whose_prefix_cannot_be_encoded(run_dir: Path) -> None:
+    done = seqtrans("predict", str(run_dir), "--device", "cpu", "--prefixes", "--set",
+                    "decode.constrained=false", stdin="1 2 3\t3 3\n4 4\tnine\n5 6\n")
+    assert done.returncode == 1
+    lines = done.stdout.split("\n")
+    assert len(lines) == 4 and lines[0].split()[:2] == ["3", "3"] and lines[1] == "" and lines[2]
+    assert "<stdin>:2: target prefix: 1 token(s) not in the model's target vocabulary: '-1'" in done.stderr
+
+
 def test_predict_reports_symbols_the_model_has_never_seen(run_dir: Path) -> None:
     done = seqtrans("predict", str(run_dir), "--device", "cpu", stdin="1 2 3\n4 57 5 99\n")
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 2

@@ -309,6 +309,10 @@ class DecodeConfig:
     max_len_a: float = option(1.0, "Maximum output length a * |x| + b: the a.")
     max_len_b: int = option(50, "Maximum output length a * |x| + b: the b.")
     min_len: int = option(0, "Minimum output length in tokens, where the maximum allows it.")
+    no_repeat_ngram_size: int = option(
+        0, "No output contains an n-gram of this many target tokens twice (a token that would repeat "
+        "one is not allowed); 0: no such rule."
+    )
     nbest: int = option(1, "Hypotheses returned per input (at most the beam size).")
     batch_tokens: int = option(8000, "Source tokens (padding included) per decoding batch.")
     constrained: bool = option(True, "Apply the task's constraint on next tokens, where it has one.")
@@ -320,6 +324,29 @@ class DecodeConfig:
         0, "Decode wait-k at this lag (Ma et al. 2019): each target position sees the first i + k "
         "source positions; 0: the model's own model.wait_k (the whole source if it has none). A "
         "model with scaled_dot encoder-decoder attention decodes at any lag."
+    )
+    sample: int = option(
+        0, "Draw this many outputs per input from the model's distribution (reshaped by "
+        "decode.temperature, top_k, top_p and epsilon) instead of searching; decode.beam and "
+        "decode.nbest are then unused. 0 searches."
+    )
+    temperature: float = option(
+        1.0, "Sampling: divide the log-probabilities by this before drawing; below 1 sharpens, above "
+        "1 flattens. Must be positive."
+    )
+    top_k: int = option(0, "Sampling: draw from the k most probable tokens only; 0 keeps all.")
+    top_p: float = option(
+        1.0, "Sampling (nucleus, Holtzman et al. 2020): draw from the smallest set of most probable "
+        "tokens whose probability reaches p, in (0, 1]; 1 keeps all."
+    )
+    epsilon: float = option(
+        0.0, "Sampling (Hewitt et al. 2022): never draw a token whose probability is below this, in "
+        "[0, 1); the most probable token is always allowed. 0 keeps all."
+    )
+    seed: int = option(
+        1, "Sampling: the seed of the random streams. Each input has its own stream, seeded by this and "
+        "its position in the input (line number), so its samples do not depend on the other inputs "
+        "decoded with it."
     )
     precision: str = option(
         "fp32", "fp32; bf16: decode under bfloat16 autocast (for CUDA and CPUs with AMX); int8 (CPU "
@@ -334,10 +361,27 @@ class DecodeConfig:
                 raise ConfigError(f"decode.{key}", f"must be at least 1, got {getattr(self, key)}")
         if self.nbest > self.beam:
             raise ConfigError("decode.nbest", f"nbest {self.nbest} exceeds the beam size {self.beam}")
-        for key in ("alpha", "max_len_a", "max_len_b", "min_len", "wait_k"):
+        for key in ("alpha", "max_len_a", "max_len_b", "min_len", "wait_k", "no_repeat_ngram_size"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"decode.{key}", f"must not be negative, got {getattr(self, key)}")
         _check_precision("decode.precision", self.precision, DECODE_PRECISIONS)
+        for key in ("sample", "top_k"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"decode.{key}", f"must not be negative, got {getattr(self, key)}")
+        if not self.temperature > 0:
+            raise ConfigError("decode.temperature", f"must be positive, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError("decode.top_p", f"must be in (0, 1], got {self.top_p}")
+        if not 0.0 <= self.epsilon < 1.0:
+            raise ConfigError("decode.epsilon", f"must be in [0, 1), got {self.epsilon}")
+        if self.sample and self.nbest > 1:
+            raise ConfigError("decode.nbest", f"sampling returns decode.sample ({self.sample}) outputs per "
+                              f"input; nbest must be 1, got {self.nbest}")
+
+    @property
+    def outputs_per_input(self) -> int:
+        """How many hypotheses decoding returns per input: the samples, or the n-best."""
+        return self.sample or self.nbest
 
 
 #: Precisions that both training and decoding take.

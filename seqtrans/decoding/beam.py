@@ -1,4 +1,4 @@
-"""Batched beam search and greedy search: thin loops around :mod:`seqtrans.decoding.search`.
+"""Batched beam search, greedy search and sampling: thin loops around :mod:`seqtrans.decoding.search`.
 
 A sentence leaves the batch as soon as it is finished, so the remaining ones decode
 on a smaller batch; nothing a sentence computes depends on its batch-mates.
@@ -9,6 +9,7 @@ L longest output allowed.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -17,33 +18,67 @@ from torch import Tensor
 
 from seqtrans.decoding.constraints import Constraint, ConstraintState, mask_disallowed, start_constraint
 from seqtrans.decoding.protocol import SearchModel, SearchState
+from seqtrans.decoding.sampling import Truncation, draw, truncate
 from seqtrans.decoding.search import (
     NEG_INF,
     Hypothesis,
+    banned_phrase_tokens,
     cannot_improve,
     extend,
+    force_tokens,
     length_penalty,
     mask_log_probs,
     merge_finished,
+    repeated_ngrams,
     split_finished,
     top_candidates,
 )
 from seqtrans.vocab import BOS, EOS, PAD
 
 
-def _extended_scores(model: SearchModel, last: Tensor, step: int, state: SearchState, *,
-                     prefix: Tensor, limit: Tensor, min_len: int,
-                     constraint: ConstraintState | None) -> Tensor:
+@dataclass(frozen=True)
+class Rules:
+    """What every hypothesis must respect, whatever the search: at least ``min_len``
+    tokens (where the maximum allows it), no n-gram of ``no_repeat_ngram_size`` tokens
+    twice (0: no such rule), and none of the phrases ``banned[b]`` (target ids) of its
+    source b (empty: none)."""
+
+    min_len: int = 0
+    no_repeat_ngram_size: int = 0
+    banned: Sequence[Sequence[Sequence[int]]] = ()
+
+
+def _extended_scores(model: SearchModel, generated: Tensor, step: int, state: SearchState, *,
+                     prefix: Tensor, limit: Tensor, rules: Rules, constraint: ConstraintState | None,
+                     forced: Tensor | None, sources: Tensor) -> Tensor:
     """``prefix`` [N] plus the log-probability of each next token of each hypothesis
-    after its ``last`` token [N, 1], -inf where the token is not allowed; ``limit`` [N]:
-    the most tokens each may have before its end symbol.  -> [N, V] (float32)"""
-    logits = model.decode(last, state=state)[:, -1]  # [N, V]
+    after its ``generated`` tokens [N, t] (the start symbol first), -inf where the token
+    is not allowed; ``limit`` [N]: the most tokens each may have before its end symbol;
+    ``forced`` [N]: the token each must take (a target prefix), PAD where free;
+    ``sources`` [N]: the source of each (an index into ``rules.banned``).
+    -> [N, V] (float32)"""
+    logits = model.decode(generated[:, -1:], state=state)[:, -1]  # [N, V]
     log_probs = extend(logits, prefix)
     remaining = limit - step  # tokens still allowed before the end symbol
-    log_probs = mask_log_probs(log_probs, force_eos=remaining <= 0, forbid_eos=step < min_len)
-    if constraint is None:
-        return log_probs
-    return mask_disallowed(log_probs, constraint.allowed(remaining=remaining + 1), by=constraint)
+    log_probs = mask_log_probs(log_probs, force_eos=remaining <= 0, forbid_eos=step < rules.min_len)
+    if rules.no_repeat_ngram_size:
+        banned = repeated_ngrams(generated[:, 1:], rules.no_repeat_ngram_size, log_probs.size(1))  # [N, V]
+        log_probs = log_probs.masked_fill(banned, NEG_INF)
+    if rules.banned:
+        own = [rules.banned[b] for b in sources.tolist()]
+        banned = banned_phrase_tokens(generated[:, 1:], own, log_probs.size(1))  # [N, V]
+        log_probs = log_probs.masked_fill(banned, NEG_INF)
+    if constraint is not None:
+        log_probs = mask_disallowed(log_probs, constraint.allowed(remaining=remaining + 1), by=constraint)
+    return log_probs if forced is None else force_tokens(log_probs, forced)
+
+
+def _forced_at(prefixes: Tensor | None, step: int, sentences: Tensor, per_sentence: int) -> Tensor | None:
+    """The tokens ``prefixes`` [B0, P] (PAD-padded) force at ``step`` on the hypotheses of
+    the ``sentences`` [B] still decoding, ``per_sentence`` each; None once none is forced."""
+    if prefixes is None or step >= prefixes.size(1):
+        return None
+    return prefixes[sentences, step].repeat_interleave(per_sentence)  # [B] -> [B*K]
 
 
 @dataclass
@@ -107,7 +142,9 @@ def _within_beam(ends: Tensor, k: int) -> Tensor:
 @torch.inference_mode()
 def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max_len: Tensor,
                 min_len: int = 0, nbest: int = 1, length_penalty: str = "gnmt", end_in_beam: bool = False,
-                constraint: Constraint | None = None) -> list[list[Hypothesis]]:
+                constraint: Constraint | None = None, no_repeat_ngram_size: int = 0,
+                prefixes: Tensor | None = None,
+                banned: Sequence[Sequence[Sequence[int]]] = ()) -> list[list[Hypothesis]]:
     """The ``nbest`` best outputs of each source by ``log P(Y|X) / lp(Y)`` (lp of the
     form ``length_penalty``, :func:`~seqtrans.decoding.search.length_penalty`). With
     ``end_in_beam``, only an end symbol among the K best candidates of a step ends a
@@ -115,12 +152,18 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
 
     src [B, S] (PAD-padded, each ending in EOS); max_len [B]: the most tokens each
     output may have before its end symbol (``min_len``: the fewest, where the maximum
-    allows). A sentence stops as soon as no live hypothesis can beat its n-th finished
-    one, which never changes the result.
+    allows; ``no_repeat_ngram_size``: no n-gram of that many tokens twice). ``prefixes``
+    [B, P] (PAD-padded target ids) are forced: each output starts with its source's,
+    scored by the model, not searched; ``max_len`` must leave room for them. No output
+    of source b contains a phrase of ``banned[b]`` (target ids; empty: no such rule). A sentence
+    stops as soon as no live hypothesis can beat its n-th finished one, which never
+    changes the result.
     """
+    rules = Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, banned=banned)
     model.eval()
     b0, k, device = src.size(0), beam, src.device
     max_len = max_len.to(device)
+    prefixes = None if prefixes is None else prefixes.to(device)
     longest = int(max_len.max())
     state = model.start(model.encode(src), beam=k, capacity=longest + 1)
     sent_of_row = torch.arange(b0, device=device).repeat_interleave(k)  # [N]
@@ -137,8 +180,10 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
 
     for step in range(longest + 1):
         b = active.numel()
-        total = _extended_scores(model, history[:, -1:], step, state, prefix=scores.view(-1), limit=limit,
-                                 min_len=min_len, constraint=constrained)
+        total = _extended_scores(model, history, step, state, prefix=scores.view(-1), limit=limit,
+                                 rules=rules, constraint=constrained,
+                                 forced=_forced_at(prefixes, step, active, k),
+                                 sources=active.repeat_interleave(k))
         cand, src_beam, token = top_candidates(total.view(b, k, -1))  # [B, C]
         ends, go_on = split_finished(cand, token, k)
         rows_c = torch.arange(b, device=device).unsqueeze(1) * k + src_beam  # [B, C] row in history
@@ -168,13 +213,57 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     return results
 
 
+Choose = Callable[[Tensor, int, Tensor], "tuple[Tensor, Tensor]"]
+
+
 @torch.inference_mode()
 def greedy_search(model: SearchModel, src: Tensor, *, max_len: Tensor, min_len: int = 0,
-                  constraint: Constraint | None = None) -> list[list[Hypothesis]]:
-    """The most probable next token at every step, until the end symbol or ``max_len``."""
+                  constraint: Constraint | None = None, no_repeat_ngram_size: int = 0,
+                  prefixes: Tensor | None = None,
+                  banned: Sequence[Sequence[Sequence[int]]] = ()) -> list[list[Hypothesis]]:
+    """The most probable next token at every step, until the end symbol or ``max_len``;
+    ``prefixes`` and ``banned`` as in :func:`beam_search`."""
+
+    def most_probable(log_probs: Tensor, step: int, rows: Tensor) -> tuple[Tensor, Tensor]:
+        return log_probs.max(dim=1)
+
+    return _one_path(model, src, max_len=max_len, constraint=constraint, choose=most_probable,
+                     rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, banned=banned),
+                     prefixes=prefixes)
+
+
+@torch.inference_mode()
+def sample_search(model: SearchModel, src: Tensor, *, max_len: Tensor, uniforms: Tensor,
+                  truncation: Truncation, min_len: int = 0, constraint: Constraint | None = None,
+                  no_repeat_ngram_size: int = 0, prefixes: Tensor | None = None,
+                banned: Sequence[Sequence[Sequence[int]]] = ()) -> list[list[Hypothesis]]:
+    """One sample per source: at every step a token drawn from the model's distribution,
+    reshaped by ``truncation``, with the source's own uniform numbers ``uniforms``
+    [B, L+1] (one per step; :func:`~seqtrans.decoding.sampling.input_uniforms`). The
+    log-probability reported is the model's, before truncation. ``prefixes`` and
+    ``banned`` as in :func:`beam_search`."""
+
+    uniforms = uniforms.to(src.device)
+
+    def sampled(log_probs: Tensor, step: int, rows: Tensor) -> tuple[Tensor, Tensor]:
+        token = draw(truncate(log_probs, truncation), uniforms[rows, step])  # [B']
+        return log_probs.gather(1, token.unsqueeze(1)).squeeze(1), token  # [B', 1] -> [B']
+
+    return _one_path(model, src, max_len=max_len, constraint=constraint, choose=sampled,
+                     rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, banned=banned),
+                     prefixes=prefixes)
+
+
+def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, rules: Rules,
+              constraint: Constraint | None, choose: Choose,
+              prefixes: Tensor | None) -> list[list[Hypothesis]]:
+    """One hypothesis per source, extended at every step by the token ``choose``
+    (log_probs [B', V], step, rows [B']: each row's source in ``src``) picks: its
+    log-probability and the token, each [B']."""
     model.eval()
     b0, device = src.size(0), src.device
     max_len = max_len.to(device)
+    prefixes = None if prefixes is None else prefixes.to(device)
     longest = int(max_len.max())
     state = model.start(model.encode(src), beam=1, capacity=longest + 1)
     history = torch.full((b0, longest + 2), PAD, dtype=torch.long, device=device)  # [B, L+2]
@@ -186,10 +275,11 @@ def greedy_search(model: SearchModel, src: Tensor, *, max_len: Tensor, min_len: 
     constrained = start_constraint(constraint, active) if constraint is not None else None
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
     for step in range(longest + 1):
-        log_probs = _extended_scores(model, history[:, step : step + 1], step, state,
-                                     prefix=zeros[: active.numel()], limit=limit, min_len=min_len,
-                                     constraint=constrained)
-        best, token = log_probs.max(dim=1)  # [B]
+        log_probs = _extended_scores(model, history[:, : step + 1], step, state,
+                                     prefix=zeros[: active.numel()], limit=limit, rules=rules,
+                                     constraint=constrained, forced=_forced_at(prefixes, step, active, 1),
+                                     sources=active)
+        best, token = choose(log_probs, step, active)  # [B]
         total = total + best
         history[:, step + 1] = token
         if constrained is not None:

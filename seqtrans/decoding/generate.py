@@ -12,9 +12,10 @@ from seqtrans import environment
 from seqtrans.attention import waiting
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
-from seqtrans.decoding.beam import beam_search, greedy_search
+from seqtrans.decoding.beam import beam_search, greedy_search, sample_search
 from seqtrans.decoding.constraints import Constraint
 from seqtrans.decoding.protocol import SearchModel
+from seqtrans.decoding.sampling import Truncation, input_uniforms
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.inference.ensemble import Ensemble
 from seqtrans.linear.onednn import onednn_available
@@ -71,40 +72,86 @@ def decoding_model(model: SearchModel, precision: str, device: torch.device) -> 
 
 def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeConfig, *,
              device: torch.device, constraints: ConstraintFactory | None = None,
-             position_limit: int | None = None, progress: bool = False) -> list[list[Hypothesis]]:
-    """The n-best hypotheses of every source (ids ending in EOS), in input order.
+             position_limit: int | None = None, positions: Sequence[int] | None = None,
+             prefixes: Sequence[list[int]] | None = None, progress: bool = False) -> list[list[Hypothesis]]:
+    """The n-best hypotheses of every source (ids ending in EOS), in input order; with
+    ``decode.sample``, that many samples of each, in the order drawn.
 
     ``decode.wait_k`` sets the wait-k lag (:func:`seqtrans.attention.waiting`).
     ``constraints(indices)`` returns the task's constraint for the sources at those indices
     (its ``rows`` are positions in that list). ``position_limit`` caps output lengths
-    (learned positions).
+    (learned positions). ``positions``: each source's position in the whole input (its
+    line), which seeds its sampling stream; by default its index in ``sources``.
+    ``prefixes``: target ids each output must start with (scored, not searched; the
+    output may be as long as its prefix even where the maximum length is shorter).
     """
     model = decoding_model(model, config.precision, device)
     with waiting(config.wait_k or None):
         return _generate(model, sources, config, device=device, constraints=constraints,
-                         position_limit=position_limit, progress=progress)
+                         position_limit=position_limit,
+                         positions=range(len(sources)) if positions is None else positions,
+                         prefixes=prefixes, progress=progress)
 
 
 def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeConfig, *,
               device: torch.device, constraints: ConstraintFactory | None,
-              position_limit: int | None, progress: bool) -> list[list[Hypothesis]]:
+              position_limit: int | None, positions: Sequence[int], prefixes: Sequence[list[int]] | None,
+              progress: bool) -> list[list[Hypothesis]]:
     results: list[list[Hypothesis]] = [[] for _ in sources]
     bar = tqdm(total=len(sources), desc="decode", unit="sent", disable=not progress, leave=False)
     for idx in length_batches([len(s) for s in sources], config.batch_tokens):
+        lengths = [max_output_length(len(sources[i]) - 1, config, limit=position_limit) for i in idx]
+        forced = None
+        if prefixes is not None and any(prefixes[i] for i in idx):
+            lengths = [max(length, len(prefixes[i])) for length, i in zip(lengths, idx)]
+            forced = [prefixes[i] for i in idx]
+        if config.sample:
+            results_of = _sample(model, sources, idx, lengths, config, device=device,
+                                 constraints=constraints, positions=positions, forced=forced)
+            for i, hyps in zip(idx, results_of):
+                results[i] = hyps
+            bar.update(len(idx))
+            continue
         src = pad_batch([sources[i] for i in idx]).to(device)
-        max_len = torch.tensor([max_output_length(len(sources[i]) - 1, config, limit=position_limit)
-                                for i in idx])
+        max_len = torch.tensor(lengths)
         constraint = constraints(idx) if constraints is not None and config.constrained else None
         with autocast(device, config.precision):
             if config.beam == 1:
                 out = greedy_search(model, src, max_len=max_len, min_len=config.min_len,
-                                    constraint=constraint)
+                                    constraint=constraint, no_repeat_ngram_size=config.no_repeat_ngram_size,
+                                    prefixes=None if forced is None else pad_batch(forced))
             else:
                 out = beam_search(model, src, beam=config.beam, alpha=config.alpha, max_len=max_len,
                                   min_len=config.min_len, nbest=config.nbest, constraint=constraint,
-                                  length_penalty=config.length_penalty, end_in_beam=config.end_in_beam)
+                                  length_penalty=config.length_penalty, end_in_beam=config.end_in_beam,
+                                  no_repeat_ngram_size=config.no_repeat_ngram_size,
+                                  prefixes=None if forced is None else pad_batch(forced))
         for i, hyps in zip(idx, out):
             results[i] = hyps
         bar.update(len(idx))
     bar.close()
     return results
+
+
+def _sample(model: SearchModel, sources: Sequence[list[int]], idx: list[int], lengths: list[int],
+            config: DecodeConfig, *, device: torch.device, constraints: ConstraintFactory | None,
+            positions: Sequence[int], forced: list[list[int]] | None) -> list[list[Hypothesis]]:
+    """``decode.sample`` samples of each of the sources ``idx`` (whose output lengths are
+    ``lengths`` and target prefixes ``forced``): every sample decodes as a source of its
+    own, with its input's stream."""
+    n = config.sample
+    rows = [i for i in idx for _ in range(n)]  # each source once per sample
+    src = pad_batch([sources[i] for i in rows]).to(device)
+    max_len = torch.tensor([length for length in lengths for _ in range(n)])
+    uniforms = input_uniforms(config.seed, [positions[i] for i in idx], samples=n,
+                              steps=[length + 1 for length in lengths])  # [B*n, L+1]
+    constraint = constraints(rows) if constraints is not None and config.constrained else None
+    prefixes = None if forced is None else pad_batch([p for p in forced for _ in range(n)])  # [B*n, P]
+    truncation = Truncation(temperature=config.temperature, top_k=config.top_k, top_p=config.top_p,
+                            epsilon=config.epsilon)
+    with autocast(device, config.precision):
+        out = sample_search(model, src, max_len=max_len, uniforms=uniforms, truncation=truncation,
+                            min_len=config.min_len, constraint=constraint,
+                            no_repeat_ngram_size=config.no_repeat_ngram_size,
+                            prefixes=prefixes)
+    return [[h for hyps in out[b * n : (b + 1) * n] for h in hyps] for b in range(len(idx))]

@@ -6,6 +6,7 @@ hypotheses (n-best), L longest output.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -19,11 +20,15 @@ NEG_INF = float("-inf")
 @dataclass(frozen=True)
 class Hypothesis:
     """One output: target ids without the end symbol, its total log-probability and
-    its length-normalised score (what the search ranks by)."""
+    its score (what the search ranks by: length-normalised in beam search, the
+    log-probability itself in greedy search and sampling). ``token_log_probs``, filled
+    only when asked for (:func:`seqtrans.inference.details.with_token_log_probs`): the
+    log-probability of each token and of the end symbol, which sum to ``log_prob``."""
 
     tokens: list[int]
     log_prob: float
     score: float
+    token_log_probs: tuple[float, ...] | None = None
 
 
 def length_penalty(length: Tensor | float, alpha: float, *, kind: str = "gnmt") -> Tensor | float:
@@ -49,6 +54,55 @@ def mask_log_probs(log_probs: Tensor, *, force_eos: Tensor, forbid_eos: bool = F
         log_probs[force_eos] = NEG_INF
         log_probs[:, EOS] = eos
     return log_probs
+
+
+def repeated_ngrams(generated: Tensor, size: int, vocab: int) -> Tensor:
+    """The tokens that would repeat an n-gram of ``size`` tokens: True for token v of row
+    i where the row's last ``size - 1`` tokens followed by v already occur in it (for
+    size 1, every token it holds).
+
+    generated [N, t] (target ids so far, the start symbol excluded) -> [N, V] bool
+    """
+    n, t = generated.shape
+    banned = torch.zeros(n, vocab, dtype=torch.long, device=generated.device)
+    if t < size:
+        return banned.bool()
+    windows = generated.unfold(1, size, 1)  # [N, W, size] every n-gram, W = t - size + 1
+    last = generated[:, t - size + 1 :].unsqueeze(1)  # [N, 1, size-1]
+    match = windows[:, :, :-1].eq(last).all(dim=2)  # [N, W] n-grams that the next token would repeat
+    # summed, not written: one token may close several windows, matching or not
+    banned.scatter_add_(1, windows[:, :, -1], match.long())  # [N, W] -> [N, V]
+    return banned > 0
+
+
+def banned_phrase_tokens(generated: Tensor, phrases: Sequence[Sequence[Sequence[int]]], vocab: int) -> Tensor:
+    """The tokens that would complete a banned phrase: True for token v of row i where
+    the row ends with all but the last token of one of ``phrases[i]`` and v is its last.
+
+    generated [N, t] (target ids so far, the start symbol excluded), phrases: per row
+    -> [N, V] bool
+    """
+    n, t = generated.shape
+    banned = torch.zeros(n, vocab, dtype=torch.bool)
+    longest = max((len(p) for own in phrases for p in own), default=1)
+    tails = generated[:, max(0, t - longest + 1) :].tolist()  # [N, <= longest-1]: only the end matters
+    for i, (tail, own) in enumerate(zip(tails, phrases)):
+        for phrase in own:
+            k = len(phrase) - 1
+            if k == 0 or (k <= len(tail) and tail[len(tail) - k :] == list(phrase[:k])):
+                banned[i, phrase[-1]] = True
+    return banned.to(generated.device)
+
+
+def force_tokens(log_probs: Tensor, forced: Tensor) -> Tensor:
+    """Rows with a forced token (a target prefix) keep only that token's score; rows
+    whose ``forced`` entry is PAD are left as they are.
+
+    log_probs [N, V], forced [N] -> [N, V]
+    """
+    allowed = forced.eq(PAD).unsqueeze(1).expand_as(log_probs).clone()  # [N, V]: free rows allow all
+    allowed.scatter_(1, forced.unsqueeze(1), True)  # [N, 1] -> [N, V]
+    return log_probs.masked_fill(~allowed, NEG_INF)
 
 
 def extend(logits: Tensor, prefix: Tensor) -> Tensor:

@@ -27,16 +27,22 @@ log = logging.getLogger(__name__)
 
 def decode_sources(model: Transformer | Ensemble, codec: Codec[Any, Any, Any], sources: Sequence[Any],
                    decode: DecodeConfig, *, device: torch.device, progress: bool = False,
-                   spread: bool = False) -> tuple[list[Any], list[list[Hypothesis]]]:
+                   spread: bool = False, positions: Sequence[int] | None = None,
+                   prefixes: Sequence[list[int]] | None = None) -> tuple[list[Any], list[list[Hypothesis]]]:
     """Predictions and n-best hypotheses of ``sources``, in order. With ``spread``, in a
     process group, every rank decodes a share (by length, in turn) and all ranks get
-    all outputs back in input order."""
+    all outputs back in input order. ``positions``: each source's position in the whole
+    input, which seeds its sampling stream (default: its index in ``sources``);
+    ``prefixes``: the target ids each output must start with (scored, not searched)."""
+    positions = range(len(sources)) if positions is None else positions
     world = distributed.current()
     if spread and world.distributed:
         lengths = [len(source_ids(codec, s)) for s in sources]
         mine = distributed.spread(lengths, world)
         preds, hyps = decode_sources(model, codec, [sources[i] for i in mine], decode, device=device,
-                                     progress=progress and world.main)
+                                     progress=progress and world.main,
+                                     positions=[positions[i] for i in mine],
+                                     prefixes=None if prefixes is None else [prefixes[i] for i in mine])
         return (distributed.gather_in_order(len(sources), mine, preds),
                 distributed.gather_in_order(len(sources), mine, hyps))
     ids = [source_ids(codec, s) for s in sources]
@@ -49,7 +55,7 @@ def decode_sources(model: Transformer | Ensemble, codec: Codec[Any, Any, Any], s
             return constrained.constraint([sources[i] for i in idx])
 
     hyps = generate(model, ids, decode, device=device, constraints=constraints,
-                    position_limit=limit, progress=progress)
+                    position_limit=limit, positions=positions, prefixes=prefixes, progress=progress)
     preds = [prediction(codec, h[0].tokens if h else [], s) for h, s in zip(hyps, sources)]
     return preds, hyps
 

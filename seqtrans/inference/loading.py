@@ -67,10 +67,14 @@ class Loaded:
         return Ensemble(self.models) if self.others else self.model
 
     def decode(self, sources: Sequence[Any], *, decode: DecodeConfig | None = None,
-               progress: bool = False) -> tuple[list[Any], list[list[Hypothesis]]]:
-        """Predictions (task objects) and the n-best hypotheses of ``sources``, in order."""
+               progress: bool = False, positions: Sequence[int] | None = None,
+               prefixes: Sequence[list[int]] | None = None) -> tuple[list[Any], list[list[Hypothesis]]]:
+        """Predictions (task objects) and the n-best hypotheses (or samples) of ``sources``,
+        in order; ``positions`` seed the sampling streams and ``prefixes`` are forced
+        target ids (see :func:`decode_sources`)."""
         return decode_sources(self.searcher, self.codec, sources, decode or self.config.decode,
-                              device=self.device, progress=progress)
+                              device=self.device, progress=progress, positions=positions,
+                              prefixes=prefixes)
 
 
 def find_checkpoint(path: str | Path) -> Path:

@@ -7,45 +7,132 @@ import logging
 import os
 import select
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
-from seqtrans.data import prediction, source_ids, too_long
+from seqtrans.data import source_ids, too_long
+from seqtrans.decoding.search import Hypothesis
 from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.ensemble import position_limit
 from seqtrans.inference.loading import Loaded
+from seqtrans.inference.output import TEXT, OutputOptions, render, render_failure
+from seqtrans.tasks.protocol import TargetParsing
 from seqtrans.vocab import UNK
 
 log = logging.getLogger(__name__)
 
 
-def predict(loaded: Loaded, lines: Iterable[str]) -> Iterator[str]:
-    """One output per input line, as each is decoded. With ``decode.nbest`` > 1, each
-    input gives ``nbest`` lines ``rank<TAB>score<TAB>output`` and an empty line."""
-    return predict_batches(loaded, ([line.rstrip("\n")] for line in lines))
+def predict(loaded: Loaded, lines: Iterable[str], *, prefixes: bool = False,
+            output: OutputOptions = TEXT) -> Iterator[str]:
+    """One output per input line, as each is decoded. With ``decode.nbest`` (or
+    ``decode.sample``) > 1, each input gives that many lines ``rank<TAB>score<TAB>output``
+    (samples in the order drawn) and an empty line. With ``prefixes``, a line is
+    ``source<TAB>target prefix``; ``output`` chooses the format and the fields (see
+    :func:`predict_batches`)."""
+    return predict_batches(loaded, ([line.rstrip("\n")] for line in lines), prefixes=prefixes, output=output)
 
 
-def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str = "<stdin>") -> Iterator[str]:
+def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str = "<stdin>",
+                    prefixes: bool = False, output: OutputOptions = TEXT) -> Iterator[str]:
     """The outputs of batches of input lines (without line ends), in input order. Each
     batch is decoded at once, sorted by length into batches of ``decode.batch_tokens``,
     so a file decodes at batch speed; a batch of one line is answered at once.
 
     Symbols the model has never seen are read as ``<unk>`` and logged with the line
-    (``name:line``); an input longer than learned positions reach is a :class:`DataError`."""
-    nbest = loaded.config.decode.nbest
+    (``name:line``); an input longer than learned positions reach is a :class:`DataError`.
+
+    With ``prefixes``, each line is ``source<TAB>prefix`` (a line without a tab has no
+    prefix): the output starts with the prefix, read as the task reads a target and
+    scored, not searched (:func:`seqtrans.decoding.generate`). A prefix the task cannot
+    read, or with a token outside the model's target vocabulary, is logged as an error
+    naming the line, which gets an empty output; the other lines are decoded, and a
+    :class:`DataError` naming the first such line ends the output.
+
+    ``output`` (:class:`~seqtrans.inference.output.OutputOptions`): text lines, with the
+    alignment and the per-token log-probabilities as further tab-separated columns when
+    asked for, or one JSON object per input; these fields cost one teacher-forced pass
+    over the outputs (:mod:`seqtrans.inference.details`)."""
     task = loaded.task
     number = 0
+    failed: list[DataError] = []
     for lines in batches:
-        sources = [task.parse_source(line) for line in lines]
-        for source in sources:
+        first = number
+        sources, forced, good = [], [], []
+        problems: dict[int, str] = {}  # lines of the batch that cannot be decoded
+        for i, line in enumerate(lines):
             number += 1
+            text, _, prefix = line.partition("\t") if prefixes else (line, "", "")
+            source = task.parse_source(text)
             _check_source(loaded, source, name, number)
-        preds, hyps = loaded.decode(sources)
-        for source, pred, nbest_hyps in zip(sources, preds, hyps):
-            if nbest == 1:
-                yield task.format(pred)
+            try:
+                forced.append(prefix_ids(loaded, prefix, name, number) if prefix else [])
+            except DataError as exc:
+                log.error("%s", exc)
+                failed.append(exc)
+                problems[i] = exc.problem
                 continue
-            for rank, hyp in enumerate(nbest_hyps, 1):
-                yield f"{rank}\t{hyp.score:.4f}\t{task.format(prediction(loaded.codec, hyp.tokens, source))}"
-            yield ""
+            sources.append(source)
+            good.append(i)
+        outputs = {i: render_failure(loaded, output, number=first + i + 1, problem=problem)
+                   for i, problem in problems.items()}
+        if sources:
+            _, hyps = loaded.decode(sources, positions=[first + i for i in good],
+                                    prefixes=forced if prefixes else None)
+            aligned = _details(loaded, sources, hyps, output) if output.details else None
+            if output.token_log_probs and aligned is not None:
+                hyps = aligned[0]
+            for k, (i, source, nbest_hyps) in enumerate(zip(good, sources, hyps)):
+                outputs[i] = render(loaded, output, number=first + i + 1, source=source, hyps=nbest_hyps,
+                                    alignments=aligned[1][k] if aligned is not None and output.alignments
+                                    else None)
+        for i in range(len(lines)):
+            yield from outputs[i]
+    if failed:
+        raise DataError(name, failed[0].line, f"{failed[0].problem} ({len(failed)} line(s) left without "
+                        "output; the other lines were decoded)")
+
+
+def _details(loaded: Loaded, sources: list[Any], hyps: list[list[Hypothesis]], output: OutputOptions,
+             ) -> tuple[list[list[Hypothesis]], list[list[list[tuple[int, int]]]]]:
+    """The hypotheses with their per-token log-probabilities (when asked for) and the
+    word alignments of each (empty lists when not asked for)."""
+    from seqtrans.inference.details import attention_weights, with_token_log_probs, word_alignments
+
+    ids = [source_ids(loaded.codec, s) for s in sources]
+    decode = loaded.config.decode
+    if output.token_log_probs:
+        hyps = with_token_log_probs(loaded.searcher, ids, hyps, decode=decode, device=loaded.device)
+    if not output.alignments:
+        return hyps, [[[] for _ in nbest] for nbest in hyps]
+    pairs = [(i, h) for i, nbest in enumerate(hyps) for h in nbest]
+    weights = attention_weights(loaded.searcher, [ids[i] for i, _ in pairs], [h.tokens for _, h in pairs],
+                                layer=output.alignment_layer, device=loaded.device,
+                                batch_tokens=decode.batch_tokens)
+    aligned: list[list[list[tuple[int, int]]]] = [[] for _ in hyps]
+    for (i, h), w in zip(pairs, weights):
+        aligned[i].append(word_alignments(loaded.codec, sources[i], h.tokens, w))
+    return hyps, aligned
+
+
+def prefix_ids(loaded: Loaded, text: str, name: str, number: int) -> list[int]:
+    """The target ids of a target prefix given as text, read as the task reads a target;
+    a :class:`DataError` naming the line if the task cannot read it or the model's target
+    vocabulary lacks one of its tokens."""
+    task = loaded.task
+    if not isinstance(task, TargetParsing):
+        raise DataError(name, number, f"task '{loaded.config.task}' cannot read a target prefix (it has no "
+                        "parse_target)")
+    try:
+        target = task.parse_target(text)
+    except DataError as exc:
+        raise DataError(name, number, f"target prefix: {exc.problem}") from None
+    tokens = loaded.codec.target_tokens(target)
+    vocab = loaded.codec.vocabularies.target
+    unknown = [t for t in tokens if vocab.index(t) == UNK]
+    if unknown:
+        shown = ", ".join(repr(t) for t in unknown[:10])
+        raise DataError(name, number, f"target prefix: {len(unknown)} token(s) not in the model's target "
+                        f"vocabulary: {shown}")
+    return vocab.encode(tokens)
 
 
 def unseen(loaded: Loaded, source: object) -> list[str]:
@@ -165,6 +252,10 @@ def check_streaming(loaded: Loaded) -> None:
     check_streamable(loaded.model)
     if loaded.config.decode.nbest > 1:
         raise UsageError("streaming decodes greedily: decode.nbest must be 1")
+    if loaded.config.decode.sample:
+        raise UsageError("streaming decodes greedily: decode.sample must be 0")
+    if loaded.config.decode.no_repeat_ngram_size:
+        raise UsageError("streaming has no decode.no_repeat_ngram_size: it must be 0")
 
 
 class _ArrivingLines:

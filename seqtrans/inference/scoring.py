@@ -10,12 +10,13 @@ Shapes: B pairs, S source length, T target length (with BOS in, with EOS out), V
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 from tqdm import tqdm
 
 from seqtrans.attention import waiting
@@ -55,10 +56,36 @@ def score_ids(model: Transformer | Ensemble, sources: Sequence[list[int]], targe
     """The score of every pair (source ids ending in EOS, target ids without BOS or EOS),
     in input order; pairs are batched by similar length, at most ``batch_tokens`` padded
     tokens a side."""
+    results: list[PairScore | None] = [None] * len(sources)
+    for idx, picked in _teacher_forced(model, sources, targets, batch_tokens=batch_tokens, device=device,
+                                       precision=precision, progress=progress):
+        for i, total in zip(idx, picked.sum(dim=1).tolist()):
+            results[i] = PairScore(total, len(targets[i]) + 1)
+    return [r for r in results if r is not None]
+
+
+@torch.inference_mode()
+def token_log_probs(model: Transformer | Ensemble, sources: Sequence[list[int]], targets: Sequence[list[int]],
+                    *, batch_tokens: int, device: torch.device, precision: str = "fp32") -> list[list[float]]:
+    """The log-probability of each target token and of the end symbol, given the source
+    and the tokens before it, by teacher forcing; in input order, batched as
+    :func:`score_ids` (whose totals are their sums)."""
+    results: list[list[float]] = [[] for _ in sources]
+    for idx, picked in _teacher_forced(model, sources, targets, batch_tokens=batch_tokens, device=device,
+                                       precision=precision, progress=False):
+        for i, row in zip(idx, picked.tolist()):
+            results[i] = row[: len(targets[i]) + 1]
+    return results
+
+
+def _teacher_forced(model: Transformer | Ensemble, sources: Sequence[list[int]], targets: Sequence[list[int]],
+                    *, batch_tokens: int, device: torch.device, precision: str,
+                    progress: bool) -> Iterator[tuple[list[int], Tensor]]:
+    """Batches of pairs by similar length: their indices and the log-probability of each
+    target token and the end symbol [B, T], 0 at padding."""
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} sources and {len(targets)} targets")
     model.eval()
-    results: list[PairScore | None] = [None] * len(sources)
     lengths = [max(len(s), len(t) + 1) for s, t in zip(sources, targets)]
     bar = tqdm(total=len(sources), desc="score", unit="pair", disable=not progress, leave=False)
     for idx in length_batches(lengths, batch_tokens):
@@ -69,13 +96,10 @@ def score_ids(model: Transformer | Ensemble, sources: Sequence[list[int]], targe
         with autocast(device, precision):
             logits = model(src, tgt_in)  # [B, T, V]
         log_probs = F.log_softmax(logits.float(), dim=-1)
-        picked = log_probs.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1)  # [B, T]
-        totals = picked.masked_fill(tgt_out.eq(PAD), 0.0).sum(dim=1)  # [B]
-        for i, total in zip(idx, totals.tolist()):
-            results[i] = PairScore(total, len(targets[i]) + 1)
+        picked = log_probs.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1)  # [B, T, 1] -> [B, T]
+        yield idx, picked.masked_fill(tgt_out.eq(PAD), 0.0)
         bar.update(len(idx))
     bar.close()
-    return [r for r in results if r is not None]
 
 
 def read_lines(path: str | Path) -> list[str]:

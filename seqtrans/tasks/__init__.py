@@ -15,11 +15,12 @@ from seqtrans.tasks.protocol import (
     TargetParsing,
     Task,
     TaskClass,
+    TokenWords,
     Upgrading,
     check_split,
 )
 
 __all__ = ["GROUP", "SPLITS", "Codec", "Constraining", "DataDigest", "Example", "ModelExtending",
            "SegmentationSampling", "Skipped", "SourceFormatting", "TargetParsing", "Task", "TaskClass",
-           "TaskEntry", "Upgrading",
+           "TaskEntry", "TokenWords", "Upgrading",
            "check_split", "find", "installed", "load"]

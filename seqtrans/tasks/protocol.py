@@ -254,6 +254,17 @@ class TargetParsing(Protocol):
 
 
 @runtime_checkable
+class TokenWords(Protocol):
+    """A codec whose tokens are pieces of words (subwords): the word each token belongs
+    to, counted from 0, for word alignments (``predict --alignments``). Without this
+    ability every token is a word."""
+
+    def source_words(self, tokens: list[str]) -> list[int]: ...
+
+    def target_words(self, tokens: list[str]) -> list[int]: ...
+
+
+@runtime_checkable
 class SourceFormatting(Protocol):
     """A task (not a codec) that writes a source back as one line of ``predict`` input,
     which :meth:`Task.parse_source` reads back to the same source: for feeding a split's

@@ -42,6 +42,24 @@ class TranslationCodec:
     def prediction(self, tokens: list[str], source: str) -> str:
         return self.subwords.decode(tokens)
 
+    def source_words(self, tokens: list[str]) -> list[int]:
+        return words_of_pieces(tokens)
+
+    def target_words(self, tokens: list[str]) -> list[int]:
+        return words_of_pieces(tokens)
+
+
+def words_of_pieces(pieces: list[str]) -> list[int]:
+    """The word of each piece: sentencepiece marks a word's first piece with U+2581 (a
+    first piece without it still opens word 0)."""
+    out: list[int] = []
+    word = -1
+    for piece in pieces:
+        if piece.startswith("\u2581") or word < 0:
+            word += 1
+        out.append(word)
+    return out
+
 
 # options that do not change the training pairs or the vocabulary
 _NOT_TRAINING = frozenset({"test_set", "dev_src", "dev_tgt", "dev_tsv", "test_src", "test_tgt", "test_tsv",

@@ -214,3 +214,12 @@ def test_a_small_model_learns_its_training_sentences(tmp_path: Path) -> None:
     assert sum(outputs[i] == test_tgt[i] for i in learnt) >= 25  # exact, and on their own lines
     assert float(score([outputs[i] for i in learnt], [test_tgt[i] for i in learnt])["bleu"]) >= 60.0
     assert float(metrics["bleu"]) >= 50.0
+
+
+def test_pieces_are_grouped_into_the_words_they_spell() -> None:
+    from seqtrans.tasks import TokenWords
+    from seqtrans_translation.task import TranslationCodec, words_of_pieces
+
+    assert words_of_pieces(["\u2581Ein", "\u2581Fahr", "rad", "\u2581", ".", "\u2581x"]) == [0, 1, 1, 2, 2, 3]
+    assert words_of_pieces(["ab", "c", "\u2581d"]) == [0, 0, 1] and words_of_pieces([]) == []
+    assert issubclass(TranslationCodec, TokenWords)
