@@ -131,8 +131,8 @@ def test_non_finite_numbers_and_deep_nesting_in_a_file_are_refused(tmp_path: Pat
 
 def test_a_mistyped_key_in_a_toml_file_names_the_key_and_the_nearest_one(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
-    path.write_text("[decode]\nbeam = 4\nlenght_penalty = 0.6\n")
-    with pytest.raises(ConfigError, match=r"config key 'decode.lenght_penalty': unknown key; known keys: "):
+    path.write_text("[decode]\nbeam = 4\nbrevity = 0.6\n")
+    with pytest.raises(ConfigError, match=r"config key 'decode.brevity': unknown key; known keys: "):
         cfg.resolve_config("copy", config_file=path)
     path.write_text("[decode]\nbaem = 4\n")
     with pytest.raises(ConfigError, match=r"config key 'decode.baem': unknown key; did you mean 'beam'\?"):
