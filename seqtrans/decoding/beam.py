@@ -50,12 +50,12 @@ class Rules:
 
 def _extended_scores(model: SearchModel, generated: Tensor, step: int, state: SearchState, *,
                      prefix: Tensor, limit: Tensor, rules: Rules, constraint: ConstraintState | None,
-                     forced: Tensor | None, sources: Tensor) -> Tensor:
+                     forced: Tensor | None, sources: Tensor | None) -> Tensor:
     """``prefix`` [N] plus the log-probability of each next token of each hypothesis
     after its ``generated`` tokens [N, t] (the start symbol first), -inf where the token
     is not allowed; ``limit`` [N]: the most tokens each may have before its end symbol;
     ``forced`` [N]: the token each must take (a target prefix), PAD where free;
-    ``sources`` [N]: the source of each (an index into ``rules.banned``).
+    ``sources`` [N]: the source of each (an index into ``rules.banned``; None without banned phrases).
     -> [N, V] (float32)"""
     logits = model.decode(generated[:, -1:], state=state)[:, -1]  # [N, V]
     log_probs = extend(logits, prefix)
@@ -64,7 +64,7 @@ def _extended_scores(model: SearchModel, generated: Tensor, step: int, state: Se
     if rules.no_repeat_ngram_size:
         banned = repeated_ngrams(generated[:, 1:], rules.no_repeat_ngram_size, log_probs.size(1))  # [N, V]
         log_probs = log_probs.masked_fill(banned, NEG_INF)
-    if rules.banned:
+    if rules.banned and sources is not None:
         own = [rules.banned[b] for b in sources.tolist()]
         banned = banned_phrase_tokens(generated[:, 1:], own, log_probs.size(1))  # [N, V]
         log_probs = log_probs.masked_fill(banned, NEG_INF)
@@ -183,7 +183,7 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
         total = _extended_scores(model, history, step, state, prefix=scores.view(-1), limit=limit,
                                  rules=rules, constraint=constrained,
                                  forced=_forced_at(prefixes, step, active, k),
-                                 sources=active.repeat_interleave(k))
+                                 sources=active.repeat_interleave(k) if rules.banned else None)
         cand, src_beam, token = top_candidates(total.view(b, k, -1))  # [B, C]
         ends, go_on = split_finished(cand, token, k)
         rows_c = torch.arange(b, device=device).unsqueeze(1) * k + src_beam  # [B, C] row in history
