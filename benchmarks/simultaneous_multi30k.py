@@ -15,7 +15,8 @@ in ``--work`` with the same settings, then measures on test2016:
   (Raffel et al. 2017), and monotonic infinite lookback (MILk, Arivazhagan et al. 2019)
   at the latency weights ``--latency-weights``;
 - memory attention (Britz et al. 2017) against scaled-dot encoder-decoder attention,
-  both with the usual bidirectional encoder: BLEU and chrF (beam 4), the decoding time
+  both with the same causal encoder (so the full-sentence model above is the scaled-dot
+  model of this comparison): BLEU and chrF (beam 4), the decoding time
   of the test set (beam 4 and greedy; in batches and one sentence at a time) and the
   share of it spent in encoder-decoder attention; then the encoder-decoder attention
   alone, per decoding step, against the source length (random weights), where the
@@ -75,10 +76,14 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
            for w in latency_weights},
         "wait-3": [*CAUSAL, "model.wait_k=3"],
         "monotonic": [*CAUSAL, "model.cross_attention=monotonic"],
-        "scaled-dot": [],
-        **{f"memory-{k}": ["model.cross_attention=memory", f"model.memory_slots={k}",
+        **{f"memory-{k}": [*CAUSAL, "model.cross_attention=memory", f"model.memory_slots={k}",
                            "model.memory_positions=true"] for k in MEMORY_SLOTS},
     }
+
+
+def learned_policy(name: str) -> bool:
+    """Whether the model's encoder-decoder attention decides when to read (monotonic, MILk)."""
+    return name == "monotonic" or name.startswith("milk-")
 
 
 def budget(steps: int) -> list[str]:
@@ -149,6 +154,30 @@ def same_as_offline(loaded: loading.Loaded, split: evaluation.Split, streamed: l
     decode = dataclasses.replace(loaded.config.decode, beam=1, nbest=1)
     offline = generate(loaded.model, ids, decode, device=loaded.device)
     return sum(s == (h[0].tokens if h else []) for s, h in zip(streamed, offline)) / len(ids)
+
+
+def policy_gap(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """A monotonic or MILk model decoded offline (greedy) twice: with its hard test-time
+    decisions (what the stream writes) and with the expected alignment it was trained with
+    (no noise), which no stream can follow: the BLEU between them is what the hard policy
+    loses."""
+    from seqtrans.attention.monotonic import MonotonicAttention
+
+    torch.set_num_threads(args.threads)
+    loaded = loading.load(Path(args.work) / name, overrides=["decode.beam=1"], device="cpu")
+    split = evaluation.read_split(loaded.task, "test")
+    row: dict[str, Any] = {"model": name}
+    for mode in ("hard", "expected"):
+        for module in loaded.model.modules():
+            if isinstance(module, MonotonicAttention):
+                module.soft_decisions = mode == "expected"
+        _, metrics = evaluation.score_examples(loaded.model, loaded.task, loaded.codec, split,
+                                               loaded.config.decode, device=loaded.device)
+        row.update({f"{mode}_{key}": metrics[key] for key in ("bleu", "bleu_length_ratio", "chrf")})
+    print(f"{name:>12} offline greedy: hard decisions BLEU {row['hard_bleu']:.2f} "
+          f"(length ratio {row['hard_bleu_length_ratio']:.3f}), expected alignment BLEU "
+          f"{row['expected_bleu']:.2f} ({row['expected_bleu_length_ratio']:.3f})", flush=True)
+    return row
 
 
 # ---------------------------------------------------------------------- memory attention
@@ -313,13 +342,15 @@ def model_job(name: str, overrides: list[str], lags: list[int] | None,
     """One model trained (or reused) and, for a simultaneous policy (``lags`` not None),
     scored as streams at each lag: its entries of the results file."""
     trained = {**train(name, overrides, args), "machine": _machine(args)}
-    return {"training": trained, "simultaneous": simultaneous(name, lags, args) if lags is not None else []}
+    return {"training": trained, "simultaneous": simultaneous(name, lags, args) if lags is not None else [],
+            "policy_gap": [policy_gap(name, args)] if learned_policy(name) else []}
 
 
 def _save(results: dict[str, Any], out: Path, picture: Path, order: list[str]) -> None:
     """The results written whole (rows in the models' order) and the picture redrawn."""
     rank = {name: i for i, name in enumerate(order)}
     results["simultaneous"].sort(key=lambda r: (rank.get(r["model"], len(rank)), r.get("wait_k") or 0))
+    results.get("policy_gap", []).sort(key=lambda r: rank.get(r["model"], len(rank)))
     atomic.write_json(out, results, sort_keys=False)
     if results["simultaneous"]:
         plot(results, picture)
@@ -363,11 +394,13 @@ def main() -> None:
         return
 
     settings = models(args.latency_weights)
-    memory_names = [name for name in settings if name.startswith(("scaled-dot", "memory"))]
+    # scaled-dot attention in the memory comparison is the full-sentence model
+    memory_names = ["full", *(name for name in settings if name.startswith("memory"))]
     lags = {name: {"multi-k": args.ks, "wait-3": [3]}.get(name, [0])
-            for name in settings if name not in memory_names}
+            for name in settings if name not in memory_names[1:]}
     chosen = [name for name in settings
-              if args.part == "all" or (name in memory_names) == (args.part == "memory")]
+              if args.part == "all" or name == "full"
+              or (name in memory_names) == (args.part == "memory")]
     unknown = sorted(set(args.models or []) - set(settings))
     if unknown:
         raise SystemExit(f"--models: no model {', '.join(unknown)}; the models: {', '.join(settings)}")
@@ -393,9 +426,15 @@ def main() -> None:
             entry = job.result()
             results["training"][jobs[job]] = entry["training"]
             results["simultaneous"] += entry["simultaneous"]
+            results.setdefault("policy_gap", []).extend(entry["policy_gap"])
             _save(results, args.out, args.picture, list(settings))
+    gaps = [row["model"] for row in results.get("policy_gap", [])]
+    for name in (name for name in chosen if learned_policy(name) and name not in gaps):
+        # models scored before this measurement existed
+        results.setdefault("policy_gap", []).append(policy_gap(name, args))
+        _save(results, args.out, args.picture, list(settings))
     timed = [row["model"] for row in results.get("memory", [])]
-    if [name for name in chosen if name in memory_names] and timed != memory_names:
+    if [name for name in chosen if name in memory_names[1:]] and timed != memory_names:
         # timings one at a time, on a machine doing nothing else, from the trained runs
         results["memory"] = [decode_times(name, args) for name in memory_names]
         results["attention_step"] = attention_step(args)

@@ -229,7 +229,17 @@ def simultaneous_multi30k() -> str:
              _num(training[r["model"]]["train_minutes"])] for r in data["simultaneous"]]
     header = ["policy", "BLEU", "chrF", "AP", "AL", "LAAL", "DAL", "same as offline", "training minutes"]
     machines = sorted({_cpu(t["machine"]) for t in training.values()})
-    return _table(header, rows) + _source("simultaneous_multi30k.json", machine="; ".join(machines))
+    gap = ""
+    if data.get("policy_gap"):
+        gap = ("\nThe learned policies decoded offline (greedy) with their hard test-time decisions, "
+               "as the streams, and with the expected alignment they were trained with (no noise; no "
+               "stream can follow it):\n"
+               + _table(["model", "hard decisions: BLEU", "length ratio", "expected alignment: BLEU",
+                         "length ratio"],
+                        [[r["model"], f"{r['hard_bleu']:.2f}", f"{r['hard_bleu_length_ratio']:.3f}",
+                          f"{r['expected_bleu']:.2f}", f"{r['expected_bleu_length_ratio']:.3f}"]
+                         for r in data["policy_gap"]]))
+    return _table(header, rows) + gap + _source("simultaneous_multi30k.json", machine="; ".join(machines))
 
 
 def _cpu(m: dict[str, Any]) -> str:

@@ -121,7 +121,10 @@ class LookbackAttention(MonotonicAttention):
         assert isinstance(state, LookbackState)
         query = self.query(x)  # [N, T, A]
         q = split_heads(self.soft_q(x), self.heads)  # [N, H, T, d]
-        context = self._expected_lookback(query, q, state) if self.training else self._hard_lookback(query, q, state)
+        if self.training or self.soft_decisions:
+            context = self._expected_lookback(query, q, state)
+        else:
+            context = self._hard_lookback(query, q, state)
         return self.out(context.to(x.dtype))
 
     # ------------------------------------------------------------------ training
@@ -133,7 +136,7 @@ class LookbackAttention(MonotonicAttention):
         b, s = state.mask.shape
         k = n // b
         energy = unfold(self.energy(fold(query, b), state.keys), n).float()  # [N, T, S]
-        if self.noise > 0:
+        if self.noise > 0 and self.training:
             energy = energy + self.noise * torch.randn_like(energy)
         mask = state.mask.repeat_interleave(k, dim=0)  # [N, S]
         lengths = state.lengths.repeat_interleave(k, dim=0)  # [N]

@@ -161,6 +161,9 @@ class MonotonicAttention(nn.Module):
         super().__init__()
         dim = dim or d_model
         self.noise = noise
+        # Analysis only: decode offline with the expected (training-time) alignment and
+        # no noise instead of hard decisions, to tell the policy's loss from the model's.
+        self.soft_decisions = False
         self.query = nn.Linear(d_model, dim, bias=False)  # W
         self.key = nn.Linear(d_model, dim)  # V and b
         self.v = nn.Parameter(torch.empty(dim))
@@ -201,7 +204,8 @@ class MonotonicAttention(nn.Module):
 
     def forward(self, x: Tensor, state: MonotonicState) -> Tensor:
         query = self.query(x)  # [N, T, A]
-        context = self._expected(query, state) if self.training else self._hard(query, state)
+        expected = self.training or self.soft_decisions
+        context = self._expected(query, state) if expected else self._hard(query, state)
         return self.out(context.to(x.dtype))
 
     def weights(self, x: Tensor, memory: Tensor, mask: Tensor) -> MonotonicWeights:
@@ -216,7 +220,7 @@ class MonotonicAttention(nn.Module):
         n, t, _ = query.shape
         b, s = state.mask.shape
         energy = unfold(self.energy(fold(query, b), state.keys), n).float()  # [N, T, S]
-        if self.noise > 0:
+        if self.noise > 0 and self.training:
             energy = energy + self.noise * torch.randn_like(energy)
         mask = state.mask.repeat_interleave(n // b, dim=0)  # [N, S]
         alpha = expected_alignments(energy, mask, initial=state.alpha)  # [N, T, S]

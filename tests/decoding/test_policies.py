@@ -229,6 +229,27 @@ def test_milk_step_by_step_decoding_equals_teacher_forcing_with_hard_decisions(s
     assert torch.allclose(whole, steps, atol=1e-5)
 
 
+@pytest.mark.parametrize("seed, r", [(0, 0.0), (2, -0.5)])
+def test_milk_soft_decisions_decode_step_by_step_as_training_computes(seed: int, r: float) -> None:
+    """The analysis mode: in eval, steps under the expected alignment equal the training
+    forward pass over the whole target (noise and dropout off), and differ from hard decisions."""
+    model = milk_model(seed, r)
+    src = pad_batch([s + [EOS] for s in SOURCES[:4]])
+    tgt = torch.randint(4, 11, (4, 6))
+    tgt[:, 0] = BOS
+    model.eval()
+    hard = model(src, tgt)
+    cross = [layer.cross_attn for layer in model.decoder_layers]
+    for attn in cross:
+        attn.soft_decisions = True  # type: ignore[union-attr]
+    state = model.start(model.encode(src), beam=1)
+    steps = torch.cat([model.decode(tgt[:, i : i + 1], state=state) for i in range(tgt.size(1))], dim=1)
+    for attn in cross:
+        attn.train()  # expected alignment, noise 0 (milk_model), no dropout in tiny_model's attention
+    assert torch.allclose(model(src, tgt), steps, atol=1e-5)
+    assert not torch.allclose(hard, steps, atol=1e-3)
+
+
 # (seeds 0 and 3 happen to read each source to its end before writing: the same output all the same)
 @pytest.mark.parametrize("seed, r, writes_early", [(0, 0.0, False), (1, 0.5, True), (2, -0.5, True),
                                                    (3, 3.0, False), (4, 3.0, True)])
