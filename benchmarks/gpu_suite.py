@@ -1,6 +1,6 @@
 """Everything a lent GPU should measure, in one command, into one results JSON.
 
-    python benchmarks/gpu_suite.py                  # on a CUDA machine: about 35 minutes
+    python benchmarks/gpu_suite.py                  # on a CUDA machine: meant for <= 40 minutes
     python benchmarks/gpu_suite.py --smoke          # every part on the CPU, tiny sizes, seconds
     python benchmarks/gpu_suite.py --parts decode_speed step_graphs
 
