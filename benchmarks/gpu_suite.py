@@ -27,6 +27,7 @@ GPU is lent: CUDA graphs are then recorded as skipped, and ``torch.compile`` use
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.metadata
 import platform
 import subprocess
@@ -132,20 +133,27 @@ def decode(device: torch.device, sizes: Sizes, work: Path, *, smoke: bool) -> di
     peak32 = gemm_peak(device, torch.float32, size=sizes.gemm_size)
     bandwidth = memory_bandwidth(device)
     ct2, ct2_types, ct2_unsupported = None, [], []
+    errors = []
     try:
         import ctranslate2
     except ImportError:
         ct2_note = "ctranslate2 is not installed"
     else:
-        supported = ctranslate2.get_supported_compute_types(device.type)
         wanted = ["float32", "float16", "bfloat16", "int8_float16"] if device.type == "cuda" \
             else list(decode_speed.CT2_COMPUTE_TYPES["cpu"])
+        try:  # a build without CUDA, or a CUDA it cannot load, raises here
+            supported = ctranslate2.get_supported_compute_types(device.type)
+        except Exception as e:
+            supported = set()
+            ct2_note = f"ctranslate2 {ctranslate2.__version__} cannot run on {device.type}: {e}"
+            errors.append(f"CTranslate2: {ct2_note}")
+        else:
+            ct2 = decode_speed.CTranslate2Models({sizes.shape_name: sizes.shape})
+            ct2_note = f"ctranslate2 {ctranslate2.__version__}"
         ct2_types = [t for t in wanted if t in supported]
         ct2_unsupported = [t for t in wanted if t not in supported]
-        ct2 = decode_speed.CTranslate2Models({sizes.shape_name: sizes.shape})
-        ct2_note = f"ctranslate2 {ctranslate2.__version__}"
     precisions = ("int8",) if device.type == "cpu" else ()  # seqtrans's int8 decoding is for CPUs
-    rows, errors = [], []
+    rows = []
     for case in sizes.decode_cases:
         try:
             with torch.no_grad():
@@ -188,6 +196,11 @@ def graphs(device: torch.device, sizes: Sizes, work: Path, *, smoke: bool) -> di
             else:
                 if not row["tokens_equal"]:
                     errors.append(f"{runner} batch {batch}: tokens differ from eager decoding")
+                if runner == "compile" and row["compiled_graphs"] < len(row["buckets"]):
+                    errors.append(f"compile batch {batch}: {row['compiled_graphs']} graphs for "
+                                  f"{len(row['buckets'])} buckets (some steps ran eagerly)")
+                if row.get("cudagraph_skips"):
+                    errors.append(f"compile batch {batch}: inductor skipped CUDA graphs (see its log)")
             rows.append(row)
     result = {**machine(device, "fp32"), "shape": {"name": sizes.shape_name, **sizes.shape},
               "rows": rows, "skipped": skipped}
@@ -242,6 +255,10 @@ def run_part(name: str, device: torch.device, sizes: Sizes, work: Path, *, smoke
     except Exception as e:
         result = {**machine(device, "unknown: the part failed"), "error": f"{type(e).__name__}: {e}",
                   "traceback": traceback.format_exc()}
+    finally:  # what one part leaves cached must not shrink the next one's memory
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     result["status"] = "failed" if "error" in result else "ok"
     result["seconds"] = round(time.perf_counter() - started, 2)
     return result

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch._dynamo.utils import counters
 
 from seqtrans.attention.scaled_dot import CrossAttention, SelfAttention, merge_heads, split_heads
 from seqtrans.model import Transformer
@@ -99,20 +100,20 @@ class CudaGraphs:
         self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=device)
         self.position = torch.zeros(1, dtype=torch.long, device=device)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, Tensor]] = {}
-        self.pool = torch.cuda.graph_pool_handle()
 
     def __call__(self, tokens: Tensor, position: Tensor, bucket: int) -> Tensor:
         self.tokens.copy_(tokens)
         self.position.copy_(position)
         if bucket not in self.graphs:
-            # warm up on a side stream as capture requires; it writes the same position the replay rewrites
+            # warm up on a side stream, as capture requires; it writes the position the replay rewrites
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                self.step(self.tokens, self.position, bucket)
+                for _ in range(3):
+                    self.step(self.tokens, self.position, bucket)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
+            with torch.cuda.graph(graph):  # a pool of its own: graphs sharing one must replay in order
                 out = self.step(self.tokens, self.position, bucket)
             self.graphs[bucket] = (graph, out)
         graph, out = self.graphs[bucket]
@@ -125,6 +126,12 @@ def compiled(step: StaticStep, device: torch.device, *, backend: str = "inductor
     graphs made by the compiler). One graph per bucket: the bucket is a Python integer,
     the position a tensor."""
     graphs = device.type == "cuda" and backend == "inductor"
+    # each call compiles afresh: earlier steps' graphs would count against the recompile limit,
+    # past which the step silently runs eagerly
+    torch._dynamo.reset()
+    if graphs:  # updated in place at fixed addresses, the caches must not stop the graphs
+        for buffer in (*step.keys, *step.values):
+            torch._dynamo.mark_static_address(buffer)
     fn: Step = torch.compile(step.__call__, backend=backend, mode="reduce-overhead" if graphs else None,
                              dynamic=False)
     if not graphs:
@@ -179,12 +186,18 @@ def compare(model: Transformer, src: Tensor, *, out_len: int, runner: str,
         eager_tokens, eager_logits, eager_s = greedy(StaticStep(model, src, capacity=capacity),
                                                      src.size(0), out_len, device)
         step = StaticStep(model, src, capacity=capacity)
+        graphs_before = counters["stats"]["unique_graphs"], counters["inductor"]["cudagraph_skips"]
         run: Step = (CudaGraphs(step, src.size(0), device) if runner == "cuda_graph"
                      else compiled(step, device, backend=backend))
         started = time.perf_counter()
         graph_tokens, graph_logits, graph_s = greedy(run, src.size(0), out_len, device)
         total = time.perf_counter() - started
+    compiler: dict[str, int] = {}
+    if runner == "compile":  # how many graphs it made (one per bucket, unless it fell back to eager)
+        compiler = {"compiled_graphs": counters["stats"]["unique_graphs"] - graphs_before[0],
+                    "cudagraph_skips": counters["inductor"]["cudagraph_skips"] - graphs_before[1]}
     return {
+        **compiler,
         "runner": runner, "backend": backend if runner == "compile" else None,
         "rows": src.size(0), "out_len": out_len,
         "buckets": sorted({bucket_of(t) for t in range(out_len)}),

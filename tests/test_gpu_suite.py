@@ -58,6 +58,7 @@ def test_the_smoke_run_measures_every_part(tmp_path: Path) -> None:
     for row in graphs["rows"]:
         assert row["tokens_equal"] and row["static_eager_tokens_equal_reference"]
         assert row["buckets"] == [16, 32] and row["static_eager_max_abs_logit_diff"] < 1e-4
+        assert row["compiled_graphs"] == 2 and row["backend"] == "aot_eager"  # one per bucket, none eager
         assert row["compile_step_ms"] > 0 and row["reference_step_ms"] > 0
 
     train = parts["train_mfu"]
