@@ -17,16 +17,17 @@ Shapes: N rows (sentences), H heads, C capacity, L a bucket's positions, d = D/H
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch._dynamo.utils import counters
 
-from seqtrans.attention.scaled_dot import CrossAttention, SelfAttention, merge_heads, split_heads
+from seqtrans.attention.scaled_dot import CrossAttention, CrossState, SelfAttention, merge_heads, split_heads
 from seqtrans.model import Transformer
 from seqtrans.vocab import BOS
 
@@ -58,7 +59,8 @@ class StaticStep:
             raise ValueError("the static step has no model extensions")
         self.model = model
         encoded = model.encode(src)
-        self.cross = [layer.cross_attn.prepare(encoded.memory, encoded.mask)
+        # CrossAttention's states (checked above)
+        self.cross = [cast(CrossState, layer.cross_attn.prepare(encoded.memory, encoded.mask))
                       for layer in model.decoder_layers]
         rows, like = src.size(0), encoded.memory
         attn = self.attns[0]
@@ -68,6 +70,11 @@ class StaticStep:
         self.values = [like.new_zeros(shape) for _ in model.decoder_layers]
         self.positions = model.positions(capacity, offset=0, device=like.device).to(like.dtype)  # [C, D]
         self.slots = torch.arange(capacity, device=like.device)  # [C]
+
+    def tensors(self) -> list[Tensor]:
+        """The tensors every step reads at the same addresses (besides the model's own)."""
+        cross = [t for state in self.cross for t in (state.k, state.v, state.mask) if t is not None]
+        return [*self.keys, *self.values, *cross, self.positions, self.slots]
 
     def __call__(self, tokens: Tensor, position: Tensor, bucket: int) -> Tensor:
         """tokens [N, 1], position [1] (a tensor, so that a graph serves every step) -> logits [N, V]"""
@@ -129,9 +136,9 @@ def compiled(step: StaticStep, device: torch.device, *, backend: str = "inductor
     # each call compiles afresh: earlier steps' graphs would count against the recompile limit,
     # past which the step silently runs eagerly
     torch._dynamo.reset()
-    if graphs:  # updated in place at fixed addresses, the caches must not stop the graphs
-        for buffer in (*step.keys, *step.values):
-            torch._dynamo.mark_static_address(buffer)
+    if graphs:  # else the caches, updated in place, stop the graphs, and the rest is copied every step
+        for tensor in step.tensors():
+            torch._dynamo.mark_static_address(tensor)
     fn: Step = torch.compile(step.__call__, backend=backend, mode="reduce-overhead" if graphs else None,
                              dynamic=False)
     if not graphs:
@@ -145,8 +152,9 @@ def compiled(step: StaticStep, device: torch.device, *, backend: str = "inductor
 
 
 def greedy(step: Step, rows: int, out_len: int, device: torch.device) -> tuple[Tensor, Tensor, float]:
-    """``out_len`` greedy steps from BOS: tokens [N, out_len], logits [N, out_len, V], seconds per step
-    (after the first step of each bucket, which captures or compiles)."""
+    """``out_len`` greedy steps from BOS: tokens [N, out_len], logits [N, out_len, V] and the
+    median seconds of a step (not counting the first step of each bucket, which captures or
+    compiles; the median, as torch.compile records its CUDA graphs a step or two later)."""
     tokens = torch.full((rows, 1), BOS, dtype=torch.long, device=device)
     out, logits, seconds = [], [], []
     seen: set[int] = set()
@@ -163,7 +171,7 @@ def greedy(step: Step, rows: int, out_len: int, device: torch.device) -> tuple[T
         tokens = step_logits.argmax(-1, keepdim=True)  # [N, 1]
         out.append(tokens)
         logits.append(step_logits)
-    return torch.cat(out, 1), torch.stack(logits, 1), sum(seconds) / max(len(seconds), 1)
+    return torch.cat(out, 1), torch.stack(logits, 1), statistics.median(seconds) if seconds else 0.0
 
 
 def reference(model: Transformer, src: Tensor, out_len: int) -> tuple[Tensor, Tensor, float]:
