@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import ROOT, SHARED_DATA
+from conftest import ROOT, SHARED_DATA, tiny_model
+from seqtrans.vocab import EOS, PAD
 
 SUITE = ROOT / "benchmarks" / "gpu_suite.py"
 
@@ -33,7 +34,8 @@ def test_the_smoke_run_measures_every_part(tmp_path: Path) -> None:
     assert list(parts) == ["gpu_tests", "decode_speed", "step_graphs", "train_mfu", "multi30k"]
     for name, part in parts.items():
         assert part["status"] == "ok" and "error" not in part, name
-        assert part["device"] == "cpu" and part["device_name"] and part["dtype"], name
+        tested = "cuda" if name == "gpu_tests" and torch.cuda.is_available() else "cpu"
+        assert part["device"] == tested and part["device_name"] and part["dtype"], name
         assert part["torch"] == torch.__version__ and part["seconds"] > 0, name
 
     tests = parts["gpu_tests"]
@@ -91,3 +93,29 @@ def test_a_failing_part_is_recorded_and_the_others_still_run(tmp_path: Path,
     assert "raise RuntimeError" in failed["traceback"] and failed["torch"] == torch.__version__
     assert ran["status"] == "ok" and ran["bleu"] == 1.0
     assert "train_mfu: failed in" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"norm": "pre", "positions": "learned", "embedding_norm": True, "output_bias": True, "tie_output": False},
+])
+def test_the_static_step_decodes_as_the_model_does(options: dict[str, Any]) -> None:
+    graphs = runpy.run_path(str(ROOT / "benchmarks" / "step_graphs.py"))
+    model = tiny_model(vocab=23, seed=4, **options)
+    if model.output_bias is not None:
+        with torch.no_grad():
+            model.output_bias.normal_()  # zeros at first: make it count
+    src = torch.tensor([[5, 6, 7, 8, EOS], [9, 10, EOS, PAD, PAD], [11, EOS, PAD, PAD, PAD]])
+    with torch.no_grad():
+        ref_tokens, ref_logits, _ = graphs["reference"](model, src, 20)
+        step = graphs["StaticStep"](model, src, capacity=32)
+        tokens, logits, _ = graphs["greedy"](step, 3, 20, torch.device("cpu"))
+    assert torch.equal(tokens, ref_tokens)  # 20 steps: over the first bucket's 16 positions
+    torch.testing.assert_close(logits, ref_logits, atol=1e-5, rtol=1e-5)
+
+
+def test_the_static_step_refuses_attention_it_does_not_have() -> None:
+    graphs = runpy.run_path(str(ROOT / "benchmarks" / "step_graphs.py"))
+    model = tiny_model(decoder_attention="additive")
+    with pytest.raises(ValueError, match="plain scaled dot-product attention only"):
+        graphs["StaticStep"](model, torch.tensor([[5, EOS]]), capacity=16)
