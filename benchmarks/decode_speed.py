@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,14 +114,15 @@ class CTranslate2Models:
     """The seqtrans benchmark model of each shape, exported once to CTranslate2 (float32
     weights; CTranslate2 converts them to the compute type when it loads them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shapes: Mapping[str, dict[str, int]] = SHAPES) -> None:
         self._scratch = tempfile.TemporaryDirectory(prefix="decode-speed-ct2-")
         self._paths: dict[str, Path] = {}
+        self._shapes = shapes
 
     def path(self, shape: str) -> Path:
         if shape not in self._paths:
-            vocab = Vocab(f"w{i}" for i in range(SHAPES[shape]["vocab"] - 4))
-            model = seqtrans_model(SHAPES[shape], torch.device("cpu"))
+            vocab = Vocab(f"w{i}" for i in range(self._shapes[shape]["vocab"] - 4))
+            model = seqtrans_model(self._shapes[shape], torch.device("cpu"))
             self._paths[shape] = export_ctranslate2(model, Vocabularies(vocab, vocab),
                                                     Path(self._scratch.name) / shape)
         return self._paths[shape]
@@ -161,11 +162,12 @@ def model_flops(shape: dict[str, int], src: torch.Tensor, beam: int, out_len: in
 
 
 def seqtrans_decoder(case: Case, device: torch.device, src: torch.Tensor,
-                     out_len: int, *, precision: str = "fp32") -> Callable[[], None]:
+                     out_len: int, *, precision: str = "fp32",
+                     shapes: Mapping[str, dict[str, int]] = SHAPES) -> Callable[[], None]:
     """Decoding of ``src`` by a fresh seqtrans model, exactly ``out_len`` tokens each, in a
     ``decode.precision`` setting, with the model ``generate`` decodes with for it (the int8
     copy, or on a CPU the fp32 copy with oneDNN's products; made once, outside the timing)."""
-    model = decoding_model(seqtrans_model(SHAPES[case.shape], device), precision, device)
+    model = decoding_model(seqtrans_model(shapes[case.shape], device), precision, device)
     max_len = torch.full((src.size(0),), out_len)
 
     def decode() -> None:
@@ -180,6 +182,23 @@ def seqtrans_decoder(case: Case, device: torch.device, src: torch.Tensor,
         assert all(len(h[0].tokens) == out_len for h in out)
 
     return decode
+
+
+HALF_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def hf_decoder(case: Case, hf: Any, src: torch.Tensor, out_len: int) -> Callable[[], None]:
+    """Decoding of ``src`` by the peer's ``generate``, exactly ``out_len`` tokens each."""
+    mask = src.ne(PAD).long()
+
+    def theirs() -> None:
+        with torch.no_grad():
+            out = hf.generate(input_ids=src, attention_mask=mask, num_beams=case.beam,
+                              max_new_tokens=out_len, min_new_tokens=out_len, length_penalty=0.6,
+                              do_sample=False, num_return_sequences=1)
+        assert out.size(1) == out_len + 1  # the start symbol and out_len tokens
+
+    return theirs
 
 
 def step_weight_bytes(shape: dict[str, int]) -> int:
@@ -198,12 +217,17 @@ def bound_seconds(shape: dict[str, int], flops: float, out_len: int, *, peak: fl
 
 def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, peer: bool,
              bf16: bool, peak32: float, bandwidth: float,
-             ct2: CTranslate2Models | None = None, precisions: tuple[str, ...] = ()) -> dict[str, Any]:
-    shape = SHAPES[case.shape]
+             ct2: CTranslate2Models | None = None, precisions: tuple[str, ...] = (),
+             shapes: Mapping[str, dict[str, int]] = SHAPES, ct2_types: Sequence[str] | None = None,
+             peer_dtypes: Sequence[str] = ()) -> dict[str, Any]:
+    """One case's row. ``ct2_types``: CTranslate2's compute types (default
+    :data:`CT2_COMPUTE_TYPES` of the device); ``peer_dtypes``: the peer's weights also
+    timed in these of fp16 and bf16 (``hf_DTYPE_tok_s``), beside its fp32."""
+    shape = shapes[case.shape]
     src = sources(case.batch, shape["vocab"]).to(device)
     flops = model_flops(shape, src, case.beam, out_len)
     out_tokens = case.batch * out_len
-    ours = seqtrans_decoder(case, device, src, out_len)
+    ours = seqtrans_decoder(case, device, src, out_len, shapes=shapes)
 
     row: dict[str, Any] = {"case": case.name, "batch": case.batch, "beam": case.beam, "out_len": out_len,
                            "model_gflop": round(flops / 1e9, 2)}
@@ -214,29 +238,23 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
     row["seqtrans_of_bound"] = row["seqtrans_tok_s"] / row["bound_tok_s"]
     row["seqtrans_mfu_fp32"] = flops / seconds / peak32
     if bf16:
-        seconds = timed(seqtrans_decoder(case, device, src, out_len, precision="bf16"), device,
-                        repeats=repeats)
+        seconds = timed(seqtrans_decoder(case, device, src, out_len, precision="bf16", shapes=shapes),
+                        device, repeats=repeats)
         row["seqtrans_bf16_tok_s"] = out_tokens / seconds
     for precision in precisions:  # beyond fp32 and bf16
-        seconds = timed(seqtrans_decoder(case, device, src, out_len, precision=precision), device,
-                        repeats=repeats)
+        seconds = timed(seqtrans_decoder(case, device, src, out_len, precision=precision, shapes=shapes),
+                        device, repeats=repeats)
         row[f"seqtrans_{precision}_tok_s"] = out_tokens / seconds
     for precision in ("bf16", *precisions):
         if f"seqtrans_{precision}_tok_s" in row:
             row[f"seqtrans_{precision}_of_fp32"] = row[f"seqtrans_{precision}_tok_s"] / row["seqtrans_tok_s"]
     if peer:
         hf = marian_model(shape, device)
-        mask = src.ne(PAD).long()
-
-        def theirs() -> None:
-            with torch.no_grad():
-                out = hf.generate(input_ids=src, attention_mask=mask, num_beams=case.beam,
-                                  max_new_tokens=out_len, min_new_tokens=out_len, length_penalty=0.6,
-                                  do_sample=False, num_return_sequences=1)
-            assert out.size(1) == out_len + 1  # the start symbol and out_len tokens
-
-        seconds = timed(theirs, device, repeats=repeats)
+        seconds = timed(hf_decoder(case, hf, src, out_len), device, repeats=repeats)
         row["hf_tok_s"] = out_tokens / seconds
+        for dtype in peer_dtypes:
+            half = hf_decoder(case, marian_model(shape, device).to(HALF_DTYPES[dtype]), src, out_len)
+            row[f"hf_{dtype}_tok_s"] = out_tokens / timed(half, device, repeats=repeats)
         row["hf_mfu_fp32"] = flops / seconds / peak32
         row["hf_of_bound"] = row["hf_tok_s"] / row["bound_tok_s"]
         row["ratio"] = row["seqtrans_tok_s"] / row["hf_tok_s"]
@@ -244,7 +262,7 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
             row["bf16_ratio_vs_hf_fp32"] = row["seqtrans_bf16_tok_s"] / row["hf_tok_s"]
     if ct2 is not None:
         path = ct2.path(case.shape)
-        for compute_type in CT2_COMPUTE_TYPES[device.type]:
+        for compute_type in ct2_types or CT2_COMPUTE_TYPES[device.type]:
             decode = ct2_decoder(case, device, src, out_len, path=path, compute_type=compute_type)
             seconds = timed(decode, device, repeats=repeats)
             row[f"ct2_{compute_type}_tok_s"] = out_tokens / seconds
