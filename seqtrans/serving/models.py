@@ -1,0 +1,201 @@
+"""The models a server offers, by name, and what a predict request asks of one: its
+inputs read by the model's task, its decoding options checked, its outputs formatted by
+the task as ``seqtrans predict`` formats them."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from seqtrans import config as cfg
+from seqtrans.config import DecodeConfig
+from seqtrans.data import prediction, source_ids, too_long
+from seqtrans.decoding.search import Hypothesis, length_penalty
+from seqtrans.errors import ConfigError, SeqtransError, UsageError
+from seqtrans.inference.loading import Loaded
+from seqtrans.serving.settings import ServeSettings
+
+
+class RequestError(Exception):
+    """A request the server refuses: the HTTP status and a JSON-ready error naming what
+    was wrong (and the limit, where one was passed)."""
+
+    def __init__(self, status: int, code: str, message: str, *, limit: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.limit = limit
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.limit is not None:
+            error["limit"] = self.limit
+        return {"error": error}
+
+
+@dataclass(frozen=True)
+class Served:
+    """A loaded run offered under ``name``."""
+
+    name: str
+    loaded: Loaded
+
+    @property
+    def streams(self) -> bool:
+        """Whether the model can decode word by word as the source arrives."""
+        from seqtrans.inference.online import check_streaming
+
+        config = self.loaded.config
+        greedy = dataclasses.replace(config, decode=dataclasses.replace(config.decode, nbest=1, sample=0))
+        try:
+            check_streaming(dataclasses.replace(self.loaded, config=greedy))
+        except SeqtransError:
+            return False
+        return True
+
+    def describe(self) -> dict[str, Any]:
+        model = self.loaded.config.model
+        return {"name": self.name, "task": self.loaded.config.task,
+                "decode": cfg.to_dict(self.loaded.config.decode),
+                "attention": {"encoder": model.encoder_attention, "decoder": model.decoder_attention,
+                              "cross": model.cross_attention},
+                "ensemble": len(self.loaded.models), "streaming": self.streams}
+
+
+def model_names(paths: Sequence[str]) -> dict[str, str]:
+    """Names for the runs given on the command line: ``NAME=RUN_DIR`` names one, else
+    its directory's name (a checkpoint's run directory). Two runs of one name are refused."""
+    names: dict[str, str] = {}
+    for given in paths:
+        name, sep, path = given.partition("=")
+        if not sep:
+            path = given
+            where = Path(given).resolve()
+            if where.is_file():
+                where = where.parent.parent if where.parent.name == "checkpoints" else where.parent
+            name = where.name
+        if not name or "/" in name:
+            raise UsageError(f"{given}: a model name must be non-empty and have no '/'")
+        if name in names:
+            raise UsageError(f"two models named '{name}' ({names[name]} and {path}): name them "
+                             "with NAME=RUN_DIR")
+        names[name] = path
+    return names
+
+
+LENGTH_PENALTIES = typing.get_args(typing.get_type_hints(DecodeConfig)["length_penalty"])
+#: Per-request options of predict: the JSON types each takes.
+OPTIONS: dict[str, tuple[type, ...]] = {"beam": (int,), "nbest": (int,), "alpha": (int, float),
+                                        "length_penalty": (str,), "precision": (str,), "scores": (bool,)}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A checked predict request: the sources as the task reads them, their token counts
+    and the decoding settings."""
+
+    sources: list[Any]
+    tokens: int  # source tokens, end symbols included: what the batcher counts
+    decode: DecodeConfig
+    scores: bool
+
+
+def parse_predict(served: Served, body: Any, settings: ServeSettings) -> Prediction:
+    """Check a predict request body (parsed JSON); a :class:`RequestError` says what is
+    wrong with it."""
+    if not isinstance(body, dict):
+        raise RequestError(422, "invalid_request", "the body must be a JSON object with 'inputs'")
+    unknown = sorted(set(body) - {"inputs", *OPTIONS})
+    if unknown:
+        raise RequestError(422, "invalid_request", f"unknown field(s) {', '.join(map(repr, unknown))}; a "
+                           f"predict request takes inputs and the options {', '.join(OPTIONS)}")
+    inputs = body.get("inputs")
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(x, str) for x in inputs):
+        raise RequestError(422, "invalid_request", "'inputs' must be a non-empty list of strings")
+    if len(inputs) > settings.max_inputs:
+        raise RequestError(413, "too_many_inputs", f"{len(inputs)} inputs, more than the "
+                           f"{settings.max_inputs} one request may send", limit="max_inputs")
+    for key, kinds in OPTIONS.items():
+        value = body.get(key)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool) != (bool in kinds)):
+            raise RequestError(422, "invalid_request", f"'{key}' must be {_kind_name(kinds)}, got {value!r}")
+    if body.get("beam") is not None and body["beam"] > settings.max_beam:
+        raise RequestError(422, "beam_too_large", f"beam {body['beam']} is larger than the server allows "
+                           f"({settings.max_beam})", limit="max_beam")
+    if body.get("precision") == "int8" and served.loaded.device.type != "cpu":
+        raise RequestError(422, "invalid_request", "precision int8 is for models served on a CPU")
+    decode = served.loaded.config.decode
+    changes = {k: body[k] for k in ("beam", "nbest", "alpha", "length_penalty", "precision")
+               if body.get(k) is not None}
+    if changes.get("length_penalty", "gnmt") not in LENGTH_PENALTIES:
+        raise RequestError(422, "invalid_request", f"'length_penalty' must be one of "
+                           f"{', '.join(LENGTH_PENALTIES)}, got {changes['length_penalty']!r}")
+    try:
+        decode = dataclasses.replace(decode, **changes)
+    except ConfigError as exc:
+        raise RequestError(422, "invalid_request", _option_problem(exc)) from None
+    sources, tokens = [], 0
+    for i, text in enumerate(inputs):
+        source = _read(served, text, i)
+        length = len(source_ids(served.loaded.codec, source))
+        if length - 1 > settings.max_input_tokens:
+            raise RequestError(422, "input_too_long", f"input {i}: {length - 1} source tokens, more than the "
+                               f"{settings.max_input_tokens} the server allows", limit="max_input_tokens")
+        for model in served.loaded.models:
+            problem = too_long(model.config, served.loaded.codec, source)
+            if problem is not None:
+                raise RequestError(422, "input_too_long", f"input {i}: {problem}",
+                                   limit="model.max_positions")
+        sources.append(source)
+        tokens += length
+    return Prediction(sources, tokens, decode, bool(body.get("scores")))
+
+
+def _read(served: Served, text: str, index: int) -> Any:
+    try:
+        return served.loaded.task.parse_source(text)
+    except SeqtransError as exc:
+        raise RequestError(422, "invalid_input", f"input {index}: {getattr(exc, 'problem', exc)}") from None
+
+
+def _option_problem(exc: ConfigError) -> str:
+    """A config error as the request's option names it."""
+    return f"'{exc.key.removeprefix('decode.')}': {exc.problem}"
+
+
+def _kind_name(kinds: tuple[type, ...]) -> str:
+    names: dict[tuple[type, ...], str] = {(int,): "an integer", (int, float): "a number", (str,): "a string",
+                                          (bool,): "true or false"}
+    return names[kinds]
+
+
+def outputs(served: Served, request: Prediction, hyps: Sequence[list[Hypothesis]]) -> list[dict[str, Any]]:
+    """One JSON object per input: ``output`` (the best, formatted by the task), and with
+    n-best or scores asked for, ``hypotheses``, best first."""
+    loaded = served.loaded
+    several = request.decode.outputs_per_input > 1
+    out = []
+    for source, nbest in zip(request.sources, hyps):
+        texts = [loaded.task.format(prediction(loaded.codec, h.tokens, source)) for h in nbest]
+        record: dict[str, Any] = {"output": texts[0] if texts else
+                                  loaded.task.format(prediction(loaded.codec, [], source))}
+        if several or request.scores:
+            hypotheses = []
+            for hyp, text in zip(nbest, texts):
+                entry: dict[str, Any] = {"output": text}
+                if request.scores:
+                    lp = float(length_penalty(float(len(hyp.tokens) + 1), request.decode.alpha,
+                                              kind=request.decode.length_penalty))
+                    entry.update(score=hyp.score, log_prob=hyp.log_prob, normalized_score=hyp.log_prob / lp,
+                                 tokens=loaded.codec.vocabularies.target.decode(hyp.tokens))
+                hypotheses.append(entry)
+            record["hypotheses"] = hypotheses
+        out.append(record)
+    return out
