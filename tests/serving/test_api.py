@@ -1,0 +1,244 @@
+"""The HTTP API against a real uvicorn server and a real client: outputs equal to decoding
+in-process one input at a time (alone and under concurrent requests, batched together),
+and every refusal a JSON error naming what was wrong."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from servers import post_all, running
+from test_inference import copy_run
+
+from seqtrans.data import prediction
+from seqtrans.decoding.search import length_penalty
+from seqtrans.inference.loading import Loaded, load
+from seqtrans.serving.models import Served
+from seqtrans.serving.settings import ServeSettings
+
+INPUTS = ["1 2 3", "4 5", "6 7 8 9 1", "2", "3 3 3", "9 8 7 6", "5 1", "4 4 2 2", "7", "8 6 4", "1 9",
+          "2 5 8"]
+
+
+@pytest.fixture(scope="module")
+def copy_model(tmp_path_factory: pytest.TempPathFactory) -> Served:
+    run = copy_run(tmp_path_factory.mktemp("serve") / "copy", seed=3, vocab_size=30)
+    return Served("copy", load(run, device="cpu"))
+
+
+@pytest.fixture(scope="module")
+def url(copy_model: Served) -> Iterator[str]:
+    with running({"copy": copy_model}, ServeSettings(max_wait_ms=300, max_inputs=8, max_input_tokens=6,
+                                                    max_beam=5)) as url:
+        yield url
+
+
+def reference(loaded: Loaded, text: str, **options: Any) -> dict[str, Any]:
+    """What the server should answer for one input, decoded in-process on its own."""
+    decode = dataclasses.replace(loaded.config.decode, **{k: v for k, v in options.items() if k != "scores"})
+    source = loaded.task.parse_source(text)
+    _, [hyps] = loaded.decode([source], decode=decode)
+    texts = [loaded.task.format(prediction(loaded.codec, h.tokens, source)) for h in hyps]
+    out: dict[str, Any] = {"output": texts[0]}
+    if decode.nbest > 1 or options.get("scores"):
+        out["hypotheses"] = [{"output": t} for t in texts]
+        if options.get("scores"):
+            for entry, h in zip(out["hypotheses"], hyps):
+                lp = length_penalty(float(len(h.tokens) + 1), decode.alpha, kind=decode.length_penalty)
+                entry.update(score=pytest.approx(h.score, abs=1e-4),
+                             log_prob=pytest.approx(h.log_prob, abs=1e-4),
+                             normalized_score=pytest.approx(h.log_prob / float(lp), abs=1e-4),
+                             tokens=loaded.codec.vocabularies.target.decode(h.tokens))
+    return out
+
+
+def predict(url: str, body: Any, **kwargs: Any) -> httpx.Response:
+    return httpx.post(f"{url}/v1/models/copy/predict", json=body, timeout=30, **kwargs)
+
+
+def test_the_models_are_listed_with_their_task_settings_and_attention(url: str) -> None:
+    listed = httpx.get(f"{url}/v1/models").json()["models"]
+    assert [(m["name"], m["task"]) for m in listed] == [("copy", "copy")]
+    assert listed[0]["decode"]["beam"] == 3 and listed[0]["attention"]["cross"] == "scaled_dot"
+    assert listed[0]["streaming"] is False
+    assert httpx.get(f"{url}/v1/models/copy").json() == listed[0]
+    assert httpx.get(f"{url}/health").json() == {"status": "alive"}
+    assert httpx.get(f"{url}/ready").json() == {"status": "ready", "models": ["copy"]}
+
+
+@pytest.mark.parametrize("options", [{}, {"beam": 1}, {"beam": 4, "nbest": 3, "scores": True},
+                                     {"alpha": 0.0, "length_penalty": "power", "scores": True}])
+def test_outputs_are_those_of_decoding_each_input_alone(url: str, copy_model: Served,
+                                                        options: dict[str, Any]) -> None:
+    answer = predict(url, {"inputs": INPUTS[:5], **options})
+    assert answer.status_code == 200, answer.text
+    expected = [reference(copy_model.loaded, text, **options) for text in INPUTS[:5]]
+    assert answer.json() == {"model": "copy", "outputs": expected}
+    assert any(o["output"] for o in expected)  # the tiny model does write something
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_own_outputs(url: str, copy_model: Served) -> None:
+    before = _batches(url)
+    requests = [INPUTS[i: i + 1 + i % 3] for i in range(len(INPUTS))]
+    answers = post_all(f"{url}/v1/models/copy/predict", [{"inputs": r} for r in requests])
+    for inputs, answer in zip(requests, answers):
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["outputs"] == [reference(copy_model.loaded, t) for t in inputs]
+    after = _batches(url)
+    assert after[1] - before[1] == len(requests)  # every request decoded once
+    assert after[0] - before[0] < len(requests) / 2  # together: arrived within max_wait_ms of each other
+
+
+def _batches(url: str) -> tuple[float, float]:
+    """(batches decoded, requests in them) from the metrics."""
+    text = httpx.get(f"{url}/metrics").text
+    count = re.search(r"^seqtrans_batch_requests_count (\S+)$", text, re.M)
+    total = re.search(r"^seqtrans_batch_requests_sum (\S+)$", text, re.M)
+    assert count and total
+    return float(count.group(1)), float(total.group(1))
+
+
+@pytest.mark.parametrize(("body", "status", "code", "limit"), [
+    (b"{\"inputs\": [", 400, "malformed_json", None),
+    (b"\xff\xfe", 400, "malformed_json", None),
+    ([], 422, "invalid_request", None),
+    ({"inputs": "1 2"}, 422, "invalid_request", None),
+    ({"inputs": []}, 422, "invalid_request", None),
+    ({"inputs": ["1", 2]}, 422, "invalid_request", None),
+    ({"inputs": ["1"], "beam": "4"}, 422, "invalid_request", None),
+    ({"inputs": ["1"], "beam": True}, 422, "invalid_request", None),
+    ({"inputs": ["1"], "scores": 1}, 422, "invalid_request", None),
+    ({"inputs": ["1"], "beam": 0}, 422, "invalid_request", None),
+    ({"inputs": ["1"], "beam": 2, "nbest": 3}, 422, "invalid_request", None),
+    ({"inputs": ["1"], "length_penalty": "cubic"}, 422, "invalid_request", None),
+    ({"inputs": ["1"], "precision": "fp8"}, 422, "invalid_request", None),
+    ({"inputs": ["1"], "run_dir": "/etc"}, 422, "invalid_request", None),
+    ({"inputs": ["1"], "beam": 6}, 422, "beam_too_large", "max_beam"),
+    ({"inputs": ["1"] * 9}, 413, "too_many_inputs", "max_inputs"),
+    ({"inputs": ["1", "1 2 3 4 5 6 7"]}, 422, "input_too_long", "max_input_tokens"),
+])
+def test_a_bad_request_gets_a_json_error_naming_the_problem(url: str, body: Any, status: int, code: str,
+                                                            limit: str | None) -> None:
+    answer = (httpx.post(f"{url}/v1/models/copy/predict", content=body) if isinstance(body, bytes)
+              else predict(url, body))
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == code and error.get("limit") == limit and error["message"]
+    assert "Traceback" not in answer.text
+
+
+def test_unknown_models_routes_and_methods_get_json_errors(url: str) -> None:
+    answer = httpx.post(f"{url}/v1/models/../../etc/predict", json={"inputs": ["1"]})
+    assert answer.status_code == 404 and answer.json()["error"]["code"] in ("not_found", "unknown_model")
+    answer = httpx.post(f"{url}/v1/models/nope/predict", json={"inputs": ["1"]})
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "unknown_model"
+    assert httpx.get(f"{url}/v1/models/copy/predict").json()["error"]["code"] == "method_not_allowed"
+    assert httpx.get(f"{url}/nothing").status_code == 404
+
+
+def test_bad_requests_beside_good_ones_leave_them_their_outputs(url: str, copy_model: Served) -> None:
+    bodies = [{"inputs": [t]} if i % 2 else {"inputs": [t], "beam": "x"} for i, t in enumerate(INPUTS)]
+    for i, answer in enumerate(post_all(f"{url}/v1/models/copy/predict", bodies)):
+        if i % 2:
+            assert answer.json()["outputs"] == [reference(copy_model.loaded, INPUTS[i])]
+        else:
+            assert answer.status_code == 422
+
+
+def test_metrics_count_requests_by_route_and_status(url: str) -> None:
+    predict(url, {"inputs": ["1"]})
+    predict(url, {"inputs": 3})
+    text = httpx.get(f"{url}/metrics").text
+    for status in ("200", "422"):
+        line = f'seqtrans_requests_total{{route="/v1/models/{{name}}/predict",status="{status}"}} '
+        assert re.search("^" + re.escape(line) + "[1-9]", text, re.M)
+    for name in ("seqtrans_request_seconds_bucket", "seqtrans_batch_inputs_bucket",
+                 "seqtrans_queue_depth_bucket", "seqtrans_output_tokens_total", "seqtrans_tokens_per_second"):
+        assert name in text
+
+
+def test_the_page_is_served(url: str) -> None:
+    page = httpx.get(url + "/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "v1/models" in page.text
+
+
+def test_a_full_queue_refuses_with_503_and_retry_after(copy_model: Served) -> None:
+    settings = ServeSettings(max_queue=2, max_wait_ms=1500)
+    with running({"copy": copy_model}, settings) as url:
+        answers = post_all(f"{url}/v1/models/copy/predict", [{"inputs": [t]} for t in INPUTS[:6]])
+    statuses = [a.status_code for a in answers]
+    assert statuses.count(200) == 2 and statuses.count(503) == 4
+    for text, answer in zip(INPUTS, answers):
+        if answer.status_code == 503:
+            assert answer.headers["retry-after"] == "1"
+            assert answer.json()["error"]["limit"] == "max_queue"
+        else:
+            assert answer.json()["outputs"] == [reference(copy_model.loaded, text)]
+
+
+def test_a_request_not_decoded_in_time_gets_504_and_leaves_the_queue(copy_model: Served) -> None:
+    with running({"copy": copy_model}, ServeSettings(max_wait_ms=2000, timeout_s=0.3)) as url:
+        answer = predict(url, {"inputs": ["1 2"]})
+        assert answer.status_code == 504 and answer.json()["error"]["limit"] == "timeout_s"
+        queued = re.search(r"^seqtrans_queued_requests (\S+)$", httpx.get(f"{url}/metrics").text, re.M)
+        assert queued and float(queued.group(1)) == 0  # the request left the queue with its answer
+
+
+def test_with_a_token_every_route_but_the_page_and_probes_needs_it(copy_model: Served) -> None:
+    with running({"copy": copy_model}, token="s3cret") as url:
+        assert predict(url, {"inputs": ["1"]}).status_code == 401
+        wrong = predict(url, {"inputs": ["1"]}, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
+        assert wrong.json()["error"]["code"] == "unauthorized"
+        assert httpx.get(f"{url}/v1/models").status_code == 401
+        assert httpx.get(f"{url}/metrics").status_code == 401
+        right = predict(url, {"inputs": ["1"]}, headers={"Authorization": "Bearer s3cret"})
+        assert right.status_code == 200
+        assert all(httpx.get(url + path).status_code == 200 for path in ("/", "/health", "/ready"))
+
+
+def test_decoding_runs_off_the_event_loop(copy_model: Served) -> None:
+    """While a batch decodes in the worker thread, the server still answers probes."""
+    slow = threading.Event()
+    original = copy_model.loaded.decode
+
+    def blocking(*args: Any, **kwargs: Any) -> Any:
+        slow.wait(10)
+        return original(*args, **kwargs)
+
+    with running({"copy": copy_model}, ServeSettings(max_wait_ms=0)) as url:
+        object.__setattr__(copy_model.loaded, "decode", blocking)
+        try:
+            with httpx.Client(timeout=30) as client:
+                result: list[httpx.Response] = []
+                worker = threading.Thread(target=lambda: result.append(
+                    client.post(f"{url}/v1/models/copy/predict", json={"inputs": ["1 2"]})))
+                worker.start()
+                assert httpx.get(f"{url}/health", timeout=5).status_code == 200
+                slow.set()
+                worker.join(30)
+        finally:
+            slow.set()
+            del copy_model.loaded.decode
+    assert result[0].status_code == 200
+
+
+def test_served_models_are_named_by_directory_or_given_names(tmp_path: Path) -> None:
+    from seqtrans.errors import UsageError
+    from seqtrans.serving.models import model_names
+
+    a = tmp_path / "one" / "run"
+    (a / "checkpoints").mkdir(parents=True)
+    (a / "checkpoints" / "average.pt").write_bytes(b"")
+    assert model_names([str(a), f"other={a}"]) == {"run": str(a), "other": str(a)}
+    checkpoint = str(a / "checkpoints" / "average.pt")
+    assert model_names([checkpoint]) == {"run": checkpoint}
+    with pytest.raises(UsageError, match="two models named 'run'"):
+        model_names([str(a), str(tmp_path / "two" / "run")])
