@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Sequence
 
 from seqtrans.serving.settings import ServeSettings
@@ -53,4 +54,14 @@ def serve(paths: Sequence[str], settings: ServeSettings, *, device: str = "auto"
     config = uvicorn.Config(app, host=settings.host, port=settings.port, ws="auto", lifespan="on",
                             timeout_graceful_shutdown=max(1, int(settings.timeout_s)), log_level="info",
                             access_log=False)
-    uvicorn.Server(config).run()
+    # uvicorn drains on SIGTERM and then raises the signal again under the handler it found;
+    # a handler of ours turns that into the normal end of serving (exit status 0)
+    previous = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stopped(signum: int, frame: object) -> None:
+    log.info("stopped by SIGTERM after answering the requests in flight")

@@ -49,7 +49,7 @@ def running(models: Mapping[str, Served], settings: ServeSettings | None = None,
         thread.join(30)
 
 
-def wait_ready(url: str, *, timeout: float = 60, process: subprocess.Popen[str] | None = None) -> None:
+def wait_ready(url: str, *, timeout: float = 120, process: subprocess.Popen[str] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while True:
         assert process is None or process.poll() is None, "the server process ended"
@@ -62,11 +62,12 @@ def wait_ready(url: str, *, timeout: float = 60, process: subprocess.Popen[str] 
         time.sleep(0.05)
 
 
-def post_all(url: str, bodies: Sequence[Any]) -> list[httpx.Response]:
+def post_all(url: str, bodies: Sequence[Any], *, headers: Mapping[str, str] | None = None,
+             ) -> list[httpx.Response]:
     """POST every body to ``url`` at once (concurrent requests); the answers in order."""
 
     async def send() -> list[httpx.Response]:
-        async with httpx.AsyncClient(timeout=60) as client:
+        async with httpx.AsyncClient(timeout=60, headers=headers) as client:
             return await asyncio.gather(*(client.post(url, json=body) for body in bodies))
 
     return asyncio.run(send())
