@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -23,12 +23,22 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
+from seqtrans.attention import waiting
 from seqtrans.decoding import generate
 from seqtrans.errors import SeqtransError
+from seqtrans.inference.scoring import score_ids
 from seqtrans.serving.batching import Batcher, QueueFull
 from seqtrans.serving.metrics import CONTENT_TYPE, Metrics
 from seqtrans.serving.middleware import Guard
-from seqtrans.serving.models import Prediction, RequestError, Served, outputs, parse_predict
+from seqtrans.serving.models import (
+    Prediction,
+    RequestError,
+    Scoring,
+    Served,
+    outputs,
+    parse_predict,
+    parse_score,
+)
 from seqtrans.serving.settings import ServeSettings
 from seqtrans.vocab import EOS
 
@@ -52,22 +62,43 @@ class Server:
             raise RequestError(404, "unknown_model", f"no model named {name!r}; GET /v1/models lists them")
         return served
 
-    def decode(self, works: Sequence[tuple[Served, Prediction]]) -> list[list[dict[str, Any]]]:
-        """The outputs of requests of one model and one decoding setting, decoded together
-        (in the worker thread)."""
+    def decode(self, works: Sequence[tuple[Served, Prediction | Scoring]]) -> list[list[dict[str, Any]]]:
+        """The outputs of requests of one model and one kind (predictions of one decoding
+        setting, or scores), decoded together in the worker thread."""
+        if isinstance(works[0][1], Scoring):
+            return self.score(works)
         started = time.monotonic()
         served, first = works[0]
-        sources = [s for _, p in works for s in p.sources]
+        assert isinstance(first, Prediction)
+        requests = [p for _, p in works if isinstance(p, Prediction)]
+        sources = [s for p in requests for s in p.sources]
         # each input seeds its sampling stream by its place in its own request, so that a
         # request's outputs do not depend on the requests it was batched with
-        positions = [i for _, p in works for i in range(len(p.sources))]
+        positions = [i for p in requests for i in range(len(p.sources))]
         _, hyps = served.loaded.decode(sources, decode=first.decode, positions=positions)
         out, start = [], 0
-        for _, p in works:
+        for p in requests:
             out.append(outputs(served, p, hyps[start:start + len(p.sources)]))
             start += len(p.sources)
         tokens = sum(len(h[0].tokens) for h in hyps if h)
         self.metrics.batch(len(works), len(sources), tokens, time.monotonic() - started)
+        return out
+
+    def score(self, works: Sequence[tuple[Served, Prediction | Scoring]]) -> list[list[dict[str, Any]]]:
+        """The scores of score requests of one model, computed together."""
+        served = works[0][0]
+        requests = [p for _, p in works if isinstance(p, Scoring)]
+        decode = served.loaded.config.decode
+        with waiting(decode.wait_k or None):
+            scores = score_ids(served.loaded.searcher, [s for r in requests for s in r.sources],
+                               [t for r in requests for t in r.targets], batch_tokens=decode.batch_tokens,
+                               device=served.loaded.device, precision=decode.precision)
+        out, start = [], 0
+        for r in requests:
+            out.append([{"log_prob": s.log_prob, "per_token": s.per_token, "tokens": s.tokens,
+                         "normalized_score": s.normalized(decode.alpha, kind=decode.length_penalty)}
+                        for s in scores[start:start + len(r.sources)]])
+            start += len(r.sources)
         return out
 
     def warm(self) -> None:
@@ -122,13 +153,23 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
     async def predict(request: Request) -> Response:
         arrived = time.monotonic()
         served = server.model(request.path_params["name"])
-        body = await read_json(request, settings.max_body_bytes)
-        prediction = parse_predict(served, body, settings)
+        prediction = parse_predict(served, await read_json(request, settings.max_body_bytes), settings)
+        result = await decoded(served, (served.name, prediction.decode), prediction, arrived)
+        return JSONResponse({"model": served.name, "outputs": result})
+
+    async def score(request: Request) -> Response:
+        arrived = time.monotonic()
+        served = server.model(request.path_params["name"])
+        scoring = parse_score(served, await read_json(request, settings.max_body_bytes), settings)
+        result = await decoded(served, (served.name, "score"), scoring, arrived)
+        return JSONResponse({"model": served.name, "scores": result})
+
+    async def decoded(served: Served, key: Hashable, work: Prediction | Scoring, arrived: float) -> Any:
+        """The result of a request through the batcher, within the time limit."""
         assert server.batcher is not None
         server.metrics.queue_depth.observe(server.batcher.depth)
         try:
-            future = server.batcher.submit((served.name, prediction.decode), prediction.tokens,
-                                           (served, prediction))
+            future = server.batcher.submit(key, work.tokens, (served, work))
         except QueueFull:
             raise RequestError(503, "queue_full", f"{settings.max_queue} requests are waiting already; "
                                "try again shortly", limit="max_queue", headers={"Retry-After": "1"}) from None
@@ -143,11 +184,12 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
             raise RequestError(422, "decoding_failed", str(exc)) from None
         finally:
             server.metrics.queued.set(server.batcher.depth)
-        return JSONResponse({"model": served.name, "outputs": result})
+        return result
 
     routes = [Route("/", page), Route("/health", health), Route("/ready", ready), Route("/metrics", metrics),
               Route("/v1/models", list_models), Route("/v1/models/{name}", show_model),
               Route("/v1/models/{name}/predict", predict, methods=["POST"]),
+              Route("/v1/models/{name}/score", score, methods=["POST"]),
               WebSocketRoute("/v1/models/{name}/stream", lambda ws: stream(server, ws))]
     handlers = {RequestError: _refused, HTTPException: _http_error, Exception: _internal_error}
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,

@@ -13,11 +13,12 @@ from typing import Any
 
 from seqtrans import config as cfg
 from seqtrans.config import DecodeConfig
-from seqtrans.data import prediction, source_ids, too_long
+from seqtrans.data import prediction, source_ids, target_ids, too_long
 from seqtrans.decoding.search import Hypothesis, length_penalty
 from seqtrans.errors import ConfigError, SeqtransError, UsageError
 from seqtrans.inference.loading import Loaded
 from seqtrans.serving.settings import ServeSettings
+from seqtrans.tasks.protocol import TargetParsing
 
 
 class RequestError(Exception):
@@ -156,6 +157,61 @@ def parse_predict(served: Served, body: Any, settings: ServeSettings) -> Predict
         sources.append(source)
         tokens += length
     return Prediction(sources, tokens, decode, bool(body.get("scores")))
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """A checked score request: the pairs as ids (sources ending in the end symbol,
+    targets without it)."""
+
+    sources: list[list[int]]
+    targets: list[list[int]]
+    tokens: int
+
+
+def parse_score(served: Served, body: Any, settings: ServeSettings) -> Scoring:
+    """Check a score request body ``{"pairs": [[source, target], ...]}``; a
+    :class:`RequestError` says what is wrong with it."""
+    loaded = served.loaded
+    if not isinstance(body, dict) or set(body) != {"pairs"}:
+        raise RequestError(422, "invalid_request",
+                           'the body must be a JSON object {"pairs": [[source, target], ...]}')
+    pairs = body["pairs"]
+    if not isinstance(pairs, list) or not pairs or not all(_is_pair(p) for p in pairs):
+        raise RequestError(422, "invalid_request",
+                           "'pairs' must be a non-empty list of [source, target] strings")
+    if len(pairs) > settings.max_inputs:
+        raise RequestError(413, "too_many_inputs", f"{len(pairs)} pairs, more than the {settings.max_inputs} "
+                           "one request may send", limit="max_inputs")
+    task = loaded.task
+    if not isinstance(task, TargetParsing):
+        raise RequestError(422, "cannot_score", f"task '{loaded.config.task}' cannot read targets from text, "
+                           "so its pairs cannot be scored")
+    sources, targets, tokens = [], [], 0
+    for i, (source_text, target_text) in enumerate(pairs):
+        source = _read(served, source_text, i)
+        try:
+            target = task.parse_target(target_text)
+        except SeqtransError as exc:
+            raise RequestError(422, "invalid_input", f"target {i}: {getattr(exc, 'problem', exc)}") from None
+        src, tgt = source_ids(loaded.codec, source), target_ids(loaded.codec, target)
+        longest = max(len(src) - 1, len(tgt))
+        if longest > settings.max_input_tokens:
+            raise RequestError(422, "input_too_long", f"pair {i}: {longest} tokens on one side, more than "
+                               f"the {settings.max_input_tokens} the server allows", limit="max_input_tokens")
+        for model in loaded.models:
+            limit = model.config.position_limit
+            if limit is not None and max(len(src), len(tgt) + 1) > limit:
+                raise RequestError(422, "input_too_long", f"pair {i}: more tokens than the {limit} positions "
+                                   "the model learned", limit="model.max_positions")
+        sources.append(src)
+        targets.append(tgt)
+        tokens += len(src) + len(tgt) + 1
+    return Scoring(sources, targets, tokens)
+
+
+def _is_pair(item: Any) -> bool:
+    return isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)
 
 
 def _read(served: Served, text: str, index: int) -> Any:

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 from servers import post_all, running
-from test_inference import copy_run
+from test_inference import copy_run, hand_scores
 
-from seqtrans.data import prediction
+from seqtrans.data import prediction, source_ids, target_ids
 from seqtrans.decoding.search import length_penalty
 from seqtrans.inference.loading import Loaded, load
 from seqtrans.serving.models import Served
@@ -242,3 +242,32 @@ def test_served_models_are_named_by_directory_or_given_names(tmp_path: Path) -> 
     assert model_names([checkpoint]) == {"run": checkpoint}
     with pytest.raises(UsageError, match="two models named 'run'"):
         model_names([str(a), str(tmp_path / "two" / "run")])
+
+
+PAIRS = [["1 2 3", "1 2 3"], ["4 5", "5"], ["6 7 8 9 1", ""], ["2", "2 2 2 2"]]
+
+
+def test_scores_of_given_pairs_equal_a_hand_loop_of_log_softmax_sums(url: str, copy_model: Served) -> None:
+    loaded = copy_model.loaded
+    sources = [source_ids(loaded.codec, loaded.task.parse_source(s)) for s, _ in PAIRS]
+    targets = [target_ids(loaded.codec, loaded.task.parse_source(t)) for _, t in PAIRS]
+    expected = hand_scores(loaded.models, sources, targets)
+    answers = post_all(f"{url}/v1/models/copy/score", [{"pairs": PAIRS}, {"pairs": PAIRS[1:2]}])
+    scores = answers[0].json()["scores"]
+    assert [s["log_prob"] for s in scores] == pytest.approx(expected, abs=1e-4)
+    assert [s["tokens"] for s in scores] == [len(t) + 1 for t in targets]
+    decode = loaded.config.decode
+    for s, total, tgt in zip(scores, expected, targets):
+        assert s["per_token"] == pytest.approx(total / (len(tgt) + 1), abs=1e-4)
+        lp = float(length_penalty(float(len(tgt) + 1), decode.alpha, kind=decode.length_penalty))
+        assert s["normalized_score"] == pytest.approx(total / lp, abs=1e-4)
+    assert answers[1].json()["scores"] == [scores[1]]  # batched with the other, its own scores back
+
+
+@pytest.mark.parametrize(("body", "status", "limit"), [
+    ({"pairs": [["1", "2", "3"]]}, 422, None), ({"pairs": [["1", 2]]}, 422, None), ({"pairs": []}, 422, None),
+    ({"pairs": [["1", "2"]], "beam": 2}, 422, None), ({"pairs": [["1", "2"]] * 9}, 413, "max_inputs"),
+    ({"pairs": [["1", "1 2 3 4 5 6 7"]]}, 422, "max_input_tokens")])
+def test_a_bad_score_request_gets_a_json_error(url: str, body: Any, status: int, limit: str | None) -> None:
+    answer = httpx.post(f"{url}/v1/models/copy/score", json=body)
+    assert answer.status_code == status and answer.json()["error"].get("limit") == limit
