@@ -39,6 +39,7 @@ from seqtrans.serving.models import (
     parse_predict,
     parse_score,
 )
+from seqtrans.serving.openapi import schema
 from seqtrans.serving.settings import ServeSettings
 from seqtrans.vocab import EOS
 
@@ -144,6 +145,9 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
     async def metrics(request: Request) -> Response:
         return Response(server.metrics.exposition(), media_type=CONTENT_TYPE)
 
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(schema())
+
     async def list_models(request: Request) -> Response:
         return JSONResponse({"models": [s.describe() for s in server.models.values()]})
 
@@ -187,6 +191,7 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
         return result
 
     routes = [Route("/", page), Route("/health", health), Route("/ready", ready), Route("/metrics", metrics),
+              Route("/openapi.json", openapi),
               Route("/v1/models", list_models), Route("/v1/models/{name}", show_model),
               Route("/v1/models/{name}/predict", predict, methods=["POST"]),
               Route("/v1/models/{name}/score", score, methods=["POST"]),

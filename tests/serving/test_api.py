@@ -271,3 +271,16 @@ def test_scores_of_given_pairs_equal_a_hand_loop_of_log_softmax_sums(url: str, c
 def test_a_bad_score_request_gets_a_json_error(url: str, body: Any, status: int, limit: str | None) -> None:
     answer = httpx.post(f"{url}/v1/models/copy/score", json=body)
     assert answer.status_code == status and answer.json()["error"].get("limit") == limit
+
+
+def test_the_openapi_description_names_every_route_and_method(url: str, copy_model: Served) -> None:
+    from starlette.routing import Route, WebSocketRoute
+
+    from seqtrans.serving.app import build_app
+
+    described = httpx.get(f"{url}/openapi.json").json()["paths"]
+    routes = build_app({"copy": copy_model}, ServeSettings()).routes
+    served = {r.path: {m.lower() for m in r.methods or () if m != "HEAD"} for r in routes
+              if isinstance(r, Route) and r.path != "/"}
+    served.update({r.path: {"get"} for r in routes if isinstance(r, WebSocketRoute)})  # the upgrade
+    assert {path: set(operations) for path, operations in described.items()} == served
