@@ -56,11 +56,14 @@ def tables() -> dict[Path, str]:
     from seqtrans_parsing import ParsingConfig
     from seqtrans_translation import TranslationConfig
 
+    from seqtrans.serving.settings import ServeSettings
+
     out = {DOCS / "configuration.md": markdown_table(RunConfig()),
            DOCS / "tasks" / "copy.md": markdown_table(CopyConfig(), prefix="data."),
            DOCS / "tasks" / "parsing.md": markdown_table(ParsingConfig(), prefix="data."),
            DOCS / "tasks" / "translation.md": markdown_table(TranslationConfig(), prefix="data."),
-           DOCS / "cli.md": cli_reference()}
+           DOCS / "cli.md": cli_reference(),
+           DOCS / "serving.md": markdown_table(ServeSettings())}
     return out
 
 
