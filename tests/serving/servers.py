@@ -1,10 +1,12 @@
-"""Tiny runs and real servers for the serving tests: uvicorn on a free port in a thread
-of this process, or ``seqtrans serve`` in a process of its own."""
+"""Real servers for the serving tests (uvicorn on a free port in a thread of this process,
+or ``seqtrans serve`` in a process of its own), and the in-process references their
+answers are checked against."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -17,8 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import uvicorn
 
+from seqtrans.data import prediction
+from seqtrans.decoding.search import length_penalty
+from seqtrans.inference.loading import Loaded
+from seqtrans.inference.online import stream
 from seqtrans.serving.app import build_app
 from seqtrans.serving.models import Served
 from seqtrans.serving.settings import ServeSettings
@@ -96,3 +103,32 @@ def serve_process(*args: str, env: Mapping[str, str] | None = None,
         if process.poll() is None:
             process.send_signal(signal.SIGKILL)
         process.wait(30)
+
+
+def reference(loaded: Loaded, text: str, **options: Any) -> dict[str, Any]:
+    """What the server should answer for one input, decoded in-process on its own."""
+    decode = dataclasses.replace(loaded.config.decode, **{k: v for k, v in options.items() if k != "scores"})
+    source = loaded.task.parse_source(text)
+    _, [hyps] = loaded.decode([source], decode=decode)
+    texts = [loaded.task.format(prediction(loaded.codec, h.tokens, source)) for h in hyps]
+    out: dict[str, Any] = {"output": texts[0]}
+    if decode.nbest > 1 or options.get("scores"):
+        out["hypotheses"] = [{"output": t} for t in texts]
+        if options.get("scores"):
+            for entry, h in zip(out["hypotheses"], hyps):
+                lp = length_penalty(float(len(h.tokens) + 1), decode.alpha, kind=decode.length_penalty)
+                entry.update(score=pytest.approx(h.score, abs=1e-4),
+                             log_prob=pytest.approx(h.log_prob, abs=1e-4),
+                             normalized_score=pytest.approx(h.log_prob / float(lp), abs=1e-4),
+                             tokens=loaded.codec.vocabularies.target.decode(h.tokens))
+    return out
+
+
+def streamed(served: Served, sentences: list[list[str]]) -> list[tuple[str, list[int]]]:
+    """(tokens, delays) of each sentence as ``predict --stream`` writes them."""
+    written: list[str] = []
+    events: list[str | None] = [w for s in sentences for w in [*s, None]]
+    stream(served.loaded, iter(events), written.append)
+    lines = "".join(written).splitlines()
+    return [(tokens, [int(d) for d in delays.split()])
+            for tokens, _, delays in (line.partition("\t") for line in lines)]

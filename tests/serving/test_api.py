@@ -4,7 +4,6 @@ and every refusal a JSON error naming what was wrong."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import threading
 from collections.abc import Iterator
@@ -13,12 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import post_all, running
+from servers import post_all, reference, running
 from test_inference import copy_run, hand_scores
 
-from seqtrans.data import prediction, source_ids, target_ids
+from seqtrans.data import source_ids, target_ids
 from seqtrans.decoding.search import length_penalty
-from seqtrans.inference.loading import Loaded, load
+from seqtrans.inference.loading import load
 from seqtrans.serving.models import Served
 from seqtrans.serving.settings import ServeSettings
 
@@ -37,25 +36,6 @@ def url(copy_model: Served) -> Iterator[str]:
     with running({"copy": copy_model}, ServeSettings(max_wait_ms=300, max_inputs=8, max_input_tokens=6,
                                                     max_beam=5)) as url:
         yield url
-
-
-def reference(loaded: Loaded, text: str, **options: Any) -> dict[str, Any]:
-    """What the server should answer for one input, decoded in-process on its own."""
-    decode = dataclasses.replace(loaded.config.decode, **{k: v for k, v in options.items() if k != "scores"})
-    source = loaded.task.parse_source(text)
-    _, [hyps] = loaded.decode([source], decode=decode)
-    texts = [loaded.task.format(prediction(loaded.codec, h.tokens, source)) for h in hyps]
-    out: dict[str, Any] = {"output": texts[0]}
-    if decode.nbest > 1 or options.get("scores"):
-        out["hypotheses"] = [{"output": t} for t in texts]
-        if options.get("scores"):
-            for entry, h in zip(out["hypotheses"], hyps):
-                lp = length_penalty(float(len(h.tokens) + 1), decode.alpha, kind=decode.length_penalty)
-                entry.update(score=pytest.approx(h.score, abs=1e-4),
-                             log_prob=pytest.approx(h.log_prob, abs=1e-4),
-                             normalized_score=pytest.approx(h.log_prob / float(lp), abs=1e-4),
-                             tokens=loaded.codec.vocabularies.target.decode(h.tokens))
-    return out
 
 
 def predict(url: str, body: Any, **kwargs: Any) -> httpx.Response:

@@ -11,13 +11,12 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import running
+from servers import running, streamed
 from test_inference import copy_run
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from seqtrans.inference.loading import load
-from seqtrans.inference.online import stream
 from seqtrans.serving.models import Served
 from seqtrans.serving.settings import ServeSettings
 
@@ -39,16 +38,6 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Served]:
 def url(models: dict[str, Served]) -> Iterator[str]:
     with running(models, ServeSettings(max_streams=2, max_input_tokens=6)) as url:
         yield url.replace("http://", "ws://")
-
-
-def expected(served: Served, sentences: list[list[str]]) -> list[tuple[str, list[int]]]:
-    """(tokens, delays) of each sentence as ``predict --stream`` writes them."""
-    written: list[str] = []
-    events: list[str | None] = [w for s in sentences for w in [*s, None]]
-    stream(served.loaded, iter(events), written.append)
-    lines = "".join(written).splitlines()
-    return [(tokens, [int(d) for d in delays.split()])
-            for tokens, _, delays in (line.partition("\t") for line in lines)]
 
 
 def receive(ws: ClientConnection) -> dict[str, Any]:
@@ -79,7 +68,7 @@ def sentence(ws: ClientConnection, words: list[str]) -> tuple[list[dict[str, Any
 @pytest.mark.parametrize("name", ["monotonic", "waitk"])
 def test_a_stream_gets_the_tokens_and_delays_of_predict_stream(url: str, models: dict[str, Served],
                                                                name: str) -> None:
-    wanted = expected(models[name], SENTENCES)
+    wanted = streamed(models[name], SENTENCES)
     with connect(f"{url}/v1/models/{name}/stream") as ws:
         for words, (tokens, delays) in zip(SENTENCES, wanted):
             sent, done, early = sentence(ws, words)
