@@ -22,10 +22,14 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
+from torch import Tensor
 
 from seqtrans.attention import waiting
+from seqtrans.data import source_ids
 from seqtrans.decoding import generate
+from seqtrans.decoding.search import Hypothesis
 from seqtrans.errors import SeqtransError
+from seqtrans.inference.details import attention_weights
 from seqtrans.inference.scoring import score_ids
 from seqtrans.serving.batching import Batcher, QueueFull
 from seqtrans.serving.metrics import CONTENT_TYPE, Metrics
@@ -77,13 +81,35 @@ class Server:
         # request's outputs do not depend on the requests it was batched with
         positions = [i for p in requests for i in range(len(p.sources))]
         _, hyps = served.loaded.decode(sources, decode=first.decode, positions=positions)
+        maps = self._attention(served, requests, hyps)
         out, start = [], 0
         for p in requests:
-            out.append(outputs(served, p, hyps[start:start + len(p.sources)]))
-            start += len(p.sources)
+            end = start + len(p.sources)
+            out.append(outputs(served, p, hyps[start:end], maps[start:end] if p.attention else None))
+            start = end
         tokens = sum(len(h[0].tokens) for h in hyps if h)
         self.metrics.batch(len(works), len(sources), tokens, time.monotonic() - started)
         return out
+
+    @staticmethod
+    def _attention(served: Served, requests: Sequence[Prediction],
+                   hyps: Sequence[list[Hypothesis]]) -> list[Tensor | None]:
+        """The encoder-decoder attention [T, S] of each best output whose request asked
+        for it (None for the others), by one teacher-forced pass."""
+        asked = [p.attention for p in requests for _ in p.sources]
+        picked = [i for i, a in enumerate(asked) if a]
+        maps: list[Tensor | None] = [None] * len(asked)
+        if not picked:
+            return maps
+        loaded = served.loaded
+        sources = [s for p in requests for s in p.sources]
+        ids = [source_ids(loaded.codec, sources[i]) for i in picked]
+        targets = [hyps[i][0].tokens if hyps[i] else [] for i in picked]
+        weights = attention_weights(loaded.searcher, ids, targets, layer=None, device=loaded.device,
+                                    batch_tokens=loaded.config.decode.batch_tokens)
+        for i, w in zip(picked, weights):
+            maps[i] = w
+        return maps
 
     def score(self, works: Sequence[tuple[Served, Prediction | Scoring]]) -> list[list[dict[str, Any]]]:
         """The scores of score requests of one model, computed together."""

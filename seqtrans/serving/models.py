@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torch import Tensor
+
 from seqtrans import config as cfg
 from seqtrans.config import DecodeConfig
 from seqtrans.data import prediction, source_ids, target_ids, too_long
@@ -94,7 +96,8 @@ def model_names(paths: Sequence[str]) -> dict[str, str]:
 LENGTH_PENALTIES = typing.get_args(typing.get_type_hints(DecodeConfig)["length_penalty"])
 #: Per-request options of predict: the JSON types each takes.
 OPTIONS: dict[str, tuple[type, ...]] = {"beam": (int,), "nbest": (int,), "alpha": (int, float),
-                                        "length_penalty": (str,), "precision": (str,), "scores": (bool,)}
+                                        "length_penalty": (str,), "precision": (str,), "scores": (bool,),
+                                        "attention": (bool,)}
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ class Prediction:
     tokens: int  # source tokens, end symbols included: what the batcher counts
     decode: DecodeConfig
     scores: bool
+    attention: bool  # the encoder-decoder attention of each best output
 
 
 def parse_predict(served: Served, body: Any, settings: ServeSettings) -> Prediction:
@@ -156,7 +160,7 @@ def parse_predict(served: Served, body: Any, settings: ServeSettings) -> Predict
                                    limit="model.max_positions")
         sources.append(source)
         tokens += length
-    return Prediction(sources, tokens, decode, bool(body.get("scores")))
+    return Prediction(sources, tokens, decode, bool(body.get("scores")), bool(body.get("attention")))
 
 
 @dataclass(frozen=True)
@@ -232,13 +236,15 @@ def _kind_name(kinds: tuple[type, ...]) -> str:
     return names[kinds]
 
 
-def outputs(served: Served, request: Prediction, hyps: Sequence[list[Hypothesis]]) -> list[dict[str, Any]]:
-    """One JSON object per input: ``output`` (the best, formatted by the task), and with
-    n-best or scores asked for, ``hypotheses``, best first."""
+def outputs(served: Served, request: Prediction, hyps: Sequence[list[Hypothesis]],
+            attention: Sequence[Tensor | None] | None = None) -> list[dict[str, Any]]:
+    """One JSON object per input: ``output`` (the best, formatted by the task); with
+    n-best or scores asked for, ``hypotheses``, best first; with ``attention`` (a [T, S]
+    map per input, of its best output), the map with its tokens."""
     loaded = served.loaded
     several = request.decode.outputs_per_input > 1
     out = []
-    for source, nbest in zip(request.sources, hyps):
+    for k, (source, nbest) in enumerate(zip(request.sources, hyps)):
         texts = [loaded.task.format(prediction(loaded.codec, h.tokens, source)) for h in nbest]
         record: dict[str, Any] = {"output": texts[0] if texts else
                                   loaded.task.format(prediction(loaded.codec, [], source))}
@@ -253,5 +259,12 @@ def outputs(served: Served, request: Prediction, hyps: Sequence[list[Hypothesis]
                                  tokens=loaded.codec.vocabularies.target.decode(hyp.tokens))
                 hypotheses.append(entry)
             record["hypotheses"] = hypotheses
+        weights = attention[k] if attention is not None else None
+        if weights is not None:
+            best = nbest[0].tokens if nbest else []
+            record["attention"] = {
+                "source": [*loaded.codec.source_tokens(source), "</s>"],
+                "target": [*loaded.codec.vocabularies.target.decode(best), "</s>"],
+                "weights": [[round(w, 4) for w in row] for row in weights.tolist()]}  # [T, S]
         out.append(record)
     return out

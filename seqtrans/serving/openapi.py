@@ -60,8 +60,13 @@ def schema() -> dict[str, Any]:
                       beam={"type": "integer", "minimum": 1}, nbest={"type": "integer", "minimum": 1},
                       alpha={"type": "number", "minimum": 0}, length_penalty={"enum": list(LENGTH_PENALTIES)},
                       precision={"enum": ["fp32", "bf16", "int8"]},
-                      scores={"type": "boolean", "description": "Each hypothesis with its scores."})
-    outputs = _object(model=STRING, outputs=_array(_object(output=STRING, hypotheses=_array(hypothesis))))
+                      scores={"type": "boolean", "description": "Each hypothesis with its scores."},
+                      attention={"type": "boolean", "description": "The best output's encoder-decoder "
+                                 "attention, layers and heads averaged."})
+    attention = _object(source=_array(STRING), target=_array(STRING),
+                        weights={**_array(_array(NUMBER)), "description": "A row per target token."})
+    outputs = _object(model=STRING, outputs=_array(_object(output=STRING, hypotheses=_array(hypothesis),
+                                                           attention=attention)))
     score = _object(("pairs",), closed=True, pairs=_array(_array(STRING, minItems=2, maxItems=2), minItems=1))
     scores = _object(model=STRING, scores=_array(_object(log_prob=NUMBER, per_token=NUMBER, tokens=INTEGER,
                                                          normalized_score=NUMBER)))

@@ -12,11 +12,14 @@ from typing import Any
 
 import httpx
 import pytest
+import torch
 from servers import post_all, reference, running
 from test_inference import copy_run, hand_scores
 
 from seqtrans.data import source_ids, target_ids
+from seqtrans.decoding.alignment import layer_weights
 from seqtrans.decoding.search import length_penalty
+from seqtrans.inference.heatmaps import attend
 from seqtrans.inference.loading import load
 from seqtrans.serving.models import Served
 from seqtrans.serving.settings import ServeSettings
@@ -53,7 +56,8 @@ def test_the_models_are_listed_with_their_task_settings_and_attention(url: str) 
 
 
 @pytest.mark.parametrize("options", [{}, {"beam": 1}, {"beam": 4, "nbest": 3, "scores": True},
-                                     {"alpha": 0.0, "length_penalty": "power", "scores": True}])
+                                     {"alpha": 0.0, "length_penalty": "power", "scores": True},
+                                     {"precision": "int8", "beam": 2, "scores": True}])
 def test_outputs_are_those_of_decoding_each_input_alone(url: str, copy_model: Served,
                                                         options: dict[str, Any]) -> None:
     answer = predict(url, {"inputs": INPUTS[:5], **options})
@@ -61,6 +65,18 @@ def test_outputs_are_those_of_decoding_each_input_alone(url: str, copy_model: Se
     expected = [reference(copy_model.loaded, text, **options) for text in INPUTS[:5]]
     assert answer.json() == {"model": "copy", "outputs": expected}
     assert any(o["output"] for o in expected)  # the tiny model does write something
+
+
+def test_attention_maps_are_those_seqtrans_attention_draws(url: str, copy_model: Served) -> None:
+    loaded = copy_model.loaded
+    answer = predict(url, {"inputs": INPUTS[:4], "attention": True}).json()["outputs"]
+    for text, out in zip(INPUTS[:4], answer):
+        attended = attend(loaded, text)
+        weights = layer_weights(attended.maps.cross, layer=None)[0]  # [T, S], alone and unpadded
+        assert out["attention"]["source"] == attended.source
+        assert out["attention"]["target"] == attended.outputs
+        torch.testing.assert_close(torch.tensor(out["attention"]["weights"]), weights, atol=1e-3, rtol=0)
+        assert {k: v for k, v in out.items() if k != "attention"} == reference(loaded, text)
 
 
 def test_concurrent_requests_are_batched_and_each_gets_its_own_outputs(url: str, copy_model: Served) -> None:
