@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from browser import LAUNCH_ARGS, chromium
 from servers import reference, running, streamed
@@ -82,3 +83,39 @@ def test_a_streaming_model_translates_while_the_sentence_is_typed(page: Any,
     shown = [span.inner_text().split() for span in page.query_selector_all("span.token")]
     assert [token for token, _ in shown] == tokens.split()
     assert [int(delay) for _, delay in shown] == delays
+
+
+def test_the_page_draws_the_attention_of_each_output(page: Any, models: dict[str, Served]) -> None:
+    page.select_option("#model", "copy")
+    page.fill("#input", "1 2 3")
+    page.fill("#beam", "3")
+    page.fill("#nbest", "1")
+    page.check("#attention")
+    page.click("#go")
+    page.wait_for_selector("table.heatmap")
+    answer = httpx.post(page.url + "v1/models/copy/predict",
+                        json={"inputs": ["1 2 3"], "beam": 3, "attention": True})
+    attention = answer.json()["outputs"][0]["attention"]
+    heatmap = page.query_selector("table.heatmap")
+    assert [th.inner_text() for th in heatmap.query_selector_all("thead th")][1:] == attention["source"]
+    rows = heatmap.query_selector_all("tbody tr")
+    assert [r.query_selector("th").inner_text() for r in rows] == attention["target"]
+    shown = [[float(td.get_attribute("title")) for td in r.query_selector_all("td")] for r in rows]
+    assert shown == attention["weights"]
+    page.uncheck("#attention")
+
+
+def test_the_page_draws_a_bracketed_output_as_a_tree(page: Any) -> None:
+    drawn = page.evaluate("""() => {
+        const svg = drawTree(parseTree("(S (NP (DT the) (NN dog)) (VP (VBD barked)))"));
+        document.body.append(svg);
+        return [...svg.querySelectorAll("text")].map((t) => [t.textContent, Number(t.getAttribute("x")),
+                                                           Number(t.getAttribute("y"))]);
+    }""")
+    where = {label: (x, y) for label, x, y in drawn}
+    assert sorted(where) == sorted(["S", "NP", "DT", "the", "NN", "dog", "VP", "VBD", "barked"])
+    assert where["the"][0] < where["dog"][0] < where["barked"][0]  # the words left to right
+    assert where["the"][1] == where["dog"][1] == where["barked"][1] > where["NP"][1] > where["S"][1]
+    assert where["NP"][0] == (where["DT"][0] + where["NN"][0]) / 2  # a parent over its children
+    assert page.evaluate("[parseTree('a man (rides'), parseTree('(S a) b'), parseTree('plain text')]") == [
+        None, None, None]
