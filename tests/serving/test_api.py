@@ -280,3 +280,16 @@ def test_the_openapi_description_names_every_route_and_method(url: str, copy_mod
               if isinstance(r, Route) and r.path != "/"}
     served.update({r.path: {"get"} for r in routes if isinstance(r, WebSocketRoute)})  # the upgrade
     assert {path: set(operations) for path, operations in described.items()} == served
+
+
+def test_a_body_over_max_body_bytes_is_refused_whether_its_length_is_declared_or_not(url: str) -> None:
+    body = b'{"inputs": ["' + b"1 " * 500_000 + b'"]}'  # just over the default 1,000,000 bytes
+    declared = httpx.post(f"{url}/v1/models/copy/predict", content=body)
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(body), 65536):
+            yield body[start:start + 65536]
+
+    streamed = httpx.post(f"{url}/v1/models/copy/predict", content=chunks())  # no Content-Length
+    for answer in (declared, streamed):
+        assert answer.status_code == 413 and answer.json()["error"]["limit"] == "max_body_bytes"
