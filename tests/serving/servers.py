@@ -35,8 +35,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @contextlib.contextmanager
 def running(models: Mapping[str, Served], settings: ServeSettings | None = None, *,
-            token: str | None = None) -> Iterator[str]:
-    """The URL of a server of ``models`` (ready) in a thread; stopped on exit."""
+            token: str | None = None, ready: bool = True) -> Iterator[str]:
+    """The URL of a server of ``models`` in a thread (once ready, unless ``ready`` is
+    false: once listening); stopped on exit."""
     app = build_app(models, settings or ServeSettings(), token=token)
     config = uvicorn.Config(app, host="127.0.0.1", port=0, ws="auto", lifespan="on", log_level="warning")
     server = uvicorn.Server(config)
@@ -49,7 +50,8 @@ def running(models: Mapping[str, Served], settings: ServeSettings | None = None,
             time.sleep(0.01)
         port = server.servers[0].sockets[0].getsockname()[1]
         url = f"http://127.0.0.1:{port}"
-        wait_ready(url)
+        if ready:
+            wait_ready(url)
         yield url
     finally:
         server.should_exit = True
