@@ -30,6 +30,7 @@ from seqtrans.decoding import generate
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.errors import SeqtransError
 from seqtrans.inference.details import attention_weights
+from seqtrans.inference.ensemble import position_limit
 from seqtrans.inference.scoring import score_ids
 from seqtrans.serving.batching import Batcher, QueueFull
 from seqtrans.serving.metrics import CONTENT_TYPE, Metrics
@@ -133,7 +134,8 @@ class Server:
         for the first call's set-up (allocations, int8 or oneDNN copies)."""
         for served in self.models.values():
             loaded = served.loaded
-            generate(loaded.searcher, [[EOS]], loaded.config.decode, device=loaded.device)
+            generate(loaded.searcher, [[EOS]], loaded.config.decode, device=loaded.device,
+                     position_limit=position_limit(loaded.searcher))
 
 
 def build_app(models: Mapping[str, Served], settings: ServeSettings, *,

@@ -15,7 +15,9 @@ as it decodes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -32,6 +34,9 @@ if TYPE_CHECKING:
     from seqtrans.serving.app import Server
 
 END = None  # the end of a sentence, in the queue of words
+#: What sending to, or closing, a connection the client has already closed raises.
+GONE = (WebSocketDisconnect, RuntimeError, OSError)
+log = logging.getLogger(__name__)
 
 
 class _Closed(Exception):
@@ -62,28 +67,35 @@ async def stream(server: Server, ws: WebSocket) -> None:
     loop = asyncio.get_running_loop()
     words: queue.Queue[Any] = queue.Queue()
     replies: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+    ended = asyncio.Event()  # the session's thread has stopped (the client went, or it failed)
 
     def reply(message: dict[str, Any] | None) -> None:
         loop.call_soon_threadsafe(replies.put_nowait, message)
 
-    worker = threading.Thread(target=_session, args=(served, words, reply), daemon=True,
-                              name=f"seqtrans-stream-{name}")
-    worker.start()
+    def session() -> None:
+        try:
+            _session(served, words, reply)
+        finally:
+            loop.call_soon_threadsafe(ended.set)
+
+    threading.Thread(target=session, daemon=True, name=f"seqtrans-stream-{name}").start()
     sending = asyncio.create_task(_send(ws, replies))
+    receiving = asyncio.create_task(_receive(ws, words, server.settings.max_input_tokens))
+    stopped = asyncio.create_task(ended.wait())
     try:
-        await _receive(ws, words, server.settings.max_input_tokens)
-    except RequestError as exc:
-        reply(exc.body())
-    except WebSocketDisconnect:
-        pass
+        await asyncio.wait({receiving, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        problem = receiving.exception() if receiving.done() else None
+        if isinstance(problem, RequestError):
+            reply(problem.body())
     finally:
+        receiving.cancel()
         words.put(_CLOSED)
-        await loop.run_in_executor(None, worker.join)
+        await stopped
         reply(None)
         await sending
         server.streams -= 1
         server.metrics.streams.set(server.streams)
-        with _quietly():
+        with contextlib.suppress(*GONE):
             await ws.close()
 
 
@@ -114,18 +126,8 @@ async def _receive(ws: WebSocket, words: queue.Queue[Any], max_words: int) -> No
 
 async def _send(ws: WebSocket, replies: asyncio.Queue[dict[str, Any] | None]) -> None:
     while (message := await replies.get()) is not None:
-        with _quietly():
+        with contextlib.suppress(*GONE):
             await ws.send_json(message)
-
-
-class _quietly:
-    """Ignore a send or close on a connection the client has already closed."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
-        return kind is not None and issubclass(kind, (WebSocketDisconnect, RuntimeError, OSError))
 
 
 def _session(served: Served, words: queue.Queue[Any], reply: Callable[[dict[str, Any] | None], None]) -> None:
@@ -159,6 +161,10 @@ def _session(served: Served, words: queue.Queue[Any], reply: Callable[[dict[str,
         return
     except SeqtransError as exc:
         reply({"error": {"code": "invalid_input", "message": getattr(exc, "problem", str(exc))}})
+    except Exception:
+        log.exception("a streaming session of %s failed", served.name)
+        reply({"error": {"code": "internal_error", "message": "the server failed to decode this sentence; "
+                         "its log says why"}})
 
 
 def _next(words: queue.Queue[Any]) -> Any:
@@ -173,9 +179,13 @@ def _ids(served: Served, words: queue.Queue[Any], arrived: list[str]) -> Iterato
     far; their tokens must extend those of fewer words). ``arrived`` gets each word, and
     "" once the sentence's end is read."""
     loaded = served.loaded
+    limit = loaded.model.config.position_limit
     fed: list[int] = []
     while True:
         ids = source_ids(loaded.codec, loaded.task.parse_source(" ".join(arrived)))[:-1]
+        if limit is not None and len(ids) + 1 > limit:
+            raise SeqtransError(f"{len(ids) + 1} source tokens (with the end symbol), more than the {limit} "
+                                "positions the model learned (model.max_positions)")
         if ids[: len(fed)] != fed:
             raise SeqtransError("the task's tokens of the words read so far are not a prefix of those of "
                                 "more words: this task cannot be streamed word by word")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -112,3 +113,21 @@ def test_sessions_beyond_max_streams_are_refused_and_their_slots_come_back(url: 
         time.sleep(0.05)
     with connect(f"{url}/v1/models/monotonic/stream") as d:
         assert sentence(d, ["1", "2"])[1]["done"]
+
+
+def test_a_sentence_longer_than_the_models_positions_gets_an_error_and_the_connection_closes(
+        tmp_path: Path) -> None:
+    learned = ("model.positions=learned", "model.max_positions=5")
+    run = copy_run(tmp_path / "short", seed=1,
+                   model=("model.causal_encoder=true", "model.cross_attention=monotonic", *learned))
+    with running({"short": Served("short", load(run, device="cpu"))}) as url:
+        with connect(url.replace("http://", "ws://") + "/v1/models/short/stream") as ws:
+            assert sentence(ws, ["1", "2"])[1]["done"]  # within the positions: decoded
+            for word in "1 2 3 4 5 6".split():
+                ws.send(json.dumps({"words": word}))
+            ws.send(json.dumps({"end": True}))
+            while "error" not in (message := receive(ws)):
+                assert "token" in message
+            assert "model.max_positions" in message["error"]["message"]
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=30)
