@@ -311,3 +311,18 @@ def test_a_body_over_max_body_bytes_is_refused_whether_its_length_is_declared_or
     streamed = httpx.post(f"{url}/v1/models/copy/predict", content=chunks())  # no Content-Length
     for answer in (declared, streamed):
         assert answer.status_code == 413 and answer.json()["error"]["limit"] == "max_body_bytes"
+
+
+def test_a_failure_inside_decoding_is_a_json_500_without_a_traceback(copy_model: Served) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a secret internal detail")
+
+    with running({"copy": copy_model}) as url:
+        object.__setattr__(copy_model.loaded, "decode", broken)
+        try:
+            answer = predict(url, {"inputs": ["1 2"]})
+        finally:
+            del copy_model.loaded.decode
+        assert answer.status_code == 500 and answer.json()["error"]["code"] == "internal_error"
+        assert "secret" not in answer.text and "Traceback" not in answer.text
+        assert predict(url, {"inputs": ["1 2"]}).status_code == 200  # and the server goes on
