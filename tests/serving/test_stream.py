@@ -131,3 +131,17 @@ def test_a_sentence_longer_than_the_models_positions_gets_an_error_and_the_conne
             assert "model.max_positions" in message["error"]["message"]
             with pytest.raises(ConnectionClosed):
                 ws.recv(timeout=30)
+
+
+def test_with_a_token_a_session_needs_it_in_a_header_or_the_query(models: dict[str, Served]) -> None:
+    from websockets.exceptions import InvalidStatus
+
+    with running({"monotonic": models["monotonic"]}, token="s3cret") as url:
+        ws_url = url.replace("http://", "ws://") + "/v1/models/monotonic/stream"
+        for wrong in (ws_url, ws_url + "?token=nope"):
+            with pytest.raises(InvalidStatus), connect(wrong):
+                pass
+        with connect(ws_url + "?token=s3cret") as ws:
+            assert sentence(ws, ["1"])[1]["done"]
+        with connect(ws_url, additional_headers={"Authorization": "Bearer s3cret"}) as ws:
+            assert sentence(ws, ["1"])[1]["done"]
