@@ -48,7 +48,7 @@ class Guard:
                 await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized"})
             else:
                 await _unauthorized(send)
-            self.metrics.requests.labels(route, "401").inc()
+            self.metrics.requests.labels(route, "403" if scope["type"] == "websocket" else "401").inc()
             return
         if scope["type"] == "websocket":
             await self.app(scope, receive, send)
