@@ -107,12 +107,6 @@ def _serve_fields() -> tuple[Any, ...]:
     return fields(ServeSettings)
 
 
-def _serve_type(name: str) -> type:
-    from seqtrans.serving.settings import ServeSettings
-
-    return type(getattr(ServeSettings(), name))
-
-
 SUBCOMMANDS = (
     Command("tasks", "List installed tasks with their distribution, version and load status.",
             "List the tasks registered under the 'seqtrans.tasks' entry-point group."),
@@ -226,7 +220,7 @@ SUBCOMMANDS = (
             "TOKEN'. On SIGTERM it stops accepting, answers what is in flight and exits 0. Needs "
             "pip install 'seqtrans[serve]'; see docs/serving.md.",
             (arg("models", nargs="+", metavar="RUN_DIR", help="Runs to serve: RUN_DIR or NAME=RUN_DIR."),
-             *(arg("--" + f.name.replace("_", "-"), type=_serve_type(f.name), default=f.default,
+             *(arg("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
                    metavar=f.name.upper(), help=f.metadata["help"]) for f in _serve_fields()),
              DEVICE)),
     Command("plot", "Draw the learning curves of runs as a PNG.",
