@@ -32,7 +32,7 @@ from seqtrans.errors import SeqtransError
 from seqtrans.inference.details import attention_weights
 from seqtrans.inference.ensemble import position_limit
 from seqtrans.inference.scoring import score_ids
-from seqtrans.serving.batching import Batcher, QueueFull
+from seqtrans.serving.batching import Batcher, QueueFull, Stopped
 from seqtrans.serving.metrics import CONTENT_TYPE, Metrics
 from seqtrans.serving.middleware import Guard
 from seqtrans.serving.models import (
@@ -214,6 +214,9 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
                                limit="timeout_s") from None
         except SeqtransError as exc:
             raise RequestError(422, "decoding_failed", str(exc)) from None
+        except Stopped:
+            raise RequestError(503, "shutting_down", "the server stopped before decoding this request",
+                               headers={"Retry-After": "1"}) from None
         finally:
             server.metrics.queued.set(server.batcher.depth)
         return result

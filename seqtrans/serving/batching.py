@@ -26,6 +26,10 @@ class QueueFull(Exception):
     """The queue holds its maximum of requests."""
 
 
+class Stopped(Exception):
+    """The batcher stopped before decoding the request."""
+
+
 @dataclass(eq=False)  # a job is itself: found in the queue by identity
 class Job:
     """One request in the queue: ``key`` says which requests it may be decoded with (same
@@ -94,7 +98,7 @@ class Batcher:
         while self.pending:
             job = self.pending.popleft()
             if not job.future.done():
-                job.future.set_exception(RuntimeError("the server is shutting down"))
+                job.future.set_exception(Stopped())
         self.executor.shutdown(wait=True)
 
     @property

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from seqtrans.serving.batching import Batcher, Job, QueueFull, take_batch
+from seqtrans.serving.batching import Batcher, Job, QueueFull, Stopped, take_batch
 
 
 def _jobs(loop: asyncio.AbstractEventLoop, specs: list[tuple[str, int]]) -> deque[Job]:
@@ -59,7 +59,7 @@ def test_requests_arriving_together_are_decoded_together_and_a_failure_stays_wit
     assert decoder.batches == [[1, 13, 2, 3], [1], [13], [2], [3]]  # together, then alone after the failure
 
 
-def test_a_full_queue_refuses_and_a_withdrawn_request_frees_its_place() -> None:
+def test_a_full_queue_refuses_a_withdrawn_request_frees_its_place_and_stopping_answers_the_rest() -> None:
     async def scenario() -> None:
         batcher = Batcher(Recorder(), max_tokens=100, max_wait_s=10, max_queue=2)
         first = batcher.submit("k", 1, 1)
@@ -69,7 +69,8 @@ def test_a_full_queue_refuses_and_a_withdrawn_request_frees_its_place() -> None:
         first.cancel()
         await asyncio.sleep(0)  # the done callback runs on the loop
         assert batcher.depth == 1
-        batcher.submit("k", 1, 4)
+        last = batcher.submit("k", 1, 4)
         await batcher.stop()
+        assert isinstance(last.exception(), Stopped)  # answered, not left waiting
 
     asyncio.run(scenario())
