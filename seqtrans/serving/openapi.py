@@ -32,7 +32,8 @@ ERROR = _object(("error",), error=_object(("code", "message"), code=STRING, mess
     "type": "string", "description": "The setting whose limit was passed."}))
 REASONS = {400: "Malformed JSON.", 401: "Missing or wrong bearer token.", 404: "No such model.",
            413: "Too many inputs, or too large a body.", 422: "Wrong types, options or inputs.",
-           503: "The queue is full (see Retry-After).", 504: "Not decoded within timeout_s."}
+           503: "The queue is full, or the server is stopping (see Retry-After).",
+           504: "Not decoded within timeout_s."}
 NAME = [{"name": "name", "in": "path", "required": True, "schema": STRING}]
 
 
