@@ -99,7 +99,7 @@ def serve_process(*args: str, env: Mapping[str, str] | None = None,
                                stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(url, process=process)
+        wait_ready(url, process=process, timeout=300)  # a fresh process imports torch: slow on a busy machine
         yield url, process
     finally:
         if process.poll() is None:
