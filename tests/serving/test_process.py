@@ -36,7 +36,8 @@ def test_sigterm_answers_every_accepted_request_then_exits_0(run: Path) -> None:
         _, [hyps] = loaded.decode([source])
         expected.append(loaded.task.format(prediction(loaded.codec, hyps[0].tokens, source)))
     auth = {"Authorization": "Bearer tok"}
-    with serve_process(f"m={run}", "--max-wait-ms", "3000", "--device", "cpu",
+    # a long wait keeps all the requests queued, however slowly they arrive, until SIGTERM
+    with serve_process(f"m={run}", "--max-wait-ms", "10000", "--device", "cpu",
                        env={"SEQTRANS_SERVE_TOKEN": "tok"}) as (url, process):
         assert httpx.get(f"{url}/v1/models").status_code == 401  # the token came from the environment
         answers: list[httpx.Response] = []
