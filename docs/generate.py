@@ -52,11 +52,10 @@ def cli_reference() -> str:
 
 
 def tables() -> dict[Path, str]:
+    from seqtrans.serving.settings import ServeSettings
     from seqtrans_copy import CopyConfig
     from seqtrans_parsing import ParsingConfig
     from seqtrans_translation import TranslationConfig
-
-    from seqtrans.serving.settings import ServeSettings
 
     out = {DOCS / "configuration.md": markdown_table(RunConfig()),
            DOCS / "tasks" / "copy.md": markdown_table(CopyConfig(), prefix="data."),
