@@ -52,6 +52,7 @@ def cli_reference() -> str:
 
 
 def tables() -> dict[Path, str]:
+    from seqtrans.serving.settings import ServeSettings
     from seqtrans_copy import CopyConfig
     from seqtrans_parsing import ParsingConfig
     from seqtrans_translation import TranslationConfig
@@ -60,7 +61,8 @@ def tables() -> dict[Path, str]:
            DOCS / "tasks" / "copy.md": markdown_table(CopyConfig(), prefix="data."),
            DOCS / "tasks" / "parsing.md": markdown_table(ParsingConfig(), prefix="data."),
            DOCS / "tasks" / "translation.md": markdown_table(TranslationConfig(), prefix="data."),
-           DOCS / "cli.md": cli_reference()}
+           DOCS / "cli.md": cli_reference(),
+           DOCS / "serving.md": markdown_table(ServeSettings())}
     return out
 
 

@@ -99,6 +99,14 @@ def _decode_help(key: str) -> str:
     return str(next(f.metadata["help"] for f in fields(DecodeConfig) if f.name == key))
 
 
+def _serve_fields() -> tuple[Any, ...]:
+    from dataclasses import fields
+
+    from seqtrans.serving.settings import ServeSettings
+
+    return fields(ServeSettings)
+
+
 SUBCOMMANDS = (
     Command("tasks", "List installed tasks with their distribution, version and load status.",
             "List the tasks registered under the 'seqtrans.tasks' entry-point group."),
@@ -203,6 +211,18 @@ SUBCOMMANDS = (
                  help="First column: the total divided by the length penalty with the run's "
                       "decode.alpha, the score beam search ranks by."),
              DECODE_SET, DEVICE)),
+    Command("serve", "Serve trained models over HTTP and WebSocket (the serve extra).",
+            "Load the runs and answer requests until SIGINT or SIGTERM: GET /v1/models, POST "
+            "/v1/models/NAME/predict (concurrent requests decoded together in batches), a "
+            "WebSocket for simultaneous translation with models that can stream, /health, /ready, "
+            "/metrics (Prometheus) and a page at /. A model is named by its run directory's name, "
+            "or NAME=RUN_DIR. With SEQTRANS_SERVE_TOKEN set, requests need 'Authorization: Bearer "
+            "TOKEN'. On SIGTERM it stops accepting, answers what is in flight and exits 0. Needs "
+            "pip install 'seqtrans[serve]'; see docs/serving.md.",
+            (arg("models", nargs="+", metavar="RUN_DIR", help="Runs to serve: RUN_DIR or NAME=RUN_DIR."),
+             *(arg("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
+                   metavar=f.name.upper(), help=f.metadata["help"]) for f in _serve_fields()),
+             DEVICE)),
     Command("plot", "Draw the learning curves of runs as a PNG.",
             "Read the runs' logs (DIR/train.jsonl) and draw training loss, dev "
             "loss, the task's dev metrics, learning rate and tokens/s, against "
@@ -558,6 +578,16 @@ def _cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from seqtrans.serving.server import check_installed, serve
+    from seqtrans.serving.settings import ServeSettings
+
+    check_installed()  # before loading models, which takes a while
+    settings = ServeSettings(**{f.name: getattr(args, f.name) for f in _serve_fields()})
+    serve(args.models, settings, device=args.device, token=environment.serve_token())
+    return 0
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     from seqtrans.plot import plot
 
@@ -606,7 +636,7 @@ def _progress(args: argparse.Namespace) -> bool:
 COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "prepare": _cmd_prepare, "run": _cmd_run,
             "predict": _cmd_predict, "evaluate": _cmd_evaluate, "score": _cmd_score, "average": _cmd_average,
             "plot": _cmd_plot, "import": _cmd_import, "export": _cmd_export, "attention": _cmd_attention,
-            "upgrade": _cmd_upgrade}
+            "upgrade": _cmd_upgrade, "serve": _cmd_serve}
 
 
 def _run_plugin_command(argv: list[str]) -> int | None:

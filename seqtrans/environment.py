@@ -6,6 +6,8 @@ one page lists what the environment can change. Imports no torch.
 - ``SEQTRANS_CACHE_DIR``, ``XDG_CACHE_HOME``: where downloads are cached
   (:func:`seqtrans.download.cache_dir`).
 - ``SEQTRANS_MIRROR``: where downloads are read from (:func:`seqtrans.download.mirror_url`).
+- ``SEQTRANS_SERVE_TOKEN``: the bearer token ``seqtrans serve`` asks of its clients
+  (:func:`serve_token`); kept out of the command line, which other users can read.
 - ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``: this process's place in a job, as torchrun
   sets them (:mod:`seqtrans.world`).
 
@@ -21,12 +23,18 @@ from contextlib import contextmanager
 TUNE_MATMUL = "SEQTRANS_TUNE_MATMUL"
 CACHE_DIR = "SEQTRANS_CACHE_DIR"
 MIRROR = "SEQTRANS_MIRROR"
+SERVE_TOKEN = "SEQTRANS_SERVE_TOKEN"
 
 
 def tune_matmul() -> bool:
     """Whether CPU decoding may choose among equivalent matrix multiplies (on unless
     ``SEQTRANS_TUNE_MATMUL=0``)."""
     return os.environ.get(TUNE_MATMUL, "1") != "0"
+
+
+def serve_token() -> str | None:
+    """``$SEQTRANS_SERVE_TOKEN``, or None when it is unset or empty."""
+    return os.environ.get(SERVE_TOKEN) or None
 
 
 def cache_dir() -> str:

@@ -20,7 +20,8 @@ def probe(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["tasks"], ["run", "--help"], ["config", "copy"]])
+@pytest.mark.parametrize("argv", [["--help"], ["tasks"], ["run", "--help"], ["config", "copy"],
+                                  ["serve", "--help"]])
 def test_commands_that_need_no_model_do_not_import_torch(argv: list[str]) -> None:
     done = probe(*argv)
     assert done.returncode == 0, done.stderr

@@ -1,0 +1,192 @@
+"""Load on ``seqtrans serve``: many concurrent users each sending one sentence at a time.
+
+For each number of concurrent users (default 1, 8, 32 and 128), ``--requests`` requests
+of single test sentences go to a batching server; the script reports throughput
+(sentences/s), p50/p95/p99 latency, errors, refusals (503) and whether every accepted
+request got the output that decoding it in-process gives, and the server's RSS before
+and after. Beside them, measured in the same run: the same sentences decoded in-process
+as one file (the batch ceiling, as ``seqtrans predict`` decodes a file), one sentence
+decoded in-process (the latency floor) and a server without batching
+(``--max-batch-tokens 1 --max-wait-ms 0``: one request at a time) under the largest
+load but one.
+
+    python benchmarks/serve_load.py runs/m30k --beam 4                      # the issue's setting
+    python benchmarks/serve_load.py runs/m30k --users 128 --max-queue 64    # refusals under overload
+
+The sentences are the test split of the run's task (a task that can write its sources
+back as text), or ``--inputs FILE``, one per line. Prints a table; ``--out FILE`` also
+writes the results as JSON (by convention under benchmarks/results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from seqtrans import atomic
+from seqtrans.inference.evaluation import read_split
+from seqtrans.inference.loading import Loaded, load
+from seqtrans.inference.online import predict_batches
+from seqtrans.tasks.protocol import SourceFormatting
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sentences(loaded: Loaded, inputs: Path | None) -> list[str]:
+    if inputs is not None:
+        return [line for line in inputs.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not isinstance(loaded.task, SourceFormatting):
+        sys.exit(f"task '{loaded.config.task}' cannot write its sources as text: give --inputs FILE")
+    return [loaded.task.format_source(e.source) for e in read_split(loaded.task, "test").examples]
+
+
+def rss(pid: int) -> int:
+    """Resident memory of a process in bytes (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class Server:
+    """``seqtrans serve`` in a process of its own, on a free port."""
+
+    def __init__(self, run: Path, *args: str) -> None:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-m", "seqtrans", "-q", "serve", f"m={run}", "--port", str(self.port),
+                   "--device", "cpu", *args]
+        self.process = subprocess.Popen(command, cwd=ROOT)
+        deadline = time.monotonic() + 300
+        while True:
+            if self.process.poll() is not None:
+                sys.exit(f"the server exited with status {self.process.returncode}")
+            try:
+                if httpx.get(self.url + "/ready", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                sys.exit("the server did not become ready")
+            time.sleep(0.1)
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(120)
+
+
+async def load_test(url: str, texts: list[str], expected: list[str], *, users: int, requests: int,
+                    beam: int) -> dict[str, Any]:
+    """``users`` clients, each sending its next sentence when the last is answered, until
+    ``requests`` have been sent."""
+    latencies: list[float] = []
+    statuses: dict[str, int] = {}
+    wrong = 0
+    sent = 0
+
+    async def user(client: httpx.AsyncClient) -> None:
+        nonlocal sent, wrong
+        while sent < requests:
+            i = sent % len(texts)
+            sent += 1
+            started = time.perf_counter()
+            try:
+                answer = await client.post(f"{url}/v1/models/m/predict",
+                                           json={"inputs": [texts[i]], "beam": beam})
+            except httpx.HTTPError as exc:
+                statuses[type(exc).__name__] = statuses.get(type(exc).__name__, 0) + 1
+                continue
+            statuses[str(answer.status_code)] = statuses.get(str(answer.status_code), 0) + 1
+            if answer.status_code == 200:
+                latencies.append(time.perf_counter() - started)
+                wrong += answer.json()["outputs"][0]["output"] != expected[i]
+
+    limits = httpx.Limits(max_connections=users, max_keepalive_connections=users)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        started = time.perf_counter()
+        await asyncio.gather(*(user(client) for _ in range(users)))
+        seconds = time.perf_counter() - started
+    quantiles = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
+    return {"users": users, "requests": requests, "seconds": seconds,
+            "sentences_per_s": len(latencies) / seconds,
+            "p50_ms": 1000 * quantiles[49], "p95_ms": 1000 * quantiles[94], "p99_ms": 1000 * quantiles[98],
+            "ok": statuses.get("200", 0), "refused": statuses.get("503", 0),
+            "errors": sum(n for s, n in statuses.items() if s not in ("200", "503")), "wrong_outputs": wrong,
+            "statuses": statuses}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="The run directory of the model to serve.")
+    parser.add_argument("--inputs", type=Path, help="Sentences, one per line (default: the test split).")
+    parser.add_argument("--users", type=int, nargs="+", default=[1, 8, 32, 128])
+    parser.add_argument("--requests", type=int, default=10_000, help="Requests per load level.")
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--max-wait-ms", default="5")
+    parser.add_argument("--max-queue", default="256")
+    parser.add_argument("--out", type=Path, help="Also write the results here as JSON.")
+    args = parser.parse_args()
+
+    loaded = load(args.run, overrides=[f"decode.beam={args.beam}"], device="cpu")
+    texts = sentences(loaded, args.inputs)
+    started = time.perf_counter()
+    expected = list(predict_batches(loaded, [texts]))
+    ceiling = len(texts) / (time.perf_counter() - started)
+    one = []
+    for text in texts[:50]:
+        started = time.perf_counter()
+        list(predict_batches(loaded, [[text]]))
+        one.append(time.perf_counter() - started)
+    results: dict[str, Any] = {"run": str(args.run), "beam": args.beam, "sentences": len(texts),
+                               "batch_ceiling_sentences_per_s": ceiling,
+                               "in_process_one_sentence_p50_ms": 1000 * statistics.median(one),
+                               "cpu_count": os.cpu_count(), "batched": [], "unbatched": None}
+
+    server = Server(args.run, "--max-wait-ms", args.max_wait_ms, "--max-queue", args.max_queue)
+    before = rss(server.process.pid)
+    for users in args.users:
+        row = asyncio.run(load_test(server.url, texts, expected, users=users, requests=args.requests,
+                                    beam=args.beam))
+        row["rss_after_bytes"] = rss(server.process.pid)
+        results["batched"].append(row)
+        print(json.dumps(row), flush=True)
+    results["rss_before_bytes"] = before
+    results["server_exit_status"] = server.stop()
+
+    users = sorted(args.users)[-2] if len(args.users) > 1 else args.users[0]
+    unbatched = Server(args.run, "--max-wait-ms", "0", "--max-batch-tokens", "1",
+                       "--max-queue", args.max_queue)
+    results["unbatched"] = asyncio.run(load_test(unbatched.url, texts, expected, users=users,
+                                                 requests=args.requests, beam=args.beam))
+    unbatched.stop()
+
+    print(f"batch ceiling (in-process, one file): {ceiling:.1f} sentences/s; one sentence in-process: "
+          f"{results['in_process_one_sentence_p50_ms']:.1f} ms")
+    print("| users | sentences/s | vs ceiling | p50 ms | p95 ms | p99 ms | refused | errors | wrong |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in [*results["batched"], {**results["unbatched"], "users": f"{users} (unbatched)"}]:
+        print(f"| {row['users']} | {row['sentences_per_s']:.1f} | {row['sentences_per_s'] / ceiling:.2f} | "
+              f"{row['p50_ms']:.1f} | {row['p95_ms']:.1f} | {row['p99_ms']:.1f} | {row['refused']} | "
+              f"{row['errors']} | {row['wrong_outputs']} |")
+    if args.out is not None:
+        atomic.write_json(args.out, results)
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+"""The HTTP application: routes under ``/v1``, probes, metrics and the page.
+
+Every answer is JSON (the page and the metrics aside); every refusal is an ``error``
+object with a ``code``, a ``message`` and, where a limit was passed, the ``limit``'s name.
+Nothing a request says is taken as a path: models are the ones loaded at start, by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from torch import Tensor
+
+from seqtrans.attention import waiting
+from seqtrans.data import source_ids
+from seqtrans.decoding import generate
+from seqtrans.decoding.search import Hypothesis
+from seqtrans.errors import SeqtransError
+from seqtrans.inference.details import attention_weights
+from seqtrans.inference.ensemble import position_limit
+from seqtrans.inference.scoring import score_ids
+from seqtrans.serving.batching import Batcher, QueueFull, Stopped
+from seqtrans.serving.metrics import CONTENT_TYPE, Metrics
+from seqtrans.serving.middleware import Guard
+from seqtrans.serving.models import (
+    Prediction,
+    RequestError,
+    Scoring,
+    Served,
+    outputs,
+    parse_predict,
+    parse_score,
+)
+from seqtrans.serving.openapi import schema
+from seqtrans.serving.settings import ServeSettings
+from seqtrans.vocab import EOS
+
+log = logging.getLogger(__name__)
+
+
+class Server:
+    """The state the routes share: the models, the batcher, the metrics and readiness."""
+
+    def __init__(self, models: Mapping[str, Served], settings: ServeSettings) -> None:
+        self.models = dict(models)
+        self.settings = settings
+        self.metrics = Metrics()
+        self.batcher: Batcher | None = None
+        self.ready = False
+        self.streams = 0
+
+    def model(self, name: str) -> Served:
+        served = self.models.get(name)
+        if served is None:
+            raise RequestError(404, "unknown_model", f"no model named {name!r}; GET /v1/models lists them")
+        return served
+
+    def decode(self, works: Sequence[tuple[Served, Prediction | Scoring]]) -> list[list[dict[str, Any]]]:
+        """The outputs of requests of one model and one kind (predictions of one decoding
+        setting, or scores), decoded together in the worker thread."""
+        if isinstance(works[0][1], Scoring):
+            return self.score(works)
+        started = time.monotonic()
+        served, first = works[0]
+        assert isinstance(first, Prediction)
+        requests = [p for _, p in works if isinstance(p, Prediction)]
+        sources = [s for p in requests for s in p.sources]
+        # each input seeds its sampling stream by its place in its own request, so that a
+        # request's outputs do not depend on the requests it was batched with
+        positions = [i for p in requests for i in range(len(p.sources))]
+        _, hyps = served.loaded.decode(sources, decode=first.decode, positions=positions)
+        maps = self._attention(served, requests, hyps)
+        out, start = [], 0
+        for p in requests:
+            end = start + len(p.sources)
+            out.append(outputs(served, p, hyps[start:end], maps[start:end] if p.attention else None))
+            start = end
+        tokens = sum(len(h[0].tokens) for h in hyps if h)
+        self.metrics.batch(len(works), len(sources), tokens, time.monotonic() - started)
+        return out
+
+    @staticmethod
+    def _attention(served: Served, requests: Sequence[Prediction],
+                   hyps: Sequence[list[Hypothesis]]) -> list[Tensor | None]:
+        """The encoder-decoder attention [T, S] of each best output whose request asked
+        for it (None for the others), by one teacher-forced pass."""
+        asked = [p.attention for p in requests for _ in p.sources]
+        picked = [i for i, a in enumerate(asked) if a]
+        maps: list[Tensor | None] = [None] * len(asked)
+        if not picked:
+            return maps
+        loaded = served.loaded
+        sources = [s for p in requests for s in p.sources]
+        ids = [source_ids(loaded.codec, sources[i]) for i in picked]
+        targets = [hyps[i][0].tokens if hyps[i] else [] for i in picked]
+        weights = attention_weights(loaded.searcher, ids, targets, layer=None, device=loaded.device,
+                                    batch_tokens=loaded.config.decode.batch_tokens)
+        for i, w in zip(picked, weights):
+            maps[i] = w
+        return maps
+
+    def score(self, works: Sequence[tuple[Served, Prediction | Scoring]]) -> list[list[dict[str, Any]]]:
+        """The scores of score requests of one model, computed together."""
+        served = works[0][0]
+        requests = [p for _, p in works if isinstance(p, Scoring)]
+        decode = served.loaded.config.decode
+        with waiting(decode.wait_k or None):
+            scores = score_ids(served.loaded.searcher, [s for r in requests for s in r.sources],
+                               [t for r in requests for t in r.targets], batch_tokens=decode.batch_tokens,
+                               device=served.loaded.device, precision=decode.precision)
+        out, start = [], 0
+        for r in requests:
+            out.append([{"log_prob": s.log_prob, "per_token": s.per_token, "tokens": s.tokens,
+                         "normalized_score": s.normalized(decode.alpha, kind=decode.length_penalty)}
+                        for s in scores[start:start + len(r.sources)]])
+            start += len(r.sources)
+        return out
+
+    def warm(self) -> None:
+        """Decode one empty source with each model, so that the first request does not pay
+        for the first call's set-up (allocations, int8 or oneDNN copies)."""
+        for served in self.models.values():
+            loaded = served.loaded
+            generate(loaded.searcher, [[EOS]], loaded.config.decode, device=loaded.device,
+                     position_limit=position_limit(loaded.searcher))
+
+
+def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
+              token: str | None = None) -> Starlette:
+    """The ASGI app serving ``models`` by name; with ``token``, every route but the page
+    and the probes needs ``Authorization: Bearer TOKEN``."""
+    from seqtrans.serving.streaming import stream
+
+    server = Server(models, settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        batcher = Batcher(server.decode, max_tokens=settings.max_batch_tokens,
+                          max_wait_s=settings.max_wait_ms / 1000, max_queue=settings.max_queue)
+        server.batcher = batcher
+        batcher.start()
+        warming = asyncio.get_running_loop().run_in_executor(batcher.executor, server.warm)
+        warming.add_done_callback(lambda f: _warmed(server, f))
+        try:
+            yield
+        finally:
+            await batcher.stop()
+
+    async def page(request: Request) -> Response:
+        return HTMLResponse(resources.files("seqtrans.serving").joinpath("page.html").read_text("utf-8"))
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "alive"})
+
+    async def ready(request: Request) -> Response:
+        if server.ready:
+            return JSONResponse({"status": "ready", "models": sorted(server.models)})
+        return JSONResponse({"status": "warming"}, status_code=503, headers={"Retry-After": "1"})
+
+    async def metrics(request: Request) -> Response:
+        return Response(server.metrics.exposition(), media_type=CONTENT_TYPE)
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(schema())
+
+    async def list_models(request: Request) -> Response:
+        return JSONResponse({"models": [s.describe() for s in server.models.values()]})
+
+    async def show_model(request: Request) -> Response:
+        return JSONResponse(server.model(request.path_params["name"]).describe())
+
+    async def predict(request: Request) -> Response:
+        arrived = time.monotonic()
+        served = server.model(request.path_params["name"])
+        prediction = parse_predict(served, await read_json(request, settings.max_body_bytes), settings)
+        result = await decoded(served, (served.name, prediction.decode), prediction, arrived)
+        return JSONResponse({"model": served.name, "outputs": result})
+
+    async def score(request: Request) -> Response:
+        arrived = time.monotonic()
+        served = server.model(request.path_params["name"])
+        scoring = parse_score(served, await read_json(request, settings.max_body_bytes), settings)
+        result = await decoded(served, (served.name, "score"), scoring, arrived)
+        return JSONResponse({"model": served.name, "scores": result})
+
+    async def decoded(served: Served, key: Hashable, work: Prediction | Scoring, arrived: float) -> Any:
+        """The result of a request through the batcher, within the time limit."""
+        assert server.batcher is not None
+        server.metrics.queue_depth.observe(server.batcher.depth)
+        try:
+            future = server.batcher.submit(key, work.tokens, (served, work))
+        except QueueFull:
+            raise RequestError(503, "queue_full", f"{settings.max_queue} requests are waiting already; "
+                               "try again shortly", limit="max_queue", headers={"Retry-After": "1"}) from None
+        server.metrics.queued.set(server.batcher.depth)
+        left = settings.timeout_s - (time.monotonic() - arrived)
+        try:
+            result = await asyncio.wait_for(future, max(left, 0.0))
+        except asyncio.TimeoutError:
+            raise RequestError(504, "timeout", f"not decoded within {settings.timeout_s:g} s",
+                               limit="timeout_s") from None
+        except SeqtransError as exc:
+            raise RequestError(422, "decoding_failed", str(exc)) from None
+        except Stopped:
+            raise RequestError(503, "shutting_down", "the server stopped before decoding this request",
+                               headers={"Retry-After": "1"}) from None
+        finally:
+            server.metrics.queued.set(server.batcher.depth)
+        return result
+
+    routes = [Route("/", page), Route("/health", health), Route("/ready", ready), Route("/metrics", metrics),
+              Route("/openapi.json", openapi),
+              Route("/v1/models", list_models), Route("/v1/models/{name}", show_model),
+              Route("/v1/models/{name}/predict", predict, methods=["POST"]),
+              Route("/v1/models/{name}/score", score, methods=["POST"]),
+              WebSocketRoute("/v1/models/{name}/stream", lambda ws: stream(server, ws))]
+    handlers = {RequestError: _refused, HTTPException: _http_error, Exception: _internal_error}
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
+                     middleware=[Middleware(Guard, metrics=server.metrics, token=token)])
+
+
+def _warmed(server: Server, future: asyncio.Future[None]) -> None:
+    if future.cancelled() or future.exception() is not None:
+        log.error("warming the models failed: %s", None if future.cancelled() else future.exception())
+        return
+    server.ready = True
+    log.info("models ready: %s", ", ".join(server.models))
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request's body as JSON; 413 past ``limit`` bytes (read no further), 400 when it
+    is not JSON."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, "body_too_large", f"a body of {declared} bytes, more than the {limit} "
+                           "allowed", limit="max_body_bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, "body_too_large", f"a body of more than the {limit} bytes allowed",
+                               limit="max_body_bytes")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RequestError(400, "malformed_json", f"the body is not JSON: {exc}") from None
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestError)
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return JSONResponse({"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code,
+                        headers=exc.headers)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return JSONResponse({"error": {"code": "internal_error", "message": "the server failed to answer this "
+                                   "request; its log says why"}}, status_code=500)

@@ -1,0 +1,67 @@
+"""Loading the runs and running the server until it is told to stop."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Sequence
+
+from seqtrans.serving.settings import ServeSettings
+
+log = logging.getLogger(__name__)
+
+#: The modules of the serve extra, each with the distribution that provides it.
+NEEDED = {"starlette": "starlette", "uvicorn": "uvicorn", "prometheus_client": "prometheus-client",
+          "websockets": "websockets"}
+
+
+def check_installed() -> None:
+    """A :class:`UsageError` naming what is missing when the serve extra is not installed."""
+    import importlib.util
+
+    from seqtrans.errors import UsageError
+
+    missing = []
+    for module, distribution in NEEDED.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ValueError:  # a module present in sys.modules as None
+            found = False
+        if not found:
+            missing.append(distribution)
+    if missing:
+        raise UsageError(f"serving needs {', '.join(missing)}, which is not installed: "
+                         "pip install 'seqtrans[serve]'")
+
+
+def serve(paths: Sequence[str], settings: ServeSettings, *, device: str = "auto",
+          token: str | None = None) -> None:
+    """Serve the runs ``paths`` (``NAME=RUN_DIR`` or ``RUN_DIR``) until SIGINT or SIGTERM;
+    then stop accepting connections, answer the requests in flight (for at most
+    ``settings.timeout_s``) and return."""
+    check_installed()
+    import uvicorn
+
+    from seqtrans.inference.loading import load
+    from seqtrans.serving.app import build_app
+    from seqtrans.serving.models import Served, model_names
+
+    models = {}
+    for name, path in model_names(paths).items():
+        models[name] = Served(name, load(path, device=device))
+        log.info("model %s: %s (task %s)", name, path, models[name].loaded.config.task)
+    app = build_app(models, settings, token=token)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, ws="auto", lifespan="on",
+                            timeout_graceful_shutdown=max(1, int(settings.timeout_s)), log_level="info",
+                            access_log=False)
+    # uvicorn drains on SIGTERM and then raises the signal again under the handler it found;
+    # a handler of ours turns that into the normal end of serving (exit status 0)
+    previous = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stopped(signum: int, frame: object) -> None:
+    log.info("stopped by SIGTERM after answering the requests in flight")

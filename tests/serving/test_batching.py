@@ -1,0 +1,76 @@
+"""The batcher on its own, with a recording decoder: which requests go together, in what
+order, and a failing request failing alone."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from seqtrans.serving.batching import Batcher, Job, QueueFull, Stopped, take_batch
+
+
+def _jobs(loop: asyncio.AbstractEventLoop, specs: list[tuple[str, int]]) -> deque[Job]:
+    return deque(Job(key, tokens, i, loop.create_future()) for i, (key, tokens) in enumerate(specs))
+
+
+def test_a_batch_is_the_oldest_request_and_later_ones_of_its_key_within_the_token_budget() -> None:
+    loop = asyncio.new_event_loop()
+    pending = _jobs(loop, [("a", 30), ("b", 5), ("a", 50), ("a", 30), ("a", 40), ("b", 5)])
+    assert [j.work for j in take_batch(pending, 100)] == [0, 2]  # 30 + 50; 30 more would pass 100
+    assert [j.work for j in pending] == [1, 3, 4, 5]  # the others keep their order
+    pending[1].future.cancel()
+    assert [j.work for j in take_batch(pending, 100)] == [1, 5]
+    assert [j.work for j in take_batch(pending, 10)] == [4]  # alone, however large
+    assert take_batch(pending, 100) == []
+    loop.close()
+
+
+class Recorder:
+    """Decodes a work w to w * 10 and remembers each batch; work 13 fails."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+
+    def __call__(self, works: Sequence[int]) -> list[int]:
+        self.batches.append(list(works))
+        if 13 in works:
+            raise ValueError("unlucky")
+        return [w * 10 for w in works]
+
+
+def test_requests_arriving_together_are_decoded_together_and_a_failure_stays_with_its_request() -> None:
+    decoder = Recorder()
+
+    async def scenario() -> list[Any]:
+        batcher = Batcher(decoder, max_tokens=100, max_wait_s=0.2, max_queue=8)
+        batcher.start()
+        futures = [batcher.submit("k", 1, w) for w in (1, 13, 2, 3)]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        await batcher.stop()
+        return results
+
+    results = asyncio.run(scenario())
+    assert results[0] == 10 and results[2:] == [20, 30]
+    assert isinstance(results[1], ValueError)
+    assert decoder.batches == [[1, 13, 2, 3], [1], [13], [2], [3]]  # together, then alone after the failure
+
+
+def test_a_full_queue_refuses_a_withdrawn_request_frees_its_place_and_stopping_answers_the_rest() -> None:
+    async def scenario() -> None:
+        batcher = Batcher(Recorder(), max_tokens=100, max_wait_s=10, max_queue=2)
+        first = batcher.submit("k", 1, 1)
+        batcher.submit("k", 1, 2)
+        with pytest.raises(QueueFull):
+            batcher.submit("k", 1, 3)
+        first.cancel()
+        await asyncio.sleep(0)  # the done callback runs on the loop
+        assert batcher.depth == 1
+        last = batcher.submit("k", 1, 4)
+        await batcher.stop()
+        assert isinstance(last.exception(), Stopped)  # answered, not left waiting
+
+    asyncio.run(scenario())
