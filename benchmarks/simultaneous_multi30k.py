@@ -164,20 +164,62 @@ def policy_gap(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from seqtrans.attention.monotonic import MonotonicAttention
 
     torch.set_num_threads(args.threads)
-    loaded = loading.load(Path(args.work) / name, overrides=["decode.beam=1"], device="cpu")
-    split = evaluation.read_split(loaded.task, "test")
     row: dict[str, Any] = {"model": name}
     for mode in ("hard", "expected"):
+        # loaded afresh: decoding keeps a copy of the model made at its first use
+        loaded = loading.load(Path(args.work) / name, overrides=["decode.beam=1"], device="cpu")
+        split = evaluation.read_split(loaded.task, "test")
         for module in loaded.model.modules():
             if isinstance(module, MonotonicAttention):
                 module.soft_decisions = mode == "expected"
         _, metrics = evaluation.score_examples(loaded.model, loaded.task, loaded.codec, split,
                                                loaded.config.decode, device=loaded.device)
         row.update({f"{mode}_{key}": metrics[key] for key in ("bleu", "bleu_length_ratio", "chrf")})
+    row["undecided"] = undecided(loaded, split)
     print(f"{name:>12} offline greedy: hard decisions BLEU {row['hard_bleu']:.2f} "
           f"(length ratio {row['hard_bleu_length_ratio']:.3f}), expected alignment BLEU "
-          f"{row['expected_bleu']:.2f} ({row['expected_bleu_length_ratio']:.3f})", flush=True)
+          f"{row['expected_bleu']:.2f} ({row['expected_bleu_length_ratio']:.3f}); selection "
+          f"probabilities in [0.1, 0.9] by layer: {row['undecided']}", flush=True)
     return row
+
+
+def undecided(loaded: loading.Loaded, split: evaluation.Split) -> list[float]:
+    """For each decoder layer, the share of the monotonic head's selection probabilities
+    sigmoid(energy) within [0.1, 0.9] over the test set's (target, source) position pairs,
+    teacher-forced with the references: how far from hard decisions its training left them."""
+    from seqtrans.attention.monotonic import MonotonicAttention
+    from seqtrans.data import pad_batch
+    from seqtrans.encoding import target_ids
+    from seqtrans.vocab import BOS, PAD
+
+    heads = [m for m in loaded.model.modules() if isinstance(m, MonotonicAttention)]
+    counts = [[0, 0] for _ in heads]  # [within, all] per layer
+    probabilities: dict[int, torch.Tensor] = {}
+
+    def keep(layer: int, head: MonotonicAttention) -> Callable[..., torch.Tensor]:
+        def energy(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+            out = MonotonicAttention.energy(head, query, keys)
+            probabilities[layer] = torch.sigmoid(out.float())
+            return out
+        return energy
+
+    for layer, head in enumerate(heads):
+        head.energy = keep(layer, head)  # type: ignore[method-assign]
+    examples = split.examples
+    for start in range(0, len(examples), 100):
+        chunk = examples[start:start + 100]
+        src = pad_batch([source_ids(loaded.codec, e.source) for e in chunk])
+        tgt = pad_batch([target_ids(loaded.codec, e.target) for e in chunk], before=BOS)
+        pairs = tgt.ne(PAD).unsqueeze(2) & src.ne(PAD).unsqueeze(1)  # [B, T, S]
+        with torch.inference_mode():
+            loaded.model(src, tgt)
+        for layer, p in probabilities.items():
+            within = (p >= 0.1) & (p <= 0.9) & pairs
+            counts[layer][0] += int(within.sum())
+            counts[layer][1] += int(pairs.sum())
+    for head in heads:
+        del head.energy
+    return [round(within / max(total, 1), 3) for within, total in counts]
 
 
 # ---------------------------------------------------------------------- memory attention

@@ -237,9 +237,10 @@ def simultaneous_multi30k() -> str:
                "as the streams, and with the expected alignment they were trained with (no noise; no "
                "stream can follow it):\n"
                + _table(["model", "hard decisions: BLEU", "length ratio", "expected alignment: BLEU",
-                         "length ratio"],
+                         "length ratio", "selection probabilities in [0.1, 0.9], by layer"],
                         [[r["model"], f"{r['hard_bleu']:.2f}", f"{r['hard_bleu_length_ratio']:.3f}",
-                          f"{r['expected_bleu']:.2f}", f"{r['expected_bleu_length_ratio']:.3f}"]
+                          f"{r['expected_bleu']:.2f}", f"{r['expected_bleu_length_ratio']:.3f}",
+                          " / ".join(_pct(u) for u in r["undecided"])]
                          for r in data["policy_gap"]]))
     return _table(header, rows) + gap + _source("simultaneous_multi30k.json", machine="; ".join(machines))
 
