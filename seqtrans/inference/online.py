@@ -104,8 +104,10 @@ def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str =
             log.error("%s", exc)
             failed.append(exc)
     if failed:
-        raise DataError(failed[0].path, failed[0].line, f"{failed[0].problem} ({len(failed)} line(s) left without "
-                        "output; the other lines were decoded)")
+        earliest = failed[0]
+        raise DataError(earliest.path, earliest.line,
+                        f"{earliest.problem} ({len(failed)} line(s) left without output; the other lines "
+                        "were decoded)")
 
 
 def _details(loaded: Loaded, sources: list[Any], hyps: list[list[Hypothesis]], output: OutputOptions,
