@@ -102,8 +102,8 @@ def required_problem(phrases: Phrases, *, beam: int, max_len: int) -> str | None
             return f"required phrase {list(phrase)} holds ids {bad} that are not target tokens"
     n = total_tokens(phrases)
     if n > beam:
-        return (f"{n} required tokens need a beam of at least {n} (each number of tokens met has its "
-                f"bank in the beam), got beam {beam}")
+        return (f"{n} required tokens need a beam of at least {n} (a slot for each number of them met), "
+                f"got beam {beam}")
     if n > max_len:
         return f"{n} required tokens do not fit the maximum output length of {max_len} tokens"
     return None

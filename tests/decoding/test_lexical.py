@@ -16,7 +16,7 @@ from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding import beam_search
 from seqtrans.decoding.generate import generate
-from seqtrans.decoding.lexical import advance, bank_sizes, met_tokens, phrase_set, required_problem
+from seqtrans.decoding.lexical import advance, allocate, bank_sizes, met_tokens, phrase_set, required_problem
 from seqtrans.inference.ensemble import Ensemble
 from seqtrans.vocab import EOS, UNK
 
@@ -84,6 +84,14 @@ def test_bank_sizes_share_the_beam_and_pass_on_what_a_bank_cannot_fill() -> None
         sizes = bank_sizes(available, beam)
         assert sum(sizes) == min(beam, sum(available))
         assert all(0 <= s <= a for s, a in zip(sizes, available))
+
+
+def test_allocation_keeps_the_best_of_the_banks_with_progress_beside_better_free_candidates() -> None:
+    # candidates best first: three with no required token met, then one with both met
+    assert allocate([0, 0, 0, 2], [True] * 4, 2, 3) == [0, 3]  # top-2 alone would keep 0 and 1
+    assert allocate([0, 0, 0, 2], [False, True, True, True], 2, 3) == [1, 3]  # an ending one goes elsewhere
+    assert allocate([1, 0, 1, 0, 1], [True] * 5, 4, 2) == [0, 1, 2, 3]  # two slots each, best of each
+    assert allocate([1, 1, 1, 0], [True] * 4, 4, 3) == [0, 1, 2, 3]  # bank 2 is empty: its slot passes on
 
 
 # a token, a phrase, two phrases that overlap each other, a phrase given twice, a phrase
