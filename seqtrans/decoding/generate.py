@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from seqtrans.linear.onednn import onednn_available
 from seqtrans.model import Transformer
 from seqtrans.precision import autocast
 from seqtrans.quantize import onednn_cached, quantized_cached
+
+log = logging.getLogger(__name__)
 
 ConstraintFactory = Callable[[list[int]], "Constraint | None"]
 
@@ -168,8 +171,11 @@ def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCo
                                   no_repeat_ngram_size=config.no_repeat_ngram_size,
                                   prefixes=None if forced is None else pad_batch(forced), banned=banned,
                                   required=required)
-        for i, hyps in zip(idx, out):
+        for k, (i, hyps) in enumerate(zip(idx, out)):
             results[i] = hyps
+            if not hyps and required and required[k]:  # the phrases fit, but the other rules left no way
+                log.warning("input %d: no output contains its required phrases and keeps the other rules "
+                            "(banned phrases, the task's constraint, the maximum length)", positions[i])
         bar.update(len(idx))
     bar.close()
     return results

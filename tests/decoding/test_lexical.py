@@ -5,6 +5,7 @@ phrases, the task's constraint hook, ensembles, prefixes and batches."""
 
 from __future__ import annotations
 
+import logging
 import random
 
 import pytest
@@ -203,6 +204,17 @@ def test_generate_takes_phrases_per_source_and_searches_them_at_beam_one() -> No
         assert all(h and meets(h[0].tokens, own) for h, own in zip(hyps, required))
     with pytest.raises(ValueError, match="sampling"):
         generate(model, sources, DecodeConfig(sample=2), device=torch.device("cpu"), required=required)
+
+
+def test_phrases_the_other_rules_rule_out_leave_the_input_without_output_and_a_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    model = tiny_model(vocab=VOCAB, seed=1)
+    sources = [[4, 5, 6, 4, EOS], [5, 5, EOS]]
+    with caplog.at_level(logging.WARNING):
+        hyps = generate(model, sources, DecodeConfig(beam=4, max_len_b=5), device=torch.device("cpu"),
+                        required=[[[5], [4, 6]], [[6]]], banned=[[[4, 6]], []])
+    assert hyps[0] == [] and hyps[1] and meets(hyps[1][0].tokens, [[6]])
+    assert [r.getMessage()[:37] for r in caplog.records] == ["input 0: no output contains its requi"]
 
 
 @pytest.mark.parametrize(("phrases", "beam", "max_len", "message"), [
