@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
 import io
 import json
 import logging
@@ -77,7 +78,7 @@ MODEL = arg("model", metavar="RUN_DIR_OR_CHECKPOINT")
 DECODE_SET = arg("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                  help="Override decode.* (or data.*) keys.")
 BEAM = arg("--beam", type=int, help="Beam size (default: the run's decode.beam).")
-# predict's shortcuts for decode.* keys: (flag, key, type); the help is the key's own
+# predict's and evaluate's shortcuts for decode.* keys: (flag, key, type); the help is the key's own
 SAMPLING_FLAGS = (("--sample", "sample", int), ("--temperature", "temperature", float),
                   ("--top-k", "top_k", int), ("--top-p", "top_p", float), ("--epsilon", "epsilon", float),
                   ("--seed", "seed", int))
@@ -165,6 +166,16 @@ SUBCOMMANDS = (
                       "prefix. A prefix the task cannot read or whose tokens the model's vocabulary lacks "
                       "is an error naming the line; that line's output is left empty, the other lines "
                       "are decoded, and the exit status is 1."),
+             arg("--constraints", metavar="FILE", type=Path,
+                 help="Lexical constraints, line by line with the input: each line of FILE a JSON object "
+                      "{\"required\": [PHRASE, ...], \"banned\": [PHRASE, ...]} (either key may be left out; "
+                      "an empty line has none), each phrase read as the task reads a target. Every output "
+                      "contains each required phrase (as often as it is listed), found by beam search with "
+                      "dynamic beam allocation, also at --beam 1; a line's required tokens may not exceed "
+                      "decode.beam or its maximum output length. No output contains a banned phrase. A line "
+                      "of FILE that cannot be read or searched is an error naming FILE and the line; that "
+                      "input's output is left empty, the other lines are decoded, and the exit status is 1. "
+                      "Required phrases cannot be sampled (--sample)."),
              arg("--format", choices=["text", "jsonl"], default="text",
                  help="text: one line per output (with nbest or sample > 1: rank, score and output, "
                       "tab-separated, and an empty line after each input); jsonl: one JSON object per input "
@@ -194,6 +205,8 @@ SUBCOMMANDS = (
                       "--output. Needs model.cross_attention=monotonic and model.causal_encoder=true."),
              arg("--output", metavar="FILE", type=Path,
                  help="With --stream: write the metrics here instead."),
+             *(arg(flag, type=kind, metavar=key.upper(), help=f"decode.{key}: {_decode_help(key)}")
+               for flag, key, kind in SAMPLING_FLAGS),
              DECODE_SET, DEVICE)),
     Command("score", "Print the log-probability of given source-target pairs.",
             "Score the line pairs of --src and --tgt (the task reads and encodes "
@@ -471,10 +484,47 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
+    from seqtrans.inference.lexical import ConstraintLines
     from seqtrans.inference.loading import load_ensemble
     from seqtrans.inference.online import line_batches, predict, predict_batches, stream, words_of
     from seqtrans.inference.output import OutputOptions
 
+    overrides = _decode_overrides(args)
+    loaded = load_ensemble(args.models, overrides=overrides, device=args.device)
+    if args.stream:
+        if (args.prefixes or args.constraints or args.format != "text" or args.token_scores
+                or args.alignments):
+            raise UsageError("--stream writes text only: it takes no --prefixes, --constraints, --format "
+                             "jsonl, --token-scores or --alignments")
+        stream(loaded, words_of(_stdin_chunks()), _write_now)
+        return 0
+    if args.alignment_layer is not None and not args.alignments:
+        raise UsageError("--alignment-layer needs --alignments")
+    output = OutputOptions(format=args.format, token_log_probs=args.token_scores, alignments=args.alignments,
+                           alignment_layer=args.alignment_layer)
+    with contextlib.ExitStack() as files:
+        constraints = None
+        if args.constraints is not None:
+            try:
+                lines = files.enter_context(args.constraints.open(encoding="utf-8"))
+            except OSError as exc:
+                raise UsageError(f"--constraints {args.constraints}: {exc.strerror}") from None
+            constraints = ConstraintLines(lines, str(args.constraints))
+        try:
+            fd = sys.stdin.fileno()
+        except (AttributeError, OSError, io.UnsupportedOperation):  # a stream without a descriptor
+            outputs = predict(loaded, sys.stdin, prefixes=args.prefixes, output=output,
+                              constraints=constraints)
+        else:
+            outputs = predict_batches(loaded, line_batches(fd), prefixes=args.prefixes, output=output,
+                                      constraints=constraints)
+        for line in outputs:
+            _write_now(line + "\n")
+    return 0
+
+
+def _decode_overrides(args: argparse.Namespace) -> list[str]:
+    """The --set overrides with those of --beam and the sampling flags added."""
     overrides = list(args.overrides)
     if args.beam is not None:
         if args.stream and args.beam != 1:
@@ -484,26 +534,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         value = getattr(args, key)
         if value is not None:
             overrides.append(f"decode.{key}={value}")
-    loaded = load_ensemble(args.models, overrides=overrides, device=args.device)
-    if args.stream:
-        if args.prefixes or args.format != "text" or args.token_scores or args.alignments:
-            raise UsageError("--stream writes text only: it takes no --prefixes, --format jsonl, "
-                             "--token-scores or --alignments")
-        stream(loaded, words_of(_stdin_chunks()), _write_now)
-        return 0
-    if args.alignment_layer is not None and not args.alignments:
-        raise UsageError("--alignment-layer needs --alignments")
-    output = OutputOptions(format=args.format, token_log_probs=args.token_scores, alignments=args.alignments,
-                           alignment_layer=args.alignment_layer)
-    try:
-        fd = sys.stdin.fileno()
-    except (AttributeError, OSError, io.UnsupportedOperation):  # a stream without a descriptor
-        outputs = predict(loaded, sys.stdin, prefixes=args.prefixes, output=output)
-    else:
-        outputs = predict_batches(loaded, line_batches(fd), prefixes=args.prefixes, output=output)
-    for line in outputs:
-        _write_now(line + "\n")
-    return 0
+    return overrides
 
 
 def _write_now(text: str) -> None:
@@ -528,11 +559,7 @@ def _stdin_chunks() -> Iterator[str]:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from seqtrans.inference.loading import evaluate
 
-    overrides = list(args.overrides)
-    if args.beam is not None:
-        if args.stream and args.beam != 1:
-            raise UsageError("--stream decodes greedily; it takes no --beam")
-        overrides.append(f"decode.beam={args.beam}")
+    overrides = _decode_overrides(args)
     if args.output is not None and not args.stream:
         raise UsageError("--output is for --stream (evaluate otherwise prints its metrics only)")
     metrics = evaluate(args.models, split=args.split, overrides=overrides, device=args.device,

@@ -137,6 +137,35 @@ def test_evaluate_prints_the_metrics(run_dir: Path) -> None:
     assert "streaming needs a model trained with model.causal_encoder=true" in done.stderr
 
 
+def test_evaluate_takes_the_sampling_flags_of_predict(run_dir: Path) -> None:
+    args = ("evaluate", str(run_dir), "--split", "dev", "--device", "cpu", "--sample", "1", "--top-k", "3",
+            "--epsilon", "0.01", "--seed")
+    first, again = (seqtrans(*args, "4") for _ in range(2))
+    assert first.returncode == 0, first.stderr
+    scores = [{k: v for k, v in json.loads(d.stdout).items() if k != "decode_sentences_per_s"}
+              for d in (first, again)]
+    assert scores[0] == scores[1]  # the same seed, the same samples
+    for flag, value, key in (("--top-p", "0", "decode.top_p"), ("--temperature", "0", "decode.temperature")):
+        bad = seqtrans("evaluate", str(run_dir), "--device", "cpu", "--sample", "1", flag, value)
+        assert bad.returncode == 2 and key in bad.stderr
+
+
+def test_predict_takes_a_constraints_file_and_names_its_bad_lines(run_dir: Path, tmp_path: Path) -> None:
+    constraints = tmp_path / "constraints.jsonl"
+    constraints.write_text('{"required": ["5 5"], "banned": ["1"]}\n{"required": ["nine"]}\n\n')
+    done = seqtrans("predict", str(run_dir), "--device", "cpu", "--beam", "3", "--constraints",
+                    str(constraints), "--set", "decode.constrained=false", stdin="1 2 3\n4 4\n6\n")
+    assert done.returncode == 1
+    lines = done.stdout.split("\n")
+    assert len(lines) == 4 and " 5 5 " in f" {lines[0]} " and "1" not in lines[0].split()
+    assert lines[1] == "" and lines[2]
+    assert (f"{constraints}:2: required phrase 'nine': 1 token(s) not in the model's target vocabulary"
+            in done.stderr)
+    missing = seqtrans("predict", str(run_dir), "--device", "cpu", "--constraints", str(tmp_path / "none"),
+                       stdin="1\n")
+    assert missing.returncode == 2 and "--constraints" in missing.stderr
+
+
 def test_average_writes_a_loadable_checkpoint(run_dir: Path, tmp_path: Path) -> None:
     ckpts = sorted((run_dir / "checkpoints").glob("checkpoint_*.pt"))
     done = seqtrans("average", *map(str, ckpts), "--out", str(tmp_path / "avg.pt"))

@@ -313,6 +313,11 @@ class DecodeConfig:
         0, "No output contains an n-gram of this many target tokens twice (a token that would repeat "
         "one is not allowed); 0: no such rule."
     )
+    banned: tuple[str, ...] = option(
+        (), "Phrases no output contains (negative lexical constraints), each read as the task reads a "
+        "target (text for translation) and kept out by predict, evaluate and run's test decoding; "
+        "--set takes them comma-separated. A phrase with a token the target vocabulary lacks is an error."
+    )
     nbest: int = option(1, "Hypotheses returned per input (at most the beam size).")
     batch_tokens: int = option(8000, "Source tokens (padding included) per decoding batch.")
     constrained: bool = option(True, "Apply the task's constraint on next tokens, where it has one.")

@@ -17,6 +17,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seqtrans.decoding.constraints import Constraint, ConstraintState, mask_disallowed, start_constraint
+from seqtrans.decoding.lexical import (
+    Phrases,
+    RequiredState,
+    constrained_candidates,
+    dynamic_beam,
+    required_problem,
+)
 from seqtrans.decoding.protocol import SearchModel, SearchState
 from seqtrans.decoding.sampling import Truncation, draw, truncate
 from seqtrans.decoding.search import (
@@ -50,13 +57,15 @@ class Rules:
 
 def _extended_scores(model: SearchModel, generated: Tensor, step: int, state: SearchState, *,
                      prefix: Tensor, limit: Tensor, rules: Rules, constraint: ConstraintState | None,
-                     forced: Tensor | None, sources: Tensor | None) -> Tensor:
+                     forced: Tensor | None, sources: Tensor | None,
+                     required: RequiredState | None = None) -> Tensor:
     """``prefix`` [N] plus the log-probability of each next token of each hypothesis
     after its ``generated`` tokens [N, t] (the start symbol first), -inf where the token
     is not allowed; ``limit`` [N]: the most tokens each may have before its end symbol;
     ``forced`` [N]: the token each must take (a target prefix), PAD where free;
-    ``sources`` [N]: the source of each (an index into ``rules.banned``; None without banned phrases).
-    -> [N, V] (float32)"""
+    ``sources`` [N]: the source of each (an index into ``rules.banned``; None without banned phrases);
+    ``required``: the hypotheses' progress on their required phrases, which must all be met
+    before the end symbol. -> [N, V] (float32)"""
     logits = model.decode(generated[:, -1:], state=state)[:, -1]  # [N, V]
     log_probs = extend(logits, prefix)
     remaining = limit - step  # tokens still allowed before the end symbol
@@ -70,6 +79,8 @@ def _extended_scores(model: SearchModel, generated: Tensor, step: int, state: Se
         log_probs = log_probs.masked_fill(banned, NEG_INF)
     if constraint is not None:
         log_probs = mask_disallowed(log_probs, constraint.allowed(remaining=remaining + 1), by=constraint)
+    if required is not None:
+        log_probs[:, EOS] = log_probs[:, EOS].masked_fill(~required.can_end(), NEG_INF)
     return log_probs if forced is None else force_tokens(log_probs, forced)
 
 
@@ -134,6 +145,37 @@ def _going_on(go_on: Tensor, cand: Tensor, ends: Tensor, rows: Tensor,
     return scores, rows.gather(1, go_on), token.gather(1, go_on)
 
 
+def _candidates(total: Tensor, k: int, required: RequiredState | None
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The candidates of a step, best first: their scores, source beams and tokens, which
+    end, and the K that go on (indices into them); with required phrases, chosen by
+    dynamic beam allocation (:mod:`seqtrans.decoding.lexical`).  total [B, K, V] -> [B, C] x 4, [B, K]"""
+    if required is None:
+        cand, src_beam, token = top_candidates(total)
+        ends, go_on = split_finished(cand, token, k)
+        return cand, src_beam, token, ends, go_on
+    constrained = torch.tensor([banks > 1 for banks in required.banks], device=total.device)  # [B]
+    cand, src_beam, token, met = constrained_candidates(total, required, constrained=constrained)
+    ends = token.eq(EOS) & torch.isfinite(cand)
+    return cand, src_beam, token, ends, dynamic_beam(cand, ends, met, required.banks, k)
+
+
+def _start_required(required: Sequence[Phrases], rows: Tensor, *, beam: int,
+                    max_len: Tensor) -> RequiredState | None:
+    """The progress state of the hypotheses ``rows`` [N] (their sources) on the required
+    phrases of their sources; None when no source has any. ValueError naming the source
+    whose phrases the search cannot take."""
+    if not any(required):
+        return None
+    if len(required) != max_len.numel():
+        raise ValueError(f"required phrases for {len(required)} sources, but {max_len.numel()} sources")
+    for b, phrases in enumerate(required):
+        problem = required_problem(phrases, beam=beam, max_len=int(max_len[b]))
+        if problem is not None:
+            raise ValueError(f"source {b}: {problem}")
+    return RequiredState(required, rows)
+
+
 def _within_beam(ends: Tensor, k: int) -> Tensor:
     """``ends`` [B, C] only where the candidate ranks among the K best of its step."""
     return ends & (torch.arange(ends.size(1), device=ends.device) < k)
@@ -143,8 +185,8 @@ def _within_beam(ends: Tensor, k: int) -> Tensor:
 def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max_len: Tensor,
                 min_len: int = 0, nbest: int = 1, length_penalty: str = "gnmt", end_in_beam: bool = False,
                 constraint: Constraint | None = None, no_repeat_ngram_size: int = 0,
-                prefixes: Tensor | None = None,
-                banned: Sequence[Sequence[Sequence[int]]] = ()) -> list[list[Hypothesis]]:
+                prefixes: Tensor | None = None, banned: Sequence[Phrases] = (),
+                required: Sequence[Phrases] = ()) -> list[list[Hypothesis]]:
     """The ``nbest`` best outputs of each source by ``log P(Y|X) / lp(Y)`` (lp of the
     form ``length_penalty``, :func:`~seqtrans.decoding.search.length_penalty`). With
     ``end_in_beam``, only an end symbol among the K best candidates of a step ends a
@@ -155,9 +197,12 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     allows; ``no_repeat_ngram_size``: no n-gram of that many tokens twice). ``prefixes``
     [B, P] (PAD-padded target ids) are forced: each output starts with its source's,
     scored by the model, not searched; ``max_len`` must leave room for them. No output
-    of source b contains a phrase of ``banned[b]`` (target ids; empty: no such rule). A sentence
-    stops as soon as no live hypothesis can beat its n-th finished one, which never
-    changes the result.
+    of source b contains a phrase of ``banned[b]`` (target ids; empty: no such rule), and
+    every output of source b contains each phrase of ``required[b]`` (as many times as it
+    is given there; :mod:`seqtrans.decoding.lexical`), searched with dynamic beam
+    allocation: ValueError where the beam or ``max_len`` is smaller than the phrases'
+    tokens. A sentence stops as soon as no live hypothesis can beat its n-th finished one,
+    which never changes the result.
     """
     rules = Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, banned=banned)
     model.eval()
@@ -169,6 +214,9 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     sent_of_row = torch.arange(b0, device=device).repeat_interleave(k)  # [N]
     limit = max_len[sent_of_row]  # [N]
     constrained = start_constraint(constraint, sent_of_row) if constraint is not None else None
+    lexical = _start_required(required, sent_of_row, beam=k, max_len=max_len)
+    # per-hypothesis states that follow the beam as the decoder state does
+    followers = [f for f in (constrained, lexical) if f is not None]
     # the tokens so far, BOS first; it grows by one column a step, so that following the
     # beam copies only the prefixes, not room for the longest output
     history = torch.full((b0 * k, 1), BOS, dtype=torch.long, device=device)  # [N, t+1]
@@ -183,9 +231,9 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
         total = _extended_scores(model, history, step, state, prefix=scores.view(-1), limit=limit,
                                  rules=rules, constraint=constrained,
                                  forced=_forced_at(prefixes, step, active, k),
-                                 sources=active.repeat_interleave(k) if rules.banned else None)
-        cand, src_beam, token = top_candidates(total.view(b, k, -1))  # [B, C]
-        ends, go_on = split_finished(cand, token, k)
+                                 sources=active.repeat_interleave(k) if rules.banned else None,
+                                 required=lexical)
+        cand, src_beam, token, ends, go_on = _candidates(total.view(b, k, -1), k, lexical)  # [B, C], [B, K]
         rows_c = torch.arange(b, device=device).unsqueeze(1) * k + src_beam  # [B, C] row in history
         kept = kept.merged(cand, _within_beam(ends, k) if end_in_beam else ends, rows_c, history, step, alpha,
                            length_penalty)
@@ -207,9 +255,9 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
         flat_rows = rows.flatten()  # [N']
         history = torch.cat([history.index_select(0, flat_rows), next_tok.view(-1, 1)], dim=1)  # [N', t+2]
         state.reorder(flat_rows, keep)
-        if constrained is not None:
-            constrained.reorder(flat_rows, keep)
-            constrained.advance(next_tok.flatten())
+        for follower in followers:
+            follower.reorder(flat_rows, keep)
+            follower.advance(next_tok.flatten())
     return results
 
 

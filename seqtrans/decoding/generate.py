@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from tqdm import tqdm
@@ -14,6 +16,7 @@ from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import beam_search, greedy_search, sample_search
 from seqtrans.decoding.constraints import Constraint
+from seqtrans.decoding.lexical import Phrases, required_problem
 from seqtrans.decoding.protocol import SearchModel
 from seqtrans.decoding.sampling import Truncation, input_uniforms
 from seqtrans.decoding.search import Hypothesis
@@ -22,6 +25,8 @@ from seqtrans.linear.onednn import onednn_available
 from seqtrans.model import Transformer
 from seqtrans.precision import autocast
 from seqtrans.quantize import onednn_cached, quantized_cached
+
+log = logging.getLogger(__name__)
 
 ConstraintFactory = Callable[[list[int]], "Constraint | None"]
 
@@ -73,7 +78,8 @@ def decoding_model(model: SearchModel, precision: str, device: torch.device) -> 
 def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeConfig, *,
              device: torch.device, constraints: ConstraintFactory | None = None,
              position_limit: int | None = None, positions: Sequence[int] | None = None,
-             prefixes: Sequence[list[int]] | None = None, progress: bool = False) -> list[list[Hypothesis]]:
+             prefixes: Sequence[list[int]] | None = None, required: Sequence[Phrases] | None = None,
+             banned: Sequence[Phrases] | None = None, progress: bool = False) -> list[list[Hypothesis]]:
     """The n-best hypotheses of every source (ids ending in EOS), in input order; with
     ``decode.sample``, that many samples of each, in the order drawn.
 
@@ -84,19 +90,55 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
     line), which seeds its sampling stream; by default its index in ``sources``.
     ``prefixes``: target ids each output must start with (scored, not searched; the
     output may be as long as its prefix even where the maximum length is shorter).
+    ``required``: per source, phrases (target ids) its outputs must contain, searched by
+    beam search with dynamic beam allocation even at ``decode.beam`` 1
+    (:mod:`seqtrans.decoding.lexical`); ``banned``: per source, phrases they must not
+    contain. ValueError naming the input whose required phrases the beam or its maximum
+    length cannot hold, or when sampling is asked for with required phrases.
     """
+    if required is not None and any(required):
+        _check_required(sources, required, config, position_limit=position_limit, prefixes=prefixes)
     model = decoding_model(model, config.precision, device)
     with waiting(config.wait_k or None):
         return _generate(model, sources, config, device=device, constraints=constraints,
                          position_limit=position_limit,
                          positions=range(len(sources)) if positions is None else positions,
-                         prefixes=prefixes, progress=progress)
+                         prefixes=prefixes, lexical=_Lexical(required, banned), progress=progress)
+
+
+def _check_required(sources: Sequence[list[int]], required: Sequence[Phrases], config: DecodeConfig, *,
+                    position_limit: int | None, prefixes: Sequence[list[int]] | None) -> None:
+    if config.sample:
+        raise ValueError("required phrases need a search: sampling (decode.sample) cannot guarantee them")
+    if len(required) != len(sources):
+        raise ValueError(f"required phrases for {len(required)} inputs, but {len(sources)} inputs")
+    for i, (source, phrases) in enumerate(zip(sources, required)):
+        length = max_output_length(len(source) - 1, config, limit=position_limit)
+        if prefixes is not None:
+            length = max(length, len(prefixes[i]))
+        problem = required_problem(phrases, beam=config.beam, max_len=length)
+        if problem is not None:
+            raise ValueError(f"input {i}: {problem}")
+
+
+@dataclass(frozen=True)
+class _Lexical:
+    """The required and banned phrases of every source (None: none)."""
+
+    required: Sequence[Phrases] | None
+    banned: Sequence[Phrases] | None
+
+    def of(self, idx: Sequence[int]) -> tuple[list[Phrases], list[Phrases]]:
+        """The required and banned phrases of the sources ``idx``; empty lists when none has any."""
+        required = [self.required[i] for i in idx] if self.required is not None else []
+        banned = [self.banned[i] for i in idx] if self.banned is not None else []
+        return (required if any(required) else [], banned if any(banned) else [])
 
 
 def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeConfig, *,
               device: torch.device, constraints: ConstraintFactory | None,
               position_limit: int | None, positions: Sequence[int], prefixes: Sequence[list[int]] | None,
-              progress: bool) -> list[list[Hypothesis]]:
+              lexical: _Lexical, progress: bool) -> list[list[Hypothesis]]:
     results: list[list[Hypothesis]] = [[] for _ in sources]
     bar = tqdm(total=len(sources), desc="decode", unit="sent", disable=not progress, leave=False)
     for idx in length_batches([len(s) for s in sources], config.batch_tokens):
@@ -107,7 +149,8 @@ def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCo
             forced = [prefixes[i] for i in idx]
         if config.sample:
             results_of = _sample(model, sources, idx, lengths, config, device=device,
-                                 constraints=constraints, positions=positions, forced=forced)
+                                 constraints=constraints, positions=positions, forced=forced,
+                                 banned=lexical.of(idx)[1])
             for i, hyps in zip(idx, results_of):
                 results[i] = hyps
             bar.update(len(idx))
@@ -115,19 +158,24 @@ def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCo
         src = pad_batch([sources[i] for i in idx]).to(device)
         max_len = torch.tensor(lengths)
         constraint = constraints(idx) if constraints is not None and config.constrained else None
+        required, banned = lexical.of(idx)
         with autocast(device, config.precision):
-            if config.beam == 1:
+            if config.beam == 1 and not required:
                 out = greedy_search(model, src, max_len=max_len, min_len=config.min_len,
                                     constraint=constraint, no_repeat_ngram_size=config.no_repeat_ngram_size,
-                                    prefixes=None if forced is None else pad_batch(forced))
+                                    prefixes=None if forced is None else pad_batch(forced), banned=banned)
             else:
                 out = beam_search(model, src, beam=config.beam, alpha=config.alpha, max_len=max_len,
                                   min_len=config.min_len, nbest=config.nbest, constraint=constraint,
                                   length_penalty=config.length_penalty, end_in_beam=config.end_in_beam,
                                   no_repeat_ngram_size=config.no_repeat_ngram_size,
-                                  prefixes=None if forced is None else pad_batch(forced))
-        for i, hyps in zip(idx, out):
+                                  prefixes=None if forced is None else pad_batch(forced), banned=banned,
+                                  required=required)
+        for k, (i, hyps) in enumerate(zip(idx, out)):
             results[i] = hyps
+            if not hyps and required and required[k]:  # the phrases fit, but the other rules left no way
+                log.warning("input %d: no output contains its required phrases and keeps the other rules "
+                            "(banned phrases, the task's constraint, the maximum length)", positions[i])
         bar.update(len(idx))
     bar.close()
     return results
@@ -135,7 +183,8 @@ def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCo
 
 def _sample(model: SearchModel, sources: Sequence[list[int]], idx: list[int], lengths: list[int],
             config: DecodeConfig, *, device: torch.device, constraints: ConstraintFactory | None,
-            positions: Sequence[int], forced: list[list[int]] | None) -> list[list[Hypothesis]]:
+            positions: Sequence[int], forced: list[list[int]] | None,
+            banned: list[Phrases]) -> list[list[Hypothesis]]:
     """``decode.sample`` samples of each of the sources ``idx`` (whose output lengths are
     ``lengths`` and target prefixes ``forced``): every sample decodes as a source of its
     own, with its input's stream."""
@@ -153,5 +202,5 @@ def _sample(model: SearchModel, sources: Sequence[list[int]], idx: list[int], le
         out = sample_search(model, src, max_len=max_len, uniforms=uniforms, truncation=truncation,
                             min_len=config.min_len, constraint=constraint,
                             no_repeat_ngram_size=config.no_repeat_ngram_size,
-                            prefixes=prefixes)
+                            prefixes=prefixes, banned=[p for p in banned for _ in range(n)])
     return [[h for hyps in out[b * n : (b + 1) * n] for h in hyps] for b in range(len(idx))]

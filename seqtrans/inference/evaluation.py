@@ -18,6 +18,7 @@ from seqtrans import distributed
 from seqtrans.config import DecodeConfig
 from seqtrans.data import check_sources, prediction, source_ids
 from seqtrans.decoding import Hypothesis, generate
+from seqtrans.decoding.lexical import Phrases
 from seqtrans.inference.ensemble import Ensemble, members, position_limit
 from seqtrans.model import Transformer
 from seqtrans.tasks.protocol import Codec, Constraining, Example, Metric, Skipped, Task, check_split
@@ -28,12 +29,15 @@ log = logging.getLogger(__name__)
 def decode_sources(model: Transformer | Ensemble, codec: Codec[Any, Any, Any], sources: Sequence[Any],
                    decode: DecodeConfig, *, device: torch.device, progress: bool = False,
                    spread: bool = False, positions: Sequence[int] | None = None,
-                   prefixes: Sequence[list[int]] | None = None) -> tuple[list[Any], list[list[Hypothesis]]]:
+                   prefixes: Sequence[list[int]] | None = None, required: Sequence[Phrases] | None = None,
+                   banned: Sequence[Phrases] | None = None) -> tuple[list[Any], list[list[Hypothesis]]]:
     """Predictions and n-best hypotheses of ``sources``, in order. With ``spread``, in a
     process group, every rank decodes a share (by length, in turn) and all ranks get
     all outputs back in input order. ``positions``: each source's position in the whole
     input, which seeds its sampling stream (default: its index in ``sources``);
-    ``prefixes``: the target ids each output must start with (scored, not searched)."""
+    ``prefixes``: the target ids each output must start with (scored, not searched);
+    ``required`` and ``banned``: per source, phrases of target ids its outputs must and
+    must not contain (:func:`~seqtrans.decoding.generate`)."""
     positions = range(len(sources)) if positions is None else positions
     world = distributed.current()
     if spread and world.distributed:
@@ -42,7 +46,9 @@ def decode_sources(model: Transformer | Ensemble, codec: Codec[Any, Any, Any], s
         preds, hyps = decode_sources(model, codec, [sources[i] for i in mine], decode, device=device,
                                      progress=progress and world.main,
                                      positions=[positions[i] for i in mine],
-                                     prefixes=None if prefixes is None else [prefixes[i] for i in mine])
+                                     prefixes=None if prefixes is None else [prefixes[i] for i in mine],
+                                     required=None if required is None else [required[i] for i in mine],
+                                     banned=None if banned is None else [banned[i] for i in mine])
         return (distributed.gather_in_order(len(sources), mine, preds),
                 distributed.gather_in_order(len(sources), mine, hyps))
     ids = [source_ids(codec, s) for s in sources]
@@ -55,7 +61,8 @@ def decode_sources(model: Transformer | Ensemble, codec: Codec[Any, Any, Any], s
             return constrained.constraint([sources[i] for i in idx])
 
     hyps = generate(model, ids, decode, device=device, constraints=constraints,
-                    position_limit=limit, positions=positions, prefixes=prefixes, progress=progress)
+                    position_limit=limit, positions=positions, prefixes=prefixes, required=required,
+                    banned=banned, progress=progress)
     preds = [prediction(codec, h[0].tokens if h else [], s) for h, s in zip(hyps, sources)]
     return preds, hyps
 
@@ -91,23 +98,28 @@ def score_examples(model: Transformer | Ensemble, task: Task[Any, Any, Any], cod
                    progress: bool = False) -> tuple[list[Any], dict[str, Metric]]:
     """Decode and score a split: the predictions and the task's metrics, plus
     ``decode_sentences_per_s``, ``skipped`` (the inputs the task left out of the split)
-    and, with ``decode.compare_unconstrained``, ``unconstrained_*``. In a process group
-    the ranks decode a share each and rank 0's scores are returned on all."""
+    and, with ``decode.compare_unconstrained``, ``unconstrained_*``. The phrases of
+    ``decode.banned`` are kept out of every output. In a process group the ranks decode a
+    share each and rank 0's scores are returned on all."""
+    from seqtrans.inference.lexical import banned_ids
+
     examples = split.examples
     for member in members(model):
         check_sources(member.config, codec, examples)
     sources = [e.source for e in examples]
     main = distributed.current().main
     started = time.perf_counter()
+    common = banned_ids(task, codec, decode)
+    banned = [common] * len(sources) if common else None
     preds, _ = decode_sources(model, codec, sources, decode, device=device, progress=progress,
-                              spread=True)
+                              spread=True, banned=banned)
     seconds = time.perf_counter() - started
     metrics = _metrics(task.score(preds, examples)) if main else {}
     metrics["decode_sentences_per_s"] = round(len(examples) / max(seconds, 1e-9), 2)
     metrics["skipped"] = float(sum(split.skipped.values()))
     if decode.compare_unconstrained and decode.constrained and isinstance(codec, Constraining):
         free = dataclasses.replace(decode, constrained=False)
-        free_preds, _ = decode_sources(model, codec, sources, free, device=device, spread=True)
+        free_preds, _ = decode_sources(model, codec, sources, free, device=device, spread=True, banned=banned)
         if main:
             free_scores = _metrics(task.score(free_preds, examples))
             metrics.update({f"unconstrained_{k}": v for k, v in free_scores.items()})

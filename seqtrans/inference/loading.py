@@ -22,6 +22,7 @@ from seqtrans import tasks
 from seqtrans.assets import assets_digest
 from seqtrans.config import DecodeConfig, RunConfig
 from seqtrans.decoding import Hypothesis
+from seqtrans.decoding.lexical import Phrases
 from seqtrans.errors import CheckpointError, UsageError
 from seqtrans.inference.ensemble import Ensemble
 from seqtrans.inference.evaluation import decode_sources, read_split, score_examples
@@ -68,13 +69,22 @@ class Loaded:
 
     def decode(self, sources: Sequence[Any], *, decode: DecodeConfig | None = None,
                progress: bool = False, positions: Sequence[int] | None = None,
-               prefixes: Sequence[list[int]] | None = None) -> tuple[list[Any], list[list[Hypothesis]]]:
+               prefixes: Sequence[list[int]] | None = None, required: Sequence[Phrases] | None = None,
+               banned: Sequence[Phrases] | None = None) -> tuple[list[Any], list[list[Hypothesis]]]:
         """Predictions (task objects) and the n-best hypotheses (or samples) of ``sources``,
-        in order; ``positions`` seed the sampling streams and ``prefixes`` are forced
-        target ids (see :func:`decode_sources`)."""
-        return decode_sources(self.searcher, self.codec, sources, decode or self.config.decode,
-                              device=self.device, progress=progress, positions=positions,
-                              prefixes=prefixes)
+        in order; ``positions`` seed the sampling streams, ``prefixes`` are forced target
+        ids and ``required`` and ``banned`` phrases per source (target ids) that the outputs
+        must and must not contain, besides the phrases of ``decode.banned`` (see
+        :func:`decode_sources`)."""
+        from seqtrans.inference.lexical import banned_ids
+
+        decode = decode or self.config.decode
+        common = banned_ids(self.task, self.codec, decode)
+        if common:
+            banned = [[*common, *own] for own in (banned or [[] for _ in sources])]
+        return decode_sources(self.searcher, self.codec, sources, decode, device=self.device,
+                              progress=progress, positions=positions, prefixes=prefixes, required=required,
+                              banned=banned)
 
 
 def find_checkpoint(path: str | Path) -> Path:

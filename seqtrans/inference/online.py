@@ -13,26 +13,28 @@ from seqtrans.data import source_ids, too_long
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.ensemble import position_limit
+from seqtrans.inference.lexical import ConstraintLines, loaded_target_ids
 from seqtrans.inference.loading import Loaded
 from seqtrans.inference.output import TEXT, OutputOptions, render, render_failure
-from seqtrans.tasks.protocol import TargetParsing
 from seqtrans.vocab import UNK
 
 log = logging.getLogger(__name__)
 
 
 def predict(loaded: Loaded, lines: Iterable[str], *, prefixes: bool = False,
-            output: OutputOptions = TEXT) -> Iterator[str]:
+            output: OutputOptions = TEXT, constraints: ConstraintLines | None = None) -> Iterator[str]:
     """One output per input line, as each is decoded. With ``decode.nbest`` (or
     ``decode.sample``) > 1, each input gives that many lines ``rank<TAB>score<TAB>output``
     (samples in the order drawn) and an empty line. With ``prefixes``, a line is
     ``source<TAB>target prefix``; ``output`` chooses the format and the fields (see
     :func:`predict_batches`)."""
-    return predict_batches(loaded, ([line.rstrip("\n")] for line in lines), prefixes=prefixes, output=output)
+    return predict_batches(loaded, ([line.rstrip("\n")] for line in lines), prefixes=prefixes, output=output,
+                           constraints=constraints)
 
 
 def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str = "<stdin>",
-                    prefixes: bool = False, output: OutputOptions = TEXT) -> Iterator[str]:
+                    prefixes: bool = False, output: OutputOptions = TEXT,
+                    constraints: ConstraintLines | None = None) -> Iterator[str]:
     """The outputs of batches of input lines (without line ends), in input order. Each
     batch is decoded at once, sorted by length into batches of ``decode.batch_tokens``,
     so a file decodes at batch speed; a batch of one line is answered at once.
@@ -47,6 +49,10 @@ def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str =
     naming the line, which gets an empty output; the other lines are decoded, and a
     :class:`DataError` naming the first such line ends the output.
 
+    ``constraints``: a line of required and banned phrases per input line
+    (:class:`~seqtrans.inference.lexical.ConstraintLines`); a line whose phrases cannot be
+    read or searched is an error as a bad prefix is.
+
     ``output`` (:class:`~seqtrans.inference.output.OutputOptions`): text lines, with the
     alignment and the per-token log-probabilities as further tab-separated columns when
     asked for, or one JSON object per input; these fields cost one teacher-forced pass
@@ -56,7 +62,7 @@ def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str =
     failed: list[DataError] = []
     for lines in batches:
         first = number
-        sources, forced, good = [], [], []
+        sources, forced, good, required, banned = [], [], [], [], []
         problems: dict[int, str] = {}  # lines of the batch that cannot be decoded
         for i, line in enumerate(lines):
             number += 1
@@ -64,19 +70,24 @@ def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str =
             source = task.parse_source(text)
             _check_source(loaded, source, name, number)
             try:
-                forced.append(prefix_ids(loaded, prefix, name, number) if prefix else [])
+                own_prefix = prefix_ids(loaded, prefix, name, number) if prefix else []
+                lexical = (constraints.take(loaded, source_ids(loaded.codec, source), own_prefix)
+                           if constraints is not None else None)
             except DataError as exc:
                 log.error("%s", exc)
                 failed.append(exc)
                 problems[i] = exc.problem
                 continue
+            forced.append(own_prefix)
+            required.append(lexical.required if lexical else [])
+            banned.append(lexical.banned if lexical else [])
             sources.append(source)
             good.append(i)
         outputs = {i: render_failure(loaded, output, number=first + i + 1, problem=problem)
                    for i, problem in problems.items()}
         if sources:
             _, hyps = loaded.decode(sources, positions=[first + i for i in good],
-                                    prefixes=forced if prefixes else None)
+                                    prefixes=forced if prefixes else None, required=required, banned=banned)
             aligned = _details(loaded, sources, hyps, output) if output.details else None
             if output.token_log_probs and aligned is not None:
                 hyps = aligned[0]
@@ -86,9 +97,17 @@ def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str =
                                     else None)
         for i in range(len(lines)):
             yield from outputs[i]
+    if constraints is not None:
+        try:
+            constraints.finish()
+        except DataError as exc:
+            log.error("%s", exc)
+            failed.append(exc)
     if failed:
-        raise DataError(name, failed[0].line, f"{failed[0].problem} ({len(failed)} line(s) left without "
-                        "output; the other lines were decoded)")
+        earliest = failed[0]
+        raise DataError(earliest.path, earliest.line,
+                        f"{earliest.problem} ({len(failed)} line(s) left without output; the other lines "
+                        "were decoded)")
 
 
 def _details(loaded: Loaded, sources: list[Any], hyps: list[list[Hypothesis]], output: OutputOptions,
@@ -117,22 +136,7 @@ def prefix_ids(loaded: Loaded, text: str, name: str, number: int) -> list[int]:
     """The target ids of a target prefix given as text, read as the task reads a target;
     a :class:`DataError` naming the line if the task cannot read it or the model's target
     vocabulary lacks one of its tokens."""
-    task = loaded.task
-    if not isinstance(task, TargetParsing):
-        raise DataError(name, number, f"task '{loaded.config.task}' cannot read a target prefix (it has no "
-                        "parse_target)")
-    try:
-        target = task.parse_target(text)
-    except DataError as exc:
-        raise DataError(name, number, f"target prefix: {exc.problem}") from None
-    tokens = loaded.codec.target_tokens(target)
-    vocab = loaded.codec.vocabularies.target
-    unknown = [t for t in tokens if vocab.index(t) == UNK]
-    if unknown:
-        shown = ", ".join(repr(t) for t in unknown[:10])
-        raise DataError(name, number, f"target prefix: {len(unknown)} token(s) not in the model's target "
-                        f"vocabulary: {shown}")
-    return vocab.encode(tokens)
+    return loaded_target_ids(loaded, text, what="target prefix", name=name, number=number)
 
 
 def unseen(loaded: Loaded, source: object) -> list[str]:
@@ -256,6 +260,8 @@ def check_streaming(loaded: Loaded) -> None:
         raise UsageError("streaming decodes greedily: decode.sample must be 0")
     if loaded.config.decode.no_repeat_ngram_size:
         raise UsageError("streaming has no decode.no_repeat_ngram_size: it must be 0")
+    if loaded.config.decode.banned:
+        raise UsageError("streaming has no decode.banned: it must be empty")
 
 
 class _ArrivingLines:

@@ -91,6 +91,25 @@ def test_constrained_outputs_are_well_formed_and_unconstrained_ones_are_repaired
         assert [p.tree.leaves() for p in free] == [list(s.words) for s in sources]
 
 
+def test_required_phrases_keep_the_bracket_constraint(tmp_path: Path) -> None:
+    task, codec, train = _small_task(tmp_path)
+    torch.manual_seed(1)
+    model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
+                                    dropout=0.0, share_embeddings=False), codec).eval()
+    sources = sorted((e.source for e in train), key=lambda s: len(s.words))[:6:2]
+    phrase = [codec.vocabularies.target.index(t) for t in ("(NP", "(VP")]
+    assert UNK not in phrase
+    decode = DecodeConfig(beam=3, max_len_a=1.0, max_len_b=10)
+    device = loading.select_device("cpu")
+    free, free_hyps = evaluation.decode_sources(model, codec, sources, decode, device=device)
+    preds, hyps = evaluation.decode_sources(model, codec, sources, decode, device=device,
+                                            required=[[phrase[:1], phrase[1:]]] * len(sources))
+    assert all(set(phrase) <= set(h[0].tokens) for h in hyps)
+    assert any(not set(phrase) <= set(h[0].tokens) for h in free_hyps)  # the phrases change the parses
+    assert all(p.repairs == 0 for p in preds)  # still well-formed trees over exactly the words
+    assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
+
+
 def test_each_word_starts_exactly_one_source_unit_for_the_cursor(tmp_path: Path) -> None:
     """The source cursor counts words by their first pieces: one per word, also for words
     whose first piece the vocabulary lacks (an unseen character)."""
