@@ -62,6 +62,46 @@ class Server:
         self.ready = False
         self.streams = 0
 
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """The batcher for the app's lifetime; the models warm up in its thread meanwhile."""
+        batcher = Batcher(self.decode, max_tokens=self.settings.max_batch_tokens,
+                          max_wait_s=self.settings.max_wait_ms / 1000, max_queue=self.settings.max_queue)
+        self.batcher = batcher
+        batcher.start()
+        warming = asyncio.get_running_loop().run_in_executor(batcher.executor, self.warm)
+        warming.add_done_callback(lambda f: _warmed(self, f))
+        try:
+            yield
+        finally:
+            await batcher.stop()
+
+    async def submit(self, served: Served, key: Hashable, work: Prediction | Scoring,
+                     arrived: float) -> Any:
+        """The result of a request through the batcher, within the time limit."""
+        assert self.batcher is not None
+        self.metrics.queue_depth.observe(self.batcher.depth)
+        try:
+            future = self.batcher.submit(key, work.tokens, (served, work))
+        except QueueFull:
+            raise RequestError(503, "queue_full", f"{self.settings.max_queue} requests are waiting already; "
+                               "try again shortly", limit="max_queue", headers={"Retry-After": "1"}) from None
+        self.metrics.queued.set(self.batcher.depth)
+        left = self.settings.timeout_s - (time.monotonic() - arrived)
+        try:
+            result = await asyncio.wait_for(future, max(left, 0.0))
+        except asyncio.TimeoutError:
+            raise RequestError(504, "timeout", f"not decoded within {self.settings.timeout_s:g} s",
+                               limit="timeout_s") from None
+        except SeqtransError as exc:
+            raise RequestError(422, "decoding_failed", str(exc)) from None
+        except Stopped:
+            raise RequestError(503, "shutting_down", "the server stopped before decoding this request",
+                               headers={"Retry-After": "1"}) from None
+        finally:
+            self.metrics.queued.set(self.batcher.depth)
+        return result
+
     def model(self, name: str) -> Served:
         served = self.models.get(name)
         if served is None:
@@ -146,19 +186,6 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
 
     server = Server(models, settings)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        batcher = Batcher(server.decode, max_tokens=settings.max_batch_tokens,
-                          max_wait_s=settings.max_wait_ms / 1000, max_queue=settings.max_queue)
-        server.batcher = batcher
-        batcher.start()
-        warming = asyncio.get_running_loop().run_in_executor(batcher.executor, server.warm)
-        warming.add_done_callback(lambda f: _warmed(server, f))
-        try:
-            yield
-        finally:
-            await batcher.stop()
-
     async def page(request: Request) -> Response:
         return HTMLResponse(resources.files("seqtrans.serving").joinpath("page.html").read_text("utf-8"))
 
@@ -186,40 +213,15 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
         arrived = time.monotonic()
         served = server.model(request.path_params["name"])
         prediction = parse_predict(served, await read_json(request, settings.max_body_bytes), settings)
-        result = await decoded(served, (served.name, prediction.decode), prediction, arrived)
+        result = await server.submit(served, (served.name, prediction.decode), prediction, arrived)
         return JSONResponse({"model": served.name, "outputs": result})
 
     async def score(request: Request) -> Response:
         arrived = time.monotonic()
         served = server.model(request.path_params["name"])
         scoring = parse_score(served, await read_json(request, settings.max_body_bytes), settings)
-        result = await decoded(served, (served.name, "score"), scoring, arrived)
+        result = await server.submit(served, (served.name, "score"), scoring, arrived)
         return JSONResponse({"model": served.name, "scores": result})
-
-    async def decoded(served: Served, key: Hashable, work: Prediction | Scoring, arrived: float) -> Any:
-        """The result of a request through the batcher, within the time limit."""
-        assert server.batcher is not None
-        server.metrics.queue_depth.observe(server.batcher.depth)
-        try:
-            future = server.batcher.submit(key, work.tokens, (served, work))
-        except QueueFull:
-            raise RequestError(503, "queue_full", f"{settings.max_queue} requests are waiting already; "
-                               "try again shortly", limit="max_queue", headers={"Retry-After": "1"}) from None
-        server.metrics.queued.set(server.batcher.depth)
-        left = settings.timeout_s - (time.monotonic() - arrived)
-        try:
-            result = await asyncio.wait_for(future, max(left, 0.0))
-        except asyncio.TimeoutError:
-            raise RequestError(504, "timeout", f"not decoded within {settings.timeout_s:g} s",
-                               limit="timeout_s") from None
-        except SeqtransError as exc:
-            raise RequestError(422, "decoding_failed", str(exc)) from None
-        except Stopped:
-            raise RequestError(503, "shutting_down", "the server stopped before decoding this request",
-                               headers={"Retry-After": "1"}) from None
-        finally:
-            server.metrics.queued.set(server.batcher.depth)
-        return result
 
     routes = [Route("/", page), Route("/health", health), Route("/ready", ready), Route("/metrics", metrics),
               Route("/openapi.json", openapi),
@@ -228,7 +230,7 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
               Route("/v1/models/{name}/score", score, methods=["POST"]),
               WebSocketRoute("/v1/models/{name}/stream", lambda ws: stream(server, ws))]
     handlers = {RequestError: _refused, HTTPException: _http_error, Exception: _internal_error}
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
+    return Starlette(routes=routes, lifespan=server.lifespan, exception_handlers=handlers,
                      middleware=[Middleware(Guard, metrics=server.metrics, token=token)])
 
 
