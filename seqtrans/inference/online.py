@@ -7,9 +7,11 @@ import logging
 import os
 import select
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from seqtrans.data import source_ids, too_long
+from seqtrans.decoding.lexical import Phrases
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.ensemble import position_limit
@@ -57,37 +59,20 @@ def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str =
     alignment and the per-token log-probabilities as further tab-separated columns when
     asked for, or one JSON object per input; these fields cost one teacher-forced pass
     over the outputs (:mod:`seqtrans.inference.details`)."""
-    task = loaded.task
     number = 0
     failed: list[DataError] = []
     for lines in batches:
         first = number
-        sources, forced, good, required, banned = [], [], [], [], []
-        problems: dict[int, str] = {}  # lines of the batch that cannot be decoded
-        for i, line in enumerate(lines):
-            number += 1
-            text, _, prefix = line.partition("\t") if prefixes else (line, "", "")
-            source = task.parse_source(text)
-            _check_source(loaded, source, name, number)
-            try:
-                own_prefix = prefix_ids(loaded, prefix, name, number) if prefix else []
-                lexical = (constraints.take(loaded, source_ids(loaded.codec, source), own_prefix)
-                           if constraints is not None else None)
-            except DataError as exc:
-                log.error("%s", exc)
-                failed.append(exc)
-                problems[i] = exc.problem
-                continue
-            forced.append(own_prefix)
-            required.append(lexical.required if lexical else [])
-            banned.append(lexical.banned if lexical else [])
-            sources.append(source)
-            good.append(i)
+        number += len(lines)
+        batch = _read_lines(loaded, lines, first=first, name=name, prefixes=prefixes,
+                            constraints=constraints, failed=failed)
+        sources, good, problems = batch.sources, batch.good, batch.problems
         outputs = {i: render_failure(loaded, output, number=first + i + 1, problem=problem)
                    for i, problem in problems.items()}
         if sources:
             _, hyps = loaded.decode(sources, positions=[first + i for i in good],
-                                    prefixes=forced if prefixes else None, required=required, banned=banned)
+                                    prefixes=batch.forced if prefixes else None, required=batch.required,
+                                    banned=batch.banned)
             aligned = _details(loaded, sources, hyps, output) if output.details else None
             if output.token_log_probs and aligned is not None:
                 hyps = aligned[0]
@@ -109,6 +94,45 @@ def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str =
                         f"{earliest.problem} ({len(failed)} line(s) left without output; the other lines "
                         "were decoded)")
 
+
+@dataclass
+class _Lines:
+    """A batch of input lines as read: the sources that can be decoded (the batch's lines
+    ``good``), their forced prefixes and phrases, and the problems of the others by line."""
+
+    sources: list[Any] = field(default_factory=list)
+    good: list[int] = field(default_factory=list)
+    forced: list[list[int]] = field(default_factory=list)
+    required: list[Phrases] = field(default_factory=list)
+    banned: list[Phrases] = field(default_factory=list)
+    problems: dict[int, str] = field(default_factory=dict)
+
+
+def _read_lines(loaded: Loaded, lines: list[str], *, first: int, name: str, prefixes: bool,
+                constraints: ConstraintLines | None, failed: list[DataError]) -> _Lines:
+    """Parse a batch of input lines (the first numbered ``first + 1``); a line whose
+    prefix or phrases cannot be read is logged, added to ``failed`` and left out."""
+    batch = _Lines()
+    for i, line in enumerate(lines):
+        number = first + i + 1
+        text, _, prefix = line.partition("\t") if prefixes else (line, "", "")
+        source = loaded.task.parse_source(text)
+        _check_source(loaded, source, name, number)
+        try:
+            own_prefix = prefix_ids(loaded, prefix, name, number) if prefix else []
+            lexical = (constraints.take(loaded, source_ids(loaded.codec, source), own_prefix)
+                       if constraints is not None else None)
+        except DataError as exc:
+            log.error("%s", exc)
+            failed.append(exc)
+            batch.problems[i] = exc.problem
+            continue
+        batch.forced.append(own_prefix)
+        batch.required.append(lexical.required if lexical else [])
+        batch.banned.append(lexical.banned if lexical else [])
+        batch.sources.append(source)
+        batch.good.append(i)
+    return batch
 
 def _details(loaded: Loaded, sources: list[Any], hyps: list[list[Hypothesis]], output: OutputOptions,
              ) -> tuple[list[list[Hypothesis]], list[list[list[tuple[int, int]]]]]:
