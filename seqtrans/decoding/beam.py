@@ -217,48 +217,67 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     lexical = _start_required(required, sent_of_row, beam=k, max_len=max_len)
     # per-hypothesis states that follow the beam as the decoder state does
     followers = [f for f in (constrained, lexical) if f is not None]
-    # the tokens so far, BOS first; it grows by one column a step, so that following the
-    # beam copies only the prefixes, not room for the longest output
-    history = torch.full((b0 * k, 1), BOS, dtype=torch.long, device=device)  # [N, t+1]
-    scores = torch.full((b0, k), NEG_INF, device=device)  # [B, K]
-    scores[:, 0] = 0.0  # one live hypothesis per sentence at the start
-    kept = _Kept.empty(b0, nbest, device)
-    active = torch.arange(b0, device=device)  # original index of each sentence still decoding
+    history, scores, kept, active = _start_beams(b0, k, nbest, device)
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
 
     for step in range(longest + 1):
-        b = active.numel()
         total = _extended_scores(model, history, step, state, prefix=scores.view(-1), limit=limit,
                                  rules=rules, constraint=constrained,
                                  forced=_forced_at(prefixes, step, active, k),
                                  sources=active.repeat_interleave(k) if rules.banned else None,
                                  required=lexical)
-        cand, src_beam, token, ends, go_on = _candidates(total.view(b, k, -1), k, lexical)  # [B, C], [B, K]
-        rows_c = torch.arange(b, device=device).unsqueeze(1) * k + src_beam  # [B, C] row in history
+        cand, src_beam, token, ends, go_on = _candidates(total.view(len(active), k, -1), k, lexical)  # [B, C]
+        rows_c = torch.arange(len(active), device=device).unsqueeze(1) * k + src_beam  # [B, C] row in history
         kept = kept.merged(cand, _within_beam(ends, k) if end_in_beam else ends, rows_c, history, step, alpha,
                            length_penalty)
         scores, rows, next_tok = _going_on(go_on, cand, ends, rows_c, token)  # [B, K] each
         done = cannot_improve(scores.max(dim=1).values, kept.norm[:, -1], max_len[active] + 1, alpha,
-                              kind=length_penalty)
-        done |= ~torch.isfinite(scores).any(dim=1)
-        keep = None
-        if bool(done.any()):
-            for i in done.nonzero().flatten().tolist():
-                results[int(active[i])] = kept.hypotheses(i)
-            keep = (~done).nonzero().flatten()
+                              kind=length_penalty) | ~torch.isfinite(scores).any(dim=1)
+        keep = _retire(done, active, kept, results)
+        if keep is not None:
             if keep.numel() == 0:
                 break
             active, scores, rows, next_tok = (t[keep] for t in (active, scores, rows, next_tok))
             kept = kept.select(keep)
             limit = max_len[active].repeat_interleave(k)
-        # everything per hypothesis follows: rows are indices into the previous step's hypotheses
-        flat_rows = rows.flatten()  # [N']
-        history = torch.cat([history.index_select(0, flat_rows), next_tok.view(-1, 1)], dim=1)  # [N', t+2]
-        state.reorder(flat_rows, keep)
-        for follower in followers:
-            follower.reorder(flat_rows, keep)
-            follower.advance(next_tok.flatten())
+        history = _follow(history, rows, next_tok, keep, state, followers)
     return results
+
+
+def _start_beams(b: int, k: int, nbest: int, device: torch.device) -> tuple[Tensor, Tensor, _Kept, Tensor]:
+    """A new search: the tokens so far (BOS) [B*K, 1], the scores [B, K] (one live
+    hypothesis per sentence), no finished hypotheses, and the original index of each
+    sentence still decoding [B]. The tokens grow by one column a step, so that following
+    the beam copies only the prefixes, not room for the longest output."""
+    history = torch.full((b * k, 1), BOS, dtype=torch.long, device=device)
+    scores = torch.full((b, k), NEG_INF, device=device)
+    scores[:, 0] = 0.0
+    return history, scores, _Kept.empty(b, nbest, device), torch.arange(b, device=device)
+
+
+def _retire(done: Tensor, active: Tensor, kept: _Kept, results: list[list[Hypothesis]]) -> Tensor | None:
+    """Record the results of the sentences ``done`` [B] (of the original indices
+    ``active``); the positions of those still decoding, or None when none is done."""
+    if not bool(done.any()):
+        return None
+    for i in done.nonzero().flatten().tolist():
+        results[int(active[i])] = kept.hypotheses(i)
+    return (~done).nonzero().flatten()
+
+
+def _follow(history: Tensor, rows: Tensor, next_tok: Tensor, keep: Tensor | None, state: SearchState,
+            followers: Sequence[ConstraintState | RequiredState]) -> Tensor:
+    """Everything per hypothesis follows the beam: ``rows`` [B', K] index the previous
+    step's hypotheses (of the sentences ``keep`` still decoding); the decoder state
+    reorders, the followers (constraint states) also take the new tokens. The new
+    history [N', t+2]."""
+    flat_rows = rows.flatten()  # [N']
+    history = torch.cat([history.index_select(0, flat_rows), next_tok.view(-1, 1)], dim=1)
+    state.reorder(flat_rows, keep)
+    for follower in followers:
+        follower.reorder(flat_rows, keep)
+        follower.advance(next_tok.flatten())
+    return history
 
 
 Choose = Callable[[Tensor, int, Tensor], "tuple[Tensor, Tensor]"]
