@@ -40,13 +40,19 @@ def page(models: dict[str, Served]) -> Iterator[Any]:
             browser.close()
 
 
-def test_the_page_decodes_typed_inputs_with_n_best_and_scores(page: Any, models: dict[str, Served]) -> None:
+def ask(page: Any, text: str, *, beam: int, nbest: int, check: str | None = None) -> None:
+    """Type ``text`` for the copy model with these options (and one box ticked) and send it."""
     page.select_option("#model", "copy")
-    page.fill("#input", "1 2 3\n4 5 6 7")
-    page.fill("#beam", "4")
-    page.fill("#nbest", "2")
-    page.check("#scores")
+    page.fill("#input", text)
+    page.fill("#beam", str(beam))
+    page.fill("#nbest", str(nbest))
+    if check is not None:
+        page.check(check)
     page.click("#go")
+
+
+def test_the_page_decodes_typed_inputs_with_n_best_and_scores(page: Any, models: dict[str, Served]) -> None:
+    ask(page, "1 2 3\n4 5 6 7", beam=4, nbest=2, check="#scores")
     page.wait_for_selector("tr.output")
     rows = [[cell.inner_text() for cell in row.query_selector_all("td")]
             for row in page.query_selector_all("tr.output")]
@@ -60,11 +66,7 @@ def test_the_page_decodes_typed_inputs_with_n_best_and_scores(page: Any, models:
 
 
 def test_the_page_shows_an_error_from_the_server(page: Any) -> None:
-    page.select_option("#model", "copy")
-    page.fill("#input", "1")
-    page.fill("#beam", "2")
-    page.fill("#nbest", "3")
-    page.click("#go")
+    ask(page, "1", beam=2, nbest=3)
     page.wait_for_function("document.getElementById('error').textContent !== ''")
     assert "nbest" in page.inner_text("#error")
 
@@ -86,12 +88,7 @@ def test_a_streaming_model_translates_while_the_sentence_is_typed(page: Any,
 
 
 def test_the_page_draws_the_attention_of_each_output(page: Any, models: dict[str, Served]) -> None:
-    page.select_option("#model", "copy")
-    page.fill("#input", "1 2 3")
-    page.fill("#beam", "3")
-    page.fill("#nbest", "1")
-    page.check("#attention")
-    page.click("#go")
+    ask(page, "1 2 3", beam=3, nbest=1, check="#attention")
     page.wait_for_selector("table.heatmap")
     answer = httpx.post(page.url + "v1/models/copy/predict",
                         json={"inputs": ["1 2 3"], "beam": 3, "attention": True})

@@ -17,7 +17,7 @@ from seqtrans.config import DecodeConfig, ModelConfig
 from seqtrans.data import target_ids
 from seqtrans.errors import ConfigError
 from seqtrans.inference import evaluation, loading, online, scoring
-from seqtrans.model import build_model
+from seqtrans.model import Transformer, build_model
 from seqtrans.tasks import Example
 from seqtrans.tasks.contract import check_task
 from seqtrans.vocab import UNK
@@ -76,12 +76,17 @@ def _assert_constrained_trees(model: Any, codec: ParsingCodec, sources: list[Any
     assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
 
 
-def test_constrained_outputs_are_well_formed_and_unconstrained_ones_are_repaired(tmp_path: Path) -> None:
-    task, codec, train = _small_task(tmp_path)
+def _seeded_parser(tmp_path: Path) -> tuple[Any, Transformer, list[Any]]:
+    """The small task's codec, an untrained seeded model of it and three of its sources."""
+    _, codec, train = _small_task(tmp_path)
     torch.manual_seed(1)
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
                                     dropout=0.0, share_embeddings=False), codec).eval()
-    sources = sorted((e.source for e in train), key=lambda s: len(s.words))[:6:2]
+    return codec, model, sorted((e.source for e in train), key=lambda s: len(s.words))[:6:2]
+
+
+def test_constrained_outputs_are_well_formed_and_unconstrained_ones_are_repaired(tmp_path: Path) -> None:
+    codec, model, sources = _seeded_parser(tmp_path)
     device = loading.select_device("cpu")
     for beam in (1, 3):
         _assert_constrained_trees(model, codec, sources, beam)
@@ -92,11 +97,7 @@ def test_constrained_outputs_are_well_formed_and_unconstrained_ones_are_repaired
 
 
 def test_required_phrases_keep_the_bracket_constraint(tmp_path: Path) -> None:
-    task, codec, train = _small_task(tmp_path)
-    torch.manual_seed(1)
-    model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
-                                    dropout=0.0, share_embeddings=False), codec).eval()
-    sources = sorted((e.source for e in train), key=lambda s: len(s.words))[:6:2]
+    codec, model, sources = _seeded_parser(tmp_path)
     phrase = [codec.vocabularies.target.index(t) for t in ("(NP", "(VP")]
     assert UNK not in phrase
     decode = DecodeConfig(beam=3, max_len_a=1.0, max_len_b=10)
