@@ -15,7 +15,7 @@ from test_search import BODY, VOCAB, brute_force
 from conftest import tiny_model
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
-from seqtrans.decoding import beam_search
+from seqtrans.decoding import beam_search, lexical
 from seqtrans.decoding.generate import generate
 from seqtrans.decoding.lexical import advance, allocate, bank_sizes, met_tokens, phrase_set, required_problem
 from seqtrans.inference.ensemble import Ensemble
@@ -134,6 +134,54 @@ def test_every_output_contains_every_phrase_at_any_beam_that_holds_them(beam: in
                            required=[required])[0]
         assert hyps, (beam, required)
         assert all(meets(h.tokens, required) for h in hyps), (required, [h.tokens for h in hyps])
+
+
+class EndMask:
+    """The naive baseline as a task constraint: plain beam search that may not end an
+    output before it holds every phrase."""
+
+    def __init__(self, required: list[list[int]]) -> None:
+        self.required = required
+
+    def allowed(self, prefix: torch.Tensor, *, rows: torch.Tensor, remaining: torch.Tensor) -> torch.Tensor:
+        mask = torch.ones(prefix.size(0), VOCAB, dtype=torch.bool)
+        mask[:, EOS] = torch.tensor([meets([t for t in y if t >= UNK], self.required) for y in prefix.tolist()])
+        return mask
+
+
+def test_allocation_finds_constrained_outputs_that_end_masking_and_plain_top_k_miss(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # at the smallest beam that holds the phrases, against brute force: dynamic beam
+    # allocation, end masking alone, and the same candidates kept by plain top-k
+    def best_met(hyps: list, required: list[list[int]]) -> tuple[float, list[int] | None]:
+        ok = [h for h in hyps if meets(h.tokens, required)]
+        return (ok[0].score, ok[0].tokens) if ok else (float("-inf"), None)
+
+    def plain_top_k(banks: list[int], usable: list[bool], beam: int, num_banks: int) -> list[int]:
+        return [c for c, ok in enumerate(usable) if ok][:beam]
+
+    rng = random.Random(0)
+    found = {"allocation": 0, "end masking": 0, "plain top-k": 0}
+    optimal = dict.fromkeys(found, 0)
+    for trial in range(40):
+        model = tiny_model(vocab=VOCAB, seed=trial, d_model=32)
+        required = [[rng.choice(BODY) for _ in range(rng.randint(1, 2))] for _ in range(2)]
+        src = torch.tensor([[rng.choice([4, 5, 6]) for _ in range(4)] + [EOS]])
+        best = next(y for _, y in brute_force(model, src, 5, 0.6) if meets(y, required))
+        search = {"beam": sum(map(len, required)), "alpha": 0.6, "max_len": torch.tensor([5])}
+        results = {"allocation": best_met(beam_search(model, src, required=[required], **search)[0], required),
+                   "end masking": best_met(beam_search(model, src, constraint=EndMask(required), **search)[0],
+                                           required)}
+        with monkeypatch.context() as patched:
+            patched.setattr(lexical, "allocate", plain_top_k)
+            results["plain top-k"] = best_met(beam_search(model, src, required=[required], **search)[0], required)
+        for name, (score, tokens) in results.items():
+            found[name] += tokens is not None
+            optimal[name] += tokens == best
+            assert score <= results["allocation"][0] + 1e-5, (name, trial)
+    assert found["allocation"] == 40 and optimal["allocation"] >= 10
+    for name in ("end masking", "plain top-k"):
+        assert found[name] <= 10 and 3 * optimal[name] <= optimal["allocation"], (found, optimal)
 
 
 def test_each_source_keeps_its_own_phrases_in_a_batch() -> None:
