@@ -145,7 +145,8 @@ class EndMask:
 
     def allowed(self, prefix: torch.Tensor, *, rows: torch.Tensor, remaining: torch.Tensor) -> torch.Tensor:
         mask = torch.ones(prefix.size(0), VOCAB, dtype=torch.bool)
-        mask[:, EOS] = torch.tensor([meets([t for t in y if t >= UNK], self.required) for y in prefix.tolist()])
+        done = [meets([t for t in y if t >= UNK], self.required) for y in prefix.tolist()]
+        mask[:, EOS] = torch.tensor(done)
         return mask
 
 
@@ -153,10 +154,6 @@ def test_allocation_finds_constrained_outputs_that_end_masking_and_plain_top_k_m
         monkeypatch: pytest.MonkeyPatch) -> None:
     # at the smallest beam that holds the phrases, against brute force: dynamic beam
     # allocation, end masking alone, and the same candidates kept by plain top-k
-    def best_met(hyps: list, required: list[list[int]]) -> tuple[float, list[int] | None]:
-        ok = [h for h in hyps if meets(h.tokens, required)]
-        return (ok[0].score, ok[0].tokens) if ok else (float("-inf"), None)
-
     def plain_top_k(banks: list[int], usable: list[bool], beam: int, num_banks: int) -> list[int]:
         return [c for c, ok in enumerate(usable) if ok][:beam]
 
@@ -168,13 +165,18 @@ def test_allocation_finds_constrained_outputs_that_end_masking_and_plain_top_k_m
         required = [[rng.choice(BODY) for _ in range(rng.randint(1, 2))] for _ in range(2)]
         src = torch.tensor([[rng.choice([4, 5, 6]) for _ in range(4)] + [EOS]])
         best = next(y for _, y in brute_force(model, src, 5, 0.6) if meets(y, required))
-        search = {"beam": sum(map(len, required)), "alpha": 0.6, "max_len": torch.tensor([5])}
-        results = {"allocation": best_met(beam_search(model, src, required=[required], **search)[0], required),
-                   "end masking": best_met(beam_search(model, src, constraint=EndMask(required), **search)[0],
-                                           required)}
+
+        def best_met(**rule: object) -> tuple[float, list[int] | None]:
+            hyps = beam_search(model, src, beam=sum(map(len, required)), alpha=0.6,  # noqa: B023
+                               max_len=torch.tensor([5]), **rule)[0]  # type: ignore[arg-type]
+            ok = [h for h in hyps if meets(h.tokens, required)]  # noqa: B023
+            return (ok[0].score, ok[0].tokens) if ok else (float("-inf"), None)
+
+        results = {"allocation": best_met(required=[required]),
+                   "end masking": best_met(constraint=EndMask(required))}
         with monkeypatch.context() as patched:
             patched.setattr(lexical, "allocate", plain_top_k)
-            results["plain top-k"] = best_met(beam_search(model, src, required=[required], **search)[0], required)
+            results["plain top-k"] = best_met(required=[required])
         for name, (score, tokens) in results.items():
             found[name] += tokens is not None
             optimal[name] += tokens == best
