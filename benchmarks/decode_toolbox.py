@@ -1,0 +1,103 @@
+"""The decoding toolbox's cost: sampling against greedy search, and beam search with
+required phrases (dynamic beam allocation) against the same beam without them.
+
+A random-weight model of the ``--shape`` decodes the same source batch through
+``seqtrans.decoding.generate.generate`` in every mode, and every output is exactly
+``--out-len`` tokens long (minimum = maximum length), so that each mode does the same
+number of decoder steps. The modes:
+
+- greedy; sampling (one sample per input, temperature 1, top-p 0.9), its ratio to greedy
+  in target tokens per second (target: within 10 %);
+- beam ``--beam`` (8); the same with ``--phrases`` (3) required phrases of two random
+  tokens per input, its time over the unconstrained time (target: within 2x).
+
+Writes ``benchmarks/results/decode_toolbox-<device>.json``.
+
+    python benchmarks/decode_toolbox.py                 # base shape, batch 32
+    python benchmarks/decode_toolbox.py --smoke         # tiny shapes: checks the script in seconds
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import arguments, device_name, pick_device, timed, write_json  # noqa: E402
+from decode_speed import SHAPES, seqtrans_model, sources  # noqa: E402
+
+from seqtrans.config import DecodeConfig  # noqa: E402
+from seqtrans.decoding.generate import generate  # noqa: E402
+from seqtrans.vocab import EOS, PAD  # noqa: E402
+
+TINY = {"layers": 1, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 50}
+
+
+def required_phrases(batch: int, vocab: int, *, phrases: int, seed: int = 0) -> list[list[list[int]]]:
+    """``phrases`` phrases of two tokens per input, drawn from the ordinary tokens."""
+    rng = random.Random(seed)
+    return [[[rng.randrange(4, vocab) for _ in range(2)] for _ in range(phrases)] for _ in range(batch)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = arguments(__doc__)
+    parser.add_argument("--shape", default="base", choices=sorted(SHAPES))
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--beam", type=int, default=8)
+    parser.add_argument("--phrases", type=int, default=3, help="Required phrases per input (default 3).")
+    parser.add_argument("--out-len", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--smoke", action="store_true",
+                        help="A tiny model, batch 4, one repeat; writes nothing.")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.smoke:
+        args.batch, args.out_len, args.repeats = 4, 8, 1
+    device = pick_device(args.device)
+    shape = TINY if args.smoke else SHAPES[args.shape]
+    model = seqtrans_model(shape, device)
+    src = sources(args.batch, shape["vocab"])
+    inputs = [[t for t in row if t != PAD] for row in src.tolist()]
+    assert all(row[-1] == EOS for row in inputs)
+    required = required_phrases(args.batch, shape["vocab"], phrases=args.phrases)
+    fixed = {"max_len_a": 0.0, "max_len_b": args.out_len, "min_len": args.out_len, "batch_tokens": 10**9}
+    modes: dict[str, tuple[DecodeConfig, Any]] = {
+        "greedy": (DecodeConfig(beam=1, **fixed), None),
+        "sampling": (DecodeConfig(sample=1, top_p=0.9, seed=1, **fixed), None),
+        f"beam {args.beam}": (DecodeConfig(beam=args.beam, **fixed), None),
+        f"beam {args.beam}, {args.phrases} required phrases":
+            (DecodeConfig(beam=args.beam, **fixed), required),
+    }
+    rows = []
+    with torch.inference_mode():
+        for name, (config, phrases) in modes.items():
+            def decode(config: DecodeConfig = config, phrases: Any = phrases) -> None:
+                out = generate(model, inputs, config, device=device, required=phrases)
+                assert all(len(h[0].tokens) == args.out_len for h in out)
+
+            seconds = timed(decode, device, repeats=args.repeats)
+            tokens_per_s = args.batch * args.out_len / seconds
+            rows.append({"mode": name, "seconds": seconds, "tokens_per_s": tokens_per_s})
+            print(f"{name:<40} {seconds:8.3f} s  {tokens_per_s:9.1f} target tokens/s", flush=True)
+    sampling_ratio = rows[1]["tokens_per_s"] / rows[0]["tokens_per_s"]
+    phrases_ratio = rows[3]["seconds"] / rows[2]["seconds"]
+    print(f"sampling / greedy tokens/s: {sampling_ratio:.3f} (target >= 0.9)")
+    print(f"beam with phrases / without, time: {phrases_ratio:.3f} (target <= 2)")
+    if args.smoke:
+        return
+    path = write_json("decode_toolbox", {
+        "shape": args.shape, "batch": args.batch, "beam": args.beam, "phrases": args.phrases,
+        "out_len": args.out_len, "repeats": args.repeats, "machine": device_name(device), "rows": rows,
+        "sampling_over_greedy": sampling_ratio, "phrases_over_beam_time": phrases_ratio}, device)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
