@@ -83,8 +83,8 @@ def halves(args: argparse.Namespace) -> tuple[list[Example[str, str]], list[Exam
 
 
 def write_tsv(path: Path, rows: list[tuple[str, str]]) -> Path:
-    # Multi30k has a tab inside one German sentence; in a TSV field it would be a third field
-    atomic.write_text(path, "".join(f"{a.replace(chr(9), ' ')}\t{b.replace(chr(9), ' ')}\n" for a, b in rows))
+    # Multi30k has a tab inside one German sentence: in a TSV field it would be a third field
+    atomic.write_text(path, "".join(f"{' '.join(a.split())}\t{' '.join(b.split())}\n" for a, b in rows))
     return path.resolve()
 
 

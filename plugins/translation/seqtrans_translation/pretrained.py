@@ -18,7 +18,7 @@ from pathlib import Path
 
 from seqtrans.errors import DataError
 from seqtrans.vocab import Vocab, Vocabularies
-from seqtrans_translation.subwords import Subwords
+from seqtrans_translation.subwords import Subwords, one_line
 
 SOURCE_MODEL = "source.model"
 TARGET_MODEL = "target.model"
@@ -85,4 +85,4 @@ class PretrainedCodec:
         return self.target.encode(target)
 
     def prediction(self, tokens: list[str], source: str) -> str:
-        return self.target.decode(tokens)
+        return one_line(self.target.decode(tokens))

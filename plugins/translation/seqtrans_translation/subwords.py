@@ -39,6 +39,14 @@ log = logging.getLogger(__name__)
 MODEL_FILE = "sentencepiece.model"
 UNK = "<unk>"
 
+# the characters str.splitlines() breaks at, and the tab
+_LINE_BREAKS = str.maketrans(dict.fromkeys("\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029", " "))
+
+
+def one_line(text: str) -> str:
+    """``text`` with a space for each line break or tab: byte pieces can spell them, and an
+    output must stay on its own line."""
+    return text.translate(_LINE_BREAKS)
 
 
 @functools.cache

@@ -20,7 +20,7 @@ from seqtrans_translation.config import TranslationConfig
 from seqtrans_translation.presets import DEFAULTS, PRESETS
 from seqtrans_translation.pretrained import PretrainedCodec, has_pretrained_files
 from seqtrans_translation.readers import TextFile, read_parallel, read_tsv
-from seqtrans_translation.subwords import Subwords, SubwordSettings, build
+from seqtrans_translation.subwords import Subwords, SubwordSettings, build, one_line
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class TranslationCodec:
         return self.subwords.encode(target)
 
     def prediction(self, tokens: list[str], source: str) -> str:
-        return self.subwords.decode(tokens)
+        return one_line(self.subwords.decode(tokens))
 
     def source_words(self, tokens: list[str]) -> list[int]:
         return words_of_pieces(tokens)

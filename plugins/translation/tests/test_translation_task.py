@@ -223,3 +223,15 @@ def test_pieces_are_grouped_into_the_words_they_spell() -> None:
     assert words_of_pieces(["\u2581Ein", "\u2581Fahr", "rad", "\u2581", ".", "\u2581x"]) == [0, 1, 1, 2, 2, 3]
     assert words_of_pieces(["ab", "c", "\u2581d"]) == [0, 0, 1] and words_of_pieces([]) == []
     assert issubclass(TranslationCodec, TokenWords)
+
+
+def test_an_output_stays_on_one_line_when_byte_pieces_spell_a_line_break() -> None:
+    from seqtrans_translation.subwords import Subwords, SubwordSettings, train
+    from seqtrans_translation.task import TranslationCodec
+
+    texts = ["a small house", "a big tree"] * 50
+    codec = TranslationCodec(Subwords(train(texts, SubwordSettings(vocab_size=300))))
+    pieces = ["\u2581a", "<0x0A>", "\u2581b", "<0x09>", "c", "<0x0D>"]
+    assert "\n" in codec.subwords.decode(pieces)  # the byte pieces do spell them
+    assert codec.prediction(pieces, "") == codec.subwords.decode(pieces).translate({10: 32, 9: 32, 13: 32})
+    assert len(codec.prediction(pieces, "").splitlines()) == 1
