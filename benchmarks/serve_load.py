@@ -12,6 +12,7 @@ load but one.
 
     python benchmarks/serve_load.py runs/m30k --beam 4                      # the issue's setting
     python benchmarks/serve_load.py runs/m30k --users 128 --max-queue 64    # refusals under overload
+    python benchmarks/serve_load.py runs/m30k --users 32 --requests 10000 --unbatched-requests 0  # memory
 
 The sentences are the test split of the run's task (a task that can write its sources
 back as text), or ``--inputs FILE``, one per line. Prints a table; ``--out FILE`` also
@@ -91,11 +92,13 @@ class Server:
 
 
 async def load_test(url: str, texts: list[str], expected: list[str], *, users: int, requests: int,
-                    beam: int) -> dict[str, Any]:
+                    beam: int, pid: int | None = None) -> dict[str, Any]:
     """``users`` clients, each sending its next sentence when the last is answered, until
-    ``requests`` have been sent."""
+    ``requests`` have been sent; with the server's ``pid``, its RSS after every 1,000
+    answers."""
     latencies: list[float] = []
     statuses: dict[str, int] = {}
+    memory: list[int] = []
     wrong = 0
     sent = 0
 
@@ -112,6 +115,8 @@ async def load_test(url: str, texts: list[str], expected: list[str], *, users: i
                 statuses[type(exc).__name__] = statuses.get(type(exc).__name__, 0) + 1
                 continue
             statuses[str(answer.status_code)] = statuses.get(str(answer.status_code), 0) + 1
+            if pid is not None and sum(statuses.values()) % 1000 == 0:
+                memory.append(rss(pid))
             if answer.status_code == 200:
                 latencies.append(time.perf_counter() - started)
                 wrong += answer.json()["outputs"][0]["output"] != expected[i]
@@ -127,7 +132,7 @@ async def load_test(url: str, texts: list[str], expected: list[str], *, users: i
             "p50_ms": 1000 * quantiles[49], "p95_ms": 1000 * quantiles[94], "p99_ms": 1000 * quantiles[98],
             "ok": statuses.get("200", 0), "refused": statuses.get("503", 0),
             "errors": sum(n for s, n in statuses.items() if s not in ("200", "503")), "wrong_outputs": wrong,
-            "statuses": statuses}
+            "statuses": statuses, **({"rss_every_1000_bytes": memory} if pid is not None else {})}
 
 
 def main() -> None:
@@ -136,6 +141,8 @@ def main() -> None:
     parser.add_argument("--inputs", type=Path, help="Sentences, one per line (default: the test split).")
     parser.add_argument("--users", type=int, nargs="+", default=[1, 8, 32, 128])
     parser.add_argument("--requests", type=int, default=10_000, help="Requests per load level.")
+    parser.add_argument("--unbatched-requests", type=int,
+                        help="Requests to the server without batching (default --requests; 0: none).")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--max-wait-ms", default="5")
     parser.add_argument("--max-queue", default="256")
@@ -161,7 +168,7 @@ def main() -> None:
     before = rss(server.process.pid)
     for users in args.users:
         row = asyncio.run(load_test(server.url, texts, expected, users=users, requests=args.requests,
-                                    beam=args.beam))
+                                    beam=args.beam, pid=server.process.pid))
         row["rss_after_bytes"] = rss(server.process.pid)
         results["batched"].append(row)
         print(json.dumps(row), flush=True)
@@ -169,17 +176,21 @@ def main() -> None:
     results["server_exit_status"] = server.stop()
 
     users = sorted(args.users)[-2] if len(args.users) > 1 else args.users[0]
-    unbatched = Server(args.run, "--max-wait-ms", "0", "--max-batch-tokens", "1",
-                       "--max-queue", args.max_queue)
-    results["unbatched"] = asyncio.run(load_test(unbatched.url, texts, expected, users=users,
-                                                 requests=args.requests, beam=args.beam))
-    unbatched.stop()
+    unbatched_requests = args.requests if args.unbatched_requests is None else args.unbatched_requests
+    if unbatched_requests:
+        unbatched = Server(args.run, "--max-wait-ms", "0", "--max-batch-tokens", "1",
+                           "--max-queue", args.max_queue)
+        results["unbatched"] = asyncio.run(load_test(unbatched.url, texts, expected, users=users,
+                                                     requests=unbatched_requests, beam=args.beam))
+        unbatched.stop()
 
     print(f"batch ceiling (in-process, one file): {ceiling:.1f} sentences/s; one sentence in-process: "
           f"{results['in_process_one_sentence_p50_ms']:.1f} ms")
     print("| users | sentences/s | vs ceiling | p50 ms | p95 ms | p99 ms | refused | errors | wrong |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for row in [*results["batched"], {**results["unbatched"], "users": f"{users} (unbatched)"}]:
+    rows = results["batched"] + ([{**results["unbatched"], "users": f"{users} (unbatched)"}]
+                                 if results["unbatched"] else [])
+    for row in rows:
         print(f"| {row['users']} | {row['sentences_per_s']:.1f} | {row['sentences_per_s'] / ceiling:.2f} | "
               f"{row['p50_ms']:.1f} | {row['p95_ms']:.1f} | {row['p99_ms']:.1f} | {row['refused']} | "
               f"{row['errors']} | {row['wrong_outputs']} |")

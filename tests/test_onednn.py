@@ -15,7 +15,7 @@ from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.generate import decoding_model, generate
 from seqtrans.inference.ensemble import Ensemble
 from seqtrans.linear.int8 import Int8Linear
-from seqtrans.linear.onednn import OneDNNLinear, onednn_available
+from seqtrans.linear.onednn import OneDNNLinear, onednn_available, row_bucket
 from seqtrans.quantize import onednn, onednn_cached
 from seqtrans.vocab import EOS
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has
 CPU = torch.device("cpu")
 
 
-@pytest.mark.parametrize("shape", [(1, 64), (7, 64), (2, 5, 64), (3, 1, 64)])
+@pytest.mark.parametrize("shape", [(1, 64), (7, 64), (2, 5, 64), (3, 1, 64), (3, 13, 64), (0, 64)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_the_onednn_layer_computes_f_linear(shape: tuple[int, ...], bias: bool) -> None:
     g = torch.Generator().manual_seed(0)
@@ -38,6 +38,14 @@ def test_the_onednn_layer_computes_f_linear(shape: tuple[int, ...], bias: bool) 
     # float64 as the reference: both round float32 sums of 64 products
     torch.testing.assert_close(y.double(), F.linear(x.double(), w.double(), b.double() if bias else None),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_rows_are_padded_to_few_sizes_and_never_by_more_than_an_eighth() -> None:
+    sizes = [row_bucket(m) for m in range(1, 8193)]
+    assert sizes[:16] == list(range(1, 17))
+    assert all(m <= b <= m * 9 / 8 for m, b in zip(range(1, 8193), sizes))
+    assert len(set(sizes)) == 16 + 8 * 9  # eight sizes per doubling from 17 to 8192
+    assert all(row_bucket(b) == b for b in sizes)
 
 
 def test_the_onednn_copy_shares_the_tensors_and_leaves_the_model_alone() -> None:

@@ -22,6 +22,11 @@ class OneDNNLinear(nn.Module):
     which on AMD processors runs well below oneDNN's speed for the same product
     (docs/speed.md). ``weight`` and ``bias`` are the tensors it was made from, shared;
     no gradient flows through the layer. ``forward(x [..., K]) -> [..., O]``.
+
+    oneDNN builds and caches a primitive for every row count it sees. Decoding sees
+    thousands (batch rows x source lengths, beams shrinking as sentences end), which
+    churns that cache and leaves the process's memory growing with every new shape, so
+    the rows are padded up to :func:`row_bucket`'s few sizes.
     """
 
     def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
@@ -38,4 +43,20 @@ class OneDNNLinear(nn.Module):
         return self.weight.size(0)
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        rows = x.reshape(-1, x.size(-1))  # [M, K]
+        m = rows.size(0)
+        padded = row_bucket(m)
+        if padded != m:
+            rows = torch.cat([rows, rows.new_zeros(padded - m, rows.size(1))])
+        y = torch.ops.mkldnn._linear_pointwise(rows, self.weight, self.bias, "none", [], "")  # [M', O]
+        return y[:m].view(*x.shape[:-1], y.size(1))
+
+
+def row_bucket(m: int) -> int:
+    """The row count a product of ``m`` rows runs at: ``m`` itself up to 16, then the next
+    multiple of 1/8 of the power of two below it (eight sizes per doubling, at most
+    1/8 more rows)."""
+    if m <= 16:
+        return m
+    step = 1 << (m.bit_length() - 4)
+    return -(-m // step) * step
