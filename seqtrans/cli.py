@@ -229,10 +229,11 @@ SUBCOMMANDS = (
             "/v1/models/NAME/predict (concurrent requests decoded together in batches), a "
             "WebSocket for simultaneous translation with models that can stream, /health, /ready, "
             "/metrics (Prometheus) and a page at /. A model is named by its run directory's name, "
-            "or NAME=RUN_DIR. With SEQTRANS_SERVE_TOKEN set, requests need 'Authorization: Bearer "
-            "TOKEN'. On SIGTERM it stops accepting, answers what is in flight and exits 0. Needs "
-            "pip install 'seqtrans[serve]'; see docs/serving.md.",
-            (arg("models", nargs="+", metavar="RUN_DIR", help="Runs to serve: RUN_DIR or NAME=RUN_DIR."),
+            "or NAME=RUN_DIR; NAME=RUN_A,RUN_B serves an ensemble. With SEQTRANS_SERVE_TOKEN set, "
+            "requests need 'Authorization: Bearer TOKEN'. On SIGTERM it stops accepting, answers "
+            "what is in flight and exits 0. Needs pip install 'seqtrans[serve]'; see docs/serving.md.",
+            (arg("models", nargs="+", metavar="RUN_DIR",
+                 help="Runs to serve: RUN_DIR, NAME=RUN_DIR, or NAME=RUN_A,RUN_B (an ensemble)."),
              *(arg("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
                    metavar=f.name.upper(), help=f.metadata["help"]) for f in _serve_fields()),
              DEVICE)),

@@ -74,11 +74,14 @@ class Served:
 
 def model_names(paths: Sequence[str]) -> dict[str, str]:
     """Names for the runs given on the command line: ``NAME=RUN_DIR`` names one, else
-    its directory's name (a checkpoint's run directory). Two runs of one name are refused."""
+    its directory's name (a checkpoint's run directory); ``NAME=RUN_A,RUN_B`` names an
+    ensemble, which needs its name. Two runs of one name are refused."""
     names: dict[str, str] = {}
     for given in paths:
         name, sep, path = given.partition("=")
         if not sep:
+            if "," in given:
+                raise UsageError(f"{given}: an ensemble needs a name: NAME={given}")
             path = given
             where = Path(given).resolve()
             if where.is_file():
@@ -91,6 +94,13 @@ def model_names(paths: Sequence[str]) -> dict[str, str]:
                              "with NAME=RUN_DIR")
         names[name] = path
     return names
+
+
+def load_served(name: str, path: str, *, device: str) -> Served:
+    """The run (or the ensemble of the comma-separated runs) ``path``, offered as ``name``."""
+    from seqtrans.inference.loading import load_ensemble
+
+    return Served(name, load_ensemble(path.split(","), device=device))
 
 
 LENGTH_PENALTIES = typing.get_args(typing.get_type_hints(DecodeConfig)["length_penalty"])

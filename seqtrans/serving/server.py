@@ -36,19 +36,19 @@ def check_installed() -> None:
 
 def serve(paths: Sequence[str], settings: ServeSettings, *, device: str = "auto",
           token: str | None = None) -> None:
-    """Serve the runs ``paths`` (``NAME=RUN_DIR`` or ``RUN_DIR``) until SIGINT or SIGTERM;
+    """Serve the runs ``paths`` (``NAME=RUN_DIR``, ``RUN_DIR`` or an ensemble
+    ``NAME=RUN_A,RUN_B``) until SIGINT or SIGTERM;
     then stop accepting connections, answer the requests in flight (for at most
     ``settings.timeout_s``) and return."""
     check_installed()
     import uvicorn
 
-    from seqtrans.inference.loading import load
     from seqtrans.serving.app import build_app
-    from seqtrans.serving.models import Served, model_names
+    from seqtrans.serving.models import load_served, model_names
 
     models = {}
     for name, path in model_names(paths).items():
-        models[name] = Served(name, load(path, device=device))
+        models[name] = load_served(name, path, device=device)
         log.info("model %s: %s (task %s)", name, path, models[name].loaded.config.task)
     app = build_app(models, settings, token=token)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, ws="auto", lifespan="on",

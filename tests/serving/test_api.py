@@ -258,6 +258,26 @@ def test_served_models_are_named_by_directory_or_given_names(tmp_path: Path) -> 
         model_names([str(a), str(tmp_path / "two" / "run")])
 
 
+def test_an_ensemble_served_by_name_decodes_as_the_ensemble_does_in_process(tmp_path: Path,
+                                                                          copy_model: Served) -> None:
+    from seqtrans.errors import UsageError
+    from seqtrans.inference.loading import load_ensemble
+    from seqtrans.serving.models import load_served, model_names
+
+    runs = [str(copy_run(tmp_path / f"copy{seed}", seed=seed, vocab_size=30)) for seed in (3, 4)]
+    given = f"both={','.join(runs)}"
+    served = load_served("both", model_names([given])["both"], device="cpu")
+    ensemble = load_ensemble(runs, device="cpu")
+    with running({"both": served, "copy": copy_model}) as url:
+        assert httpx.get(f"{url}/v1/models/both").json()["ensemble"] == 2
+        answers = post_all(f"{url}/v1/models/both/predict", [{"inputs": [text]} for text in INPUTS[:6]])
+    outputs = [a.json()["outputs"][0] for a in answers]
+    assert outputs == [reference(ensemble, text) for text in INPUTS[:6]]
+    assert outputs != [reference(copy_model.loaded, text) for text in INPUTS[:6]]  # not the first run alone
+    with pytest.raises(UsageError, match="an ensemble needs a name"):
+        model_names([",".join(runs)])
+
+
 PAIRS = [["1 2 3", "1 2 3"], ["4 5", "5"], ["6 7 8 9 1", ""], ["2", "2 2 2 2"]]
 
 
