@@ -77,8 +77,9 @@ class Server:
             await batcher.stop()
 
     async def submit(self, served: Served, key: Hashable, work: Prediction | Scoring,
-                     arrived: float) -> Any:
-        """The result of a request through the batcher, within the time limit."""
+                     arrived: float, request: Request) -> Any:
+        """The result of a request through the batcher, within the time limit; a request
+        whose client disconnects leaves the queue (or its batch's answers) at once."""
         assert self.batcher is not None
         self.metrics.queue_depth.observe(self.batcher.depth)
         try:
@@ -88,19 +89,25 @@ class Server:
                                "try again shortly", limit="max_queue", headers={"Retry-After": "1"}) from None
         self.metrics.queued.set(self.batcher.depth)
         left = self.settings.timeout_s - (time.monotonic() - arrived)
+        gone = asyncio.ensure_future(_disconnected(request))
         try:
-            result = await asyncio.wait_for(future, max(left, 0.0))
-        except asyncio.TimeoutError:
-            raise RequestError(504, "timeout", f"not decoded within {self.settings.timeout_s:g} s",
-                               limit="timeout_s") from None
+            await asyncio.wait({future, gone}, timeout=max(left, 0.0), return_when=asyncio.FIRST_COMPLETED)
+            if not future.done():
+                future.cancel()  # withdraws it from the queue
+                if gone.done():
+                    self.metrics.disconnected.inc()
+                    raise RequestError(499, "client_disconnected", "the client went away before its answer")
+                raise RequestError(504, "timeout", f"not decoded within {self.settings.timeout_s:g} s",
+                                   limit="timeout_s")
+            return future.result()
         except SeqtransError as exc:
             raise RequestError(422, "decoding_failed", str(exc)) from None
         except Stopped:
             raise RequestError(503, "shutting_down", "the server stopped before decoding this request",
                                headers={"Retry-After": "1"}) from None
         finally:
+            gone.cancel()
             self.metrics.queued.set(self.batcher.depth)
-        return result
 
     def model(self, name: str) -> Served:
         served = self.models.get(name)
@@ -213,14 +220,14 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
         arrived = time.monotonic()
         served = server.model(request.path_params["name"])
         prediction = parse_predict(served, await read_json(request, settings.max_body_bytes), settings)
-        result = await server.submit(served, (served.name, prediction.decode), prediction, arrived)
+        result = await server.submit(served, (served.name, prediction.decode), prediction, arrived, request)
         return JSONResponse({"model": served.name, "outputs": result})
 
     async def score(request: Request) -> Response:
         arrived = time.monotonic()
         served = server.model(request.path_params["name"])
         scoring = parse_score(served, await read_json(request, settings.max_body_bytes), settings)
-        result = await server.submit(served, (served.name, "score"), scoring, arrived)
+        result = await server.submit(served, (served.name, "score"), scoring, arrived, request)
         return JSONResponse({"model": served.name, "scores": result})
 
     routes = [Route("/", page), Route("/health", health), Route("/ready", ready), Route("/metrics", metrics),
@@ -240,6 +247,12 @@ def _warmed(server: Server, future: asyncio.Future[None]) -> None:
         return
     server.ready = True
     log.info("models ready: %s", ", ".join(server.models))
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client of ``request`` (its body read) has disconnected."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def read_json(request: Request, limit: int) -> Any:

@@ -103,8 +103,9 @@ class Batcher:
 
     @property
     def depth(self) -> int:
-        """Requests waiting to be decoded."""
-        return len(self.pending)
+        """Requests waiting to be decoded (not those withdrawn a moment ago, whose removal
+        from the queue is scheduled)."""
+        return sum(not job.future.done() for job in self.pending)
 
     def submit(self, key: Hashable, tokens: int, work: Any) -> asyncio.Future[Any]:
         """Queue a request; its future gets the decoder's result (or exception). Cancel the

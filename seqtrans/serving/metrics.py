@@ -34,6 +34,9 @@ class Metrics:
         self.decode_seconds = Counter("seqtrans_decode_seconds", "Time spent decoding batches.", registry=r)
         self.tokens_per_second = Gauge("seqtrans_tokens_per_second",
                                        "Target tokens per second of decoding in the last batch.", registry=r)
+        self.disconnected = Counter("seqtrans_disconnected_requests",
+                                    "Requests whose client went away before its answer; withdrawn.",
+                                    registry=r)
         self.streams = Gauge("seqtrans_streams", "Simultaneous-translation sessions open.", registry=r)
 
     def batch(self, requests: int, inputs: int, output_tokens: int, seconds: float) -> None:

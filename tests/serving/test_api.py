@@ -189,6 +189,43 @@ def test_a_request_not_decoded_in_time_gets_504_and_leaves_the_queue(copy_model:
         assert queued and float(queued.group(1)) == 0  # the request left the queue with its answer
 
 
+def test_a_client_that_disconnects_while_queued_is_withdrawn_and_never_decoded(copy_model: Served) -> None:
+    slow = threading.Event()
+    original = copy_model.loaded.decode
+    decoded: list[list[Any]] = []
+
+    def blocking(sources: list[Any], **kwargs: Any) -> Any:
+        decoded.append(list(sources))
+        slow.wait(10)
+        return original(sources, **kwargs)
+
+    with running({"copy": copy_model}, ServeSettings(max_wait_ms=0)) as url:
+        object.__setattr__(copy_model.loaded, "decode", blocking)
+        try:
+            busy = threading.Thread(target=lambda: predict(url, {"inputs": ["1 2"]}))
+            busy.start()  # holds the decoding thread
+            while not decoded:
+                threading.Event().wait(0.01)
+            with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection
+                httpx.post(f"{url}/v1/models/copy/predict", json={"inputs": ["3 4 5"]}, timeout=0.5)
+            metrics = ""
+            for _ in range(100):
+                metrics = httpx.get(f"{url}/metrics").text
+                if re.search(r"^seqtrans_disconnected_requests_total 1", metrics, re.M):
+                    break
+                threading.Event().wait(0.05)
+            assert re.search(r"^seqtrans_queued_requests 0", metrics, re.M), metrics
+            assert re.search(r"^seqtrans_disconnected_requests_total 1", metrics, re.M)
+            slow.set()
+            busy.join(30)
+            assert predict(url, {"inputs": ["6"]}).status_code == 200
+        finally:
+            slow.set()
+            del copy_model.loaded.decode
+    assert len(decoded) == 2 and all(len(s) == 1 for s in decoded)  # "3 4 5" never reached the decoder
+    assert decoded[1] == [copy_model.loaded.task.parse_source("6")]
+
+
 def test_with_a_token_every_route_but_the_page_and_probes_needs_it(copy_model: Served) -> None:
     with running({"copy": copy_model}, token="s3cret") as url:
         assert predict(url, {"inputs": ["1"]}).status_code == 401
