@@ -159,8 +159,17 @@ def main() -> None:
         started = time.perf_counter()
         list(predict_batches(loaded, [[text]]))
         one.append(time.perf_counter() - started)
+    # what batches of one sentence per user, in arrival order, give in-process: the most a
+    # server can reach when its batches hold one request of each user
+    grouped = {}
+    for users in args.users:
+        sample = texts[: max(users, min(len(texts), 512))]
+        started = time.perf_counter()
+        list(predict_batches(loaded, [sample[i : i + users] for i in range(0, len(sample), users)]))
+        grouped[str(users)] = len(sample) / (time.perf_counter() - started)
     results: dict[str, Any] = {"run": str(args.run), "beam": args.beam, "sentences": len(texts),
                                "batch_ceiling_sentences_per_s": ceiling,
+                               "in_process_batches_of_one_per_user_sentences_per_s": grouped,
                                "in_process_one_sentence_p50_ms": 1000 * statistics.median(one),
                                "cpu_count": os.cpu_count(), "batched": [], "unbatched": None}
 
@@ -186,12 +195,15 @@ def main() -> None:
 
     print(f"batch ceiling (in-process, one file): {ceiling:.1f} sentences/s; one sentence in-process: "
           f"{results['in_process_one_sentence_p50_ms']:.1f} ms")
-    print("| users | sentences/s | vs ceiling | p50 ms | p95 ms | p99 ms | refused | errors | wrong |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| users | sentences/s | vs ceiling | vs in-process batches of one per user | p50 ms | p95 ms | "
+          "p99 ms | refused | errors | wrong |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     rows = results["batched"] + ([{**results["unbatched"], "users": f"{users} (unbatched)"}]
                                  if results["unbatched"] else [])
     for row in rows:
+        own = grouped.get(str(row["users"]))
         print(f"| {row['users']} | {row['sentences_per_s']:.1f} | {row['sentences_per_s'] / ceiling:.2f} | "
+              f"{row['sentences_per_s'] / own if own else float('nan'):.2f} | "
               f"{row['p50_ms']:.1f} | {row['p95_ms']:.1f} | {row['p99_ms']:.1f} | {row['refused']} | "
               f"{row['errors']} | {row['wrong_outputs']} |")
     if args.out is not None:
