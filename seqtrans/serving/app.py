@@ -107,6 +107,8 @@ class Server:
                                headers={"Retry-After": "1"}) from None
         finally:
             gone.cancel()
+            if not future.done():  # this handler itself was cancelled
+                future.cancel()
             self.metrics.queued.set(self.batcher.depth)
 
     def model(self, name: str) -> Served:
