@@ -386,7 +386,8 @@ class Transformer(nn.Module):
             if encoded is None:
                 raise ValueError("decode() needs the encoder output or a decoding state")
             with waiting(self._training_lag(encoded.mask)):
-                cross = [layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers]
+                cross = [layer.cross_attn.prepare(encoded.memory, encoded.mask)
+                         for layer in self.decoder_layers]
             caches: list[KVCache | None] = [None] * len(self.decoder)
             offset = 0
             for name, extension in self.named_extensions():

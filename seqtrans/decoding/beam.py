@@ -25,7 +25,7 @@ from seqtrans.decoding.lexical import (
     required_problem,
 )
 from seqtrans.decoding.protocol import SearchModel, SearchState
-from seqtrans.decoding.sampling import Truncation, draw, truncate
+from seqtrans.decoding.sampling import Truncation, sample
 from seqtrans.decoding.search import (
     NEG_INF,
     Hypothesis,
@@ -313,7 +313,7 @@ def sample_search(model: SearchModel, src: Tensor, *, max_len: Tensor, uniforms:
     uniforms = uniforms.to(src.device)
 
     def sampled(log_probs: Tensor, step: int, rows: Tensor) -> tuple[Tensor, Tensor]:
-        token = draw(truncate(log_probs, truncation), uniforms[rows, step])  # [B']
+        token = sample(log_probs, truncation, uniforms[rows, step])  # [B']
         return log_probs.gather(1, token.unsqueeze(1)).squeeze(1), token  # [B', 1] -> [B']
 
     return _one_path(model, src, max_len=max_len, constraint=constraint, choose=sampled,

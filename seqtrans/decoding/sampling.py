@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -45,22 +45,48 @@ def truncate(log_probs: Tensor, truncation: Truncation) -> Tensor:
         keep.scatter_(1, x.topk(truncation.top_k, dim=1).indices, True)  # [N, k] -> [N, V]
         x = F.log_softmax(x.masked_fill(~keep, NEG_INF), dim=-1)
     if truncation.top_p < 1.0:
-        ordered, order = x.sort(dim=1, descending=True)  # [N, V] each
-        probs = ordered.exp()
-        before = probs.cumsum(dim=1) - probs  # mass of the more probable tokens
-        drop_sorted = before >= truncation.top_p  # the first token has 0 before it: always kept
-        drop = torch.empty_like(drop_sorted).scatter_(1, order, drop_sorted)  # back to vocabulary order
-        x = F.log_softmax(x.masked_fill(drop, NEG_INF), dim=-1)
+        x = F.log_softmax(x.masked_fill(_outside_nucleus(x, truncation.top_p), NEG_INF), dim=-1)
     if truncation.epsilon > 0.0:
         drop = (x < math.log(truncation.epsilon)) & (x < x.max(dim=1, keepdim=True).values)
         x = F.log_softmax(x.masked_fill(drop, NEG_INF), dim=-1)
-    return x.nan_to_num(nan=NEG_INF, neginf=NEG_INF)  # rows with nothing allowed: log_softmax of all -inf
+    empty = ~torch.isfinite(x.amax(dim=1))  # [N] rows with nothing allowed: log_softmax gave NaN
+    if bool(empty.any()):
+        x[empty] = NEG_INF
+    return x
+
+
+#: Tokens first searched for the nucleus; a row whose most probable tokens do not reach
+#: top_p (a flat distribution) is sorted whole.
+_NUCLEUS_FIRST = 64
+
+
+def _outside_nucleus(x: Tensor, top_p: float) -> Tensor:
+    """[N, V] bool: the tokens outside the smallest set of most probable tokens whose
+    probability reaches ``top_p`` (``x``: normalised log-probabilities [N, V]). A token is
+    kept while the mass of the tokens more probable than it is below ``top_p``; so the
+    first token always is, and once the k most probable reach ``top_p`` no other is."""
+    ordered, order = x.topk(min(_NUCLEUS_FIRST, x.size(1)), dim=1)  # [N, k], most probable first
+    outside = _beyond(ordered, order, top_p, torch.ones_like(x, dtype=torch.bool))
+    flat = ordered.exp().sum(dim=1).lt(top_p).nonzero().squeeze(1)  # rows whose nucleus is wider
+    if flat.numel():
+        ordered, order = x[flat].sort(dim=1, descending=True)  # [F, V]
+        outside[flat] = _beyond(ordered, order, top_p, torch.ones_like(ordered, dtype=torch.bool))
+    return outside
+
+
+def _beyond(ordered: Tensor, order: Tensor, top_p: float, out: Tensor) -> Tensor:
+    """``out`` with, at the tokens ``order`` (probabilities ``ordered``, most probable
+    first), whether the mass before each reaches ``top_p``."""
+    probs = ordered.exp()
+    before = probs.cumsum(dim=1) - probs  # mass of the more probable tokens
+    return out.scatter_(1, order, before >= top_p)
 
 
 def draw(log_probs: Tensor, uniforms: Tensor) -> Tensor:
     """The token of each row whose cumulative probability first exceeds its uniform
     number u in [0, 1) (inverse transform sampling): token i with probability p_i.
-    A row with no finite entry gets an arbitrary token; the caller drops it.
+    ``log_probs`` need not be normalised. A row with no finite entry gets an arbitrary
+    token; the caller drops it.
 
     log_probs [N, V], uniforms [N] -> tokens [N]
     """
@@ -68,9 +94,32 @@ def draw(log_probs: Tensor, uniforms: Tensor) -> Tensor:
     cdf = probs.cumsum(dim=1)  # [N, V]
     target = uniforms.to(cdf.dtype) * cdf[:, -1]  # the total absorbs the rounding of the sum
     token = torch.searchsorted(cdf, target.unsqueeze(1), right=True).squeeze(1)  # [N, 1] -> [N]
-    # where rounding puts the target at the total, the last token with any probability
-    last = probs.size(1) - 1 - probs.gt(0).flip(1).int().argmax(dim=1)  # [N]
-    return torch.minimum(token, last)
+    # where rounding puts the target at the total, no entry of the cdf exceeds it: then the
+    # last token with any probability
+    past = token >= probs.size(1)  # [N]
+    if bool(past.any()):
+        rows = probs[past]
+        token[past] = rows.size(1) - 1 - rows.gt(0).flip(1).int().argmax(dim=1)
+    return token
+
+
+def sample(log_probs: Tensor, truncation: Truncation, uniforms: Tensor) -> Tensor:
+    """One token per row drawn from ``truncate(log_probs, truncation)`` with the rows'
+    uniform numbers, by the cheapest route to the same distribution: the model's own
+    distribution needs no reshaping (:func:`draw` normalises), and with ``top_k`` only the
+    k most probable tokens are reshaped and drawn from.
+
+    log_probs [N, V], uniforms [N] -> tokens [N]
+    """
+    x = log_probs.float()
+    if truncation == Truncation():
+        return draw(x, uniforms)
+    if 0 < truncation.top_k < x.size(1):
+        top, index = x.topk(truncation.top_k, dim=1)  # [N, k]: the order of x / temperature too
+        index, order = index.sort(dim=1)  # in vocabulary order, so a uniform picks the same token
+        kept = truncate(top.gather(1, order), replace(truncation, top_k=0))  # [N, k]
+        return index.gather(1, draw(kept, uniforms).unsqueeze(1)).squeeze(1)
+    return draw(truncate(x, truncation), uniforms)
 
 
 def stream_seed(seed: int, index: int) -> int:

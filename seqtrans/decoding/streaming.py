@@ -45,7 +45,6 @@ from seqtrans.errors import UsageError
 from seqtrans.model import Transformer
 from seqtrans.vocab import BOS, EOS
 
-
 #: Encoder-decoder attention that decides when to read: hard monotonic and its lookback
 #: (MILk), and scaled-dot attention under wait-k (or reading the whole source first).
 STREAMING = ("monotonic", "milk", "scaled_dot")
@@ -65,8 +64,8 @@ def check_streamable(model: Transformer) -> None:
     config = model.config
     missing = []
     if config.cross_attention not in STREAMING:
-        missing.append(f"model.cross_attention={', '.join(STREAMING[:-1])} or {STREAMING[-1]} (this model has "
-                       f"{config.cross_attention})")
+        missing.append(f"model.cross_attention={', '.join(STREAMING[:-1])} or {STREAMING[-1]} "
+                       f"(this model has {config.cross_attention})")
     if not config.causal_encoder:
         missing.append("model.causal_encoder=true")
     if missing:

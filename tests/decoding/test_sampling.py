@@ -16,7 +16,7 @@ from test_beam_table import A, B, TableModel
 from conftest import tiny_model
 from seqtrans.config import DecodeConfig
 from seqtrans.decoding.generate import generate
-from seqtrans.decoding.sampling import Truncation, draw, input_uniforms, truncate
+from seqtrans.decoding.sampling import Truncation, draw, input_uniforms, sample, truncate
 from seqtrans.errors import ConfigError
 from seqtrans.vocab import BOS, EOS, PAD
 
@@ -64,6 +64,23 @@ def test_truncation_leaves_forbidden_tokens_and_empty_rows_forbidden() -> None:
     out = truncate(log_probs, Truncation(temperature=0.5, top_k=3, top_p=0.9))
     assert out[0, 2] == float("-inf") and torch.isfinite(out[0, 0])
     assert bool(torch.isneginf(out[1]).all())
+
+
+@pytest.mark.parametrize("truncation", [*TRUNCATIONS, Truncation(top_k=40), Truncation(top_p=0.5),
+                                        Truncation(temperature=0.7, top_k=30, top_p=0.8, epsilon=0.001)], ids=repr)
+def test_the_fast_routes_draw_what_truncating_the_whole_vocabulary_draws(truncation: Truncation) -> None:
+    g = torch.Generator().manual_seed(0)
+    for scale in (0.5, 3.0, 8.0):  # flat to peaked: the nucleus within the first tokens probed, or not
+        logits = torch.randn(64, 500, generator=g) * scale
+        logits[:3, 7:] = float("-inf")  # rows with fewer allowed tokens than top_k
+        logits[3] = float("-inf")  # a row with none
+        log_probs = torch.log_softmax(logits, dim=1)
+        log_probs[5, 11] = float("-inf")  # masked by a rule afterwards: not renormalised
+        u = torch.rand(64, generator=g)
+        expected = draw(truncate(log_probs, truncation), u)
+        got = sample(log_probs, truncation, u)
+        assert torch.equal(got[4:], expected[4:]) and torch.equal(got[:3], expected[:3])
+        assert bool(got[:3].lt(7).all())
 
 
 def test_draw_picks_the_token_whose_interval_holds_the_uniform() -> None:
