@@ -119,6 +119,8 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0, help="Sampling temperature (default 1).")
     parser.add_argument("--top-p", type=float, default=1.0, help="Nucleus sampling's p (default 1: none).")
     parser.add_argument("--seed", type=int, default=1, help="decode.seed of the sampling (default 1).")
+    parser.add_argument("--out", type=Path, default=RESULTS,
+                        help=f"The results JSON (default benchmarks/results/{RESULTS.name}).")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice).")
     parser.add_argument("--smoke", action="store_true",
@@ -161,10 +163,10 @@ def main() -> None:
               "tag": args.tag, "rows": rows, "machine": platform.processor() or platform.machine(),
               "torch": torch.__version__}
     if args.smoke:
-        print("smoke run: nothing written to", RESULTS)
+        print("smoke run: nothing written to", args.out)
         return
-    atomic.write_json(RESULTS, result)
-    print(f"wrote {RESULTS}")
+    atomic.write_json(args.out, result)
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
