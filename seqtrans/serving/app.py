@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any
 
@@ -54,9 +55,11 @@ log = logging.getLogger(__name__)
 class Server:
     """The state the routes share: the models, the batcher, the metrics and readiness."""
 
-    def __init__(self, models: Mapping[str, Served], settings: ServeSettings) -> None:
+    def __init__(self, models: Mapping[str, Served], settings: ServeSettings,
+                 executor: ThreadPoolExecutor | None = None) -> None:
         self.models = dict(models)
         self.settings = settings
+        self.executor = executor
         self.metrics = Metrics()
         self.batcher: Batcher | None = None
         self.ready = False
@@ -66,7 +69,8 @@ class Server:
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         """The batcher for the app's lifetime; the models warm up in its thread meanwhile."""
         batcher = Batcher(self.decode, max_tokens=self.settings.max_batch_tokens,
-                          max_wait_s=self.settings.max_wait_ms / 1000, max_queue=self.settings.max_queue)
+                          max_wait_s=self.settings.max_wait_ms / 1000, max_queue=self.settings.max_queue,
+                          executor=self.executor)
         self.batcher = batcher
         batcher.start()
         warming = asyncio.get_running_loop().run_in_executor(batcher.executor, self.warm)
@@ -188,12 +192,13 @@ class Server:
 
 
 def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
-              token: str | None = None) -> Starlette:
+              token: str | None = None, executor: ThreadPoolExecutor | None = None) -> Starlette:
     """The ASGI app serving ``models`` by name; with ``token``, every route but the page
-    and the probes needs ``Authorization: Bearer TOKEN``."""
+    and the probes needs ``Authorization: Bearer TOKEN``. ``executor``: the decoding
+    thread (:func:`~seqtrans.serving.batching.decoding_thread`) the models were loaded in."""
     from seqtrans.serving.streaming import stream
 
-    server = Server(models, settings)
+    server = Server(models, settings, executor)
 
     async def page(request: Request) -> Response:
         return HTMLResponse(resources.files("seqtrans.serving").joinpath("page.html").read_text("utf-8"))

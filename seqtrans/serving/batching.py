@@ -70,16 +70,26 @@ def take_batch(pending: deque[Job], max_tokens: int) -> list[Job]:
 Decoder = Callable[[Sequence[Any]], Sequence[Any]]
 
 
-class Batcher:
-    """The queue, its dispatcher task and the one decoding thread."""
+def decoding_thread() -> ThreadPoolExecutor:
+    """The one thread that runs the server's PyTorch work. PyTorch's CPU operators run on
+    a team of OpenMP threads per calling thread; once a second thread has run them, both
+    decode far slower on a machine with few cores (docs/serving.md), so the models are
+    loaded, warmed and decoded in this one."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="seqtrans-decode")
 
-    def __init__(self, decoder: Decoder, *, max_tokens: int, max_wait_s: float, max_queue: int) -> None:
+
+class Batcher:
+    """The queue, its dispatcher task and the one decoding thread (``executor``; by
+    default a :func:`decoding_thread` of its own)."""
+
+    def __init__(self, decoder: Decoder, *, max_tokens: int, max_wait_s: float, max_queue: int,
+                 executor: ThreadPoolExecutor | None = None) -> None:
         self.decoder = decoder
         self.max_tokens = max_tokens
         self.max_wait_s = max_wait_s
         self.max_queue = max_queue
         self.pending: deque[Job] = deque()
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seqtrans-decode")
+        self.executor = executor if executor is not None else decoding_thread()
         self._arrived = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 

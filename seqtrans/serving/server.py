@@ -44,13 +44,15 @@ def serve(paths: Sequence[str], settings: ServeSettings, *, device: str = "auto"
     import uvicorn
 
     from seqtrans.serving.app import build_app
+    from seqtrans.serving.batching import decoding_thread
     from seqtrans.serving.models import load_served, model_names
 
     models = {}
+    executor = decoding_thread()
     for name, path in model_names(paths).items():
-        models[name] = load_served(name, path, device=device)
+        models[name] = executor.submit(load_served, name, path, device=device).result()
         log.info("model %s: %s (task %s)", name, path, models[name].loaded.config.task)
-    app = build_app(models, settings, token=token)
+    app = build_app(models, settings, token=token, executor=executor)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, ws="auto", lifespan="on",
                             timeout_graceful_shutdown=max(1, int(settings.timeout_s)), log_level="info",
                             access_log=False)
