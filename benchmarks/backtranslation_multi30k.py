@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import sacrebleu
 import torch
 
 from seqtrans import atomic, pipeline, tasks
@@ -148,6 +149,9 @@ def main() -> None:
         english = back_translate(args, [e.target for e in held_out])
         write_tsv(synthetic, [(f"{args.tag} {en}", e.target) for en, e in zip(english, held_out)])
     synthetic_pairs = [line.split("\t", 1) for line in synthetic.read_text().splitlines()]
+    # how far the synthetic sources are from the real English of the held-out half (never trained on)
+    noise = sacrebleu.corpus_bleu([en.removeprefix(f"{args.tag} ") for en, _ in synthetic_pairs],
+                                  [[" ".join(e.source.split()) for e in held_out]]).score
     mixed = write_tsv(work / "real+synthetic.en-de.tsv",
                       [(e.source, e.target) for e in real] + [(en, de) for en, de in synthetic_pairs])
     forward_real = train("forward-real", [f"data.train_tsv={real_en_de}", *_test(args, "en-de")], args)
@@ -158,9 +162,11 @@ def main() -> None:
             {"model": "en-de, real half + tagged sampled back-translations", "bleu": forward_bt["bleu"]}]
     for row in rows:
         print(f"{row['model']:<55} BLEU {row['bleu']:.2f}")
+    print(f"{'synthetic English against the real English':<55} BLEU {noise:.2f}")
     result = {"steps": args.steps, "real_pairs": len(real), "synthetic_pairs": len(held_out),
               "sampling": {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed},
-              "tag": args.tag, "rows": rows, "machine": platform.processor() or platform.machine(),
+              "tag": args.tag, "synthetic_bleu_against_real_english": noise, "rows": rows,
+              "machine": platform.processor() or platform.machine(),
               "torch": torch.__version__}
     if args.smoke:
         print("smoke run: nothing written to", args.out)
