@@ -88,6 +88,10 @@ CASES = {
         _edit_json("config.json", share_encoder_decoder_embeddings=False),
         r"field 'share_encoder_decoder_embeddings'",
     ),
+    "decoder start": (
+        _edit_json("config.json", decoder_start_token_id=5),
+        r"config\.json's field 'decoder_start_token_id' \(5\) is neither the id of '<pad>'",
+    ),
     "shape": (
         _edit_json("config.json", encoder_ffn_dim=64, decoder_ffn_dim=64),
         r"model\.safetensors: tensor 'model\.encoder\.layers\.0\.fc1\.weight' has shape",

@@ -102,6 +102,22 @@ def test_a_seqtrans_model_exports_and_transformers_computes_the_same(tmp_path: P
             loaded.model.output_bias.normal_()
     out = formats.load("hf-marian").export_model(loaded, out=tmp_path / "hf")
     _compare(loaded, out)
+    _reimport_computes_the_same(loaded, out, tmp_path / "again")
+
+
+def _reimport_computes_the_same(loaded: Loaded, exported: Path, run: Path) -> None:
+    """The exported directory imported back: the original's log-probabilities (every
+    symbol, <pad> and <s> included) and its beam outputs."""
+    again = load(formats.load("hf-marian").import_model(exported, out=run), device="cpu")
+    vocab = loaded.codec.vocabularies.source
+    assert again.codec.vocabularies.source.symbols == vocab.symbols
+    src = pad_batch([vocab.encode(loaded.codec.source_tokens(s)) + [EOS] for s in SOURCES])
+    tgt_in = pad_batch([vocab.encode(loaded.codec.target_tokens(t)) for t in TARGETS], before=BOS)
+    with torch.no_grad():
+        ours, theirs = (torch.log_softmax(m.model(src, tgt_in), -1) for m in (loaded, again))
+    assert (ours - theirs).abs().max().item() <= 1e-4
+    settings = DecodeConfig(beam=3, max_len_a=0.0, max_len_b=MAX_LENGTH)
+    assert again.decode(SOURCES, decode=settings)[0] == loaded.decode(SOURCES, decode=settings)[0]
 
 
 def test_an_imported_model_exports_back(tmp_path: Path) -> None:

@@ -13,9 +13,12 @@ tensors and a reordering of the vocabulary:
   symbol; padding is masked in both toolkits, so only its start role matters, and its
   embedding row becomes that of ``<s>``, the start symbol of every seqtrans decoder.
   ``</s>`` and ``<unk>`` keep their names; every other symbol follows in Marian's order.
-- seqtrans's ``<pad>`` has no Marian counterpart: its embedding row is zero and its
-  logits bias :data:`ABSENT_LOGIT`, so that it takes no probability (decoding never
-  emits it in any case) and the log-probabilities of every other symbol are Marian's.
+  A model whose ``decoder_start_token_id`` is a ``<s>`` of its own (as seqtrans exports)
+  keeps ``<pad>`` and ``<s>`` in their roles.
+- In the first case seqtrans's ``<pad>`` has no Marian counterpart: its embedding row
+  is zero and its logits bias :data:`ABSENT_LOGIT`, so that it takes no probability
+  (decoding never emits it in any case) and the log-probabilities of every other symbol
+  are Marian's.
 - Self-attention's query, key and value projections are fused into one, and
   encoder-decoder attention's key and value projections; the position table is not
   stored (both toolkits compute it).
@@ -131,13 +134,6 @@ def model_config(config: dict[str, Any], path: Path) -> ModelConfig:
             "field 'decoder_vocab_size' differs from 'vocab_size': separate source and "
             "target vocabularies are not imported",
         )
-    if config.get("decoder_start_token_id", config.get("pad_token_id")) != config.get("pad_token_id"):
-        raise DataError(
-            path,
-            None,
-            "field 'decoder_start_token_id' is not the 'pad_token_id': the decoder of an "
-            "imported model starts from the padding symbol's embedding",
-        )
     for key in ("normalize_before", "add_final_layer_norm", "normalize_embedding", "layernorm_embedding"):
         if config.get(key):
             raise DataError(
@@ -196,13 +192,26 @@ def vocabulary(vocab: dict[str, Any], config: dict[str, Any], path: Path) -> tup
             )
     if "<unk>" not in vocab:
         raise DataError(path, None, "has no '<unk>'")
-    if "<s>" in vocab:
-        raise DataError(path, None, "holds '<s>', the symbol seqtrans gives Marian's decoder start (<pad>)")
+    start = config.get("decoder_start_token_id", config.get("pad_token_id"))
+    if start == vocab["<pad>"]:  # OPUS-MT: <pad> starts the decoder, and becomes seqtrans's <s>
+        if "<s>" in vocab:
+            raise DataError(path, None, "holds '<s>', the symbol seqtrans gives Marian's decoder start (<pad>)")
+        marian_of = {"<pad>": -1, "<s>": vocab["<pad>"]}
+    elif by_id.get(start) == "<s>":  # a model seqtrans exported: <pad> and <s> keep their roles
+        marian_of = {"<pad>": vocab["<pad>"], "<s>": start}
+    else:
+        raise DataError(
+            path,
+            None,
+            f"config.json's field 'decoder_start_token_id' ({start}) is neither the id of "
+            f"'<pad>' ({vocab['<pad>']}) nor of '<s>' ({vocab.get('<s>')}): seqtrans's decoder "
+            "starts from one of those",
+        )
     bad = [s for s in vocab if not s or any(c.isspace() for c in s)]
     if bad:
         raise DataError(path, None, f"symbols {bad[:3]!r} are empty or hold white space")
-    marian_of = {"<pad>": -1, "<s>": vocab["<pad>"], "</s>": vocab["</s>"], "<unk>": vocab["<unk>"]}
-    rest = [by_id[i] for i in range(len(vocab)) if by_id[i] not in ("<pad>", "</s>", "<unk>")]
+    marian_of |= {"</s>": vocab["</s>"], "<unk>": vocab["<unk>"]}
+    rest = [by_id[i] for i in range(len(vocab)) if by_id[i] not in SPECIALS]
     symbols = [*SPECIALS, *rest]
     order = torch.tensor([marian_of[s] if s in marian_of else vocab[s] for s in symbols])
     return Vocab(symbols), order
