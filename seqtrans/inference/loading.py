@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from seqtrans import config as cfg
 from seqtrans import tasks
@@ -120,16 +122,36 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
             (Path(scratch) / name).write_bytes(data)
         codec = task.load_vocabulary(Path(scratch))  # self-contained: it pickles
     dev_ = device if isinstance(device, torch.device) else select_device(device)
-    model = build_model(config.model, codec)
+    with _Unwritten():
+        model = build_model(config.model, codec)
     _load_weights(model, payload["model"], ckpt_path)
     model.to(dev_).eval()
     return Loaded(config, task, codec, model, dev_,
                   vocabulary_digest=assets_digest(payload.get("assets", {})))
 
 
+class _Unwritten(TorchFunctionMode):
+    """Skips every in-place write to a parameter (its random initialisation) while a model
+    is built whose parameters are all then replaced by a checkpoint's (strictly, by
+    :func:`_load_weights`): pages of memory never written are never resident, so the
+    weights are in memory once, not twice, while they load."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        target = args[0] if args else kwargs.get("tensor")
+        name = getattr(func, "__name__", "")
+        if isinstance(target, nn.Parameter) and name.endswith("_") and not name.endswith("__"):
+            return target
+        return func(*args, **kwargs)
+
+
 def _load_weights(model: Transformer, weights: dict[str, Any], origin: Path) -> None:
+    """The checkpoint's tensors become the model's (assigned, not copied; converted where
+    the checkpoint stores another dtype than the model's)."""
+    own = model.state_dict()
+    weights = {k: v.to(own[k].dtype) if k in own and torch.is_tensor(v) else v for k, v in weights.items()}
     try:
-        model.load_state_dict(weights)
+        model.load_state_dict(weights, assign=True)
     except RuntimeError as exc:
         built, saved = (sorted({k.split(".")[1] for k in names if k.startswith("extensions.")})
                         for names in (model.state_dict(), weights))

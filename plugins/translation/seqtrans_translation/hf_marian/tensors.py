@@ -140,4 +140,4 @@ def write_safetensors(path: Path, tensors: Mapping[str, Tensor]) -> None:
         for name in order:
             t = tensors[name].detach().cpu().contiguous()
             if t.numel():
-                f.write(t.view(-1).view(torch.uint8).numpy().tobytes())
+                f.write(memoryview(t.view(-1).view(torch.uint8).numpy()))  # no copy
