@@ -195,7 +195,9 @@ def vocabulary(vocab: dict[str, Any], config: dict[str, Any], path: Path) -> tup
     start = config.get("decoder_start_token_id", config.get("pad_token_id"))
     if start == vocab["<pad>"]:  # OPUS-MT: <pad> starts the decoder, and becomes seqtrans's <s>
         if "<s>" in vocab:
-            raise DataError(path, None, "holds '<s>', the symbol seqtrans gives Marian's decoder start (<pad>)")
+            raise DataError(
+                path, None, "holds '<s>', the symbol seqtrans gives Marian's decoder start (<pad>)"
+            )
         marian_of = {"<pad>": -1, "<s>": vocab["<pad>"]}
     elif by_id.get(start) == "<s>":  # a model seqtrans exported: <pad> and <s> keep their roles
         marian_of = {"<pad>": vocab["<pad>"], "<s>": start}
