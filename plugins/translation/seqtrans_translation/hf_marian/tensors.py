@@ -140,4 +140,4 @@ def write_safetensors(path: Path, tensors: Mapping[str, Tensor]) -> None:
         for name in order:
             t = tensors[name].detach().cpu().contiguous()
             if t.numel():
-                f.write(memoryview(t.view(-1).view(torch.uint8).numpy()))  # no copy
+                f.write(t.view(-1).view(torch.uint8).numpy().data)  # a view, no copy
