@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import gc
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,45 @@ def timed(fn: Callable[[], Any], device: torch.device, *, repeats: int = 3, warm
         synchronize(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def _status_mib(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024  # kB
+    return float("nan")
+
+
+@contextlib.contextmanager
+def peak_memory(device: torch.device) -> Iterator[dict[str, float]]:
+    """The peak memory of the code in the ``with`` block, in MiB over the memory at its
+    start: ``{"mib": ...}``, filled when the block ends, with ``"end_mib"``, the memory
+    still held at its end (a model the block made and keeps). On CUDA, torch's peak of
+    allocated device memory; on a CPU, the peak resident set (Linux), after giving freed
+    memory back to the system and resetting the kernel's high-water mark, so that only
+    this block's own peak counts (memory another library keeps for itself included)."""
+    out: dict[str, float] = {}
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+        yield out
+        torch.cuda.synchronize(device)
+        out["mib"] = (torch.cuda.max_memory_allocated(device) - start) / 2**20
+        out["end_mib"] = (torch.cuda.memory_allocated(device) - start) / 2**20
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+    except OSError:
+        yield out  # no way to reset the peak here: nothing is reported
+        return
+    start = _status_mib("VmRSS")
+    yield out
+    out["mib"] = _status_mib("VmHWM") - start
+    out["end_mib"] = _status_mib("VmRSS") - start
 
 
 def gemm_peak(device: torch.device, dtype: torch.dtype, *, size: int | None = None) -> float:

@@ -3,8 +3,12 @@
 The models have the same shape (layers, d_model, heads, d_ff, shared vocabulary) and
 random weights, decode the same source batch, and produce exactly ``--out-len`` tokens
 per output (minimum = maximum length), so they do the same work. Prints target tokens
-per second of each and the ratios, and each system's model FLOP/s as a fraction of the
-machine's fp32 (and bf16) matrix-multiply peak; writes JSON under benchmarks/results/.
+per second of each and the ratios, each system's model FLOP/s as a fraction of the
+machine's fp32 (and bf16) matrix-multiply peak, and each system's peak memory while it
+builds (or loads) its model and decodes (``*_peak_mib``: the peak resident set over the
+process's memory before, on a CPU; torch's peak of allocated memory on CUDA, where
+CTranslate2's own is not seen) and what it still holds after (``*_held_mib``); writes
+JSON under benchmarks/results/.
 ``--precision`` also times seqtrans in other ``decode.precision`` settings (int8 on CPU).
 
 CTranslate2 decodes the seqtrans model itself, exported by ``seqtrans.inference.export`` (so the
@@ -23,6 +27,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +39,7 @@ from common import (  # noqa: E402
     device_name,
     gemm_peak,
     memory_bandwidth,
+    peak_memory,
     pick_device,
     timed,
     write_json,
@@ -227,34 +233,43 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
     src = sources(case.batch, shape["vocab"]).to(device)
     flops = model_flops(shape, src, case.beam, out_len)
     out_tokens = case.batch * out_len
-    ours = seqtrans_decoder(case, device, src, out_len, shapes=shapes)
 
     row: dict[str, Any] = {"case": case.name, "batch": case.batch, "beam": case.beam, "out_len": out_len,
                            "model_gflop": round(flops / 1e9, 2)}
     row["bound_tok_s"] = out_tokens / bound_seconds(shape, flops, out_len, peak=peak32,
                                                     bandwidth=bandwidth)
-    seconds = timed(ours, device, repeats=repeats)
+
+    def measure(key: str, make: Callable[[], Callable[[], None]], *, torch_memory: bool = True) -> float:
+        """Seconds of the decoder ``make()`` builds. Its peak memory, the model's weights
+        included, as ``row[key + "_peak_mib"]``, and what it holds once it has decoded
+        (the model and what decoding keeps) as ``row[key + "_held_mib"]``; on CUDA only for
+        ``torch_memory``."""
+        with peak_memory(device) as memory:
+            decode = make()
+            seconds = timed(decode, device, repeats=repeats)
+        if "mib" in memory and (torch_memory or device.type != "cuda"):
+            row[f"{key}_peak_mib"] = memory["mib"]
+            row[f"{key}_held_mib"] = memory["end_mib"]
+        return seconds
+
+    seconds = measure("seqtrans", lambda: seqtrans_decoder(case, device, src, out_len, shapes=shapes))
     row["seqtrans_tok_s"] = out_tokens / seconds
     row["seqtrans_of_bound"] = row["seqtrans_tok_s"] / row["bound_tok_s"]
     row["seqtrans_mfu_fp32"] = flops / seconds / peak32
-    if bf16:
-        seconds = timed(seqtrans_decoder(case, device, src, out_len, precision="bf16", shapes=shapes),
-                        device, repeats=repeats)
-        row["seqtrans_bf16_tok_s"] = out_tokens / seconds
-    for precision in precisions:  # beyond fp32 and bf16
-        seconds = timed(seqtrans_decoder(case, device, src, out_len, precision=precision, shapes=shapes),
-                        device, repeats=repeats)
+    for precision in ("bf16", *precisions) if bf16 else precisions:  # beyond fp32
+        seconds = measure(f"seqtrans_{precision}", partial(
+            seqtrans_decoder, case, device, src, out_len, precision=precision, shapes=shapes))
         row[f"seqtrans_{precision}_tok_s"] = out_tokens / seconds
     for precision in ("bf16", *precisions):
         if f"seqtrans_{precision}_tok_s" in row:
             row[f"seqtrans_{precision}_of_fp32"] = row[f"seqtrans_{precision}_tok_s"] / row["seqtrans_tok_s"]
     if peer:
-        hf = marian_model(shape, device)
-        seconds = timed(hf_decoder(case, hf, src, out_len), device, repeats=repeats)
+        seconds = measure("hf", lambda: hf_decoder(case, marian_model(shape, device), src, out_len))
         row["hf_tok_s"] = out_tokens / seconds
         for dtype in peer_dtypes:
-            half = hf_decoder(case, marian_model(shape, device).to(HALF_DTYPES[dtype]), src, out_len)
-            row[f"hf_{dtype}_tok_s"] = out_tokens / timed(half, device, repeats=repeats)
+            half = partial(lambda d: hf_decoder(case, marian_model(shape, device).to(d), src, out_len),
+                           HALF_DTYPES[dtype])
+            row[f"hf_{dtype}_tok_s"] = out_tokens / measure(f"hf_{dtype}", half)
         row["hf_mfu_fp32"] = flops / seconds / peak32
         row["hf_of_bound"] = row["hf_tok_s"] / row["bound_tok_s"]
         row["ratio"] = row["seqtrans_tok_s"] / row["hf_tok_s"]
@@ -263,8 +278,9 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
     if ct2 is not None:
         path = ct2.path(case.shape)
         for compute_type in ct2_types or CT2_COMPUTE_TYPES[device.type]:
-            decode = ct2_decoder(case, device, src, out_len, path=path, compute_type=compute_type)
-            seconds = timed(decode, device, repeats=repeats)
+            seconds = measure(f"ct2_{compute_type}", partial(
+                ct2_decoder, case, device, src, out_len, path=path, compute_type=compute_type),
+                torch_memory=False)
             row[f"ct2_{compute_type}_tok_s"] = out_tokens / seconds
             row[f"ratio_vs_ct2_{compute_type}"] = row["seqtrans_tok_s"] / row[f"ct2_{compute_type}_tok_s"]
             if bf16:
@@ -339,6 +355,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{'':<22}CTranslate2: " + ", ".join(
                 f"{t} {row[f'ct2_{t}_tok_s']:.1f} tok/s (ratio {row[f'ratio_vs_ct2_{t}']:.2f})"
                 for t in CT2_COMPUTE_TYPES[device.type]), flush=True)
+        held = [k.removesuffix("_peak_mib") for k in row if k.endswith("_peak_mib")]
+        if held:
+            print(f"{'':<22}memory, MiB, peak / held after: " + ", ".join(
+                f"{k} {row[f'{k}_peak_mib']:,.0f} / {row[f'{k}_held_mib']:,.0f}" for k in held), flush=True)
     ct2_types = list(CT2_COMPUTE_TYPES[device.type]) if ct2 is not None else []
     name = "decode_speed" + (f"-{args.label}" if args.label else "")
     path = write_json(name, {"gemm_peak_fp32_flops": peak32, "gemm_peak_bf16_flops": peak16,

@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     name = "decode_toolbox" if args.run is None else f"decode_toolbox-{args.run.name}"
     path = write_json(name, {
-        "shape": args.shape if args.run is None else str(args.run), "batch": args.batch, "beam": args.beam, "phrases": args.phrases,
+        "shape": args.shape if args.run is None else str(args.run), "batch": args.batch, "beam": args.beam,
+        "phrases": args.phrases,
         "out_len": args.out_len, "repeats": args.repeats, "machine": device_name(device), "rows": rows,
         "sampling_over_greedy": sampling_ratios, "phrases_over_beam_time": phrases_ratio}, device)
     print(f"wrote {path}")
