@@ -144,6 +144,18 @@ def decode_ct2_cpu() -> str:
             "same precision.\n" + _source("decode_speed-ct2-cpu.json", machine=_machine(data)))
 
 
+def decode_memory_cpu() -> str:
+    data = _result("decode_speed-ct2-cpu.json")
+    systems = [("seqtrans", "seqtrans fp32"), ("seqtrans_int8", "seqtrans int8"), ("ct2_float32", "CT2 fp32"),
+               ("ct2_int8", "CT2 int8"), ("seqtrans_bf16", "seqtrans bf16"), ("hf", "HF fp32")]
+    rows = [[_case(r["case"]), *(f"{r[f'{k}_peak_mib']:,.0f} / {r[f'{k}_held_mib']:,.0f}" for k, _ in systems)]
+            for r in data["rows"]]
+    return (_table(["case", *(name for _, name in systems)], rows)
+            + "\nMiB over the process's memory before each system built (or loaded) its model: the peak "
+            "resident set while it built it and decoded / what it still held after.\n"
+            + _source("decode_speed-ct2-cpu.json", machine=_machine(data)))
+
+
 def decode_cuda() -> str:
     data = _result("decode_speed-cuda.json")
     rows = [[_case(r["case"]), _num(r["seqtrans_tok_s"]), _num(r["hf_tok_s"]), _ratio(r["ratio"]),
@@ -389,7 +401,7 @@ def speed_summary() -> str:
 #: Generated blocks: page -> block name -> the function that writes it.
 BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
     DOCS / "speed.md": {"summary": speed_summary, "decode_cpu": decode_cpu, "train_cpu": train_cpu,
-                        "decode_ct2_cpu": decode_ct2_cpu,
+                        "decode_ct2_cpu": decode_ct2_cpu, "decode_memory_cpu": decode_memory_cpu,
                         "decode_cuda": decode_cuda, "train_cuda": train_cuda,
                         "distributed_cpu": distributed_cpu, "matmul_decoding": matmul_decoding},
     DOCS / "streaming.md": {"streaming_copy": streaming_copy, "simultaneous_multi30k": simultaneous_multi30k,
