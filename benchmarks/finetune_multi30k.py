@@ -23,16 +23,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from seqtrans import atomic
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import device_name  # noqa: E402
+
+from seqtrans import atomic  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "finetune_multi30k.json"
 
@@ -81,7 +82,6 @@ def main() -> None:
     if args.train_tsv is not None:
         train.append(f"data.train_tsv={args.train_tsv.resolve()}")
     tuned = args.work / "tuned"
-    started = time.perf_counter()
     if not (tuned / "metrics.json").is_file():
         seqtrans("run", "translation", "--preset", "cpu", "--init", str(imported), "--out", str(tuned),
                  "--device", "cpu", "--set", *data, *train, *decode)
@@ -93,8 +93,8 @@ def main() -> None:
         "steps": args.steps, "lr_scale": args.lr_scale, "warmup": args.warmup, "decode": decode,
         "bleu_before": before["bleu"], "chrf_before": before["chrf"],
         "bleu_after": after["bleu"], "chrf_after": after["chrf"],
-        "train_minutes": after.get("train_minutes"), "wall_minutes": (time.perf_counter() - started) / 60,
-        "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+        "train_minutes": after.get("train_minutes"),
+        "machine": device_name(torch.device("cpu")), "torch": torch.__version__,
     })
     print(f"wrote {args.out}")
 
