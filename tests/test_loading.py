@@ -1,0 +1,101 @@
+"""Loading a run holds its weights in memory once: the model is built without writing
+its parameters (pages never written are never resident), then takes the checkpoint's
+tensors, all of them or an error. Memory is measured in a fresh process, so that the
+resident set is that build's alone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqtrans import config as cfg
+from seqtrans import tasks
+from seqtrans.errors import CheckpointError
+from seqtrans.inference.loading import load
+from seqtrans.model import Transformer, build_model
+from seqtrans.training import checkpoint
+from seqtrans.vocab import BOS, EOS
+
+SCRIPT = """
+import json, sys
+from pathlib import Path
+import torch
+from torch import nn
+from seqtrans.inference.loading import _Unwritten
+
+def rss():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+
+before = rss()
+if sys.argv[1] == "unwritten":
+    with _Unwritten():
+        table = nn.Embedding(200_000, 128)  # 98 MiB
+        pos = torch.arange(4.0).mul_(2)  # not a parameter: computed as usual
+else:
+    table = nn.Embedding(200_000, 128)
+    pos = torch.arange(4.0).mul_(2)
+print(json.dumps({"growth_mib": rss() - before, "pos": pos.tolist()}))
+"""
+
+
+def _growth(mode: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", SCRIPT, mode], check=True, capture_output=True, text=True)
+    return json.loads(done.stdout)
+
+
+def test_parameters_are_not_written_while_a_model_to_be_loaded_is_built() -> None:
+    written, unwritten = _growth("written"), _growth("unwritten")
+    assert written["growth_mib"] > 90  # the measurement sees an initialised table
+    assert unwritten["growth_mib"] < 10
+    assert unwritten["pos"] == written["pos"] == [0.0, 2.0, 4.0, 6.0]
+
+
+def _run_with(directory: Path, change: Callable[[dict[str, torch.Tensor]], None]) -> tuple[Path, Transformer]:
+    """A copy-task run whose checkpoint's weights ``change`` edits; the model it was made from."""
+    config = cfg.resolve_config("copy", overrides=["model.encoder_layers=1", "model.decoder_layers=1",
+                                                   "model.d_model=16", "model.d_ff=32", "model.heads=2",
+                                                   "data.vocab_size=10"])
+    vocab_dir = directory / "vocab"
+    vocab_dir.mkdir(parents=True)
+    codec = tasks.load("copy")(config.data).build_vocabulary(vocab_dir, [])
+    torch.manual_seed(0)
+    net = build_model(config.model, codec).eval()
+    weights = {k: v.clone() for k, v in net.state_dict().items()}
+    change(weights)
+    payload = {"format": checkpoint.FORMAT, "config": cfg.to_dict(config), "model": weights,
+               "assets": {p.name: p.read_bytes() for p in sorted(vocab_dir.iterdir())}}
+    checkpoint.save_atomic(payload, directory / "checkpoints" / "average.pt")
+    return directory, net
+
+
+def test_a_checkpoint_missing_a_tensor_is_refused_rather_than_left_unwritten(tmp_path: Path) -> None:
+    run, _ = _run_with(tmp_path / "run", lambda w: w.pop("encoder.0.ffn.inner.weight"))
+    with pytest.raises(CheckpointError, match=r"(?s)weights do not fit the model of its config.*"
+                                              r"encoder\.0\.ffn\.inner\.weight"):
+        load(run, device="cpu")
+
+
+def test_weights_stored_in_another_dtype_load_as_the_models(tmp_path: Path) -> None:
+    def halve(weights: dict[str, torch.Tensor]) -> None:
+        for k, v in weights.items():
+            if v.is_floating_point():
+                weights[k] = v.to(torch.bfloat16)
+
+    run, net = _run_with(tmp_path / "run", halve)
+    loaded = load(run, device="cpu").model
+    src = torch.tensor([[4, 5, 6, EOS]])
+    tgt = torch.tensor([[BOS, 4, 5]])
+    expected = dict(net.state_dict())
+    for name, tensor in loaded.state_dict().items():
+        assert tensor.dtype == expected[name].dtype
+        assert torch.equal(tensor, expected[name].to(torch.bfloat16).to(tensor.dtype))
+    with torch.no_grad():
+        assert torch.isfinite(loaded(src, tgt)).all()
