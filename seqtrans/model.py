@@ -307,7 +307,7 @@ class Transformer(nn.Module):
         if not self.config.causal_encoder:
             raise ValueError("incremental encoding needs a causal encoder (model.causal_encoder)")
         self.check_supported("stream")
-        like = self.target_embed.weight
+        like = self._float_like()
         return EncoderState([layer.self_attn.new_cache(rows, capacity, like=like)
                              for layer in self.encoder_layers])
 
@@ -342,7 +342,7 @@ class Transformer(nn.Module):
         each layer's encoder-decoder attention pulls encoder states from ``source`` as it
         needs them. Needs a cross-attention that can follow a stream (monotonic)."""
         self.check_supported("stream")
-        like = self.target_embed.weight
+        like = self._float_like()
         cross: list[DecodingState] = []
         for layer in self.decoder_layers:
             attn = layer.cross_attn
@@ -351,6 +351,16 @@ class Transformer(nn.Module):
             cross.append(attn.follow(source, like=like))
         caches = [layer.self_attn.new_cache(1, capacity, like=like) for layer in self.decoder_layers]
         return DecoderState(caches, cross)
+
+    @property
+    def device(self) -> torch.device:
+        return self._float_like().device
+
+    def _float_like(self) -> Tensor:
+        """A float tensor of the model's: new caches take its dtype and device."""
+        embed = self.target_embed
+        # an int8 decoding copy's table (seqtrans.quantize.int8_only) has float scales, no weight
+        return embed.weight if isinstance(embed, nn.Embedding) else cast(Tensor, embed.scale)
 
     @property
     def output_weight(self) -> Tensor:

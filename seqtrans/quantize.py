@@ -12,29 +12,38 @@ import copy
 import itertools
 import weakref
 from collections.abc import Callable
+from functools import partial
 
 from torch import Tensor, nn
 
 from seqtrans.errors import ConfigError
-from seqtrans.linear.int8 import Int8Linear
+from seqtrans.linear.int8 import Int8Embedding, Int8Linear
 from seqtrans.linear.onednn import OneDNNLinear
 from seqtrans.model import Transformer
 
 
-def _with_linears(model: Transformer, make: Callable[[Tensor, Tensor | None], nn.Module]) -> Transformer:
-    """A copy of ``model`` whose every ``nn.Linear`` (and output projection) is
-    ``make(weight, bias)``; it shares the model's tensors and never writes them."""
-    # deepcopy with every parameter and buffer in the memo copies the modules, not the tensors
-    memo: dict[int, object] = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
-    twin = copy.deepcopy(model, memo)
+def _with_linears(model: Transformer, make: Callable[[Tensor, Tensor | None], nn.Module], *,
+                  projection: bool = True, in_place: bool = False) -> Transformer:
+    """A copy of ``model`` whose every ``nn.Linear`` (and, with ``projection``, output
+    projection) is ``make(weight, bias)``; it shares the model's other tensors and never
+    writes them. ``in_place``: change ``model`` itself, each float layer let go as soon as
+    it is replaced (so that its weight can be freed then)."""
+    output = model.output_weight if projection else None
+    if in_place:
+        twin = model
+    else:
+        # deepcopy with every parameter and buffer in the memo copies the modules, not the tensors
+        memo: dict[int, object] = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+        twin = copy.deepcopy(model, memo)
     made: dict[int, nn.Module] = {}  # a layer shared by several modules is made once
-    for parent in list(twin.modules()):
+    for parent in [m for m in twin.modules() if not isinstance(m, nn.Linear)]:  # no list keeps a layer
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):
                 if id(child) not in made:
                     made[id(child)] = make(child.weight, child.bias)
                 setattr(parent, name, made[id(child)])
-    twin.projection = make(model.output_weight, None)
+    if output is not None:
+        twin.projection = make(output, None)
     return twin.eval()
 
 
@@ -42,13 +51,47 @@ def quantized(model: Transformer) -> Transformer:
     """A copy of ``model`` for int8 decoding on CPU: every ``nn.Linear`` becomes an
     :class:`Int8Linear`, and the output projection too (with tied embeddings it quantizes
     a copy of the embedding matrix; the embedding lookup stays float32). The copy shares
-    the model's float tensors and never writes them; the model is unchanged."""
-    device = model.output_weight.device
+    the model's float tensors and never writes them; the model is unchanged. A model
+    made by :func:`int8_only` is its own int8 copy."""
+    if is_int8_only(model):
+        return model
+    check_int8(model)
+    return _with_linears(model, Int8Linear)
+
+
+def int8_only(model: Transformer, *, in_place: bool = False) -> Transformer:
+    """A model for int8 decoding on CPU that keeps no float copy of its weights: as
+    :func:`quantized`, and the embedding tables in int8 too (:class:`Int8Embedding`, the
+    tied output projection sharing the target table's rows), so that once ``model`` is
+    dropped only the int8 weights (and the small float ones: biases, LayerNorms) stay in
+    memory, about a quarter of the float model. What ``decode.precision=int8`` loads
+    (:func:`seqtrans.inference.loading.load`, ``in_place``: ``model`` itself becomes the
+    int8 model, each float weight freed as it is replaced); it decodes in int8 only."""
+    check_int8(model)
+    tied, shared = model.output is None, model.source_embed is model.target_embed
+    twin = _with_linears(model, partial(Int8Linear, keep_float=False), projection=False, in_place=in_place)
+    table = Int8Embedding(twin.target_embed.weight, twin.target_embed.padding_idx)
+    source = table if shared else Int8Embedding(twin.source_embed.weight, twin.source_embed.padding_idx)
+    twin.target_embed, twin.source_embed = table, source  # type: ignore[assignment]
+    if tied:  # the projection is the target table, rows shared
+        twin.projection = Int8Linear(None, rows=(table.qweight, table.scale.unsqueeze(1)))
+    else:
+        twin.projection, twin.output = twin.output, None
+    return twin
+
+
+def is_int8_only(model: object) -> bool:
+    """Whether ``model`` was made by :func:`int8_only` (it has no float weights to decode with)."""
+    return isinstance(getattr(model, "target_embed", None), Int8Embedding)
+
+
+def check_int8(model: Transformer) -> None:
+    """A :class:`ConfigError` naming ``decode.precision`` where ``model`` cannot decode in int8."""
+    device = model.device
     model.check_supported("quantize")
     if device.type != "cpu":
         raise ConfigError("decode.precision", f"int8 decodes on CPU only, not on {device.type}; "
                           "use fp32 or bf16 there")
-    return _with_linears(model, Int8Linear)
 
 
 def onednn(model: Transformer) -> Transformer:
@@ -56,7 +99,7 @@ def onednn(model: Transformer) -> Transformer:
     projection multiply through oneDNN (:class:`OneDNNLinear`); it shares the model's
     tensors. The products round differently from ``F.linear``'s in the last bits, the
     same way in every process on one machine, so decoding stays reproducible."""
-    if model.output_weight.device.type != "cpu":
+    if model.device.type != "cpu":
         raise ValueError("oneDNN linear layers are for CPU decoding")
     return _with_linears(model, OneDNNLinear)
 
@@ -83,6 +126,8 @@ def _cached(model: Transformer, kind: str, make: Callable[[Transformer], Transfo
 
 def quantized_cached(model: Transformer) -> Transformer:
     """:func:`quantized`, kept while the model's parameters are unchanged."""
+    if is_int8_only(model):
+        return model  # (not cached: the cache's value would keep its own key alive)
     return _cached(model, "int8", quantized)
 
 

@@ -5,6 +5,7 @@ resident set is that build's alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -16,9 +17,10 @@ import torch
 
 from seqtrans import config as cfg
 from seqtrans import tasks
-from seqtrans.errors import CheckpointError
+from seqtrans.errors import CheckpointError, ConfigError
 from seqtrans.inference.loading import load
 from seqtrans.model import Transformer, build_model
+from seqtrans.quantize import int8_only, is_int8_only
 from seqtrans.training import checkpoint
 from seqtrans.vocab import BOS, EOS
 
@@ -99,3 +101,23 @@ def test_weights_stored_in_another_dtype_load_as_the_models(tmp_path: Path) -> N
         assert torch.equal(tensor, expected[name].to(torch.bfloat16).to(tensor.dtype))
     with torch.no_grad():
         assert torch.isfinite(loaded(src, tgt)).all()
+
+
+def test_a_run_loaded_in_int8_keeps_only_int8_weights_and_decodes_as_its_int8_copy(tmp_path: Path) -> None:
+    def larger(weights: dict[str, torch.Tensor]) -> None:  # so that outputs depend on the input
+        g = torch.Generator().manual_seed(1)
+        for name, tensor in weights.items():
+            if "norm" not in name:
+                tensor.normal_(0.0, 0.5, generator=g)
+
+    run, _ = _run_with(tmp_path / "run", larger)
+    loaded = load(run, overrides=["decode.precision=int8", "decode.beam=2"], device="cpu")
+    assert is_int8_only(loaded.model)
+    reference = dataclasses.replace(loaded, model=int8_only(load(run, device="cpu").model))
+    lines = ["4 5 6 7 1", "7 8", "9 9 2 3"]
+    ours, theirs = (r.decode([r.task.parse_source(x) for x in lines])[1] for r in (loaded, reference))
+    assert [[(h.tokens, h.score) for h in hyps] for hyps in ours] == [
+        [(h.tokens, h.score) for h in hyps] for hyps in theirs]
+    assert len({tuple(h[0].tokens) for h in ours}) > 1  # outputs that depend on the input
+    with pytest.raises(ConfigError, match=r"decode\.precision.*fp32 needs the float weights"):
+        loaded.decode(["4 5"], decode=dataclasses.replace(loaded.config.decode, precision="fp32"))

@@ -3,6 +3,8 @@ a decoding copy that leaves the model alone, and decoding close to fp32."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,7 +18,7 @@ from seqtrans.decoding.generate import generate
 from seqtrans.errors import ConfigError
 from seqtrans.inference.ensemble import Ensemble
 from seqtrans.linear.int8 import Int8Linear, quantize_rows
-from seqtrans.quantize import quantized, quantized_cached
+from seqtrans.quantize import int8_only, is_int8_only, quantized, quantized_cached
 from seqtrans.vocab import EOS
 
 
@@ -175,3 +177,53 @@ def test_the_int8_copy_is_made_once_and_again_only_when_the_weights_change() -> 
     assert torch.equal(second.projection.qweight, -first.projection.qweight)
     after = generate(model, sources, config, device=torch.device("cpu"))
     assert [h.score for h in after[0]] != [h.score for h in before[0]]
+
+
+def _tensor_bytes(model: nn.Module) -> dict[int, int]:
+    """The storages a module holds (parameters, buffers, and the float weights an int8
+    layer may keep a reference to): data pointer -> bytes."""
+    held = {t.data_ptr(): t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]}
+    for module in model.modules():
+        for name in ("weight", "bias"):
+            t = getattr(module, name, None)
+            if isinstance(t, torch.Tensor):
+                held[t.data_ptr()] = t.numel() * t.element_size()
+    return held
+
+
+@pytest.mark.parametrize("tie_output", [True, False])
+def test_an_int8_only_model_computes_as_the_int8_copy_with_its_tables_quantized(tie_output: bool) -> None:
+    """int8_only differs from the shared int8 copy only in its embedding tables: against
+    that copy of a model whose tables hold their own dequantized int8 rows, equal logits."""
+    model = tiny_model(vocab=40, seed=3, d_model=32, d_ff=64, tie_output=tie_output)
+    alone = int8_only(model)
+    assert is_int8_only(alone) and not is_int8_only(model)
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        q, s = quantize_rows(reference.target_embed.weight)
+        reference.target_embed.weight.copy_(q.float() * s)
+    src = pad_batch([[4, 5, 6, 7, EOS], [9, 30, EOS]])
+    tgt = src[:, :4]
+    with torch.no_grad():
+        expected = quantized(reference)(src, tgt)
+        torch.testing.assert_close(alone(src, tgt), expected, rtol=0, atol=0)
+        assert int8_only(model, in_place=True) is model  # what loading does: the same model
+        torch.testing.assert_close(model(src, tgt), expected, rtol=0, atol=0)
+    assert quantized(alone) is alone and quantized_cached(alone) is alone
+
+
+def test_an_int8_only_model_holds_no_float_copy_of_the_weights() -> None:
+    model = tiny_model(vocab=500, seed=0, d_model=64, d_ff=256)
+    float_held, int8_held = _tensor_bytes(model), _tensor_bytes(int8_only(model))
+    big = {ptr for ptr, n in float_held.items() if n >= 64 * 64 * 4}  # the weight matrices
+    assert big and not big & set(int8_held)
+    assert sum(int8_held.values()) < 0.3 * sum(float_held.values())
+
+
+def test_an_int8_only_model_refuses_float_precisions_by_name() -> None:
+    alone = int8_only(tiny_model(vocab=11, seed=1))
+    for precision in ("fp32", "bf16"):
+        with pytest.raises(ConfigError, match=rf"decode\.precision.*{precision} needs the float weights"):
+            generate(alone, [[4, 5, EOS]], DecodeConfig(precision=precision), device=torch.device("cpu"))
+    config = DecodeConfig(precision="int8", max_len_b=3)
+    assert generate(alone, [[4, 5, EOS]], config, device=torch.device("cpu"))[0][0].tokens

@@ -20,11 +20,12 @@ from seqtrans.decoding.lexical import Phrases, required_problem
 from seqtrans.decoding.protocol import SearchModel
 from seqtrans.decoding.sampling import Truncation, input_uniforms
 from seqtrans.decoding.search import Hypothesis
+from seqtrans.errors import ConfigError
 from seqtrans.inference.ensemble import Ensemble
 from seqtrans.linear.onednn import onednn_available
 from seqtrans.model import Transformer
 from seqtrans.precision import autocast
-from seqtrans.quantize import onednn_cached, quantized_cached
+from seqtrans.quantize import is_int8_only, onednn_cached, quantized_cached
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,11 @@ def decoding_model(model: SearchModel, precision: str, device: torch.device) -> 
     (:func:`seqtrans.quantize.quantized`); for fp32 on a CPU the copy whose linear layers
     multiply through oneDNN (:func:`seqtrans.quantize.onednn`; ``SEQTRANS_TUNE_MATMUL=0``
     keeps ``F.linear``); else the model itself. For an ensemble, of every member."""
+    members = model.models if isinstance(model, Ensemble) else [model]
+    if precision != "int8" and any(is_int8_only(m) for m in members):
+        raise ConfigError("decode.precision", f"{precision} needs the float weights, which a model loaded "
+                          "with decode.precision=int8 does not keep; load it in fp32 to decode in "
+                          f"{precision}")
     if precision == "int8":
         make = quantized_cached
     elif (precision == "fp32" and device.type == "cpu" and onednn_available()

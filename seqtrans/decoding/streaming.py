@@ -91,7 +91,7 @@ class _SourceStream:
         if self.complete:
             return False
         token = next(self.tokens, None)
-        device = self.model.output_weight.device
+        device = self.model.device
         ids = torch.tensor([[EOS if token is None else token]], device=device)  # [1, 1]
         self.memory.append(self.model.encode_next(ids, self.encoding))
         if token is None:
@@ -113,7 +113,7 @@ def stream_greedy(model: Transformer, source: Iterable[int], config: DecodeConfi
     as soon as it is decided; ``source`` is read only as far as the decoder needs."""
     check_streamable(model)
     model.eval()
-    device = model.output_weight.device
+    device = model.device
     stream = _SourceStream(model, iter(source))
     with waiting(config.wait_k or None):
         state = model.start_streaming(stream)

@@ -204,6 +204,10 @@ def export_ctranslate2(model: Transformer, vocabularies: Vocabularies, out: str 
     return out
 
 
+# an export reads the float weights, whatever precision the run decodes in
+FLOAT = ["decode.precision=fp32"]
+
+
 def export(run: str | Path, *, to: str, out: str | Path, quantization: str | None = None) -> Path:
     """Export the trained model of a run directory (or checkpoint) ``run`` to format
     ``to`` (one of :data:`FORMATS`, or a format a plugin registers,
@@ -221,6 +225,6 @@ def export(run: str | Path, *, to: str, out: str | Path, quantization: str | Non
         out = Path(out)
         if out.exists():
             raise UsageError(f"{out} exists; remove it or choose another output directory")
-        return plugin_format.export_model(load(run, device="cpu"), out=out)
-    loaded = load(run, device="cpu")
+        return plugin_format.export_model(load(run, overrides=FLOAT, device="cpu"), out=out)
+    loaded = load(run, overrides=FLOAT, device="cpu")
     return export_ctranslate2(loaded.model, loaded.codec.vocabularies, out, quantization=quantization)

@@ -9,6 +9,9 @@ vocabulary files).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -105,7 +108,10 @@ def find_checkpoint(path: str | Path) -> Path:
 
 def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch.device = "auto") -> Loaded:
     """Load a run directory or checkpoint for decoding; ``overrides`` may change the
-    ``decode`` (and ``data``) settings, e.g. ``["decode.beam=8"]``."""
+    ``decode`` (and ``data``) settings, e.g. ``["decode.beam=8"]``. With
+    ``decode.precision=int8`` (on a CPU) the model is loaded for int8 decoding only
+    (:func:`seqtrans.quantize.int8_only`): its float weights are not kept, and decoding
+    it in another precision is an error."""
     ckpt_path = find_checkpoint(path)
     payload = checkpoint.load(ckpt_path)
     upgrade_checkpoint(payload, origin=ckpt_path)
@@ -124,10 +130,23 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
     dev_ = device if isinstance(device, torch.device) else select_device(device)
     with _Unwritten():
         model = build_model(config.model, codec)
-    _load_weights(model, payload["model"], ckpt_path)
+    _load_weights(model, payload.pop("model"), ckpt_path)  # the payload no longer holds the weights
     model.to(dev_).eval()
+    if config.decode.precision == "int8":
+        from seqtrans.quantize import int8_only
+
+        model = int8_only(model, in_place=True)  # each float weight freed as it is replaced
+        _give_back_freed_memory()
     return Loaded(config, task, codec, model, dev_,
                   vocabulary_digest=assets_digest(payload.get("assets", {})))
+
+
+def _give_back_freed_memory() -> None:
+    """Return the memory of freed tensors to the system (glibc keeps freed blocks below its
+    mapping threshold for reuse, and the process's resident set would still count them)."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 class _Unwritten(TorchFunctionMode):

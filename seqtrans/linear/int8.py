@@ -35,6 +35,17 @@ def quantize_rows(x: Tensor, *, unsigned: bool = False) -> tuple[Tensor, Tensor]
     return (q.add_(128).to(torch.uint8) if unsigned else q.to(torch.int8)), scale
 
 
+def quantize_weight(w: Tensor, *, block: int = 4096) -> tuple[Tensor, Tensor]:
+    """:func:`quantize_rows` of a weight matrix, ``block`` rows at a time, so that its
+    float temporaries stay small beside a large matrix (an embedding table).
+    w [O, K] -> (W_q [O, K] int8, s_w [O, 1] float32)"""
+    q = torch.empty(w.shape, dtype=torch.int8, device=w.device)
+    s = torch.empty(w.size(0), 1, dtype=torch.float32, device=w.device)
+    for start in range(0, w.size(0), block):
+        q[start:start + block], s[start:start + block] = quantize_rows(w[start:start + block])
+    return q, s
+
+
 def unsigned_activations() -> bool:
     """Whether this processor multiplies int8 faster with unsigned activations:
     AVX-512 VNNI without AMX (whose tiles multiply signed bytes directly)."""
@@ -50,21 +61,32 @@ class Int8Linear(nn.Module):
     tensors it was made from, shared (not copied), for code that reads a layer's weight;
     no gradient flows through the layer.
     ``unsigned``: feed activations as uint8 (default: :func:`unsigned_activations`).
+    ``keep_float=False``: keep no reference to the float weight (``weight`` is None), so
+    that it can be freed. ``rows``: the weight already quantized by
+    :func:`quantize_rows`, ``(W_q [O, K], s_w [O, 1])``, shared (an int8 embedding table
+    that is also the output projection).
     """
 
     qweight: Tensor
     scale: Tensor
     compensation: Tensor
 
-    def __init__(self, weight: Tensor, bias: Tensor | None = None, *, unsigned: bool | None = None) -> None:
+    def __init__(self, weight: Tensor | None, bias: Tensor | None = None, *, unsigned: bool | None = None,
+                 keep_float: bool = True, rows: tuple[Tensor, Tensor] | None = None) -> None:
         super().__init__()
-        q, s = quantize_rows(weight.detach())
+        if rows is None:
+            if weight is None:
+                raise ValueError("Int8Linear needs a float weight or its quantized rows")
+            rows = quantize_weight(weight.detach())
+        q, s = rows
         self.register_buffer("qweight", q)  # [O, K]
         self.register_buffer("scale", s.view(-1))  # [O]
-        # (x_q + 128) @ W_q.T = x_q @ W_q.T + 128 * (row sums of W_q)
-        self.register_buffer("compensation", q.sum(dim=1, dtype=torch.int32).mul_(128))  # [O]
+        # (x_q + 128) @ W_q.T = x_q @ W_q.T + 128 * (row sums of W_q); summed a block of rows
+        # at a time, as the int32 copy of the rows the sum makes would be 4x the int8 matrix
+        sums = torch.cat([b.sum(dim=1, dtype=torch.int32) for b in q.split(4096)])
+        self.register_buffer("compensation", sums.mul_(128))  # [O]
         self.unsigned = unsigned_activations() if unsigned is None else unsigned
-        self.weight = weight
+        self.weight = weight if keep_float else None
         self.bias = bias.detach() if bias is not None else None  # the same storage
 
     @property
@@ -87,3 +109,35 @@ class Int8Linear(nn.Module):
         if self.bias is None:
             return out.mul_(self.scale).view(*lead, self.out_features)
         return torch.addcmul(self.bias, out, self.scale, out=out).view(*lead, self.out_features)
+
+
+class Int8Embedding(nn.Module):
+    """An embedding table in int8, quantized as :class:`Int8Linear` quantizes a weight
+    (symmetrically per row, ``E ~ E_q * s``), looked up and dequantized row by row.
+    Made from a float table, which it keeps no reference to; a tied output projection
+    shares its rows (``Int8Linear(None, rows=(table.qweight, table.scale[:, None]))``).
+
+    ``forward(ids [...]) -> [..., D]`` in float32.
+    """
+
+    qweight: Tensor
+    scale: Tensor
+
+    def __init__(self, weight: Tensor, padding_idx: int | None = None) -> None:
+        super().__init__()
+        q, s = quantize_weight(weight.detach())
+        self.register_buffer("qweight", q)  # [V, D]
+        self.register_buffer("scale", s.view(-1))  # [V]
+        self.padding_idx = padding_idx
+
+    @property
+    def num_embeddings(self) -> int:
+        return self.qweight.size(0)
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.qweight.size(1)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        rows = torch.nn.functional.embedding(ids, self.qweight).to(torch.float32)  # [..., D]
+        return rows.mul_(self.scale[ids].unsqueeze(-1))

@@ -146,6 +146,9 @@ def parse_predict(served: Served, body: Any, settings: ServeSettings) -> Predict
                            f"({settings.max_beam})", limit="max_beam")
     if body.get("precision") == "int8" and served.loaded.device.type != "cpu":
         raise RequestError(422, "invalid_request", "precision int8 is for models served on a CPU")
+    if body.get("precision") not in (None, "int8") and served.loaded.config.decode.precision == "int8":
+        raise RequestError(422, "invalid_request", f"precision {body['precision']} needs float weights, "
+                           "and this model is served in int8 only (loaded with decode.precision=int8)")
     decode = served.loaded.config.decode
     changes = {k: body[k] for k in ("beam", "nbest", "alpha", "length_penalty", "precision")
                if body.get(k) is not None}

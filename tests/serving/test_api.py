@@ -383,3 +383,15 @@ def test_a_failure_inside_decoding_is_a_json_500_without_a_traceback(copy_model:
         assert answer.status_code == 500 and answer.json()["error"]["code"] == "internal_error"
         assert "secret" not in answer.text and "Traceback" not in answer.text
         assert predict(url, {"inputs": ["1 2"]}).status_code == 200  # and the server goes on
+
+
+def test_a_model_served_in_int8_only_refuses_float_precisions(tmp_path: Path) -> None:
+    from seqtrans.serving.models import RequestError, parse_predict
+
+    run = copy_run(tmp_path / "copy", seed=3, vocab_size=30)
+    served = Served("copy", load(run, overrides=["decode.precision=int8"], device="cpu"))
+    settings = ServeSettings()
+    assert parse_predict(served, {"inputs": ["1 2"]}, settings).decode.precision == "int8"
+    with pytest.raises(RequestError, match="precision fp32 needs float weights.*int8 only") as refused:
+        parse_predict(served, {"inputs": ["1 2"], "precision": "fp32"}, settings)
+    assert refused.value.status == 422

@@ -45,7 +45,8 @@ class VectorInput(ModelExtension):
 
     def encoder_input(self, src: Tensor) -> Tensor:
         found = torch.from_numpy(self.vectors.lookup(src.tolist()))
-        return cast(Tensor, self.proj(found.to(src.device, self.proj.weight.dtype)))
+        # the bias: an int8 decoding copy (seqtrans.quantize.int8_only) keeps no float weight
+        return cast(Tensor, self.proj(found.to(src.device, self.proj.bias.dtype)))
 
 
 def build(model: ModelConfig, *, walk: SourceWalk, source_cursor: bool, span_cursor: bool,
