@@ -60,11 +60,12 @@ def test_parameters_are_not_written_while_a_model_to_be_loaded_is_built() -> Non
     assert unwritten["pos"] == written["pos"] == [0.0, 2.0, 4.0, 6.0]
 
 
-def _run_with(directory: Path, change: Callable[[dict[str, torch.Tensor]], None]) -> tuple[Path, Transformer]:
+def _run_with(directory: Path, change: Callable[[dict[str, torch.Tensor]], None],
+              *settings: str) -> tuple[Path, Transformer]:
     """A copy-task run whose checkpoint's weights ``change`` edits; the model it was made from."""
     config = cfg.resolve_config("copy", overrides=["model.encoder_layers=1", "model.decoder_layers=1",
                                                    "model.d_model=16", "model.d_ff=32", "model.heads=2",
-                                                   "data.vocab_size=10"])
+                                                   "data.vocab_size=10", *settings])
     vocab_dir = directory / "vocab"
     vocab_dir.mkdir(parents=True)
     codec = tasks.load("copy")(config.data).build_vocabulary(vocab_dir, [])
@@ -121,3 +122,14 @@ def test_a_run_loaded_in_int8_keeps_only_int8_weights_and_decodes_as_its_int8_co
     assert len({tuple(h[0].tokens) for h in ours}) > 1  # outputs that depend on the input
     with pytest.raises(ConfigError, match=r"decode\.precision.*fp32 needs the float weights"):
         loaded.decode(["4 5"], decode=dataclasses.replace(loaded.config.decode, precision="fp32"))
+
+
+def test_a_run_that_decodes_in_int8_still_exports_its_float_weights(tmp_path: Path) -> None:
+    pytest.importorskip("ctranslate2")
+    from seqtrans.inference.export import export
+
+    run, net = _run_with(tmp_path / "run", lambda w: None, "decode.precision=int8")
+    assert is_int8_only(load(run, device="cpu").model)
+    out = export(run, to="ctranslate2", out=tmp_path / "ct2")
+    floats = sum(p.numel() for p in net.parameters())
+    assert (out / "model.bin").stat().st_size > 2 * floats  # 4 bytes a weight, not 1
