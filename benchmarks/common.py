@@ -64,13 +64,14 @@ def _status_mib(field: str) -> float:
 def peak_memory(device: torch.device) -> Iterator[dict[str, float]]:
     """The peak memory of the code in the ``with`` block, in MiB over the memory at its
     start: ``{"mib": ...}``, filled when the block ends, with ``"end_mib"``, the memory
-    still held at its end (a model the block made and keeps). On CUDA, torch's peak of
+    still held at its end (a model the block made and keeps; on a CPU after freed memory
+    is given back). On CUDA, torch's peak of
     allocated device memory; on a CPU, the peak resident set (Linux), after giving freed
     memory back to the system and resetting the kernel's high-water mark, so that only
     this block's own peak counts (memory another library keeps for itself included)."""
     out: dict[str, float] = {}
-    gc.collect()
     if device.type == "cuda":
+        gc.collect()
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         start = torch.cuda.memory_allocated(device)
@@ -79,8 +80,7 @@ def peak_memory(device: torch.device) -> Iterator[dict[str, float]]:
         out["mib"] = (torch.cuda.max_memory_allocated(device) - start) / 2**20
         out["end_mib"] = (torch.cuda.memory_allocated(device) - start) / 2**20
         return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    _give_back()
     try:
         Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
     except OSError:
@@ -89,7 +89,15 @@ def peak_memory(device: torch.device) -> Iterator[dict[str, float]]:
     start = _status_mib("VmRSS")
     yield out
     out["mib"] = _status_mib("VmHWM") - start
+    _give_back()  # what is held, not what the allocator keeps for reuse
     out["end_mib"] = _status_mib("VmRSS") - start
+
+
+def _give_back() -> None:
+    """Return freed memory to the system (glibc keeps freed blocks for reuse)."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def gemm_peak(device: torch.device, dtype: torch.dtype, *, size: int | None = None) -> float:

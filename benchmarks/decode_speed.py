@@ -50,6 +50,7 @@ from seqtrans.decoding import beam_search, greedy_search  # noqa: E402
 from seqtrans.decoding.generate import decoding_model  # noqa: E402
 from seqtrans.inference.export import export_ctranslate2  # noqa: E402
 from seqtrans.model import Transformer  # noqa: E402
+from seqtrans.quantize import int8_only  # noqa: E402
 from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies  # noqa: E402
 
 SHAPES = {
@@ -171,9 +172,13 @@ def seqtrans_decoder(case: Case, device: torch.device, src: torch.Tensor,
                      out_len: int, *, precision: str = "fp32",
                      shapes: Mapping[str, dict[str, int]] = SHAPES) -> Callable[[], None]:
     """Decoding of ``src`` by a fresh seqtrans model, exactly ``out_len`` tokens each, in a
-    ``decode.precision`` setting, with the model ``generate`` decodes with for it (the int8
-    copy, or on a CPU the fp32 copy with oneDNN's products; made once, outside the timing)."""
-    model = decoding_model(seqtrans_model(shapes[case.shape], device), precision, device)
+    ``decode.precision`` setting, with the model ``generate`` decodes with for it (in int8
+    the int8-only model a run loads as, or on a CPU the fp32 copy with oneDNN's products;
+    made once, outside the timing)."""
+    model = seqtrans_model(shapes[case.shape], device)
+    if precision == "int8":  # as decode.precision=int8 loads a run: the int8 weights only
+        model = int8_only(model, in_place=True)
+    model = decoding_model(model, precision, device)
     max_len = torch.full((src.size(0),), out_len)
 
     def decode() -> None:

@@ -10,6 +10,8 @@ to the full size). Then, each in its own process so that its peak memory is its 
   of the imported run: wall-clock seconds and peak resident memory, also as a multiple
   of the model's size in float32 and over the process's memory before the conversion
   (Python, torch and seqtrans loaded);
+- loading the imported run for decoding in fp32 and in int8 (``decode.precision``):
+  seconds, peak memory, and what the loaded model holds after;
 - decoding ``--sentences`` sources at beam 4 in one batch, to a fixed number of tokens
   (random weights never end by themselves), by seqtrans (searching as transformers
   does: decode.length_penalty=power, decode.end_in_beam) and by ``generate`` with the
@@ -118,6 +120,21 @@ def convert(phase: str, source: Path, out: Path) -> dict[str, float]:
     return {"seconds": time.perf_counter() - start, "peak_mib": _peak_mib(), "before_mib": before}
 
 
+def load_in(precision: str, run: Path) -> dict[str, float]:
+    """Load the imported run for decoding in ``precision`` in this process: seconds,
+    peak memory, and the memory the loaded model holds after (the process's resident
+    set then, over before)."""
+    from seqtrans.inference.loading import load
+
+    before = _rss_mib()
+    start = time.perf_counter()
+    loaded = load(run, overrides=[f"decode.precision={precision}"], device="cpu")
+    seconds = time.perf_counter() - start
+    held = _rss_mib() - before
+    del loaded
+    return {"seconds": seconds, "peak_mib": _peak_mib(), "before_mib": before, "held_mib": held}
+
+
 def decode(hf_dir: Path, run: Path, *, sentences: int, tokens: int, repeats: int) -> dict[str, float]:
     from transformers import MarianMTModel
 
@@ -192,6 +209,8 @@ def main() -> None:
             result: dict[str, Any] = {}
         elif phase in ("import", "export"):
             result = convert(phase, Path(paths[0]), Path(paths[1]))
+        elif phase == "load":
+            result = load_in(paths[0], Path(paths[1]))
         else:
             result = decode(
                 Path(paths[0]),
@@ -208,6 +227,7 @@ def main() -> None:
         size_mib = sum(p.stat().st_size for p in (base / "hf").iterdir()) / 2**20
         imported = _child("import", str(base / "hf"), str(base / "run"))
         exported = _child("export", str(base / "run"), str(base / "out"))
+        loads = {p: _child("load", p, str(base / "run")) for p in ("fp32", "int8")}
         flags = (
             "--sentences",
             str(args.sentences),
@@ -217,13 +237,17 @@ def main() -> None:
             str(args.repeats),
         )
         speed = _child("decode", str(base / "hf"), str(base / "run"), flags=flags)
-    for r in (imported, exported):
+    for r in (imported, exported, *loads.values()):
         r["peak_over_model"] = r["peak_mib"] / size_mib
         r["growth_over_model"] = (r["peak_mib"] - r["before_mib"]) / size_mib
+    for r in loads.values():
+        r["held_over_model"] = r["held_mib"] / size_mib
     result = {
         "model_mib": size_mib,
         "import": imported,
         "export": exported,
+        "load_fp32": loads["fp32"],
+        "load_int8": loads["int8"],
         "decode": {"sentences": args.sentences, "tokens": args.tokens, "beam": 4, **speed},
     }
     path = write_json("pretrained_marian", result, torch.device("cpu"))

@@ -355,9 +355,10 @@ class DecodeConfig:
     )
     precision: str = option(
         "fp32", "fp32; bf16: decode under bfloat16 autocast (for CUDA and CPUs with AMX); int8 (CPU "
-        "only): int8 weights in every linear layer and the output projection, activations quantized "
-        "per row as they come, integer products (fastest on CPUs with AVX-512 VNNI or AMX). Scores "
-        "are accumulated in fp32."
+        "only): int8 weights in every linear layer, the embeddings and the output projection, "
+        "activations quantized per row as they come, integer products (fastest on CPUs with AVX-512 "
+        "VNNI or AMX). Scores are accumulated in fp32. A run loaded with int8 keeps no float weights "
+        "(a quarter of the memory) and decodes in int8 only."
     )
 
     def __post_init__(self) -> None:
