@@ -4,6 +4,8 @@ and :func:`onednn` for float32 decoding on CPU, whose linear layers multiply thr
 oneDNN (:class:`~seqtrans.linear.onednn.OneDNNLinear`). A copy shares the model's tensors
 and never writes them; the model itself is left as it is. :func:`quantized_cached` and
 :func:`onednn_cached` keep a copy while the model's parameters are unchanged.
+:func:`int8_only` makes the int8 model a run loads as with ``decode.precision=int8``,
+which keeps no float weights (its embedding tables in int8 too).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ def _with_linears(model: Transformer, make: Callable[[Tensor, Tensor | None], nn
         memo: dict[int, object] = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
         twin = copy.deepcopy(model, memo)
     made: dict[int, nn.Module] = {}  # a layer shared by several modules is made once
-    for parent in [m for m in twin.modules() if not isinstance(m, nn.Linear)]:  # no list keeps a layer
+    # the parents only: a list of every module would keep each float layer alive to the end
+    for parent in [m for m in twin.modules() if not isinstance(m, nn.Linear)]:
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):
                 if id(child) not in made:
