@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import gc
 import platform
 import statistics
@@ -16,6 +15,7 @@ from typing import Any
 import torch
 
 from seqtrans import atomic
+from seqtrans.inference.loading import release_freed_memory
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -80,7 +80,7 @@ def peak_memory(device: torch.device) -> Iterator[dict[str, float]]:
         out["mib"] = (torch.cuda.max_memory_allocated(device) - start) / 2**20
         out["end_mib"] = (torch.cuda.memory_allocated(device) - start) / 2**20
         return
-    _give_back()
+    release_freed_memory()
     try:
         Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
     except OSError:
@@ -89,15 +89,8 @@ def peak_memory(device: torch.device) -> Iterator[dict[str, float]]:
     start = _status_mib("VmRSS")
     yield out
     out["mib"] = _status_mib("VmHWM") - start
-    _give_back()  # what is held, not what the allocator keeps for reuse
+    release_freed_memory()  # what is held, not what the allocator keeps for reuse
     out["end_mib"] = _status_mib("VmRSS") - start
-
-
-def _give_back() -> None:
-    """Return freed memory to the system (glibc keeps freed blocks for reuse)."""
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def gemm_peak(device: torch.device, dtype: torch.dtype, *, size: int | None = None) -> float:

@@ -271,10 +271,12 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
     if peer:
         seconds = measure("hf", lambda: hf_decoder(case, marian_model(shape, device), src, out_len))
         row["hf_tok_s"] = out_tokens / seconds
+        def peer_in(dtype: torch.dtype) -> Callable[[], None]:
+            return hf_decoder(case, marian_model(shape, device).to(dtype), src, out_len)
+
         for dtype in peer_dtypes:
-            half = partial(lambda d: hf_decoder(case, marian_model(shape, device).to(d), src, out_len),
-                           HALF_DTYPES[dtype])
-            row[f"hf_{dtype}_tok_s"] = out_tokens / measure(f"hf_{dtype}", half)
+            seconds_half = measure(f"hf_{dtype}", partial(peer_in, HALF_DTYPES[dtype]))
+            row[f"hf_{dtype}_tok_s"] = out_tokens / seconds_half
         row["hf_mfu_fp32"] = flops / seconds / peak32
         row["hf_of_bound"] = row["hf_tok_s"] / row["bound_tok_s"]
         row["ratio"] = row["seqtrans_tok_s"] / row["hf_tok_s"]

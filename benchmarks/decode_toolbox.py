@@ -102,8 +102,11 @@ def main(argv: list[str] | None = None) -> None:
             tokens_per_s = args.batch * args.out_len / seconds
             rows.append({"mode": name, "seconds": seconds, "tokens_per_s": tokens_per_s})
             print(f"{name:<40} {seconds:8.3f} s  {tokens_per_s:9.1f} target tokens/s", flush=True)
-    sampling_ratios = {row["mode"]: row["tokens_per_s"] / rows[0]["tokens_per_s"] for row in rows[1:4]}
-    phrases_ratio = rows[5]["seconds"] / rows[4]["seconds"]
+    by_mode = {row["mode"]: row for row in rows}
+    sampling_ratios = {mode: row["tokens_per_s"] / by_mode["greedy"]["tokens_per_s"]
+                       for mode, row in by_mode.items() if mode.startswith("sampling")}
+    beam = f"beam {args.beam}"
+    phrases_ratio = by_mode[f"{beam}, {args.phrases} required phrases"]["seconds"] / by_mode[beam]["seconds"]
     for mode, ratio in sampling_ratios.items():
         print(f"{mode} / greedy tokens/s: {ratio:.3f} (target >= 0.9)")
     print(f"beam with phrases / without, time: {phrases_ratio:.3f} (target <= 2)")

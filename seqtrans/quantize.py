@@ -73,8 +73,8 @@ def int8_only(model: Transformer, *, in_place: bool = False) -> Transformer:
     check_int8(model)
     tied, shared = model.output is None, model.source_embed is model.target_embed
     twin = _with_linears(model, partial(Int8Linear, keep_float=False), projection=False, in_place=in_place)
-    table = Int8Embedding(twin.target_embed.weight, twin.target_embed.padding_idx)
-    source = table if shared else Int8Embedding(twin.source_embed.weight, twin.source_embed.padding_idx)
+    table = Int8Embedding(twin.target_embed.weight)
+    source = table if shared else Int8Embedding(twin.source_embed.weight)
     twin.target_embed, twin.source_embed = table, source  # type: ignore[assignment]
     if tied:  # the projection is the target table, rows shared
         twin.projection = Int8Linear(None, rows=(table.qweight, table.scale.unsqueeze(1)))

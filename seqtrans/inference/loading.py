@@ -32,6 +32,7 @@ from seqtrans.errors import CheckpointError, UsageError
 from seqtrans.inference.ensemble import Ensemble
 from seqtrans.inference.evaluation import decode_sources, read_split, score_examples
 from seqtrans.model import Transformer, build_model
+from seqtrans.quantize import int8_only
 from seqtrans.tasks.protocol import Codec, Metric, Task, check_split
 from seqtrans.training import checkpoint
 from seqtrans.upgrade import upgrade_checkpoint
@@ -133,15 +134,13 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
     _load_weights(model, payload.pop("model"), ckpt_path)  # the payload no longer holds the weights
     model.to(dev_).eval()
     if config.decode.precision == "int8":
-        from seqtrans.quantize import int8_only
-
         model = int8_only(model, in_place=True)  # each float weight freed as it is replaced
-        _give_back_freed_memory()
+        release_freed_memory()
     return Loaded(config, task, codec, model, dev_,
                   vocabulary_digest=assets_digest(payload.get("assets", {})))
 
 
-def _give_back_freed_memory() -> None:
+def release_freed_memory() -> None:
     """Return the memory of freed tensors to the system (glibc keeps freed blocks below its
     mapping threshold for reuse, and the process's resident set would still count them)."""
     gc.collect()

@@ -123,12 +123,11 @@ class Int8Embedding(nn.Module):
     qweight: Tensor
     scale: Tensor
 
-    def __init__(self, weight: Tensor, padding_idx: int | None = None) -> None:
+    def __init__(self, weight: Tensor) -> None:
         super().__init__()
         q, s = quantize_weight(weight.detach())
         self.register_buffer("qweight", q)  # [V, D]
         self.register_buffer("scale", s.view(-1))  # [V]
-        self.padding_idx = padding_idx
 
     @property
     def num_embeddings(self) -> int:
