@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,10 @@ SMALL = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16",
          "model.heads=2"]
 
 
-def copy_run(directory: Path, *, seed: int, vocab_size: int = 10, model: tuple[str, ...] = ()) -> Path:
-    """A run directory holding an untrained (seeded) copy model over symbols 0 .. vocab_size-1."""
+def copy_run(directory: Path, *, seed: int, vocab_size: int = 10, model: tuple[str, ...] = (),
+             change: Callable[[dict[str, torch.Tensor]], None] | None = None) -> Path:
+    """A run directory holding an untrained (seeded) copy model over symbols 0 .. vocab_size-1
+    (``model``: more settings; ``change`` edits the checkpoint's weights in place)."""
     config = cfg.resolve_config("copy", overrides=[*SMALL, *model, f"data.vocab_size={vocab_size}",
                                                    "data.test_size=6", "data.max_length=5",
                                                    "decode.beam=3", "decode.alpha=0.6"])
@@ -38,8 +41,11 @@ def copy_run(directory: Path, *, seed: int, vocab_size: int = 10, model: tuple[s
     torch.manual_seed(seed)
     net = build_model(config.model, codec)
     assets = {p.name: p.read_bytes() for p in sorted(vocab_dir.iterdir())}
+    weights = net.state_dict()
+    if change is not None:
+        change(weights)
     payload = {"format": checkpoint.FORMAT, "config": cfg.to_dict(config), "assets": assets,
-               "model": net.state_dict()}
+               "model": weights}
     checkpoint.save_atomic(payload, directory / "checkpoints" / "average.pt")
     return directory
 

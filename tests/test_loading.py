@@ -9,19 +9,15 @@ import dataclasses
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from test_inference import copy_run
 
-from seqtrans import config as cfg
-from seqtrans import tasks
 from seqtrans.errors import CheckpointError, ConfigError
 from seqtrans.inference.loading import load
-from seqtrans.model import Transformer, build_model
 from seqtrans.quantize import int8_only, is_int8_only
-from seqtrans.training import checkpoint
 from seqtrans.vocab import BOS, EOS
 
 SCRIPT = """
@@ -60,43 +56,26 @@ def test_parameters_are_not_written_while_a_model_to_be_loaded_is_built() -> Non
     assert unwritten["pos"] == written["pos"] == [0.0, 2.0, 4.0, 6.0]
 
 
-def _run_with(directory: Path, change: Callable[[dict[str, torch.Tensor]], None],
-              *settings: str) -> tuple[Path, Transformer]:
-    """A copy-task run whose checkpoint's weights ``change`` edits; the model it was made from."""
-    config = cfg.resolve_config("copy", overrides=["model.encoder_layers=1", "model.decoder_layers=1",
-                                                   "model.d_model=16", "model.d_ff=32", "model.heads=2",
-                                                   "data.vocab_size=10", *settings])
-    vocab_dir = directory / "vocab"
-    vocab_dir.mkdir(parents=True)
-    codec = tasks.load("copy")(config.data).build_vocabulary(vocab_dir, [])
-    torch.manual_seed(0)
-    net = build_model(config.model, codec).eval()
-    weights = {k: v.clone() for k, v in net.state_dict().items()}
-    change(weights)
-    payload = {"format": checkpoint.FORMAT, "config": cfg.to_dict(config), "model": weights,
-               "assets": {p.name: p.read_bytes() for p in sorted(vocab_dir.iterdir())}}
-    checkpoint.save_atomic(payload, directory / "checkpoints" / "average.pt")
-    return directory, net
-
-
 def test_a_checkpoint_missing_a_tensor_is_refused_rather_than_left_unwritten(tmp_path: Path) -> None:
-    run, _ = _run_with(tmp_path / "run", lambda w: w.pop("encoder.0.ffn.inner.weight"))
+    run = copy_run(tmp_path / "run", seed=0, change=lambda w: w.pop("encoder.0.ffn.inner.weight"))
     with pytest.raises(CheckpointError, match=r"(?s)weights do not fit the model of its config.*"
                                               r"encoder\.0\.ffn\.inner\.weight"):
         load(run, device="cpu")
 
 
 def test_weights_stored_in_another_dtype_load_as_the_models(tmp_path: Path) -> None:
+    expected: dict[str, torch.Tensor] = {}
+
     def halve(weights: dict[str, torch.Tensor]) -> None:
+        expected.update(weights)
         for k, v in weights.items():
             if v.is_floating_point():
                 weights[k] = v.to(torch.bfloat16)
 
-    run, net = _run_with(tmp_path / "run", halve)
+    run = copy_run(tmp_path / "run", seed=0, change=halve)
     loaded = load(run, device="cpu").model
     src = torch.tensor([[4, 5, 6, EOS]])
     tgt = torch.tensor([[BOS, 4, 5]])
-    expected = dict(net.state_dict())
     for name, tensor in loaded.state_dict().items():
         assert tensor.dtype == expected[name].dtype
         assert torch.equal(tensor, expected[name].to(torch.bfloat16).to(tensor.dtype))
@@ -111,7 +90,7 @@ def test_a_run_loaded_in_int8_keeps_only_int8_weights_and_decodes_as_its_int8_co
             if "norm" not in name:
                 tensor.normal_(0.0, 0.5, generator=g)
 
-    run, _ = _run_with(tmp_path / "run", larger)
+    run = copy_run(tmp_path / "run", seed=0, change=larger)
     loaded = load(run, overrides=["decode.precision=int8", "decode.beam=2"], device="cpu")
     assert is_int8_only(loaded.model)
     reference = dataclasses.replace(loaded, model=int8_only(load(run, device="cpu").model))
@@ -128,8 +107,8 @@ def test_a_run_that_decodes_in_int8_still_exports_its_float_weights(tmp_path: Pa
     pytest.importorskip("ctranslate2")
     from seqtrans.inference.export import export
 
-    run, net = _run_with(tmp_path / "run", lambda w: None, "decode.precision=int8")
+    run = copy_run(tmp_path / "run", seed=0, model=("decode.precision=int8",))
     assert is_int8_only(load(run, device="cpu").model)
     out = export(run, to="ctranslate2", out=tmp_path / "ct2")
-    floats = sum(p.numel() for p in net.parameters())
+    floats = sum(p.numel() for p in load(run, overrides=["decode.precision=fp32"]).model.parameters())
     assert (out / "model.bin").stat().st_size > 2 * floats  # 4 bytes a weight, not 1

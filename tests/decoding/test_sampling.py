@@ -66,8 +66,9 @@ def test_truncation_leaves_forbidden_tokens_and_empty_rows_forbidden() -> None:
     assert bool(torch.isneginf(out[1]).all())
 
 
-@pytest.mark.parametrize("truncation", [*TRUNCATIONS, Truncation(top_k=40), Truncation(top_p=0.5),
-                                        Truncation(temperature=0.7, top_k=30, top_p=0.8, epsilon=0.001)], ids=repr)
+@pytest.mark.parametrize("truncation", [
+    *TRUNCATIONS, Truncation(top_k=40), Truncation(top_p=0.5),
+    Truncation(temperature=0.7, top_k=30, top_p=0.8, epsilon=0.001)], ids=repr)
 def test_the_fast_routes_draw_what_truncating_the_whole_vocabulary_draws(truncation: Truncation) -> None:
     g = torch.Generator().manual_seed(0)
     for scale in (0.5, 3.0, 8.0):  # flat to peaked: the nucleus within the first tokens probed, or not
