@@ -3,6 +3,8 @@ one page lists what the environment can change. Imports no torch.
 
 - ``SEQTRANS_TUNE_MATMUL=0``: CPU decoding multiplies with ``F.linear`` only
   (:mod:`seqtrans.linear`).
+- ``SEQTRANS_NATIVE=0``: CPU decoding builds and uses no native kernel
+  (:mod:`seqtrans.native`); ``CC``: the C compiler that builds them (else ``cc``).
 - ``SEQTRANS_CACHE_DIR``, ``XDG_CACHE_HOME``: where downloads are cached
   (:func:`seqtrans.download.cache_dir`).
 - ``SEQTRANS_MIRROR``: where downloads are read from (:func:`seqtrans.download.mirror_url`).
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 TUNE_MATMUL = "SEQTRANS_TUNE_MATMUL"
+NATIVE = "SEQTRANS_NATIVE"
 CACHE_DIR = "SEQTRANS_CACHE_DIR"
 MIRROR = "SEQTRANS_MIRROR"
 SERVE_TOKEN = "SEQTRANS_SERVE_TOKEN"
@@ -30,6 +33,16 @@ def tune_matmul() -> bool:
     """Whether CPU decoding may choose among equivalent matrix multiplies (on unless
     ``SEQTRANS_TUNE_MATMUL=0``)."""
     return os.environ.get(TUNE_MATMUL, "1") != "0"
+
+
+def native_kernels() -> bool:
+    """Whether CPU decoding may build and use native kernels (on unless ``SEQTRANS_NATIVE=0``)."""
+    return os.environ.get(NATIVE, "1") != "0"
+
+
+def c_compiler() -> str:
+    """``$CC``, or an empty string."""
+    return os.environ.get("CC") or ""
 
 
 def serve_token() -> str | None:

@@ -330,9 +330,12 @@ class Transformer(nn.Module):
             state = extension.start(encoded.context.get(name), rows)
             if state is not None:
                 extensions[name] = state
+        caches = [layer.self_attn.new_cache(rows, capacity, like=encoded.memory)
+                  for layer in self.decoder_layers]
+        for cache in caches:
+            cache.beam = beam
         return DecoderState(
-            caches=[layer.self_attn.new_cache(rows, capacity, like=encoded.memory)
-                    for layer in self.decoder_layers],
+            caches=caches,
             cross=[layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers],
             extensions=extensions,
         )

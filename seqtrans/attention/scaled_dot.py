@@ -84,6 +84,7 @@ class KVCache:
         self._spare: tuple[Tensor, Tensor] | None = None  # the other buffers, made at the first reorder
         self.rows = rows  # hypotheses in use: the first rows of the buffers
         self.length = 0
+        self.beam = 1  # hypotheses per sentence, in consecutive rows (set by the search's start)
 
     @property
     def k(self) -> Tensor:
@@ -123,6 +124,73 @@ class KVCache:
         self.rows = n
 
 
+class BeamKVCache(KVCache):
+    """A :class:`KVCache` that the search never copies: the keys and values of position s
+    stay in the buffer row that wrote them at step s, and each hypothesis keeps, per
+    position, which row that was (``sources`` [N, L_max]). Following the beam copies
+    these indices (8 bytes a position) instead of the keys and values (4 bytes x 2 x
+    d_model a position). Every step writes hypothesis i's new position to row i: that
+    position is unused in every row, so a finished sentence's rows need no compacting.
+    Attention reads through the indices: :meth:`attend` with the native kernel
+    (:func:`seqtrans.native.beam_attention`) for one new query per hypothesis, else
+    :meth:`append`, which gathers them. For float32 decoding on the CPU
+    (:meth:`SelfAttention.new_cache`).
+    """
+
+    def __init__(self, rows: int, heads: int, head_dim: int, capacity: int, *,
+                 dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__(rows, heads, head_dim, capacity, dtype=dtype, device=device)
+        self.sources = torch.empty(rows, capacity, dtype=torch.long, device=device)  # [N, L_max]
+        self._spare_sources: Tensor | None = None
+        self._own = torch.arange(rows, device=device).unsqueeze(1)  # [N, 1] row i writes to row i
+
+    def store(self, k: Tensor, v: Tensor) -> None:
+        """Store [N, H, T, d] keys and values of the next T positions."""
+        start, end = self.length, self.length + k.size(2)
+        if end > self._k.size(2):  # longer than planned: grow (rare; callers size it right)
+            n, h, capacity, d = self._k.shape
+            grow = max(end, 2 * capacity) - capacity
+            self._k = torch.cat([self._k, self._k.new_empty(n, h, grow, d)], dim=2)
+            self._v = torch.cat([self._v, self._v.new_empty(n, h, grow, d)], dim=2)
+            self.sources = torch.cat([self.sources, self.sources.new_empty(n, grow)], dim=1)
+            self._spare_sources = None
+        n = self.rows
+        self._k[:n, :, start:end] = k
+        self._v[:n, :, start:end] = v
+        self.sources[:n, start:end] = self._own[:n]
+        self.length = end
+
+    def gathered(self) -> tuple[Tensor, Tensor]:
+        """Every hypothesis's keys and values so far, [N, H, L, d] each (a copy)."""
+        positions = torch.arange(self.length, device=self._k.device)
+        rows = self.sources[: self.rows, : self.length]  # [N, L]
+        # [N, L] rows and [L] positions around the head axis -> [N, L, H, d]
+        return (self._k[rows, :, positions].transpose(1, 2), self._v[rows, :, positions].transpose(1, 2))
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        self.store(k, v)
+        return self.gathered()
+
+    def attend(self, q: Tensor) -> Tensor:
+        """Softmax attention of one new query per hypothesis, q [N, H, 1, d], over all
+        positions stored so far (:meth:`store` them first) -> [N, H, 1, d]."""
+        from seqtrans.native import beam_attention
+
+        out = beam_attention(q.squeeze(2).contiguous(), self._k, self._v, self.sources[: self.rows],
+                             self.length, group=self.beam)
+        return out.unsqueeze(2)
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep hypotheses ``rows`` [N'] (indices into the current ones), in that order."""
+        n = rows.numel()
+        if self._spare_sources is None:
+            self._spare_sources = torch.empty_like(self.sources)
+        spare = self._spare_sources
+        torch.index_select(self.sources[: self.rows, : self.length], 0, rows, out=spare[:n, : self.length])
+        self._spare_sources, self.sources = self.sources, spare
+        self.rows = n
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention with one fused query/key/value projection.
 
@@ -141,13 +209,25 @@ class SelfAttention(nn.Module):
         nn.init.zeros_(self.out.bias)
 
     def new_cache(self, rows: int, capacity: int, *, like: Tensor) -> KVCache:
+        """A cache for ``rows`` hypotheses: one the beam never copies where its attention
+        has a native kernel (float32 on a CPU, several hypotheses), else a :class:`KVCache`."""
         d = self.out.in_features // self.heads
-        return KVCache(rows, self.heads, d, capacity, dtype=like.dtype, device=like.device)
+        kind = KVCache
+        if rows > 1 and like.device.type == "cpu" and like.dtype == torch.float32:
+            from seqtrans import native
+
+            if native.available():
+                kind = BeamKVCache
+        return kind(rows, self.heads, d, capacity, dtype=like.dtype, device=like.device)
 
     def forward(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False,
                 cache: KVCache | None = None) -> Tensor:
         q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 x [N, T, D]
         q, k, v = (split_heads(t, self.heads) for t in (q, k, v))  # [N, H, T, d]
+        one_query = q.size(2) == 1 and q.dtype == torch.float32 and mask is None
+        if isinstance(cache, BeamKVCache) and one_query:
+            cache.store(k, v)
+            return self.out(merge_heads(cache.attend(q)))
         attn_mask = key_mask(mask) if mask is not None else None  # [N, 1, 1, T]
         is_causal = causal
         if cache is not None:

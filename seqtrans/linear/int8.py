@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from seqtrans import native
+
 #: Largest magnitude of a quantized value; symmetric, so -128 is never used.
 QMAX = 127
 
@@ -100,9 +102,17 @@ class Int8Linear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.size(-1))  # [M, K]
-        xq, xs = quantize_rows(x2, unsigned=self.unsigned)
+        # the float passes in one native pass each where they can be (the same bits)
+        fused = (x2.dtype == torch.float32 and x2.device.type == "cpu" and x2.stride(-1) == 1
+                 and native.available())
+        quantize = native.quantize_rows if fused else quantize_rows
+        xq, xs = quantize(x2, unsigned=self.unsigned)
         # [K, O] as a transposed view: the layout _int_mm was fastest with for one row
         acc = torch._int_mm(xq, self.qweight.t())  # [M, O] int32, exact
+        if fused:
+            compensation = self.compensation if self.unsigned else None
+            out = native.dequantize(acc, xs, self.scale, compensation=compensation, bias=self.bias)
+            return out.view(*lead, self.out_features)
         if self.unsigned:
             acc.sub_(self.compensation)
         out = acc.to(torch.float32).mul_(xs)

@@ -1,0 +1,201 @@
+"""Native CPU kernels for decoding, built from C on the machine that uses them.
+
+- :func:`beam_attention`: decoder self-attention over a key/value cache that the beam
+  never copies (:class:`seqtrans.attention.scaled_dot.BeamKVCache`). PyTorch has no
+  operator that attends through per-position row indices without first gathering the
+  keys and values into a new tensor, which costs as much as the copy it replaces.
+- :func:`quantize_rows` and :func:`dequantize`: the float passes around an int8 product
+  (:class:`seqtrans.linear.int8.Int8Linear`), one pass each instead of PyTorch's five or
+  six operators, giving the same bits as those.
+
+The source ships with the package (``kernels.c``) and is compiled the first time
+a process needs it, with ``$CC`` (else ``cc``) and ``-march=native``, into the cache
+directory (:func:`seqtrans.download.cache_dir`, under ``native/``), keyed by the
+source, the compiler, its flags and the processor's features, so a copy built for
+another machine is never loaded. It is written to a temporary name and renamed, so
+concurrent processes never load half a file. Where no compiler works, or with
+``SEQTRANS_NATIVE=0``, :func:`available` is False and decoding uses PyTorch's operators
+alone: the same results to float rounding, only slower.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from importlib import resources
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from seqtrans import environment
+from seqtrans.download import cache_dir
+
+log = logging.getLogger(__name__)
+
+SOURCE = "kernels.c"
+# no reassociation or contraction of float arithmetic: the quantization kernels must give
+# PyTorch's bits (kernels.c vectorizes its sums by hand)
+FLAGS = ("-O3", "-fno-trapping-math", "-ffp-contract=off", "-shared", "-fPIC", "-pthread")
+NATIVE_FLAGS = ("-march=native",)
+
+_lock = threading.Lock()
+_library: ctypes.CDLL | None = None
+_failed: str | None = None
+
+
+def available() -> bool:
+    """Whether the kernels can be used here: allowed (``SEQTRANS_NATIVE``) and built."""
+    return environment.native_kernels() and _load() is not None
+
+
+def unavailable_reason() -> str | None:
+    """Why :func:`available` is False after a failed build, or None."""
+    return _failed
+
+
+def _cpu_features() -> str:
+    """The processor's feature flags (Linux), else its name: part of the build's key."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _build(compiler: str, source: Path, flags: tuple[str, ...]) -> Path:
+    """The compiled library of ``source`` with ``flags``, from the cache or built now."""
+    text = source.read_bytes()
+    key = hashlib.sha256(b"\0".join([text, compiler.encode(), " ".join(flags).encode(),
+                                     _cpu_features().encode()])).hexdigest()[:20]
+    target = cache_dir() / "native" / f"{source.stem}-{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    os.close(fd)
+    try:
+        command = [compiler, *flags, str(source), "-o", tmp, "-lm"]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise OSError(f"{compiler} failed: {done.stderr.strip()[-500:]}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def _load() -> ctypes.CDLL | None:
+    global _library, _failed
+    if _library is not None or _failed is not None:
+        return _library
+    with _lock:
+        if _library is not None or _failed is not None:
+            return _library
+        compiler = environment.c_compiler() or shutil.which("cc") or shutil.which("gcc") or ""
+        try:
+            if not compiler:
+                raise OSError("no C compiler ($CC, cc or gcc)")
+            with resources.as_file(resources.files(__package__) / SOURCE) as source:
+                try:
+                    path = _build(compiler, source, FLAGS + NATIVE_FLAGS)
+                except OSError:  # a compiler without -march=native
+                    path = _build(compiler, source, FLAGS)
+            library = ctypes.CDLL(str(path))
+            fn = library.seqtrans_beam_attention
+        except (OSError, AttributeError) as e:
+            _failed = str(e)
+            log.warning("native decoding kernels unavailable (%s): decoding uses PyTorch operators only", e)
+            return None
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_int64]
+        pointer, integer = ctypes.c_void_p, ctypes.c_int64
+        library.seqtrans_quantize_rows.restype = None
+        library.seqtrans_quantize_rows.argtypes = [pointer, integer, integer, integer, pointer, pointer,
+                                                   integer, integer]
+        library.seqtrans_dequantize.restype = None
+        library.seqtrans_dequantize.argtypes = [pointer] * 6 + [integer] * 3
+        _library = library
+        return library
+
+
+def _library_or_raise() -> ctypes.CDLL:
+    library = _load()
+    if library is None:
+        raise RuntimeError(f"native kernels unavailable: {_failed}")
+    return library
+
+
+def beam_attention(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, length: int, *, group: int = 1) -> Tensor:
+    """Attention of one query per hypothesis over the first ``length`` positions, each
+    read from the buffer row ``rows`` names: q [N, H, d]; k, v [P, H, L_max, d] (float32,
+    contiguous, on the CPU); rows [N, >= length] int64 (contiguous rows) -> [N, H, d].
+    Scaled by 1/sqrt(d). ``group``: how many consecutive hypotheses belong to one
+    sentence (the beam), which sets only the order of the work. Only when :func:`available`."""
+    library = _library_or_raise()
+    n, heads, dim = q.shape
+    if not (q.dtype == k.dtype == v.dtype == torch.float32 and rows.dtype == torch.int64):
+        raise TypeError("beam_attention takes float32 queries, keys and values and int64 rows")
+    if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous() and rows.stride(1) == 1):
+        raise ValueError("beam_attention takes contiguous tensors")
+    if k.shape != v.shape or k.size(1) != heads or k.size(3) != dim or rows.size(0) != n:
+        raise ValueError(f"beam_attention: queries {tuple(q.shape)}, keys {tuple(k.shape)}, "
+                         f"values {tuple(v.shape)}, rows {tuple(rows.shape)} do not match")
+    if length < 1 or length > min(k.size(2), rows.size(1)):
+        raise ValueError(f"beam_attention: length {length} outside 1..{min(k.size(2), rows.size(1))}")
+    out = torch.empty_like(q)
+    status = library.seqtrans_beam_attention(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), rows.data_ptr(), out.data_ptr(), n, heads, dim, length,
+        k.size(2), rows.stride(0), group, dim ** -0.5, torch.get_num_threads())
+    if status != 0:
+        raise MemoryError("beam_attention could not allocate its working memory")
+    return out
+
+
+def quantize_rows(x: Tensor, *, unsigned: bool) -> tuple[Tensor, Tensor]:
+    """:func:`seqtrans.linear.int8.quantize_rows` in one pass, the same bits:
+    x [M, K] float32 (rows contiguous) -> (x_q [M, K] int8 or uint8, scale [M, 1] float32)."""
+    library = _library_or_raise()
+    if x.dtype != torch.float32 or x.dim() != 2 or x.stride(1) != 1:
+        raise ValueError("quantize_rows takes a float32 matrix with contiguous rows")
+    m, k = x.shape
+    q = torch.empty(m, k, dtype=torch.uint8 if unsigned else torch.int8)
+    scale = torch.empty(m, 1, dtype=torch.float32)
+    library.seqtrans_quantize_rows(x.data_ptr(), m, k, x.stride(0), q.data_ptr(), scale.data_ptr(),
+                                   int(unsigned), torch.get_num_threads())
+    return q, scale
+
+
+def dequantize(acc: Tensor, row_scale: Tensor, col_scale: Tensor, *, compensation: Tensor | None = None,
+               bias: Tensor | None = None) -> Tensor:
+    """((acc - compensation) * row_scale) * col_scale + bias (one fused multiply-add) in
+    one pass, the same bits as those PyTorch operators: acc [M, O] int32, row_scale [M, 1], col_scale [O],
+    compensation [O] int32, bias [O] float32 (all contiguous) -> [M, O] float32."""
+    library = _library_or_raise()
+    m, o = acc.shape
+    parts = [(acc, torch.int32), (row_scale, torch.float32), (col_scale, torch.float32),
+             (compensation, torch.int32), (bias, torch.float32)]
+    if any(t is not None and (t.dtype != dtype or not t.is_contiguous()) for t, dtype in parts):
+        raise ValueError("dequantize takes contiguous int32 products and compensation, and float32 "
+                         "scales and bias")
+    per_column = [t for t in (col_scale, compensation, bias) if t is not None]
+    if row_scale.numel() != m or any(t.numel() != o for t in per_column):
+        raise ValueError(f"dequantize: a product of {m} x {o} with scales of {row_scale.numel()} and "
+                         f"{col_scale.numel()}")
+    out = torch.empty(m, o, dtype=torch.float32)
+    library.seqtrans_dequantize(acc.data_ptr(), None if compensation is None else compensation.data_ptr(),
+                                row_scale.data_ptr(), col_scale.data_ptr(),
+                                None if bias is None else bias.data_ptr(), out.data_ptr(), m, o,
+                                torch.get_num_threads())
+    return out
