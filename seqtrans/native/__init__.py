@@ -180,8 +180,10 @@ def quantize_rows(x: Tensor, *, unsigned: bool) -> tuple[Tensor, Tensor]:
 def dequantize(acc: Tensor, row_scale: Tensor, col_scale: Tensor, *, compensation: Tensor | None = None,
                bias: Tensor | None = None) -> Tensor:
     """((acc - compensation) * row_scale) * col_scale + bias (one fused multiply-add) in
-    one pass, the same bits as those PyTorch operators: acc [M, O] int32, row_scale [M, 1], col_scale [O],
-    compensation [O] int32, bias [O] float32 (all contiguous) -> [M, O] float32."""
+    one pass, the same bits as those PyTorch operators, written over ``acc`` (the same
+    size: no new tensor, whose fresh pages would cost more than the pass): acc [M, O]
+    int32, row_scale [M, 1], col_scale [O], compensation [O] int32, bias [O] float32 (all
+    contiguous) -> [M, O] float32, ``acc``'s storage."""
     library = _library_or_raise()
     m, o = acc.shape
     parts = [(acc, torch.int32), (row_scale, torch.float32), (col_scale, torch.float32),
@@ -193,7 +195,7 @@ def dequantize(acc: Tensor, row_scale: Tensor, col_scale: Tensor, *, compensatio
     if row_scale.numel() != m or any(t.numel() != o for t in per_column):
         raise ValueError(f"dequantize: a product of {m} x {o} with scales of {row_scale.numel()} and "
                          f"{col_scale.numel()}")
-    out = torch.empty(m, o, dtype=torch.float32)
+    out = acc.view(torch.float32)
     library.seqtrans_dequantize(acc.data_ptr(), None if compensation is None else compensation.data_ptr(),
                                 row_scale.data_ptr(), col_scale.data_ptr(),
                                 None if bias is None else bias.data_ptr(), out.data_ptr(), m, o,

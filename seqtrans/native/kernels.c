@@ -12,28 +12,34 @@
  * dim]; rows [n, row_stride] int64, positions 0 .. length-1 used. Two passes over the
  * positions (scores, then the weighted values) with the maximum subtracted before exp. The
  * hypotheses of one sentence (`group` consecutive rows) share most of their ancestors, so
- * each head of a group is done for all its rows in turn, while the positions they share are
- * still in the processor's cache.
+ * each head of a group is done for all its rows, a block of positions at a time, while the
+ * positions they share are still in the processor's cache.
  *
  * seqtrans_quantize_rows and seqtrans_dequantize: the two float passes around an int8
  * product (seqtrans.linear.int8), each one pass over its rows instead of PyTorch's five
  * or six, with the same arithmetic in the same order, so that they give the same bits as
- * the PyTorch operators. The library is built without reassociating float arithmetic or
- * contracting a * b + c into one rounding unless asked (seqtrans.native.FLAGS); sums and maxima over a
- * row run in LANES independent lanes instead, which the compiler vectorizes as written.
+ * the PyTorch operators (checked by tests/test_native.py).
+ *
+ * The library is built without reassociating float arithmetic or contracting a * b + c
+ * into one rounding unless the code asks (seqtrans.native.FLAGS). With AVX-512 (built with
+ * -march=native where the processor has it) the inner loops use its intrinsics; elsewhere
+ * plain loops, which the compiler vectorizes where it can, with the same results to
+ * rounding (the same bits for the int8 passes).
  */
 #include <math.h>
 #include <pthread.h>
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 
 #define MAX_THREADS 256
 #define LANES 16
-#define AHEAD 6 /* positions */
-
-static inline void prefetch(const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(x + i);
-}
+#define BLOCK 16 /* positions of one group's hypotheses read together */
+/* below these, starting a thread (tens of microseconds) costs more than it saves */
+#define SMALL_ATTENTION 4096 /* query-key pairs */
+#define SMALL_WORK (1 << 20) /* elements */
 
 typedef void (*RangeFn)(void *context, int64_t begin, int64_t end);
 
@@ -73,29 +79,99 @@ static void parallel(RangeFn fn, void *context, int64_t work, int64_t threads) {
     }
 }
 
-/* x . y in LANES lanes, summed pairwise (a tree the compiler keeps in vector registers) */
-static float dot_product(const float *x, const float *y, int64_t n) {
+/* x . y: with AVX-512 or AVX2 in one vector register of fused multiply-adds, summed by
+ * the instruction set's own reduction (a sum through an array in memory stalls on
+ * reading back what was just stored); else in LANES lanes the compiler vectorizes. */
+#if defined(__AVX512F__)
+static inline float dot_product(const float *x, const float *y, int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), acc);
+    float dot = _mm512_reduce_add_ps(acc);
+    for (; i < n; i++) dot = fmaf(x[i], y[i], dot);
+    return dot;
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+static inline float dot_product(const float *x, const float *y, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc);
+    __m128 half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    half = _mm_add_ss(half, _mm_movehdup_ps(half));
+    float dot = _mm_cvtss_f32(half);
+    for (; i < n; i++) dot = fmaf(x[i], y[i], dot);
+    return dot;
+}
+#else
+static inline float dot_product(const float *x, const float *y, int64_t n) {
     float lanes[LANES] = {0.0f};
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; j++) lanes[j] += x[i + j] * y[i + j];
+        for (int j = 0; j < LANES; j++) lanes[j] = fmaf(x[i + j], y[i + j], lanes[j]);
     for (int width = LANES / 2; width > 0; width /= 2)
         for (int j = 0; j < width; j++) lanes[j] += lanes[j + width];
     float dot = lanes[0];
-    for (; i < n; i++) dot += x[i] * y[i];
+    for (; i < n; i++) dot = fmaf(x[i], y[i], dot);
     return dot;
+}
+#endif
+
+/* out[:dim] += sum_s p[s] * rows[from[s] * row_step + s * position_step][:dim] for s in
+ * [begin, end): with AVX-512, 16 dimensions at a time in two registers that take
+ * alternate positions (one register's chain of dependent additions would set the pace);
+ * else one pass over the positions. */
+static void weighted_sum(float *out, const float *p, const float *rows, const int64_t *from, int64_t begin,
+                         int64_t end, int64_t row_step, int64_t position_step, int64_t dim) {
+    int64_t i = 0;
+#define ROW(s) (rows + from[s] * row_step + (s) * position_step)
+#if defined(__AVX512F__)
+    for (; i + 16 <= dim; i += 16) {
+        __m512 even = _mm512_loadu_ps(out + i), odd = _mm512_setzero_ps();
+        int64_t s = begin;
+        for (; s + 1 < end; s += 2) {
+            even = _mm512_fmadd_ps(_mm512_set1_ps(p[s]), _mm512_loadu_ps(ROW(s) + i), even);
+            odd = _mm512_fmadd_ps(_mm512_set1_ps(p[s + 1]), _mm512_loadu_ps(ROW(s + 1) + i), odd);
+        }
+        if (s < end) even = _mm512_fmadd_ps(_mm512_set1_ps(p[s]), _mm512_loadu_ps(ROW(s) + i), even);
+        _mm512_storeu_ps(out + i, _mm512_add_ps(even, odd));
+    }
+#endif
+    for (int64_t s = begin; s < end; s++)
+        for (int64_t j = i; j < dim; j++) out[j] = fmaf(p[s], ROW(s)[j], out[j]);
+#undef ROW
+}
+
+/* x[i] = exp(x[i]) for x[i] <= 0, in a form the compiler vectorizes (glibc's expf is one
+ * call per value): exp(x) = 2^n exp(r) with n = round(x / ln 2), |r| <= ln 2 / 2, exp(r)
+ * by Cephes's polynomial (relative error about 1e-7); below -87 (where exp(x) < 2^-125,
+ * nothing beside the maximum's exp(0) = 1) as exp(-87). */
+static void exp_nonpositive(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float v = x[i] < -87.0f ? -87.0f : x[i];
+        const float k = floorf(v * 1.44269504088896341f + 0.5f);
+        float r = v - k * 0.693359375f;
+        r = r - k * -2.12194440e-4f;
+        float y = 1.9875691500e-4f;
+        y = fmaf(y, r, 1.3981999507e-3f);
+        y = fmaf(y, r, 8.3334519073e-3f);
+        y = fmaf(y, r, 4.1665795894e-2f);
+        y = fmaf(y, r, 1.6666665459e-1f);
+        y = fmaf(y, r, 5.0000001201e-1f);
+        y = fmaf(y, r * r, r) + 1.0f;
+        union { int32_t bits; float value; } two_to_k = {.bits = ((int32_t)k + 127) << 23};
+        x[i] = y * two_to_k.value;
+    }
 }
 
 static float max_abs(const float *x, int64_t n) {
-    float lanes[LANES] = {0.0f};
     int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; j++) {
-            const float a = fabsf(x[i + j]);
-            lanes[j] = a > lanes[j] ? a : lanes[j];
-        }
     float most = 0.0f;
-    for (int j = 0; j < LANES; j++) most = lanes[j] > most ? lanes[j] : most;
+#if defined(__AVX512F__)
+    __m512 lanes = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16) lanes = _mm512_max_ps(lanes, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+    most = _mm512_reduce_max_ps(lanes);
+#endif
     for (; i < n; i++) most = fabsf(x[i]) > most ? fabsf(x[i]) : most;
     return most;
 }
@@ -112,45 +188,53 @@ typedef struct {
 static void attend(void *context, int64_t begin, int64_t end) {
     Attention *a = (Attention *)context;
     const int64_t heads = a->heads, dim = a->dim, length = a->length, group = a->group;
-    float *scores = malloc(sizeof(float) * (size_t)(length > 0 ? length : 1));
-    if (scores == NULL) {
+    const int64_t row_step = heads * a->capacity * dim; /* from one buffer row to the next */
+    /* the scores of one group's hypotheses, then their weights; their outputs */
+    float *scores = malloc(sizeof(float) * (size_t)(group * (length > 0 ? length : 1)));
+    float *sums = malloc(sizeof(float) * (size_t)(group * dim));
+    if (scores == NULL || sums == NULL) {
+        free(scores);
+        free(sums);
         a->failed = 1;
         return;
     }
     for (int64_t gh = begin; gh < end; gh++) { /* (group, head) pairs */
         const int64_t g = gh / heads, h = gh % heads;
-        const int64_t last = (g + 1) * group < a->n ? (g + 1) * group : a->n;
-        for (int64_t r = g * group; r < last; r++) {
-            const int64_t rh = r * heads + h;
-            const float *q = a->q + rh * dim;
-            const int64_t *from = a->rows + r * a->row_stride;
-            float most = -INFINITY;
-            for (int64_t s = 0; s < length; s++) {
-                const float *key = a->k + ((from[s] * heads + h) * a->capacity + s) * dim;
-                if (s + AHEAD < length) /* the next rows are anywhere: fetch them ahead */
-                    prefetch(a->k + ((from[s + AHEAD] * heads + h) * a->capacity + s + AHEAD) * dim, dim);
-                float dot = dot_product(q, key, dim) * a->scale;
-                scores[s] = dot;
-                if (dot > most) most = dot;
-            }
-            float total = 0.0f;
-            for (int64_t s = 0; s < length; s++) {
-                scores[s] = expf(scores[s] - most);
-                total += scores[s];
-            }
-            float *o = a->out + rh * dim;
-            for (int64_t i = 0; i < dim; i++) o[i] = 0.0f;
-            const float norm = 1.0f / total;
-            for (int64_t s = 0; s < length; s++) {
-                const float *value = a->v + ((from[s] * heads + h) * a->capacity + s) * dim;
-                if (s + AHEAD < length)
-                    prefetch(a->v + ((from[s + AHEAD] * heads + h) * a->capacity + s + AHEAD) * dim, dim);
-                const float p = scores[s] * norm;
-                for (int64_t i = 0; i < dim; i++) o[i] += p * value[i];
+        const int64_t first = g * group, last = (g + 1) * group < a->n ? (g + 1) * group : a->n;
+        const float *keys = a->k + h * a->capacity * dim, *values = a->v + h * a->capacity * dim;
+        /* a block of positions for every hypothesis of the group in turn, so that the rows
+         * they share are read from memory once */
+        for (int64_t s0 = 0; s0 < length; s0 += BLOCK) {
+            const int64_t s1 = s0 + BLOCK < length ? s0 + BLOCK : length;
+            for (int64_t r = first; r < last; r++) {
+                const float *q = a->q + (r * heads + h) * dim;
+                const int64_t *from = a->rows + r * a->row_stride;
+                float *score = scores + (r - first) * length;
+                for (int64_t s = s0; s < s1; s++)
+                    score[s] = dot_product(q, keys + from[s] * row_step + s * dim, dim) * a->scale;
             }
         }
+        for (int64_t r = first; r < last; r++) {
+            float *score = scores + (r - first) * length, most = -INFINITY, total = 0.0f;
+            for (int64_t s = 0; s < length; s++) most = score[s] > most ? score[s] : most;
+            for (int64_t s = 0; s < length; s++) score[s] -= most;
+            exp_nonpositive(score, length);
+            for (int64_t s = 0; s < length; s++) total += score[s];
+            const float norm = 1.0f / total;
+            for (int64_t s = 0; s < length; s++) score[s] *= norm;
+        }
+        for (int64_t i = 0; i < (last - first) * dim; i++) sums[i] = 0.0f;
+        for (int64_t s0 = 0; s0 < length; s0 += BLOCK) {
+            const int64_t s1 = s0 + BLOCK < length ? s0 + BLOCK : length;
+            for (int64_t r = first; r < last; r++)
+                weighted_sum(sums + (r - first) * dim, scores + (r - first) * length, values,
+                             a->rows + r * a->row_stride, s0, s1, row_step, dim, dim);
+        }
+        for (int64_t r = first; r < last; r++)
+            for (int64_t i = 0; i < dim; i++) a->out[(r * heads + h) * dim + i] = sums[(r - first) * dim + i];
     }
     free(scores);
+    free(sums);
 }
 
 /* Returns 0, or -1 when working memory could not be allocated (out is then incomplete). */
@@ -159,7 +243,8 @@ int seqtrans_beam_attention(const float *q, const float *k, const float *v, cons
                             int64_t row_stride, int64_t group, float scale, int64_t threads) {
     if (group < 1) group = 1;
     Attention a = {q, k, v, rows, out, n, group, heads, dim, length, capacity, row_stride, scale, 0};
-    parallel(attend, &a, (n + group - 1) / group * heads, threads);
+    const int64_t pairs = n * heads * length;
+    parallel(attend, &a, (n + group - 1) / group * heads, pairs < SMALL_ATTENTION ? 1 : threads);
     return a.failed ? -1 : 0;
 }
 
@@ -179,13 +264,21 @@ static void quantize(void *context, int64_t begin, int64_t end) {
         float scale = max_abs(x, cols) / 127.0f;
         if (!(scale > 0.0f)) scale = 1.0f; /* a row of zeros stays zeros */
         c->scale[r] = scale;
-        if (c->is_unsigned) {
-            uint8_t *q = (uint8_t *)c->q + r * cols;
-            for (int64_t i = 0; i < cols; i++) q[i] = (uint8_t)(int32_t)(rintf(x[i] / scale) + 128.0f);
-        } else {
-            int8_t *q = (int8_t *)c->q + r * cols;
-            for (int64_t i = 0; i < cols; i++) q[i] = (int8_t)(int32_t)rintf(x[i] / scale);
+        const int offset = c->is_unsigned ? 128 : 0;
+        int8_t *q = (int8_t *)c->q + r * cols;
+        int64_t i = 0;
+#if defined(__AVX512F__)
+        const __m512 divisor = _mm512_set1_ps(scale);
+        const __m512i shift = _mm512_set1_epi32(offset);
+        for (; i + 16 <= cols; i += 16) {
+            const __m512 rounded = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), divisor),
+                                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            const __m512i value = _mm512_add_epi32(_mm512_cvtps_epi32(rounded), shift);
+            /* the low byte of each: the value, or the value + 128 as an unsigned byte */
+            _mm_storeu_si128((__m128i *)(q + i), _mm512_cvtepi32_epi8(value));
         }
+#endif
+        for (; i < cols; i++) q[i] = (int8_t)(uint8_t)((int32_t)rintf(x[i] / scale) + offset);
     }
 }
 
@@ -195,7 +288,7 @@ static void quantize(void *context, int64_t begin, int64_t end) {
 void seqtrans_quantize_rows(const float *x, int64_t m, int64_t cols, int64_t stride, void *q, float *scale,
                             int64_t is_unsigned, int64_t threads) {
     Quantize c = {x, cols, stride, q, scale, (int)is_unsigned};
-    parallel(quantize, &c, m, m * cols < 65536 ? 1 : threads);
+    parallel(quantize, &c, m, m * cols < SMALL_WORK ? 1 : threads);
 }
 
 typedef struct {
@@ -212,7 +305,19 @@ static void dequantize(void *context, int64_t begin, int64_t end) {
         const int32_t *acc = c->acc + r * cols;
         float *out = c->out + r * cols;
         const float row = c->row_scale[r];
-        for (int64_t i = 0; i < cols; i++) {
+        int64_t i = 0;
+#if defined(__AVX512F__)
+        const __m512 rows = _mm512_set1_ps(row);
+        for (; i + 16 <= cols; i += 16) {
+            __m512i a = _mm512_loadu_si512(acc + i);
+            if (c->compensation) a = _mm512_sub_epi32(a, _mm512_loadu_si512(c->compensation + i));
+            const __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(a), rows);
+            const __m512 scale = _mm512_loadu_ps(c->col_scale + i);
+            _mm512_storeu_ps(out + i, c->bias ? _mm512_fmadd_ps(y, scale, _mm512_loadu_ps(c->bias + i))
+                                              : _mm512_mul_ps(y, scale));
+        }
+#endif
+        for (; i < cols; i++) {
             const int32_t a = c->compensation ? acc[i] - c->compensation[i] : acc[i];
             const float y = (float)a * row;
             /* one rounding for the bias, as PyTorch's vectorized addcmul does */
@@ -221,7 +326,8 @@ static void dequantize(void *context, int64_t begin, int64_t end) {
     }
 }
 
-/* acc [m, cols] int32 -> out [m, cols] float32:
+/* acc [m, cols] int32 -> out [m, cols] float32 (out may be acc itself: each element is
+ * read before it is written):
  * ((acc - compensation[col]) * row_scale[row]) * col_scale[col] + bias[col], the last two
  * in one rounding (fused multiply-add);
  * compensation and bias may be NULL. */
@@ -229,5 +335,5 @@ void seqtrans_dequantize(const int32_t *acc, const int32_t *compensation, const 
                          const float *col_scale, const float *bias, float *out, int64_t m, int64_t cols,
                          int64_t threads) {
     Dequantize c = {acc, compensation, row_scale, col_scale, bias, out, cols};
-    parallel(dequantize, &c, m, m * cols < 65536 ? 1 : threads);
+    parallel(dequantize, &c, m, m * cols < SMALL_WORK ? 1 : threads);
 }

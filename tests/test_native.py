@@ -1,0 +1,173 @@
+"""The native CPU kernels against PyTorch: the beam cache's attention against a sequential
+loop over each hypothesis's own keys, the int8 passes bit for bit against PyTorch's
+operators, whole beam searches with and without them, and the fallback where no
+compiler works."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import pytest
+import torch
+
+from conftest import tiny_model
+from seqtrans import native
+from seqtrans.attention.scaled_dot import BeamKVCache, KVCache
+from seqtrans.decoding import beam_search, greedy_search
+from seqtrans.linear.int8 import Int8Linear, quantize_rows
+from seqtrans.quantize import quantized
+from seqtrans.vocab import EOS, PAD
+
+needs_native = pytest.mark.skipif(not native.available(),
+                                  reason=f"no native kernels: {native.unavailable_reason()}")
+CPU = torch.device("cpu")
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor,
+                        length: int) -> torch.Tensor:
+    """One hypothesis, one head, one position at a time, in float64.  -> [N, H, d]"""
+    n, heads, dim = q.shape
+    out = torch.zeros(n, heads, dim, dtype=torch.float64)
+    for r in range(n):
+        for h in range(heads):
+            keys = torch.stack([k[int(rows[r, s]), h, s] for s in range(length)]).double()  # [L, d]
+            values = torch.stack([v[int(rows[r, s]), h, s] for s in range(length)]).double()
+            scores = keys @ q[r, h].double() / math.sqrt(dim)
+            out[r, h] = torch.softmax(scores, dim=0) @ values
+    return out
+
+
+@needs_native
+@pytest.mark.parametrize(("n", "heads", "dim", "length", "group"),
+                         [(6, 2, 16, 5, 3), (7, 3, 20, 1, 1), (4, 1, 33, 9, 4), (5, 2, 64, 12, 2)])
+def test_beam_attention_equals_a_sequential_loop(n: int, heads: int, dim: int, length: int,
+                                                 group: int) -> None:
+    gen = torch.Generator().manual_seed(n * 100 + length)
+    buffer_rows, capacity = n + 2, length + 3
+    q = torch.randn(n, heads, dim, generator=gen)
+    k = torch.randn(buffer_rows, heads, capacity, dim, generator=gen) * 3
+    v = torch.randn(buffer_rows, heads, capacity, dim, generator=gen)
+    rows = torch.randint(0, buffer_rows, (n, capacity + 2), generator=gen)  # a wider row stride than used
+    got = native.beam_attention(q, k, v, rows, length, group=group)
+    torch.testing.assert_close(got.double(), reference_attention(q, k, v, rows, length), atol=1e-5, rtol=1e-5)
+
+
+@needs_native
+def test_beam_attention_refuses_what_it_cannot_read() -> None:
+    q, kv, rows = torch.zeros(2, 1, 4), torch.zeros(2, 1, 3, 4), torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="length 4 outside 1..3"):
+        native.beam_attention(q, kv, kv, rows, 4)
+    with pytest.raises(TypeError, match="float32"):
+        native.beam_attention(q.double(), kv, kv, rows, 1)
+    with pytest.raises(ValueError, match="do not match"):
+        native.beam_attention(torch.zeros(2, 1, 5), kv, kv, rows, 1)
+
+
+@needs_native
+@pytest.mark.parametrize(("m", "k", "o"),
+                         [(1, 5, 3), (7, 256, 768), (33, 1024, 256), (5, 33, 35), (300, 64, 48)])
+@pytest.mark.parametrize("unsigned", [True, False])
+def test_the_int8_passes_give_pytorchs_bits(m: int, k: int, o: int, unsigned: bool, monkeypatch: Any) -> None:
+    gen = torch.Generator().manual_seed(m + k)
+    x = torch.randn(m, k, generator=gen) * 3
+    x[0] = 0.0  # a row of zeros keeps scale 1
+    assert all(torch.equal(a, b) for a, b in zip(native.quantize_rows(x, unsigned=unsigned),
+                                                   quantize_rows(x, unsigned=unsigned)))
+    w, b = torch.randn(o, k, generator=gen) * 0.05, torch.randn(o, generator=gen)
+    layers = [Int8Linear(w, b, unsigned=unsigned), Int8Linear(w, None, unsigned=unsigned)]
+    fused = [layer(x) for layer in layers]
+    monkeypatch.setenv("SEQTRANS_NATIVE", "0")
+    for layer, got in zip(layers, fused):
+        assert torch.equal(got, layer(x))
+
+
+def _step(cache: KVCache, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    if isinstance(cache, BeamKVCache):
+        cache.store(k, v)
+        return cache.attend(q)
+    keys, values = cache.append(k, v)
+    return torch.nn.functional.scaled_dot_product_attention(q, keys, values)
+
+
+@needs_native
+def test_the_beam_cache_attends_like_the_copying_cache_through_reorders_and_finished_sentences() -> None:
+    gen = torch.Generator().manual_seed(0)
+    beam, heads, dim = 3, 2, 8
+    caches = [kind(4 * beam, heads, dim, 2, dtype=torch.float32, device=CPU)
+              for kind in (KVCache, BeamKVCache)]
+    for cache in caches:
+        cache.beam = beam
+    sentences = 4
+    # each step: random parents within each sentence's beam, some sentences finished
+    # (``keep``: those that stay); five steps pass the capacity of 2, so both caches grow
+    for keep in (None, torch.tensor([0, 2, 3]), None, torch.tensor([2]), None):
+        n = sentences * beam
+        q, k, v = (torch.randn(n, heads, 1, dim, generator=gen) for _ in range(3))
+        outs = [_step(cache, q, k, v) for cache in caches]
+        torch.testing.assert_close(outs[1], outs[0], atol=1e-6, rtol=1e-6)
+        beam_keys, beam_values = caches[1].gathered()
+        assert torch.equal(beam_keys, caches[0].k[:, :, : caches[0].length])
+        assert torch.equal(beam_values, caches[0].v[:, :, : caches[0].length])
+        parents = torch.randint(0, beam, (sentences, beam), generator=gen)
+        blocks = torch.arange(sentences) if keep is None else keep
+        rows = (blocks.unsqueeze(1) * beam + parents[blocks]).flatten()
+        for cache in caches:
+            cache.reorder(rows, keep)
+        sentences = blocks.numel()
+
+
+def _searches(model: torch.nn.Module, src: torch.Tensor, monkeypatch: Any) -> list[Any]:
+    """Beam (4) and greedy outputs of ``model``, with and without the native kernels."""
+    max_len = torch.tensor([9, 6, 12])
+    outputs = []
+    for setting in ("1", "0"):
+        monkeypatch.setenv("SEQTRANS_NATIVE", setting)
+        outputs.append((beam_search(model, src, beam=4, alpha=0.6, max_len=max_len, nbest=2),
+                        greedy_search(model, src, max_len=max_len)))
+    return outputs
+
+
+@needs_native
+@pytest.mark.parametrize("int8", [False, True])
+def test_searches_find_the_same_outputs_with_the_kernels(int8: bool, monkeypatch: Any) -> None:
+    model = tiny_model(vocab=13, seed=3, d_model=32, d_ff=64)
+    if int8:
+        model = quantized(model)
+    src = torch.tensor([[5, 6, 7, 8, EOS], [9, 4, EOS, PAD, PAD], [10, 11, 12, 4, EOS]])
+    (beam_on, greedy_on), (beam_off, greedy_off) = _searches(model, src, monkeypatch)
+    for on, off in zip(beam_on + greedy_on, beam_off + greedy_off):
+        assert [h.tokens for h in on] == [h.tokens for h in off]
+        for a, b in zip(on, off):
+            assert a.score == pytest.approx(b.score, abs=1e-4)
+
+
+def test_without_a_compiler_decoding_falls_back_to_pytorch(monkeypatch: Any, tmp_path: Any,
+                                                           caplog: Any) -> None:
+    monkeypatch.setattr(native, "_library", None)
+    monkeypatch.setattr(native, "_failed", None)
+    monkeypatch.setenv("SEQTRANS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", os.path.join(str(tmp_path), "no-such-compiler"))
+    assert not native.available()
+    assert "no-such-compiler" in (native.unavailable_reason() or "")
+    assert "native decoding kernels unavailable" in caplog.text
+    model = tiny_model()
+    cache = model.start(model.encode(torch.tensor([[5, 6, EOS]])), beam=3).caches[0]
+    assert type(cache) is KVCache
+    hyps = beam_search(model, torch.tensor([[5, 6, EOS]]), beam=3, alpha=0.6, max_len=torch.tensor([5]))
+    assert hyps[0]
+
+
+@needs_native
+def test_the_library_is_built_once_and_reused(monkeypatch: Any, tmp_path: Any) -> None:
+    monkeypatch.setattr(native, "_library", None)
+    monkeypatch.setattr(native, "_failed", None)
+    monkeypatch.setenv("SEQTRANS_CACHE_DIR", str(tmp_path))
+    assert native.available()
+    built = list((tmp_path / "native").iterdir())
+    assert len(built) == 1 and built[0].suffix == ".so"  # no temporary left behind
+    monkeypatch.setattr(native, "_library", None)
+    monkeypatch.setattr(native, "_failed", None)
+    stamp = built[0].stat().st_mtime_ns
+    assert native.available() and built[0].stat().st_mtime_ns == stamp
