@@ -9,13 +9,14 @@
   six operators, giving the same bits as those.
 
 The source ships with the package (``kernels.c``) and is compiled the first time
-a process needs it, with ``$CC`` (else ``cc``) and ``-march=native``, into the cache
+a process needs it, with ``$CC`` (else ``cc``), ``-march=native`` and OpenMP where the
+compiler takes them (:data:`OPTIONAL_FLAGS`), into the cache
 directory (:func:`seqtrans.download.cache_dir`, under ``native/``), keyed by the
 source, the compiler, its flags and the processor's features, so a copy built for
 another machine is never loaded. It is written to a temporary name and renamed, so
 concurrent processes never load half a file. Where no compiler works, or with
 ``SEQTRANS_NATIVE=0``, :func:`available` is False and decoding uses PyTorch's operators
-alone: the same results to float rounding, only slower.
+alone: the same scores to float rounding, only slower.
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ log = logging.getLogger(__name__)
 SOURCE = "kernels.c"
 # no reassociation or contraction of float arithmetic: the quantization kernels must give
 # PyTorch's bits (kernels.c vectorizes its sums by hand)
-FLAGS = ("-O3", "-fno-trapping-math", "-ffp-contract=off", "-shared", "-fPIC", "-pthread")
-NATIVE_FLAGS = ("-march=native",)
+FLAGS = ("-O3", "-fno-trapping-math", "-ffp-contract=off", "-shared", "-fPIC")
+# tried in turn: the processor's own instructions and OpenMP (whose libgomp.so.1 is the
+# one PyTorch has loaded, so the kernels share its running threads), then without each
+OPTIONAL_FLAGS = (("-march=native", "-fopenmp"), ("-fopenmp",), ())
 
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
@@ -96,6 +99,16 @@ def _build(compiler: str, source: Path, flags: tuple[str, ...]) -> Path:
     return target
 
 
+def _build_any(compiler: str, source: Path) -> Path:
+    """:func:`_build` with the first of :data:`OPTIONAL_FLAGS` the compiler takes."""
+    for extra in OPTIONAL_FLAGS:
+        try:
+            return _build(compiler, source, FLAGS + extra)
+        except OSError as e:
+            error = e
+    raise error
+
+
 def _load() -> ctypes.CDLL | None:
     global _library, _failed
     if _library is not None or _failed is not None:
@@ -108,10 +121,7 @@ def _load() -> ctypes.CDLL | None:
             if not compiler:
                 raise OSError("no C compiler ($CC, cc or gcc)")
             with resources.as_file(resources.files(__package__) / SOURCE) as source:
-                try:
-                    path = _build(compiler, source, FLAGS + NATIVE_FLAGS)
-                except OSError:  # a compiler without -march=native
-                    path = _build(compiler, source, FLAGS)
+                path = _build_any(compiler, source)
             library = ctypes.CDLL(str(path))
             fn = library.seqtrans_beam_attention
         except (OSError, AttributeError) as e:

@@ -1,5 +1,5 @@
 /* Native CPU kernels for decoding (seqtrans.native). Each splits its work over `threads`
- * POSIX threads, the calling thread included.
+ * OpenMP threads.
  *
  * seqtrans_beam_attention: decoder self-attention of one new query per hypothesis over keys
  * and values that stay where they were written: position s of hypothesis r is in buffer row
@@ -27,56 +27,33 @@
  * rounding (the same bits for the int8 passes).
  */
 #include <math.h>
-#include <pthread.h>
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 #include <stdint.h>
 #include <stdlib.h>
 
-#define MAX_THREADS 256
 #define LANES 16
 #define BLOCK 16 /* positions of one group's hypotheses read together */
-/* below these, starting a thread (tens of microseconds) costs more than it saves */
-#define SMALL_ATTENTION 4096 /* query-key pairs */
-#define SMALL_WORK (1 << 20) /* elements */
+/* below these, waking a second thread costs more than it saves */
+#define SMALL_ATTENTION 2048 /* query-key pairs */
+#define SMALL_WORK (1 << 17) /* elements */
 
 typedef void (*RangeFn)(void *context, int64_t begin, int64_t end);
 
-typedef struct {
-    RangeFn fn;
-    void *context;
-    int64_t begin, end;
-} Part;
-
-static void *part_main(void *part) {
-    Part *p = (Part *)part;
-    p->fn(p->context, p->begin, p->end);
-    return NULL;
-}
-
-/* fn(context, begin, end) over 0 .. work-1 in `threads` contiguous parts. */
+/* fn(context, begin, end) over 0 .. work-1 in `threads` contiguous parts: in OpenMP's
+ * threads where the library is built with it (the process's own pool, PyTorch's, whose
+ * threads are already running), else one after another. */
 static void parallel(RangeFn fn, void *context, int64_t work, int64_t threads) {
     if (work <= 0) return;
     if (threads > work) threads = work;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
     if (threads < 1) threads = 1;
-    Part parts[MAX_THREADS];
-    pthread_t ids[MAX_THREADS];
-    int started[MAX_THREADS];
-    for (int64_t i = 0; i < threads; i++) {
-        Part p = {fn, context, work * i / threads, work * (i + 1) / threads};
-        parts[i] = p;
+    if (threads == 1) {
+        fn(context, 0, work);
+        return;
     }
-    for (int64_t i = 1; i < threads; i++)
-        started[i] = pthread_create(&ids[i], NULL, part_main, &parts[i]) == 0;
-    part_main(&parts[0]);
-    for (int64_t i = 1; i < threads; i++) {
-        if (started[i])
-            pthread_join(ids[i], NULL);
-        else
-            part_main(&parts[i]); /* no thread to spare: this one does it */
-    }
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (int64_t i = 0; i < threads; i++) fn(context, work * i / threads, work * (i + 1) / threads);
 }
 
 /* x . y: with AVX-512 or AVX2 in one vector register of fused multiply-adds, summed by
