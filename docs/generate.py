@@ -156,6 +156,29 @@ def decode_memory_cpu() -> str:
             + _source("decode_speed-ct2-cpu.json", machine=_machine(data)))
 
 
+def parsing_decode_cpu() -> str:
+    rows = []
+    names = []
+    for tag in ("native", "native-int8"):
+        name = f"parsing_decode-{tag}-cpu.json"
+        data = _result(name)
+        names.append(name)
+        for r in data["rows"]:
+            same = ("outputs and scores" if r["identical"] else "outputs" if r["tokens_identical"]
+                    else "some outputs differ")
+            batch = r["batch"]
+            if batch == "tokens":
+                batch = f"decode.batch_tokens ({r['batches']} batch{'es' if r['batches'] > 1 else ''})"
+            rows.append([data["precision"], batch, _num(r["baseline_sent_s"]),
+                         _num(r["current_sent_s"]), _ratio(r["speedup"]), same])
+    header = ["precision", "batch (sentences)", "before, sent/s", "native kernels, sent/s", "speed-up",
+              "identical"]
+    return (_table(header, rows) + f"\n{data['sentences']} test sentences, beam {data['beam']}, alpha "
+            f"{data['alpha']}, the bracket constraint; before: the engine of commit {data['baseline']}, "
+            "the two alternating in fresh processes, median sentences per second.\n"
+            + _source(*names, machine=_machine(data)))
+
+
 def decode_cuda() -> str:
     data = _result("decode_speed-cuda.json")
     rows = [[_case(r["case"]), _num(r["seqtrans_tok_s"]), _num(r["hf_tok_s"]), _ratio(r["ratio"]),
@@ -402,6 +425,7 @@ def speed_summary() -> str:
 BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
     DOCS / "speed.md": {"summary": speed_summary, "decode_cpu": decode_cpu, "train_cpu": train_cpu,
                         "decode_ct2_cpu": decode_ct2_cpu, "decode_memory_cpu": decode_memory_cpu,
+                        "parsing_decode_cpu": parsing_decode_cpu,
                         "decode_cuda": decode_cuda, "train_cuda": train_cuda,
                         "distributed_cpu": distributed_cpu, "matmul_decoding": matmul_decoding},
     DOCS / "streaming.md": {"streaming_copy": streaming_copy, "simultaneous_multi30k": simultaneous_multi30k,

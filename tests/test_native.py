@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import platform
 from typing import Any
 
 import pytest
@@ -23,6 +24,36 @@ from seqtrans.vocab import EOS, PAD
 needs_native = pytest.mark.skipif(not native.available(),
                                   reason=f"no native kernels: {native.unavailable_reason()}")
 CPU = torch.device("cpu")
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+#: The library as built here (this processor's instructions: AVX-512 intrinsics where it
+#: has them), with AVX2 only, and for the x86-64 baseline (the plain loops).
+BUILDS = {"native": ("-march=native", "-fopenmp"), "avx2": ("-mavx2", "-mfma", "-fopenmp"),
+          "plain": ("-fopenmp",)}
+
+
+@pytest.fixture(params=list(BUILDS))
+def build(request: Any, monkeypatch: Any) -> str:
+    """Each test with the library built each way this processor can run."""
+    name = request.param
+    if name == "avx2" and not {"avx2", "fma"} <= _cpu_flags():
+        pytest.skip("this processor has no AVX2 and FMA")
+    if name != "native" and platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the other builds are x86 builds")
+    monkeypatch.setattr(native, "OPTIONAL_FLAGS", (BUILDS[name],))
+    monkeypatch.setattr(native, "_library", None)
+    monkeypatch.setattr(native, "_failed", None)
+    if not native.available():
+        pytest.skip(f"the {name} build failed: {native.unavailable_reason()}")
+    return name
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor,
@@ -42,8 +73,8 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows:
 @needs_native
 @pytest.mark.parametrize(("n", "heads", "dim", "length", "group"),
                          [(6, 2, 16, 5, 3), (7, 3, 20, 1, 1), (4, 1, 33, 9, 4), (5, 2, 64, 12, 2)])
-def test_beam_attention_equals_a_sequential_loop(n: int, heads: int, dim: int, length: int,
-                                                 group: int) -> None:
+def test_beam_attention_equals_a_sequential_loop(n: int, heads: int, dim: int, length: int, group: int,
+                                                 build: str) -> None:
     gen = torch.Generator().manual_seed(n * 100 + length)
     buffer_rows, capacity = n + 2, length + 3
     q = torch.randn(n, heads, dim, generator=gen)
@@ -69,7 +100,8 @@ def test_beam_attention_refuses_what_it_cannot_read() -> None:
 @pytest.mark.parametrize(("m", "k", "o"),
                          [(1, 5, 3), (7, 256, 768), (33, 1024, 256), (5, 33, 35), (300, 64, 48)])
 @pytest.mark.parametrize("unsigned", [True, False])
-def test_the_int8_passes_give_pytorchs_bits(m: int, k: int, o: int, unsigned: bool, monkeypatch: Any) -> None:
+def test_the_int8_passes_give_pytorchs_bits(m: int, k: int, o: int, unsigned: bool, build: str,
+                                            monkeypatch: Any) -> None:
     gen = torch.Generator().manual_seed(m + k)
     x = torch.randn(m, k, generator=gen) * 3
     x[0] = 0.0  # a row of zeros keeps scale 1
@@ -92,7 +124,8 @@ def _step(cache: KVCache, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> 
 
 
 @needs_native
-def test_the_beam_cache_attends_like_the_copying_cache_through_reorders_and_finished_sentences() -> None:
+def test_the_beam_cache_attends_like_the_copying_cache_through_reorders_and_finished_sentences(
+        build: str) -> None:
     gen = torch.Generator().manual_seed(0)
     beam, heads, dim = 3, 2, 8
     caches = [kind(4 * beam, heads, dim, 2, dtype=torch.float32, device=CPU)
