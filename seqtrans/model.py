@@ -333,7 +333,8 @@ class Transformer(nn.Module):
         caches = [layer.self_attn.new_cache(rows, capacity, like=encoded.memory)
                   for layer in self.decoder_layers]
         for cache in caches:
-            cache.beam = beam
+            if isinstance(cache, KVCache):
+                cache.beam = beam  # the native attention takes a sentence's hypotheses together
         return DecoderState(
             caches=caches,
             cross=[layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers],

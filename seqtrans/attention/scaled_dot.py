@@ -84,7 +84,7 @@ class KVCache:
         self._spare: tuple[Tensor, Tensor] | None = None  # the other buffers, made at the first reorder
         self.rows = rows  # hypotheses in use: the first rows of the buffers
         self.length = 0
-        self.beam = 1  # hypotheses per sentence, in consecutive rows (set by the search's start)
+        self.beam = 1  # hypotheses per sentence, in consecutive rows (set by Transformer.start)
 
     @property
     def k(self) -> Tensor:
@@ -166,6 +166,15 @@ class BeamKVCache(KVCache):
         rows = self.sources[: self.rows, : self.length]  # [N, L]
         # [N, L] rows and [L] positions around the head axis -> [N, L, H, d]
         return (self._k[rows, :, positions].transpose(1, 2), self._v[rows, :, positions].transpose(1, 2))
+
+    @property
+    def k(self) -> Tensor:
+        """[N, H, L, d]: every hypothesis's keys so far (gathered: a copy)."""
+        return self.gathered()[0]
+
+    @property
+    def v(self) -> Tensor:
+        return self.gathered()[1]
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         self.store(k, v)
