@@ -94,6 +94,8 @@ def test_beam_attention_refuses_what_it_cannot_read() -> None:
         native.beam_attention(q.double(), kv, kv, rows, 1)
     with pytest.raises(ValueError, match="do not match"):
         native.beam_attention(torch.zeros(2, 1, 5), kv, kv, rows, 1)
+    with pytest.raises(ValueError, match="rows outside the 2 buffer rows"):
+        native.beam_attention(q, kv, kv, torch.tensor([[0, 2, 0], [1, 1, 1]]), 2)
 
 
 @needs_native

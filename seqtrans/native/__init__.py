@@ -164,6 +164,9 @@ def beam_attention(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, length: int, *
                          f"values {tuple(v.shape)}, rows {tuple(rows.shape)} do not match")
     if length < 1 or length > min(k.size(2), rows.size(1)):
         raise ValueError(f"beam_attention: length {length} outside 1..{min(k.size(2), rows.size(1))}")
+    used = rows[:, :length]
+    if n and (int(used.min()) < 0 or int(used.max()) >= k.size(0)):  # the kernel reads where they point
+        raise ValueError(f"beam_attention: rows outside the {k.size(0)} buffer rows")
     out = torch.empty_like(q)
     status = library.seqtrans_beam_attention(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), rows.data_ptr(), out.data_ptr(), n, heads, dim, length,
