@@ -95,15 +95,20 @@ class KVCache:
     def v(self) -> Tensor:
         return self._v[: self.rows]
 
+    def _reserve(self, end: int) -> None:
+        """Room for ``end`` positions: grown when a caller planned fewer (rare; callers size it right)."""
+        if end <= self._k.size(2):
+            return
+        n, h, capacity, d = self._k.shape
+        grow = max(end, 2 * capacity) - capacity
+        self._k = torch.cat([self._k, self._k.new_empty(n, h, grow, d)], dim=2)
+        self._v = torch.cat([self._v, self._v.new_empty(n, h, grow, d)], dim=2)
+        self._spare = None
+
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store [N, H, T, d] keys and values; return all of them so far, [N, H, L+T, d]."""
         start, end = self.length, self.length + k.size(2)
-        if end > self._k.size(2):  # longer than planned: grow (rare; callers size it right)
-            n, h, capacity, d = self._k.shape
-            grow = max(end, 2 * capacity) - capacity
-            self._k = torch.cat([self._k, self._k.new_empty(n, h, grow, d)], dim=2)
-            self._v = torch.cat([self._v, self._v.new_empty(n, h, grow, d)], dim=2)
-            self._spare = None
+        self._reserve(end)
         keys, values = self.k, self.v
         keys[:, :, start:end] = k
         values[:, :, start:end] = v
@@ -144,16 +149,18 @@ class BeamKVCache(KVCache):
         self._spare_sources: Tensor | None = None
         self._own = torch.arange(rows, device=device).unsqueeze(1)  # [N, 1] row i writes to row i
 
+    def _reserve(self, end: int) -> None:
+        super()._reserve(end)
+        grow = self._k.size(2) - self.sources.size(1)
+        if grow > 0:
+            more = self.sources.new_empty(self.sources.size(0), grow)
+            self.sources = torch.cat([self.sources, more], dim=1)
+            self._spare_sources = None
+
     def store(self, k: Tensor, v: Tensor) -> None:
         """Store [N, H, T, d] keys and values of the next T positions."""
         start, end = self.length, self.length + k.size(2)
-        if end > self._k.size(2):  # longer than planned: grow (rare; callers size it right)
-            n, h, capacity, d = self._k.shape
-            grow = max(end, 2 * capacity) - capacity
-            self._k = torch.cat([self._k, self._k.new_empty(n, h, grow, d)], dim=2)
-            self._v = torch.cat([self._v, self._v.new_empty(n, h, grow, d)], dim=2)
-            self.sources = torch.cat([self.sources, self.sources.new_empty(n, grow)], dim=1)
-            self._spare_sources = None
+        self._reserve(end)
         n = self.rows
         self._k[:n, :, start:end] = k
         self._v[:n, :, start:end] = v
