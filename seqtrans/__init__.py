@@ -8,6 +8,8 @@ The public API, the same operations as the command line::
     model = seqtrans.load("runs/copy")
     for line in seqtrans.predict(model, ["3 1 4 1 5"]):
         print(line)
+    session = seqtrans.stream(model)   # a model that can stream: words in, tokens out
+    session.push("3 1 4"); session.finish()
     seqtrans.evaluate("runs/copy", split="test")
     seqtrans.average(["a.pt", "b.pt"], "avg.pt")
     seqtrans.tasks.installed()
@@ -31,6 +33,8 @@ _API = {
     "score_files": "seqtrans.inference.scoring",
     "evaluate": "seqtrans.inference.loading",
     "predict": "seqtrans.inference.online",
+    "stream": "seqtrans.inference.session",
+    "StreamSession": "seqtrans.inference.session",
     "average": "seqtrans.pipeline",
     "Loaded": "seqtrans.inference.loading",
     "RunConfig": "seqtrans.config",
@@ -66,6 +70,7 @@ if TYPE_CHECKING:
     from seqtrans.inference.loading import Loaded, evaluate, load, load_ensemble
     from seqtrans.inference.online import predict
     from seqtrans.inference.scoring import score_files
+    from seqtrans.inference.session import StreamSession, stream
     from seqtrans.model import Transformer, build_model
     from seqtrans.pipeline import average, run
     from seqtrans.tasks.protocol import Codec, Example, Skipped, Task, TaskClass

@@ -199,12 +199,18 @@ SUBCOMMANDS = (
              arg("--stream", action="store_true",
                  help="Simultaneous decoding: feed each source word by word to one model, greedily, "
                       "as 'predict --stream' does, and add the latency in source words as SimulEval "
-                      "1.1.4 computes it (stream_ap, stream_al, stream_laal, stream_dal; see "
-                      "docs/streaming.md). Also writes the metrics to RUN_DIR/metrics-stream-SPLIT.json, "
-                      "the --set settings in the name (metrics-stream-test.wait_k=3.json), or to "
-                      "--output. Needs model.cross_attention=monotonic and model.causal_encoder=true."),
+                      "1.1.4 computes it, each output word delayed until a reader knows it is complete "
+                      "(stream_ap, stream_al, stream_laal, stream_dal; with the delays of each word's "
+                      "last piece, stream_piece_*; see docs/streaming.md). Also writes the metrics to "
+                      "RUN_DIR/metrics-stream-SPLIT.json, the --set settings in the name "
+                      "(metrics-stream-test.wait_k=3.json), or to --output. Needs a model that can "
+                      "stream: model.causal_encoder=true and a cross-attention that decides when to "
+                      "read (monotonic, milk, or scaled_dot with a wait-k lag)."),
              arg("--output", metavar="FILE", type=Path,
                  help="With --stream: write the metrics here instead."),
+             arg("--instances", metavar="FILE", type=Path,
+                 help="With --stream: write each sentence's output and delays to FILE, one JSON line "
+                      "each, in the form of SimulEval's instances.log."),
              *(arg(flag, type=kind, metavar=key.upper(), help=f"decode.{key}: {_decode_help(key)}")
                for flag, key, kind in SAMPLING_FLAGS),
              DECODE_SET, DEVICE)),
@@ -561,10 +567,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from seqtrans.inference.loading import evaluate
 
     overrides = _decode_overrides(args)
-    if args.output is not None and not args.stream:
-        raise UsageError("--output is for --stream (evaluate otherwise prints its metrics only)")
+    for flag, value in (("--output", args.output), ("--instances", args.instances)):
+        if value is not None and not args.stream:
+            raise UsageError(f"{flag} is for --stream (evaluate otherwise prints its metrics only)")
     metrics = evaluate(args.models, split=args.split, overrides=overrides, device=args.device,
-                       progress=_progress(args), stream=args.stream)
+                       progress=_progress(args), stream=args.stream, instances=args.instances)
     if args.stream:
         from seqtrans.inference.simultaneous import metrics_path
 

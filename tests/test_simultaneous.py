@@ -25,12 +25,6 @@ from seqtrans.tasks import Example
 from seqtrans.vocab import EOS
 
 
-def test_token_delays_become_the_words_holding_the_last_token_read() -> None:
-    ends = [2, 3, 3, 6]  # words of 2, 1, 0 and 3 tokens
-    assert simultaneous.source_word_delays([0, 1, 2, 3, 4, 5, 6], ends) == [0, 1, 1, 2, 4, 4, 4]
-    assert simultaneous.source_word_delays([3], [2, 3, 3]) == [3]  # all read: the empty last word too
-
-
 @pytest.mark.parametrize("seed, g, r", [(1, 3.0, 0.5), (3, 1.0, 3.0)])
 def test_a_split_streams_to_the_offline_greedy_outputs_with_latency_in_words(seed: int, g: float,
                                                                               r: float) -> None:
@@ -43,19 +37,26 @@ def test_a_split_streams_to_the_offline_greedy_outputs_with_latency_in_words(see
     decode = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3)
     max_len = torch.tensor([max_output_length(len(s), decode) for s in ids])
     offline = greedy_search(model.eval(), pad_batch([s + [EOS] for s in ids]), max_len=max_len)
-    per_sentence = []
+    per_sentence: list[dict[str, float]] = []
+    per_piece: list[dict[str, float]] = []
     for out, hyps, source, example in zip(outputs, offline, ids, examples):
         assert out.tokens == ((hyps[0].tokens if hyps else []) if source else [])
         streamed = list(stream_greedy(model, source, decode)) if source else []
-        # the copy task's words are its tokens: the delays in words are those in tokens
-        assert out.word_delays == out.token_delays == [e.delay for e in streamed]
+        # the copy task's words are its tokens: the delays of their last pieces are those
+        # in tokens, and a reader knows a word is complete with the next token or the end
+        delays = [e.delay for e in streamed]
+        assert out.piece_delays == out.token_delays == delays
+        end = len(source)  # the end symbol is only ever decided once the whole source is read here
+        assert out.word_delays == [max(d, p) for d, p in zip(delays[1:] + [end] * bool(delays), delays)]
         assert out.source_words == len(source)
-        per_sentence.append(sentence_latency(out.word_delays, source_length=len(source),
-                                             reference_length=len(example.target)))
-    expected = corpus_latency(per_sentence)
-    for name in ("ap", "al", "laal", "dal"):
-        assert metrics[f"stream_{name}"] == pytest.approx(expected[name], abs=1e-12)
-        assert not math.isnan(expected[name])
+        for delays_of, sentences in ((out.word_delays, per_sentence), (out.piece_delays, per_piece)):
+            sentences.append(sentence_latency(delays_of, source_length=len(source),
+                                              reference_length=len(example.target)))
+    for prefix, sentences in (("stream", per_sentence), ("stream_piece", per_piece)):
+        expected = corpus_latency(sentences)
+        for name in ("ap", "al", "laal", "dal"):
+            assert metrics[f"{prefix}_{name}"] == pytest.approx(expected[name], abs=1e-12)
+            assert not math.isnan(expected[name])
     scores = loaded.task.score([o.prediction for o in outputs], examples)
     assert metrics["exact_match"] == scores["exact_match"]
     assert metrics["latency_unit"] == "word" and metrics["latency_reference"] == "simuleval 1.1.4"
@@ -100,3 +101,21 @@ def test_evaluate_stream_writes_its_metrics(tmp_path: Path) -> None:
     done = seqtrans("evaluate", str(out), "--stream", "--device", "cpu", "--set", "decode.max_len_b=1",
                     "--output", str(tmp_path / "m.json"))
     assert done.returncode == 0 and (tmp_path / "m.json").is_file()
+    instances = tmp_path / "instances.log"
+    done = seqtrans("evaluate", str(out), "--stream", "--device", "cpu", "--instances", str(instances),
+                    "--output", str(tmp_path / "m2.json"))
+    assert done.returncode == 0, done.stderr
+    logged = [json.loads(line) for line in instances.read_text().splitlines()]
+    assert len(logged) == 8 and [entry["index"] for entry in logged] == list(range(8))
+    for entry in logged:
+        assert len(entry["delays"]) == entry["prediction_length"] == len(entry["prediction"].split())
+        assert entry["source_length"] == len(entry["source"].split())
+        assert set(entry) == {"index", "prediction", "delays", "elapsed", "prediction_length", "reference",
+                              "source", "source_length"}
+    again = json.loads((tmp_path / "m2.json").read_text())
+    recomputed = corpus_latency(sentence_latency(e["delays"], source_length=e["source_length"],
+                                                 reference_length=len(e["reference"].split(" ")))
+                                for e in logged)
+    assert again["stream_al"] == pytest.approx(recomputed["al"], abs=1e-12)
+    done = seqtrans("evaluate", str(out), "--device", "cpu", "--instances", str(instances))
+    assert done.returncode == 2 and "--instances is for --stream" in done.stderr

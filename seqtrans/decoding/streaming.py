@@ -19,9 +19,21 @@ Reading more than that could not change the token, so the output is exactly that
 greedy decoding with the whole source at hand (and the same lag); only the time at which
 each token is known changes.
 
+:class:`StreamDecoder` is the one implementation, push-style and without a thread: the
+caller pushes source ids as they arrive (:meth:`~StreamDecoder.push`) and says when the
+source ends (:meth:`~StreamDecoder.finish`); each call decodes as far as the source at
+hand allows and returns the tokens it decided. The model still reads the pushed source
+only as far as its attention asks, so a token's delay does not depend on how early the
+source was pushed. A step whose attention asks for a source token that has not arrived
+is undone (every field of the decoding state is put back; see :func:`_snapshot`) and
+run again once more source is pushed. :func:`stream_greedy` is the same decoding for a
+source given as an iterator, pulled only as far as the decoder needs.
+
 The delay of an output token is the number of source tokens read when it was written
 (the end of the input not counted, so a token written after the whole source has been
-read has delay |x|). :mod:`seqtrans.decoding.latency` summarises them (AP, AL, LAAL, DAL).
+read has delay |x|). The end of the output has a delay too (``end_delay``): the tokens
+read when the end was decided, which a reader of text needs to know that the last word
+is complete. :mod:`seqtrans.decoding.latency` summarises delays (AP, AL, LAAL, DAL).
 
 Greedy only: a beam would have to wait for its hypotheses to agree before writing. The
 maximum output length a * |x| + b holds as in offline decoding: while the source is
@@ -30,8 +42,10 @@ still arriving, a step that would exceed a * (tokens read) + b reads first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +56,7 @@ from seqtrans.config import DecodeConfig
 from seqtrans.decoding.generate import max_output_length
 from seqtrans.decoding.search import mask_log_probs
 from seqtrans.errors import UsageError
-from seqtrans.model import Transformer
+from seqtrans.model import DecoderState, Transformer
 from seqtrans.vocab import BOS, EOS
 
 #: Encoder-decoder attention that decides when to read: hard monotonic and its lookback
@@ -73,26 +87,37 @@ def check_streamable(model: Transformer) -> None:
     model.check_supported("stream")
 
 
-class _SourceStream:
-    """Source ids pulled on demand and run through the causal encoder, one at a time; the
-    encoder states are kept for every decoder layer to take (``states_from``)."""
+class _NeedSource(Exception):
+    """The decoder asked for a source token that has not been pushed yet."""
 
-    def __init__(self, model: Transformer, tokens: Iterator[int]) -> None:
+
+class _SourceStream:
+    """Pushed source ids, run through the causal encoder one at a time as the decoder
+    asks for them; the encoder states are kept for every decoder layer to take
+    (``states_from``)."""
+
+    def __init__(self, model: Transformer) -> None:
         self.model = model
-        self.tokens = tokens
+        self.pending: deque[int] = deque()  # pushed, not read yet
+        self.ended = False  # the caller said the source ends after the pending ids
         self.encoding = model.start_encoding()
         self.memory: list[Tensor] = []  # [1, 1, D] per position encoded, the end symbol included
         self.read_tokens = 0  # source tokens read, the end symbol excluded
-        self.complete = False
+        self.complete = False  # the end symbol has been read
 
     def read(self) -> bool:
         """Encode one more source position (the end symbol once the source ends); False
-        when the source has already ended."""
+        when the source has already ended; :class:`_NeedSource` when the next id has not
+        been pushed."""
         if self.complete:
             return False
-        token = next(self.tokens, None)
-        device = self.model.device
-        ids = torch.tensor([[EOS if token is None else token]], device=device)  # [1, 1]
+        if self.pending:
+            token: int | None = self.pending.popleft()
+        elif self.ended:
+            token = None
+        else:
+            raise _NeedSource
+        ids = torch.tensor([[EOS if token is None else token]], device=self.model.device)  # [1, 1]
         self.memory.append(self.model.encode_next(ids, self.encoding))
         if token is None:
             self.complete = True
@@ -106,31 +131,119 @@ class _SourceStream:
         return torch.cat(self.memory[position:], dim=1)  # [1, S', D]
 
 
-@torch.inference_mode()
+def _snapshot(state: DecoderState) -> list[tuple[object, dict[str, Any]]]:
+    """The fields of every object of a decoding state, to undo a step that ran out of
+    source. Attention states change by replacing fields (new tensors), never by writing
+    into the tensors they hold, and a self-attention cache writes only past its
+    ``length``: putting the fields back undoes the step."""
+    objects: list[object] = [state, *state.caches, *state.cross, *state.extensions.values()]
+    return [(obj, dict(vars(obj))) for obj in objects]
+
+
+def _restore(saved: list[tuple[object, dict[str, Any]]]) -> None:
+    for obj, fields in saved:
+        vars(obj).clear()
+        vars(obj).update(fields)
+
+
+class StreamDecoder:
+    """Greedy streaming decoding of one source whose ids are pushed as they arrive.
+
+    ``push(ids)`` and ``finish()`` return the :class:`Emission` s decided with the
+    source at hand; ``done`` is true once the output has ended, with ``end_delay`` the
+    source tokens read when its end was decided (``finish()`` always ends it). Ids
+    pushed after the output has ended are not read.
+    """
+
+    def __init__(self, model: Transformer, config: DecodeConfig, *, position_limit: int | None = None) -> None:
+        check_streamable(model)
+        model.eval()
+        self.model = model
+        self.config = config
+        self.position_limit = position_limit
+        self._source = _SourceStream(model)
+        with waiting(config.wait_k or None):
+            self._state = model.start_streaming(self._source)
+        self._previous = BOS
+        self._step = 0
+        self._log_probs: Tensor | None = None  # the current step's, once decoded
+        self.done = False
+        self.end_delay: int | None = None
+
+    @property
+    def read_tokens(self) -> int:
+        """Source tokens read so far (the end symbol not counted)."""
+        return self._source.read_tokens
+
+    def push(self, ids: Iterable[int]) -> list[Emission]:
+        """Add source ids; the tokens now decided."""
+        if self._source.ended:
+            raise UsageError("a stream takes no more source after finish()")
+        self._source.pending.extend(ids)
+        return self._advance()
+
+    def finish(self) -> list[Emission]:
+        """End the source; the rest of the output."""
+        if self._source.ended:
+            raise UsageError("finish() was already called on this stream")
+        self._source.ended = True
+        emissions = self._advance()
+        assert self.done, "a finished source decodes to the end"
+        return emissions
+
+    @torch.inference_mode()
+    def _advance(self) -> list[Emission]:
+        emissions: list[Emission] = []
+        try:
+            while not self.done:
+                emission = self._next()
+                if emission is not None:
+                    emissions.append(emission)
+        except _NeedSource:
+            pass  # the rest waits for more source
+        return emissions
+
+    def _next(self) -> Emission | None:
+        """Decide one token (None for the end), or raise :class:`_NeedSource`."""
+        source, config = self._source, self.config
+        if self._log_probs is None:
+            saved = _snapshot(self._state)
+            tokens = torch.tensor([[self._previous]], device=self.model.device)  # [1, 1]
+            try:
+                logits = self.model.decode(tokens, state=self._state)[:, -1]  # [1, V]
+            except _NeedSource:
+                _restore(saved)
+                raise
+            self._log_probs = F.log_softmax(logits.float(), dim=-1)
+        step = self._step
+        while not source.complete and step >= max_output_length(source.read_tokens, config,
+                                                                limit=self.position_limit):
+            source.read()  # the bound a * |x| + b is not known yet: read before writing
+        limit = max_output_length(source.read_tokens, config, limit=self.position_limit)
+        log_probs = mask_log_probs(self._log_probs, force_eos=torch.tensor([step >= limit],
+                                                                           device=self._log_probs.device))
+        self._log_probs = None
+        token = int(log_probs.argmax(dim=-1))
+        if token == EOS:
+            self.done = True
+            self.end_delay = source.read_tokens
+            return None
+        self._previous = token
+        self._step += 1
+        return Emission(token, source.read_tokens)
+
+
 def stream_greedy(model: Transformer, source: Iterable[int], config: DecodeConfig, *,
                   position_limit: int | None = None) -> Iterator[Emission]:
     """Greedy outputs of a source given token by token (ids, no end symbol), each yielded
-    as soon as it is decided; ``source`` is read only as far as the decoder needs."""
-    check_streamable(model)
-    model.eval()
-    device = model.device
-    stream = _SourceStream(model, iter(source))
-    with waiting(config.wait_k or None):
-        state = model.start_streaming(stream)
-    previous = BOS
-    step = 0
+    as soon as it is decided; ``source`` is pulled only as far as the decoder needs (one
+    id each time the decoder waits for more): :class:`StreamDecoder` over an iterator."""
+    decoder = StreamDecoder(model, config, position_limit=position_limit)
+    ids = iter(source)
+    emissions: Sequence[Emission] = decoder.push(())
     while True:
-        logits = model.decode(torch.tensor([[previous]], device=device), state=state)[:, -1]  # [1, V]
-        log_probs = F.log_softmax(logits.float(), dim=-1)
-        while not stream.complete and step >= max_output_length(stream.read_tokens, config,
-                                                                limit=position_limit):
-            stream.read()  # the bound a * |x| + b is not known yet: read before writing
-        limit = max_output_length(stream.read_tokens, config, limit=position_limit)
-        log_probs = mask_log_probs(log_probs, force_eos=torch.tensor([step >= limit], device=device))
-        token = int(log_probs.argmax(dim=-1))
-        if token == EOS:
+        yield from emissions
+        if decoder.done:
             return
-        yield Emission(token, stream.read_tokens)
-        previous = token
-        step += 1
-
+        token = next(ids, None)
+        emissions = decoder.finish() if token is None else decoder.push((token,))

@@ -204,18 +204,21 @@ def load_ensemble(paths: Sequence[str | Path], *, overrides: Iterable[str] = (),
 
 def evaluate(path: str | Path | Sequence[str | Path], *, split: str = "test", overrides: Iterable[str] = (),
              device: str | torch.device = "auto", progress: bool = False,
-             stream: bool = False) -> dict[str, Metric]:
+             stream: bool = False, instances: str | Path | None = None) -> dict[str, Metric]:
     """Decode and score one split with a trained model, or with an ensemble of several
     (a sequence of paths, see :func:`load_ensemble`). With ``stream``, one model decodes
     each source as it arrives word by word, and the latency metrics in source words are
-    added (:func:`seqtrans.inference.simultaneous.score_stream`)."""
+    added (:func:`seqtrans.inference.simultaneous.score_stream`); ``instances`` then
+    names a file for each sentence's output and delays, in SimulEval's form."""
     check_split(split)
+    if instances is not None and not stream:
+        raise UsageError("instances are written by a streamed evaluation (stream=True)")
     paths = [path] if isinstance(path, (str, Path)) else list(path)
     loaded = load_ensemble(paths, overrides=overrides, device=device)
     if stream:
         from seqtrans.inference.simultaneous import score_stream
 
-        return score_stream(loaded, read_split(loaded.task, split))[1]
+        return score_stream(loaded, read_split(loaded.task, split), instances=instances)[1]
     _, metrics = score_examples(loaded.searcher, loaded.task, loaded.codec, read_split(loaded.task, split),
                                 loaded.config.decode, device=loaded.device, progress=progress)
     return metrics

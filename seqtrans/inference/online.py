@@ -225,107 +225,47 @@ def line_batches(fd: int, *, max_lines: int = 1000, name: str = "<stdin>") -> It
 
 
 def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], None]) -> None:
-    """Simultaneous decoding of inputs that arrive word by word (see
-    :mod:`seqtrans.decoding.streaming`).
+    """Simultaneous decoding of inputs that arrive word by word, one
+    :class:`~seqtrans.inference.session.StreamSession` per input line.
 
     ``words`` yields each input's words as they arrive and ``None`` where an input line
-    ends; it is pulled only as far as decoding needs. Each target token is passed to
-    ``write`` as soon as it is decided (the model's target tokens, space-separated); when
-    an input's output is complete, a tab, the delays (the source tokens read when each
-    token was written) and a line break follow, and the rest of that input is skipped as
-    it arrives. The latency metrics of :mod:`seqtrans.decoding.latency` (AP, AL, LAAL,
-    DAL) are logged at the end, in source tokens and against the hypothesis length (there
-    is no reference).
-
-    The task's tokenisation is applied to the words arrived so far and the new tokens
-    are fed to the model; the tokens of a line's first n words must be a prefix of
-    those of its first n + 1 (true of whitespace tokens and of sentencepiece), else
-    :class:`DataError`.
+    ends. Each target token is passed to ``write`` as soon as it is decided (the model's
+    target tokens, space-separated); when an input's output is complete, a tab, the delays
+    (the source tokens read when each token was written) and a line break follow, once
+    the input line has ended. The latency metrics of :mod:`seqtrans.decoding.latency`
+    (AP, AL, LAAL, DAL) are logged at the end, in source tokens and against the
+    hypothesis length (there is no reference).
     """
     from seqtrans.decoding.latency import corpus_latency, sentence_latency
-    from seqtrans.decoding.streaming import stream_greedy
+    from seqtrans.inference.session import StreamSession, check_streaming
 
     check_streaming(loaded)
-    lines = _ArrivingLines(loaded, iter(words))
-    target = loaded.codec.vocabularies.target
-    limit = position_limit(loaded.model)
     latencies = []
-    for first in lines.events:
-        lines.number += 1
-        if first is None:  # an empty line: nothing to translate, nothing to wait for
-            write("\t\n")
-            continue
-        arrived: list[str] = []
-        delays: list[int] = []
-        for emission in stream_greedy(loaded.model, lines.source(first, arrived), loaded.config.decode,
-                                      position_limit=limit):
-            write((" " if delays else "") + " ".join(target.decode([emission.token])))
-            delays.append(emission.delay)
-        write("\t" + " ".join(map(str, delays)) + "\n")
-        length = len(lines.ids_of(lines.finish(first, arrived)))
-        latencies.append(sentence_latency(delays, source_length=length))
+    number = 0
+    session: StreamSession | None = None
+    closed = False  # the current output's line has been written
+    for word in words:
+        if session is None:
+            number += 1
+            if word is None:  # an empty line: nothing to translate, nothing to wait for
+                write("\t\n")
+                continue
+            session, closed = StreamSession(loaded, origin="<stdin>", line=number), False
+        written = len(session.tokens)
+        update = session.finish() if word is None else session.push((word,))
+        for i, token in enumerate(update.tokens, start=written):
+            write((" " if i else "") + token.text)
+        if update.done and not closed:  # the rest of the line is not needed for decoding
+            write("\t" + " ".join(map(str, session.token_delays)) + "\n")
+            closed = True
+        if word is None:
+            warn_unseen(loaded, session.source, "<stdin>", number)
+            latencies.append(sentence_latency(session.token_delays, source_length=session.source_tokens))
+            session = None
     if latencies:
         scores = corpus_latency(latencies)
         log.info("streamed %d inputs: AP %.3f, AL %.2f, LAAL %.2f, DAL %.2f source tokens", len(latencies),
                  scores["ap"], scores["al"], scores["laal"], scores["dal"])
-
-
-def check_streaming(loaded: Loaded) -> None:
-    """Raise :class:`UsageError` unless ``loaded`` can decode streams: one model, that can
-    stream, one output per input."""
-    from seqtrans.decoding.streaming import check_streamable
-
-    if loaded.others:
-        raise UsageError("streaming decodes with one model, not an ensemble")
-    check_streamable(loaded.model)
-    if loaded.config.decode.nbest > 1:
-        raise UsageError("streaming decodes greedily: decode.nbest must be 1")
-    if loaded.config.decode.sample:
-        raise UsageError("streaming decodes greedily: decode.sample must be 0")
-    if loaded.config.decode.no_repeat_ngram_size:
-        raise UsageError("streaming has no decode.no_repeat_ngram_size: it must be 0")
-    if loaded.config.decode.banned:
-        raise UsageError("streaming has no decode.banned: it must be empty")
-
-
-class _ArrivingLines:
-    """The input lines of :func:`stream` as their words arrive: ``events`` yields words and
-    None at each line's end; ``number`` is the current line's."""
-
-    def __init__(self, loaded: Loaded, events: Iterator[str | None]) -> None:
-        self.loaded = loaded
-        self.events = events
-        self.number = 0
-
-    def ids_of(self, words: list[str]) -> list[int]:
-        """The source ids of some words, without the end symbol."""
-        return source_ids(self.loaded.codec, self.loaded.task.parse_source(" ".join(words)))[:-1]
-
-    def source(self, word: str | None, arrived: list[str]) -> Iterator[int]:
-        """The ids of a line's words as they arrive, ending with the line; each word read is
-        appended to ``arrived``, and "" once the line's end is read."""
-        fed: list[int] = []
-        while word is not None:
-            arrived.append(word)
-            ids = self.ids_of(arrived)
-            if ids[: len(fed)] != fed:
-                raise DataError("<stdin>", self.number,
-                                "the task's tokens of the words read so far are not a prefix of those "
-                                "of more words: this task cannot be streamed word by word")
-            yield from ids[len(fed):]
-            fed = ids
-            word = next(self.events, None)
-        arrived.append("")  # marks the end of the line as read
-
-    def finish(self, first: str | None, arrived: list[str]) -> list[str]:
-        """Read the rest of a line whose output is complete (not needed for decoding, but
-        for its latency and its warnings); the line's words."""
-        if first is not None and arrived[-1:] != [""]:
-            while (word := next(self.events, None)) is not None:
-                arrived.append(word)
-        words = [w for w in arrived if w]
-        warn_unseen(self.loaded, self.loaded.task.parse_source(" ".join(words)), "<stdin>", self.number)
-        return words
 
 
 def words_of(chunks: Iterable[str]) -> Iterator[str | None]:

@@ -1,21 +1,29 @@
-"""Scoring a split as streams (``seqtrans evaluate --stream``): each source fed word by
-word to :func:`~seqtrans.decoding.streaming.stream_greedy`, the outputs scored by the
+"""Scoring a split as streams (``seqtrans evaluate --stream``): each source pushed word by
+word to a :class:`~seqtrans.inference.session.StreamSession`, the outputs scored by the
 task, and the latency in source words (:mod:`seqtrans.decoding.latency`).
 
 The model reads and writes tokens (pieces); latency is reported in words, as SimulEval
 counts them for text. A source's words are those of its input line
-(:meth:`~seqtrans.tasks.SourceFormatting.format_source`, split on whitespace); the
-source tokens of its first k words must be a prefix of those of the whole source, as
-for ``predict --stream``, so that "d tokens read" means "the words up to the one
-holding token d have arrived". A hypothesis' words are those of its output line
-(:meth:`~seqtrans.tasks.Task.format`, split on whitespace); a word is written with its
-last token. The reference length is that of the reference written back as an output
-line, counted as SimulEval counts it.
+(:meth:`~seqtrans.tasks.SourceFormatting.format_source`, split on whitespace). A
+hypothesis' words are those of its output line (:meth:`~seqtrans.tasks.Task.format`,
+split on whitespace), and each has two delays (see :mod:`seqtrans.inference.session`):
+
+- the delay a reader of the text sees (``stream_ap``, ``stream_al``, ...): the source
+  words read when the word is known to be complete, that is when the next target token
+  begins a new word or when the end of the output is decided. This is what SimulEval
+  measures for an agent that writes each word once it is complete
+  (:mod:`seqtrans.simuleval`);
+- the delay of its last piece (``stream_piece_ap``, ...), a lower bound of the first:
+  the source words read when the word's last token was decided.
+
+The reference length is that of the reference written back as an output line, counted
+as SimulEval counts it. ``--instances FILE`` writes each sentence's output and delays
+as SimulEval's ``instances.log`` does.
 """
 
 from __future__ import annotations
 
-import bisect
+import json
 import math
 import re
 import time
@@ -24,25 +32,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from seqtrans.data import check_sources, prediction, source_ids
+from seqtrans import atomic
+from seqtrans.data import check_sources, prediction
 from seqtrans.decoding.latency import REFERENCE, corpus_latency, reference_words, sentence_latency
-from seqtrans.decoding.streaming import stream_greedy
-from seqtrans.errors import DataError, UsageError
-from seqtrans.inference.ensemble import position_limit
+from seqtrans.errors import UsageError
 from seqtrans.inference.evaluation import Split
 from seqtrans.inference.loading import Loaded
+from seqtrans.inference.session import StreamSession, check_streaming
 from seqtrans.tasks.protocol import Example, Metric, SourceFormatting
 
 
 @dataclass(frozen=True)
 class StreamedExample:
-    """One streamed output: the prediction, its target tokens' delays (source tokens
-    read), and the same in words."""
+    """One streamed output: the prediction, its target tokens and their delays (source
+    tokens read), and its words with their delays in source words."""
 
     prediction: Any
     tokens: list[int]
     token_delays: list[int]
-    word_delays: list[int]  # per output word: source words read when it was written
+    words: list[str]  # the output words as written
+    word_delays: list[int]  # per output word: source words read when it was known complete
+    piece_delays: list[int]  # per output word: source words read when its last piece was decided
     source_words: int
 
 
@@ -55,43 +65,20 @@ def source_words(loaded: Loaded, example: Example[Any, Any]) -> list[str]:
     return task.format_source(example.source).split()
 
 
-def word_ends(loaded: Loaded, words: Sequence[str], origin: str) -> list[int]:
-    """For each k, the number of source tokens of the first k words (``ends[k - 1]``):
-    token d (from 1) belongs to the first word k with ``ends[k - 1] >= d``."""
-    task, codec = loaded.task, loaded.codec
-    ends: list[int] = []
-    fed: list[int] = []
-    for k in range(1, len(words) + 1):
-        ids = source_ids(codec, task.parse_source(" ".join(words[:k])))[:-1]
-        if ids[: len(fed)] != fed:
-            raise DataError(origin, None, "the task's tokens of the first words are not a prefix of those of "
-                                          "more words: this task cannot be streamed word by word")
-        ends.append(len(ids))
-        fed = ids
-    return ends
-
-
-def source_word_delays(token_delays: Sequence[int], ends: Sequence[int]) -> list[int]:
-    """Token delays as words read: the word holding the last token read (0 before any);
-    every word once every token has been read, empty trailing words included."""
-    return [0 if d == 0 else len(ends) if d >= ends[-1] else bisect.bisect_left(ends, d) + 1
-            for d in token_delays]
-
-
-def target_word_delays(loaded: Loaded, tokens: Sequence[int], delays: Sequence[int],
-                       source: Any) -> list[int]:
-    """The delays of the output's words (its formatted line split on whitespace), each
-    that of its last token: the token after which the next word has begun, or the last."""
-    counts = [len(loaded.task.format(prediction(loaded.codec, list(tokens[:i]), source)).split())
-              for i in range(1, len(tokens) + 1)]
-    total = counts[-1] if counts else 0
+def piece_delays(session: StreamSession) -> list[int]:
+    """The delays of the output's words, each that of its last token: the token after
+    which the next word has begun, or the last token."""
+    counts = []  # words in the line of the first i + 1 tokens
+    tokens: list[int] = []
+    for token in session.tokens:
+        tokens.append(token.id)
+        counts.append(len(session.loaded.task.format(prediction(session.loaded.codec, tokens,
+                                                                session.source)).split()))
     out: list[int] = []
-    for j in range(1, total + 1):
-        # the (0-based) token with which word j + 1 begins
-        nxt = next((i for i, c in enumerate(counts) if c > j), len(counts))
-        last = nxt - 1 if nxt > 0 and counts[nxt - 1] >= j else nxt
-        last = min(last, len(counts) - 1)
-        out.append(delays[last] if not out else max(out[-1], delays[last]))
+    for j in range(1, len(session.output_words) + 1):
+        begins = next((i for i, c in enumerate(counts) if c > j), len(counts))  # token starting word j + 1
+        last = max(begins - 1, 0)
+        out.append(max(out[-1] if out else 0, session.tokens[last].word_delay))
     return out
 
 
@@ -100,33 +87,39 @@ def stream_example(loaded: Loaded, example: Example[Any, Any]) -> StreamedExampl
     empty source has nothing to translate: its output is empty, with no delays."""
     words = source_words(loaded, example)
     if not words:
-        return StreamedExample(prediction(loaded.codec, [], example.source), [], [], [], 0)
-    ends = word_ends(loaded, words, example.origin)
-    ids = source_ids(loaded.codec, loaded.task.parse_source(" ".join(words)))[:-1]
-    emissions = list(stream_greedy(loaded.model, ids, loaded.config.decode,
-                                   position_limit=position_limit(loaded.model)))
-    tokens = [e.token for e in emissions]
-    token_delays = [e.delay for e in emissions]
-    pred = prediction(loaded.codec, tokens, example.source)
-    word_delays = source_word_delays(token_delays, ends)
-    return StreamedExample(pred, tokens, token_delays,
-                           target_word_delays(loaded, tokens, word_delays, example.source), len(words))
+        return StreamedExample(prediction(loaded.codec, [], example.source), [], [], [], [], [], 0)
+    session = StreamSession(loaded, origin=example.origin)
+    session.push(words)
+    session.finish()
+    return StreamedExample(session.prediction, [t.id for t in session.tokens], session.token_delays,
+                           [w.text for w in session.output_words], session.word_delays,
+                           piece_delays(session), len(words))
+
+
+def reference_text(loaded: Loaded, example: Example[Any, Any]) -> str:
+    """The reference written as an output line: its target tokens through the task."""
+    codec = loaded.codec
+    return loaded.task.format(codec.prediction(codec.target_tokens(example.target), example.source))
 
 
 def reference_length(loaded: Loaded, example: Example[Any, Any]) -> int:
-    """The reference's length in words: its target tokens written as an output line."""
-    codec = loaded.codec
-    text = loaded.task.format(codec.prediction(codec.target_tokens(example.target), example.source))
-    return reference_words(text)
+    """The reference's length in words, as SimulEval counts it."""
+    return reference_words(reference_text(loaded, example))
 
 
-def score_stream(loaded: Loaded, split: Split) -> tuple[list[StreamedExample], dict[str, Metric]]:
+def _latency(outputs: Sequence[StreamedExample], lengths: Sequence[int], field: str) -> dict[str, float]:
+    return corpus_latency(sentence_latency(getattr(o, field), source_length=o.source_words, reference_length=n)
+                          for o, n in zip(outputs, lengths))
+
+
+def score_stream(loaded: Loaded, split: Split, *,
+                 instances: str | Path | None = None) -> tuple[list[StreamedExample], dict[str, Metric]]:
     """Stream every example of a split; the outputs and the metrics: the task's, and
-    ``stream_ap``, ``stream_al``, ``stream_laal``, ``stream_dal`` in source words, with
-    ``stream_source_words`` (the mean source length in words), ``latency_unit``,
-    ``latency_reference``, ``decode_sentences_per_s`` and ``skipped``."""
-    from seqtrans.inference.online import check_streaming
-
+    ``stream_ap``, ``stream_al``, ``stream_laal``, ``stream_dal`` in source words (as a
+    reader of the text sees them), the same with the delays of each word's last piece
+    (``stream_piece_*``), with ``stream_source_words`` (the mean source length in words),
+    ``latency_unit``, ``latency_reference``, ``decode_sentences_per_s`` and ``skipped``.
+    ``instances``: write each sentence in SimulEval's ``instances.log`` form there."""
     check_streaming(loaded)
     examples = split.examples
     check_sources(loaded.model.config, loaded.codec, examples)
@@ -135,17 +128,37 @@ def score_stream(loaded: Loaded, split: Split) -> tuple[list[StreamedExample], d
     seconds = time.perf_counter() - started
     scores = loaded.task.score([o.prediction for o in outputs], examples)
     metrics: dict[str, Metric] = {k: v if isinstance(v, str) else float(v) for k, v in scores.items()}
-    latency = corpus_latency(sentence_latency(o.word_delays, source_length=o.source_words,
-                                              reference_length=reference_length(loaded, e))
-                             for o, e in zip(outputs, examples))
+    references = [reference_text(loaded, e) for e in examples]
+    lengths = [reference_words(r) for r in references]
     # no sentence with a latency (every output empty): SimulEval fails; we leave the keys out
-    metrics.update({f"stream_{name}": value for name, value in latency.items() if not math.isnan(value)})
+    for prefix, field in (("stream", "word_delays"), ("stream_piece", "piece_delays")):
+        latency = _latency(outputs, lengths, field)
+        metrics.update({f"{prefix}_{name}": value for name, value in latency.items() if not math.isnan(value)})
     metrics["stream_source_words"] = sum(o.source_words for o in outputs) / max(len(outputs), 1)
     metrics["latency_unit"] = "word"
     metrics["latency_reference"] = REFERENCE
     metrics["decode_sentences_per_s"] = round(len(examples) / max(seconds, 1e-9), 2)
     metrics["skipped"] = float(sum(split.skipped.values()))
+    if instances is not None:
+        write_instances(instances, loaded, outputs, examples, references)
     return outputs, metrics
+
+
+def write_instances(path: str | Path, loaded: Loaded, outputs: Sequence[StreamedExample],
+                    examples: Sequence[Example[Any, Any]], references: Sequence[str]) -> Path:
+    """Each sentence as a JSON line of SimulEval 1.1.4's ``instances.log`` for text: index,
+    prediction, delays (in source words, as a reader sees them), elapsed (zeros, as
+    SimulEval writes for text input), prediction_length, reference, source,
+    source_length; written whole or not at all."""
+    lines = []
+    for index, (out, example, reference) in enumerate(zip(outputs, examples, references)):
+        source = source_words(loaded, example)
+        lines.append(json.dumps({
+            "index": index, "prediction": " ".join(out.words), "delays": out.word_delays,
+            "elapsed": [0] * len(out.word_delays), "prediction_length": len(out.words),
+            "reference": reference, "source": " ".join(source), "source_length": len(source),
+        }, ensure_ascii=False))
+    return atomic.write_text(path, "".join(line + "\n" for line in lines))
 
 
 def metrics_path(path: str | Path, *, split: str, overrides: Sequence[str] = ()) -> Path:

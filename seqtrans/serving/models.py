@@ -53,7 +53,7 @@ class Served:
     @property
     def streams(self) -> bool:
         """Whether the model can decode word by word as the source arrives."""
-        from seqtrans.inference.online import check_streaming
+        from seqtrans.inference.session import check_streaming
 
         config = self.loaded.config
         greedy = dataclasses.replace(config, decode=dataclasses.replace(config.decode, nbest=1, sample=0))

@@ -29,8 +29,11 @@ class ServeSettings:
     max_body_bytes: int = option(1_000_000, "The size of a request body, at most (413 beyond).")
     max_beam: int = option(16, "The largest beam a request may ask for (422 beyond).")
     max_streams: int = option(
-        4, "Simultaneous-translation WebSocket sessions at once, at most; each holds a thread while "
-        "open. One more is closed with code 1013 (try again later).")
+        4, "Simultaneous-translation WebSocket sessions at once, at most; they decode on the server's "
+        "decoding thread. One more is closed with code 1013 (try again later).")
+    stream_idle_s: float = option(
+        60.0, "A WebSocket session that sends no message for this long, in seconds, gets an "
+        "idle_timeout error and is closed, which frees its slot.")
     timeout_s: float = option(
         30.0, "A request's time limit from its arrival, queue included (504 beyond); also how long "
         "shutdown waits for requests in flight.")

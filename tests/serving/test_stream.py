@@ -5,6 +5,7 @@ tokens sent before the sentence has ended, and bad messages or models refused.""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,10 +46,16 @@ def receive(ws: ClientConnection) -> dict[str, Any]:
     return dict(json.loads(ws.recv(timeout=30)))
 
 
-def sentence(ws: ClientConnection, words: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
+def sentence(ws: ClientConnection, words: list[str], *,
+             written: list[dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
     """Send a sentence word by word; the token messages, the final message, and how many
-    tokens had come before its end was sent."""
+    tokens had come before its end was sent. ``written`` collects the word messages."""
     tokens: list[dict[str, Any]] = []
+    written = [] if written is None else written
+
+    def take(message: dict[str, Any]) -> None:
+        (tokens if "token" in message else written).append(message)
+
     for word in words:
         ws.send(json.dumps({"words": word}))
     try:
@@ -56,13 +63,13 @@ def sentence(ws: ClientConnection, words: list[str]) -> tuple[list[dict[str, Any
             message = json.loads(ws.recv(timeout=0.5))
             if "done" in message:
                 return tokens, message, len(tokens)
-            tokens.append(message)
+            take(message)
     except TimeoutError:
         pass
     early = len(tokens)
     ws.send(json.dumps({"end": True}))
     while "done" not in (message := receive(ws)):
-        tokens.append(message)
+        take(message)
     return tokens, message, early
 
 
@@ -72,10 +79,16 @@ def test_a_stream_gets_the_tokens_and_delays_of_predict_stream(url: str, models:
     wanted = streamed(models[name], SENTENCES)
     with connect(f"{url}/v1/models/{name}/stream") as ws:
         for words, (tokens, delays) in zip(SENTENCES, wanted):
-            sent, done, early = sentence(ws, words)
+            written: list[dict[str, Any]] = []
+            sent, done, early = sentence(ws, words, written=written)
             assert " ".join(m["token"] for m in sent) == tokens
-            assert [m["delay"] for m in sent] == delays == done["delays"]
+            assert [m["delay"] for m in sent] == delays == done["token_delays"]
             assert done["output"] == " ".join(m["token"] for m in sent)  # copy's outputs are its tokens
+            # copy's words are its tokens: each is complete when the next is decided, the last
+            # when the end is; in words, as every source token is a word
+            assert [m["word"] for m in written] == done["output"].split()
+            assert [m["delay"] for m in written] == done["delays"]
+            assert done["delays"] == [m["word_delay"] for m in sent[1:]] + [len(words)] * bool(sent)
             if name == "waitk" and len(words) > 2:
                 assert early > 0  # wait-2 writes while the sentence is still arriving
     assert any(tokens for tokens, _ in wanted)
@@ -127,7 +140,7 @@ def test_a_sentence_longer_than_the_models_positions_gets_an_error_and_the_conne
                 ws.send(json.dumps({"words": word}))
             ws.send(json.dumps({"end": True}))
             while "error" not in (message := receive(ws)):
-                assert "token" in message
+                assert "token" in message or "word" in message
             assert "model.max_positions" in message["error"]["message"]
             with pytest.raises(ConnectionClosed):
                 ws.recv(timeout=30)
@@ -145,3 +158,35 @@ def test_with_a_token_a_session_needs_it_in_a_header_or_the_query(models: dict[s
             assert sentence(ws, ["1"])[1]["done"]
         with connect(ws_url, additional_headers={"Authorization": "Bearer s3cret"}) as ws:
             assert sentence(ws, ["1"])[1]["done"]
+
+
+def test_a_silent_session_is_closed_after_its_idle_time_and_its_slot_comes_back(
+        models: dict[str, Served]) -> None:
+    settings = ServeSettings(max_streams=1, stream_idle_s=0.5)
+    with running({"monotonic": models["monotonic"]}, settings) as url:
+        ws_url = url.replace("http://", "ws://") + "/v1/models/monotonic/stream"
+        with connect(ws_url) as ws:
+            started = time.monotonic()
+            error = receive(ws)["error"]
+            assert error["code"] == "idle_timeout" and error["limit"] == "stream_idle_s"
+            assert 0.4 < time.monotonic() - started < 10
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=30)
+        with connect(ws_url) as ws:  # the one slot is free again
+            assert sentence(ws, ["1", "2"])[1]["done"]
+
+
+def test_sessions_decode_on_the_servers_decoding_thread(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from seqtrans.inference.session import StreamSession
+
+    threads: set[str] = set()
+    push = StreamSession.push
+
+    def recorded(self: StreamSession, words: Any) -> Any:
+        threads.add(threading.current_thread().name)
+        return push(self, words)
+
+    monkeypatch.setattr(StreamSession, "push", recorded)
+    with connect(f"{url}/v1/models/monotonic/stream") as a, connect(f"{url}/v1/models/waitk/stream") as b:
+        assert sentence(a, ["1", "2"])[1]["done"] and sentence(b, ["3", "4"])[1]["done"]
+    assert threads and all(name.startswith("seqtrans-decode") for name in threads), threads

@@ -1,0 +1,245 @@
+"""A push-style streaming session: one sentence decoded while its words arrive.
+
+::
+
+    model = seqtrans.load("runs/multik", overrides=["decode.wait_k=3"])
+    session = seqtrans.stream(model)
+    for word in "A man is riding a bicycle .".split():
+        update = session.push(word)        # the tokens and words now decided
+    update = session.finish()              # the rest of the output
+    print(session.output, session.word_delays)
+
+This is the one implementation of streaming by words: ``predict --stream``, ``evaluate
+--stream``, the server's WebSocket and the SimulEval agent (:mod:`seqtrans.simuleval`)
+all drive it. It needs no thread: each call decodes as far as the words at hand allow
+(:class:`~seqtrans.decoding.streaming.StreamDecoder`) and returns.
+
+The task's tokenisation is applied to the words pushed so far and the new tokens are fed
+to the model; the tokens of the first n words must be a prefix of those of the first
+n + 1 (true of whitespace tokens and of sentencepiece), else :class:`DataError`.
+
+Delays, in source words read: a target token's ``word_delay`` is the number of words up
+to the one holding the last source token the model had read when it decided the token
+(all words once the source has ended and every token was read). An output word's delay
+is what a reader of the text sees: the words read when the word is known to be complete,
+that is when the next target token begins a new word, or when the end of the output is
+decided. An output word is then not known before its last piece, and often one token
+later; SimulEval measures the same for an agent that writes each word once it is
+complete. The output's words are those of the task's output line
+(:meth:`~seqtrans.tasks.Task.format`) split on whitespace, taken from the line of the
+tokens decided so far: for tasks whose line of a prefix is a prefix of the final line
+(sentencepiece and whitespace tokens) the words written equal the final output's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from seqtrans.config import DecodeConfig
+from seqtrans.data import prediction, source_ids
+from seqtrans.decoding.streaming import Emission, StreamDecoder, check_streamable
+from seqtrans.errors import DataError, UsageError
+from seqtrans.inference.ensemble import position_limit
+from seqtrans.inference.loading import Loaded
+
+
+@dataclass(frozen=True)
+class Token:
+    """A target token as soon as it is decided."""
+
+    id: int
+    text: str  # as the target vocabulary writes it
+    delay: int  # source tokens read when it was decided
+    word_delay: int  # source words read when it was decided
+
+
+@dataclass(frozen=True)
+class Word:
+    """An output word once it is known to be complete."""
+
+    text: str
+    delay: int  # source words read when it was known to be complete
+
+
+@dataclass(frozen=True)
+class Update:
+    """What one :meth:`StreamSession.push` or :meth:`StreamSession.finish` decided."""
+
+    tokens: list[Token]
+    words: list[Word]  # output words now complete, in order
+    done: bool  # the output has ended (words pushed later are only counted)
+
+
+def check_streaming(loaded: Loaded) -> None:
+    """Raise :class:`UsageError` unless ``loaded`` can decode streams: one model, that can
+    stream, one output per input."""
+    if loaded.others:
+        raise UsageError("streaming decodes with one model, not an ensemble")
+    check_streamable(loaded.model)
+    decode = loaded.config.decode
+    if decode.nbest > 1:
+        raise UsageError("streaming decodes greedily: decode.nbest must be 1")
+    if decode.sample:
+        raise UsageError("streaming decodes greedily: decode.sample must be 0")
+    if decode.no_repeat_ngram_size:
+        raise UsageError("streaming has no decode.no_repeat_ngram_size: it must be 0")
+    if decode.banned:
+        raise UsageError("streaming has no decode.banned: it must be empty")
+
+
+class StreamSession:
+    """One sentence decoded as its words are pushed (see the module docstring).
+
+    ``decode`` replaces the run's decoding settings (greedy ones: ``nbest`` 1, no
+    sampling); ``origin`` and ``line`` name the input in errors.
+    """
+
+    def __init__(self, loaded: Loaded, *, decode: DecodeConfig | None = None, origin: str = "<stream>",
+                 line: int | None = None) -> None:
+        if decode is not None:
+            loaded = dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, decode=decode))
+        check_streaming(loaded)
+        self.loaded = loaded
+        self.origin, self.line = origin, line
+        self._decoder = StreamDecoder(loaded.model, loaded.config.decode, position_limit=position_limit(loaded.model))
+        self._source_limit = loaded.model.config.position_limit
+        self.words: list[str] = []  # the source words pushed
+        self._ends: list[int] = []  # source tokens of the first k words, at k - 1
+        self._fed: list[int] = []  # the source ids of the words pushed
+        self._given = 0  # of which the decoder has been given these
+        self.tokens: list[Token] = []
+        self._written: list[Word] = []
+        self.finished = False
+
+    # ------------------------------------------------------------------ input
+
+    def push(self, words: str | Iterable[str]) -> Update:
+        """Add source words (a string is split on whitespace); what is now decided."""
+        if self.finished:
+            raise UsageError("this stream's source has ended (finish() was called): start a new session "
+                             "for the next sentence")
+        for word in words.split() if isinstance(words, str) else words:
+            if not word or any(ch.isspace() for ch in word):
+                raise UsageError(f"a pushed word must be non-empty and hold no whitespace: {word!r}")
+            self.words.append(word)
+            if not self._decoder.done:  # an output that has ended reads nothing more
+                self._ends.append(len(self._feed()))
+        if self._decoder.done:
+            return self._decide([])
+        new, self._given = self._fed[self._given:], len(self._fed)
+        return self._decide(self._decoder.push(new))
+
+    def finish(self) -> Update:
+        """End the source; the rest of the output."""
+        if self.finished:
+            raise UsageError("finish() was already called on this stream")
+        self.finished = True
+        emissions = [] if self._decoder.done else self._decoder.finish()
+        return self._decide(emissions)
+
+    def _feed(self) -> list[int]:
+        ids = source_ids(self.loaded.codec, self.loaded.task.parse_source(" ".join(self.words)))[:-1]
+        if ids[: len(self._fed)] != self._fed:
+            raise DataError(self.origin, self.line, "the task's tokens of the words read so far are not a prefix "
+                                                    "of those of more words: this task cannot be streamed word "
+                                                    "by word")
+        if self._source_limit is not None and len(ids) + 1 > self._source_limit:
+            raise DataError(self.origin, self.line, f"{len(ids) + 1} source tokens (with the end symbol), more "
+                                                    f"than the {self._source_limit} positions the model learned "
+                                                    "(model.max_positions)")
+        self._fed = ids
+        return ids
+
+    # ------------------------------------------------------------------ output
+
+    def _word_delay(self, delay: int) -> int:
+        """Source tokens read as words read: the word holding the last token read (0
+        before any); every word once the source has ended and every token was read."""
+        if delay == 0:
+            return 0
+        if self.finished and (not self._ends or delay >= self._ends[-1]):
+            return len(self.words)
+        return bisect.bisect_left(self._ends, delay) + 1
+
+    def _line_words(self) -> list[str]:
+        return self.output.split()
+
+    def _decide(self, emissions: list[Emission]) -> Update:
+        target = self.loaded.codec.vocabularies.target
+        tokens: list[Token] = []
+        words: list[Word] = []
+        for emission in emissions:
+            delay = self._word_delay(emission.delay)
+            token = Token(emission.token, " ".join(target.decode([emission.token])), emission.delay, delay)
+            self.tokens.append(token)
+            tokens.append(token)
+            # every word before the line's last is complete once this token is decided
+            words += self._complete(self._line_words()[:-1], delay)
+        if self._decoder.done:
+            end = self._decoder.end_delay
+            assert end is not None
+            words += self._complete(self._line_words(), self._word_delay(end))
+        return Update(tokens, words, self._decoder.done)
+
+    def _complete(self, line: list[str], delay: int) -> list[Word]:
+        new = [Word(text, max(delay, self._written[-1].delay if self._written else 0))
+               for text in line[len(self._written):]]
+        self._written += new
+        return new
+
+    # ------------------------------------------------------------------ results
+
+    @property
+    def done(self) -> bool:
+        """The output has ended."""
+        return self._decoder.done
+
+    @property
+    def source(self) -> Any:
+        """The task's source of the words pushed so far."""
+        return self.loaded.task.parse_source(" ".join(self.words))
+
+    @property
+    def source_tokens(self) -> int:
+        """The number of source tokens of the words pushed (the end symbol not counted)."""
+        return len(source_ids(self.loaded.codec, self.source)) - 1
+
+    @property
+    def prediction(self) -> Any:
+        """The task's prediction from the tokens decided so far."""
+        return prediction(self.loaded.codec, [t.id for t in self.tokens], self.source)
+
+    @property
+    def output(self) -> str:
+        """The output line of the tokens decided so far (:meth:`~seqtrans.tasks.Task.format`)."""
+        return self.loaded.task.format(self.prediction)
+
+    @property
+    def output_words(self) -> list[Word]:
+        """The output words known to be complete so far, with their delays."""
+        return list(self._written)
+
+    @property
+    def word_delays(self) -> list[int]:
+        """Each complete output word's delay in source words, as a reader of the text sees it."""
+        return [w.delay for w in self._written]
+
+    @property
+    def token_delays(self) -> list[int]:
+        """Each target token's delay in source tokens."""
+        return [t.delay for t in self.tokens]
+
+    @property
+    def end_delay(self) -> int | None:
+        """Source tokens read when the end of the output was decided (None before)."""
+        return self._decoder.end_delay
+
+
+def stream(loaded: Loaded, *, decode: DecodeConfig | None = None, origin: str = "<stream>",
+           line: int | None = None) -> StreamSession:
+    """A :class:`StreamSession` for one sentence of a loaded model that can stream."""
+    return StreamSession(loaded, decode=decode, origin=origin, line=line)
