@@ -155,7 +155,8 @@ class StreamDecoder:
     pushed after the output has ended are not read.
     """
 
-    def __init__(self, model: Transformer, config: DecodeConfig, *, position_limit: int | None = None) -> None:
+    def __init__(self, model: Transformer, config: DecodeConfig, *,
+                 position_limit: int | None = None) -> None:
         check_streamable(model)
         model.eval()
         self.model = model

@@ -13,8 +13,7 @@ from typing import Any
 from seqtrans.data import source_ids, too_long
 from seqtrans.decoding.lexical import Phrases
 from seqtrans.decoding.search import Hypothesis
-from seqtrans.errors import DataError, UsageError
-from seqtrans.inference.ensemble import position_limit
+from seqtrans.errors import DataError
 from seqtrans.inference.lexical import ConstraintLines, loaded_target_ids
 from seqtrans.inference.loading import Loaded
 from seqtrans.inference.output import TEXT, OutputOptions, render, render_failure

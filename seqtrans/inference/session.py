@@ -105,7 +105,8 @@ class StreamSession:
         check_streaming(loaded)
         self.loaded = loaded
         self.origin, self.line = origin, line
-        self._decoder = StreamDecoder(loaded.model, loaded.config.decode, position_limit=position_limit(loaded.model))
+        self._decoder = StreamDecoder(loaded.model, loaded.config.decode,
+                                      position_limit=position_limit(loaded.model))
         self._source_limit = loaded.model.config.position_limit
         self.words: list[str] = []  # the source words pushed
         self._ends: list[int] = []  # source tokens of the first k words, at k - 1
@@ -144,13 +145,13 @@ class StreamSession:
     def _feed(self) -> list[int]:
         ids = source_ids(self.loaded.codec, self.loaded.task.parse_source(" ".join(self.words)))[:-1]
         if ids[: len(self._fed)] != self._fed:
-            raise DataError(self.origin, self.line, "the task's tokens of the words read so far are not a prefix "
-                                                    "of those of more words: this task cannot be streamed word "
-                                                    "by word")
+            raise DataError(self.origin, self.line,
+                            "the task's tokens of the words read so far are not a prefix of those of more "
+                            "words: this task cannot be streamed word by word")
         if self._source_limit is not None and len(ids) + 1 > self._source_limit:
-            raise DataError(self.origin, self.line, f"{len(ids) + 1} source tokens (with the end symbol), more "
-                                                    f"than the {self._source_limit} positions the model learned "
-                                                    "(model.max_positions)")
+            raise DataError(self.origin, self.line,
+                            f"{len(ids) + 1} source tokens (with the end symbol), more than the "
+                            f"{self._source_limit} positions the model learned (model.max_positions)")
         self._fed = ids
         return ids
 

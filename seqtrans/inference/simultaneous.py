@@ -108,8 +108,8 @@ def reference_length(loaded: Loaded, example: Example[Any, Any]) -> int:
 
 
 def _latency(outputs: Sequence[StreamedExample], lengths: Sequence[int], field: str) -> dict[str, float]:
-    return corpus_latency(sentence_latency(getattr(o, field), source_length=o.source_words, reference_length=n)
-                          for o, n in zip(outputs, lengths))
+    return corpus_latency(sentence_latency(getattr(o, field), source_length=o.source_words,
+                                           reference_length=n) for o, n in zip(outputs, lengths))
 
 
 def score_stream(loaded: Loaded, split: Split, *,
@@ -133,7 +133,8 @@ def score_stream(loaded: Loaded, split: Split, *,
     # no sentence with a latency (every output empty): SimulEval fails; we leave the keys out
     for prefix, field in (("stream", "word_delays"), ("stream_piece", "piece_delays")):
         latency = _latency(outputs, lengths, field)
-        metrics.update({f"{prefix}_{name}": value for name, value in latency.items() if not math.isnan(value)})
+        metrics.update({f"{prefix}_{name}": value for name, value in latency.items()
+                        if not math.isnan(value)})
     metrics["stream_source_words"] = sum(o.source_words for o in outputs) / max(len(outputs), 1)
     metrics["latency_unit"] = "word"
     metrics["latency_reference"] = REFERENCE

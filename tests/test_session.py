@@ -1,0 +1,104 @@
+"""The push-style streaming session (``seqtrans.stream``) and the decoder under it: the
+same tokens and delays however the source is pushed (word by word, in chunks, all at
+once), equal to pulling it; a step that runs out of source is undone and run again; and
+its refusals. The SimulEval agent's refusal of a model that cannot stream."""
+
+from __future__ import annotations
+
+import random
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+from decoding.test_streaming import loaded_copy, streaming_model
+from test_inference import copy_run
+
+import seqtrans
+from seqtrans.config import DecodeConfig
+from seqtrans.decoding import streaming
+from seqtrans.decoding.streaming import StreamDecoder, stream_greedy
+from seqtrans.errors import UsageError
+from seqtrans.inference.session import StreamSession
+
+SOURCES = [[0, 1, 2, 3, 4, 5], [6, 5, 4], [2, 2, 2, 2, 2, 2, 2, 2], [3]]
+
+
+def _chunks(items: list[int], rng: random.Random) -> list[list[int]]:
+    out: list[list[int]] = []
+    while items:
+        n = rng.randint(0, 3)  # empty pushes too
+        out.append(items[:n])
+        items = items[n:]
+    return out
+
+
+@pytest.mark.parametrize("seed, g, r", [(1, 3.0, 0.5), (3, 1.0, 3.0), (5, 2.0, -1.0)])
+def test_pushing_in_any_chunks_decodes_as_pulling_the_source(seed: int, g: float, r: float,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    model = streaming_model(seed, g=g, r=r)
+    decode = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3)
+    undone = []
+    restore = streaming._restore
+    monkeypatch.setattr(streaming, "_restore", lambda saved: (undone.append(1), restore(saved)))
+    rng = random.Random(seed)
+    for source in SOURCES:
+        ids = [t + 4 for t in source]
+        pulled = list(stream_greedy(model, ids, decode))
+        for _ in range(3):
+            decoder = StreamDecoder(model, decode)
+            pushed = [e for chunk in _chunks(ids, rng) for e in decoder.push(chunk)] + decoder.finish()
+            assert pushed == pulled
+            assert decoder.done and decoder.end_delay is not None and decoder.end_delay <= len(ids)
+        whole = StreamDecoder(model, decode)
+        assert whole.push(ids) + whole.finish() == pulled  # the model reads only what it asks for
+    assert undone  # steps did run out of source, and were undone
+
+
+def test_a_session_gives_the_same_words_and_delays_however_its_words_arrive() -> None:
+    loaded = loaded_copy(streaming_model(3, g=1.0, r=3.0))
+    words = "0 1 2 3 4 5 6 5".split()
+    one = seqtrans.stream(loaded)
+    updates = [one.push(w) for w in words] + [one.finish()]
+    every = seqtrans.stream(loaded)
+    every.push(" ".join(words))
+    every.finish()
+    assert one.tokens == every.tokens and one.output_words == every.output_words and one.done and every.done
+    assert [w for u in updates for w in u.words] == one.output_words
+    assert [t for u in updates for t in u.tokens] == one.tokens
+    # the copy task's words are its tokens: a word is complete once the next is decided, or the end
+    assert one.output.split() == [w.text for w in one.output_words] == [t.text for t in one.tokens]
+    delays = [t.word_delay for t in one.tokens]
+    assert one.end_delay is not None
+    assert one.word_delays == [max(a, b) for a, b in zip(delays, delays[1:] + [len(words)])]
+
+
+def test_a_session_refuses_words_after_its_end_and_bad_words() -> None:
+    session = seqtrans.stream(loaded_copy(streaming_model(1, g=3.0, r=0.5)))
+    with pytest.raises(UsageError, match="non-empty"):
+        session.push(["1 2"])
+    session.push("1 2")
+    session.finish()
+    with pytest.raises(UsageError, match="finish"):
+        session.push("3")
+    with pytest.raises(UsageError, match="already"):
+        session.finish()
+    decoder = StreamDecoder(streaming_model(1, g=3.0, r=0.5), DecodeConfig(beam=1))
+    decoder.finish()
+    with pytest.raises(UsageError, match="after finish"):
+        decoder.push([5])
+
+
+def test_a_session_needs_a_model_that_can_stream(tmp_path: Path) -> None:
+    offline = seqtrans.load(copy_run(tmp_path / "offline", seed=1), device="cpu")
+    with pytest.raises(UsageError, match="model.causal_encoder=true"):
+        StreamSession(offline)
+
+
+def test_the_simuleval_agent_exits_with_the_settings_a_run_needs(tmp_path: Path) -> None:
+    pytest.importorskip("simuleval")
+    from seqtrans.simuleval import Agent
+
+    run = copy_run(tmp_path / "offline", seed=1)
+    args = Namespace(seqtrans_run=str(run), seqtrans_set=[], seqtrans_device="cpu")
+    with pytest.raises(SystemExit, match="model.causal_encoder=true.*decode.wait_k"):
+        Agent(args)
