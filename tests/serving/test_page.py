@@ -82,9 +82,73 @@ def test_a_streaming_model_translates_while_the_sentence_is_typed(page: Any,
     page.wait_for_selector("span.token")  # before the sentence's end is sent: wait-2 writes early
     page.click("#go")
     page.wait_for_function(f"document.querySelectorAll('span.token').length === {len(tokens.split())}")
-    shown = [span.inner_text().split() for span in page.query_selector_all("span.token")]
+    shown = live_tokens(page)
     assert [token for token, _ in shown] == tokens.split()
-    assert [int(delay) for _, delay in shown] == delays
+    assert [delay for _, delay in shown] == delays
+
+
+def live_tokens(page: Any, selector: str = "span.token") -> list[tuple[str, int]]:
+    """Each shown token (or word) and its delay: the text, then the subscript after it."""
+    return [(span.evaluate("s => s.firstChild.textContent"), int(span.query_selector("sub.delay").inner_text()))
+            for span in page.query_selector_all(selector)]
+
+
+def finals(page: Any, count: int) -> list[str]:
+    """The final outputs of the first ``count`` sentences, once shown."""
+    page.wait_for_function(f"document.querySelectorAll('#live .final').length >= {count}")
+    return [final.inner_text() for final in page.query_selector_all("#live .final")]
+
+
+def test_live_mode_sends_the_last_word_shows_each_output_and_keeps_sentences_apart(
+        page: Any, models: dict[str, Served]) -> None:
+    sentences = [["1", "2", "3"], ["4", "5"]]
+    wanted = streamed(models["waitk"], sentences)
+    page.select_option("#model", "waitk")
+    page.check("#stream")
+    for words in sentences:
+        page.fill("#input", "")
+        page.type("#input", " ".join(words), delay=10)  # no space after the last word
+        page.click("#go")
+    finals(page, 2)
+    blocks = page.query_selector_all("#live .sentence")
+    assert len(blocks) == 2
+    for block, (tokens, delays) in zip(blocks, wanted):
+        shown = [(s.evaluate("s => s.firstChild.textContent"), int(s.query_selector("sub").inner_text()))
+                 for s in block.query_selector_all("span.token")]
+        assert shown == list(zip(tokens.split(), delays))  # every word was read, the last one too
+        words = [s.evaluate("s => s.firstChild.textContent") for s in block.query_selector_all("span.word")]
+        assert words == tokens.split()  # the copy task's output words are its tokens
+    # each delay is a subscript after its token, then a space before the next token
+    first = blocks[0].query_selector("span.token")
+    assert first.evaluate("s => s.lastChild.tagName") == "SUB"
+    assert first.evaluate("s => s.nextSibling.textContent") == " "
+
+
+def test_live_mode_recovers_after_a_server_error_and_a_new_model_clears_the_screen(
+        page: Any, models: dict[str, Served]) -> None:
+    from seqtrans.serving.settings import ServeSettings
+
+    with running(models, ServeSettings(max_input_tokens=3)) as url:
+        tab, back = page, page.url  # the same tab (the browser runs as a single process), then back
+        try:
+            tab.goto(url + "/")
+            tab.select_option("#model", "waitk")
+            tab.check("#stream")
+            tab.type("#input", "1 2 3 4 ", delay=10)  # one word too many: the server closes the session
+            tab.wait_for_function("document.getElementById('error').textContent !== ''")
+            assert "3 words" in tab.inner_text("#error")
+            tab.fill("#input", "")
+            tab.type("#input", "5 6", delay=10)
+            tab.click("#go")  # a new session, without toggling live mode
+            [(tokens, _)] = streamed(models["waitk"], [["5", "6"]])
+            finals(tab, 1)
+            assert [word for word, _ in live_tokens(tab, "#live .final span.word")] == tokens.split()
+            assert tab.inner_text("#error") == ""
+            tab.select_option("#model", "copy")  # another model: nothing of the previous one stays
+            assert tab.inner_text("#live") == "" and tab.inner_text("#error") == ""
+            assert tab.is_hidden("#outputs")
+        finally:
+            tab.goto(back)
 
 
 def test_the_page_draws_the_attention_of_each_output(page: Any, models: dict[str, Served]) -> None:
