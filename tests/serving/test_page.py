@@ -89,7 +89,8 @@ def test_a_streaming_model_translates_while_the_sentence_is_typed(page: Any,
 
 def live_tokens(page: Any, selector: str = "span.token") -> list[tuple[str, int]]:
     """Each shown token (or word) and its delay: the text, then the subscript after it."""
-    return [(span.evaluate("s => s.firstChild.textContent"), int(span.query_selector("sub.delay").inner_text()))
+    return [(span.evaluate("s => s.firstChild.textContent"),
+             int(span.query_selector("sub.delay").inner_text()))
             for span in page.query_selector_all(selector)]
 
 
