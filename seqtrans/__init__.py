@@ -33,6 +33,7 @@ _API = {
     "score_files": "seqtrans.inference.scoring",
     "evaluate": "seqtrans.inference.loading",
     "predict": "seqtrans.inference.online",
+    "set_threads": "seqtrans.threads",
     "stream": "seqtrans.inference.session",
     "StreamSession": "seqtrans.inference.session",
     "average": "seqtrans.pipeline",
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from seqtrans.model import Transformer, build_model
     from seqtrans.pipeline import average, run
     from seqtrans.tasks.protocol import Codec, Example, Skipped, Task, TaskClass
+    from seqtrans.threads import set_threads
     from seqtrans.vocab import Vocab, Vocabularies
 
 

@@ -30,6 +30,7 @@ from seqtrans.errors import Interrupted, SeqtransError, UsageError
 from seqtrans.inference.export import FORMATS as EXPORT_FORMATS
 from seqtrans.inference.export import QUANTIZATIONS as EXPORT_QUANTIZATIONS
 from seqtrans.tasks.discovery import COMMAND_GROUP, TaskEntry, installed, load_object
+from seqtrans.threads import parse_threads, set_threads
 
 log = logging.getLogger("seqtrans")
 
@@ -83,8 +84,19 @@ SAMPLING_FLAGS = (("--sample", "sample", int), ("--temperature", "temperature", 
                   ("--top-k", "top_k", int), ("--top-p", "top_p", float), ("--epsilon", "epsilon", float),
                   ("--seed", "seed", int))
 
+def _threads(text: str) -> int:
+    try:
+        return parse_threads(text, name="--threads")
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 GLOBAL_ARGS = (
     arg("-q", "--quiet", action="store_true", help="Log warnings only, no progress bars."),
+    arg("--threads", type=_threads, metavar="N",
+        help="Threads each process computes with (PyTorch's and the native kernels'). Default: "
+             "$SEQTRANS_THREADS, else $OMP_NUM_THREADS if set, else the CPUs this process may use "
+             "(its CPU affinity and its cgroup's CPU quota, not the host's cores). See docs/speed.md."),
     arg("--progress", choices=["auto", "on", "off"], default="auto",
         help="Progress bars (training's shows updates or minutes, loss, lr, tokens/s and "
              "the time left, in place of the per-update log lines on the console, which "
@@ -710,6 +722,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     args = build_parser().parse_args(argv)
     args.argv = argv
+    try:
+        set_threads(args.threads)
+    except UsageError as exc:
+        return _failed("seqtrans", exc)
     try:
         world = world_from_env()
     except UsageError:

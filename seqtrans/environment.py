@@ -12,8 +12,13 @@ one page lists what the environment can change. Imports no torch.
   (:func:`serve_token`); kept out of the command line, which other users can read.
 - ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``: this process's place in a job, as torchrun
   sets them (:mod:`seqtrans.world`).
+- ``SEQTRANS_THREADS``: the threads a process computes with; ``OMP_NUM_THREADS``, the
+  user's own count, is left to PyTorch when ``SEQTRANS_THREADS`` is unset
+  (:mod:`seqtrans.threads`).
 
-:func:`setting` is the one place that sets one, for the processes seqtrans starts.
+:func:`setting` sets one for the processes seqtrans starts, inside a block; :func:`export`
+for the rest of this process and those it starts (the thread count, before PyTorch
+reads it).
 """
 
 from __future__ import annotations
@@ -27,6 +32,23 @@ NATIVE = "SEQTRANS_NATIVE"
 CACHE_DIR = "SEQTRANS_CACHE_DIR"
 MIRROR = "SEQTRANS_MIRROR"
 SERVE_TOKEN = "SEQTRANS_SERVE_TOKEN"
+THREADS = "SEQTRANS_THREADS"
+OMP_THREADS = "OMP_NUM_THREADS"
+
+
+def threads() -> str:
+    """``$SEQTRANS_THREADS``, or an empty string."""
+    return os.environ.get(THREADS, "").strip()
+
+
+def omp_threads() -> str:
+    """``$OMP_NUM_THREADS``, or an empty string."""
+    return os.environ.get(OMP_THREADS, "").strip()
+
+
+def export(name: str, value: str) -> None:
+    """Set ``$name`` for the rest of this process and the processes it starts."""
+    os.environ[name] = value
 
 
 def tune_matmul() -> bool:

@@ -1,0 +1,150 @@
+"""How many threads a process computes with: the CPUs it may use, not the host's cores.
+
+PyTorch's intra-op pool (OpenMP) starts one thread per core of the host. In a container
+with a CPU quota, or a process pinned to some CPUs (``taskset``), those threads outnumber
+the CPUs the process may run on, and threads that spin waiting for each other on a
+core another thread holds make decoding many times slower. The default here is the CPUs
+this process may use:
+
+- its affinity mask (``os.sched_getaffinity``, where the platform has it; else
+  ``os.cpu_count()``),
+- capped by the cgroup CPU quota, rounded up: cgroup v2's ``cpu.max`` of the process's
+  cgroup and its parents, or cgroup v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``.
+
+What decides, first to last: ``seqtrans --threads N`` (or :func:`set_threads` from
+Python), ``$SEQTRANS_THREADS``, ``$OMP_NUM_THREADS`` (left to PyTorch, as the user set
+it), the CPUs available. A count above the CPUs available is honoured, with a warning
+naming both numbers. Imports no torch until it sets a count on a PyTorch already loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+from pathlib import Path
+
+from seqtrans import environment
+from seqtrans.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def affinity_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask), or the machine's CPUs where the
+    platform cannot say."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    if getaffinity is not None:
+        try:
+            return max(1, len(getaffinity(0)))
+        except OSError:
+            pass
+    return os.cpu_count() or 1
+
+
+def _own_cgroup(proc: Path) -> str | None:
+    """The cgroup v2 path of this process ("0::/path" in /proc/self/cgroup), or None."""
+    try:
+        lines = (proc / "self" / "cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("0::"):
+            return line[3:] or "/"
+    return None
+
+
+def _v2_quota(root: Path, path: str) -> float | None:
+    """The smallest quota / period of ``cpu.max`` from the cgroup up to the root."""
+    quotas = []
+    node = (root / path.lstrip("/")).resolve() if path != "/" else root
+    while True:
+        try:
+            quota, _, period = (node / "cpu.max").read_text().strip().partition(" ")
+            if quota != "max" and period:
+                quotas.append(int(quota) / int(period))
+        except (OSError, ValueError):
+            pass
+        if node == root or root not in node.parents:
+            break
+        node = node.parent
+    return min(quotas) if quotas else None
+
+
+def _v1_quota(root: Path) -> float | None:
+    for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+        try:
+            quota = int((root / name / "cpu.cfs_quota_us").read_text())
+            period = int((root / name / "cpu.cfs_period_us").read_text())
+        except (OSError, ValueError):
+            continue
+        return quota / period if quota > 0 and period > 0 else None
+    return None
+
+
+def cgroup_cpus(*, root: Path = CGROUP_ROOT, proc: Path = Path("/proc")) -> float | None:
+    """The CPUs the cgroup CPU quota allows this process (a fraction is possible), or None
+    without a quota or where there are no cgroups."""
+    if not sys.platform.startswith("linux"):
+        return None
+    path = _own_cgroup(proc)
+    if path is not None and (root / "cgroup.controllers").exists():
+        return _v2_quota(root, path)
+    return _v1_quota(root)
+
+
+def available_cpus(*, root: Path = CGROUP_ROOT, proc: Path = Path("/proc")) -> int:
+    """The CPUs this process may use: its affinity, capped by the cgroup quota rounded up."""
+    count = affinity_cpus()
+    quota = cgroup_cpus(root=root, proc=proc)
+    if quota is not None:
+        count = min(count, max(1, math.ceil(quota)))
+    return count
+
+
+def parse_threads(text: str, *, name: str) -> int:
+    """A thread count as given on the command line or in the environment: a whole number,
+    1 or more, else a :class:`UsageError` naming ``name``."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise UsageError(f"{name} must be a whole number of threads, 1 or more, got {text!r}") from None
+    if value < 1:
+        raise UsageError(f"{name} must be 1 or more threads, got {value}")
+    return value
+
+
+def chosen_threads(threads: int | None = None) -> int | None:
+    """The count the policy picks: ``threads``, else ``$SEQTRANS_THREADS``, else None when
+    ``$OMP_NUM_THREADS`` is set (PyTorch reads it), else the CPUs available."""
+    if threads is not None:
+        return threads
+    configured = environment.threads()
+    if configured:
+        return parse_threads(configured, name=environment.THREADS)
+    if environment.omp_threads():
+        return None
+    return available_cpus()
+
+
+def set_threads(threads: int | None = None) -> int | None:
+    """Compute with ``threads`` threads, or as the policy picks (see the module docstring);
+    the count set, or None when ``$OMP_NUM_THREADS`` decides. Before PyTorch is imported
+    this sets ``OMP_NUM_THREADS`` for it (and for processes this one starts); after, it
+    also sets PyTorch's intra-op pool."""
+    if threads is not None and threads < 1:
+        raise UsageError(f"threads must be 1 or more, got {threads}")
+    count = chosen_threads(threads)
+    if count is None:
+        return None
+    available = available_cpus()
+    if count > available:
+        log.warning("computing with %d threads, more than the %d CPUs this process may use", count, available)
+    environment.export(environment.OMP_THREADS, str(count))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(count)
+    return count
