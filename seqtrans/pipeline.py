@@ -30,7 +30,7 @@ from seqtrans.inference.evaluation import decode_sources, numeric, read_split, s
 from seqtrans.inference.loading import AVERAGE, select_device
 from seqtrans.model import Transformer, build_model
 from seqtrans.prepare import examples_of, prepare
-from seqtrans.tasks.protocol import Codec, Example, Metric, SegmentationSampling, Task
+from seqtrans.tasks.protocol import Codec, Example, Metric, SegmentationSampling, Task, metric_mode
 from seqtrans.training import checkpoint
 from seqtrans.training.loop import Trainer
 from seqtrans.training.tracking import require_tensorboard
@@ -190,6 +190,7 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     log.info("model: %s parameters (%.1f M)", f"{params:,}", params / 1e6)
     trainer = Trainer(model, config, data.train, directory=out / "checkpoints", device=dev_, dev=data.dev,
                       validate=_validator(task, data, config, device=dev_), metric=task_cls.metric,
+                      metric_mode=metric_mode(task_cls),
                       assets=data.assets, progress_bar=progress, log_file=out / "train.jsonl",
                       tensorboard=out / "tb" if config.train.tensorboard else None, resample=data.resample)
     result = trainer.fit()

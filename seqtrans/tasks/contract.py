@@ -21,6 +21,7 @@ from seqtrans import config as cfg
 from seqtrans.data import source_ids, target_ids
 from seqtrans.errors import UsageError
 from seqtrans.tasks.protocol import (
+    METRIC_MODES,
     SPLITS,
     Codec,
     Constraining,
@@ -51,6 +52,8 @@ def check_class(task_cls: TaskClass[Any, Any, Any]) -> None:
     _require(isinstance(task_cls.name, str) and task_cls.name.isidentifier(), "name must be an identifier")
     _require(dataclasses.is_dataclass(task_cls.Config), "Config must be a dataclass")
     _require(isinstance(task_cls.metric, str), "metric must be a string")
+    _require(getattr(task_cls, "metric_mode", "max") in METRIC_MODES,
+             f"metric_mode must be one of {', '.join(METRIC_MODES)} (higher or lower is better)")
     _require(isinstance(task_cls.defaults, Mapping) and "decode" in task_cls.defaults,
              "defaults must set the decode section")
     for preset in [None, *task_cls.presets]:

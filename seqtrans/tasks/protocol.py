@@ -183,7 +183,8 @@ class TaskClass(Protocol[SourceT, TargetT, PredictionT]):
 
     @property
     def metric(self) -> str:
-        """The key of :meth:`Task.score`'s result used for validation and early stopping."""
+        """The key of :meth:`Task.score`'s result used for validation and early stopping;
+        higher is better unless the class says otherwise (:func:`metric_mode`)."""
         ...
 
     def __call__(self, config: Any) -> Task[SourceT, TargetT, PredictionT]: ...
@@ -290,6 +291,21 @@ class Upgrading(Protocol):
 
 
 # --------------------------------------------------------------------------- shared checks
+
+#: Which way a task's metric improves: "max", higher is better (BLEU, F1, accuracy), or
+#: "min", lower is (an error rate such as WER).
+METRIC_MODES = ("max", "min")
+
+
+def metric_mode(task_cls: object) -> str:
+    """The direction of a task class's ``metric``: its optional ``metric_mode`` class
+    attribute, "max" (the default) or "min"; validation and early stopping follow it. A
+    value other than those raises :class:`ValueError`."""
+    mode = getattr(task_cls, "metric_mode", "max")
+    if mode not in METRIC_MODES:
+        raise ValueError(f"metric_mode must be 'max' (higher is better) or 'min' (lower is), got {mode!r}")
+    return str(mode)
+
 
 #: Members the engine requires of a task class (:class:`TaskClass`) and of its
 #: instances (:class:`Task`); checked when a plugin is loaded.

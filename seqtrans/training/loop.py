@@ -60,7 +60,7 @@ class Trainer:
 
     def __init__(self, model: Transformer, config: RunConfig, train: Pairs, *,
                  directory: str | Path, device: torch.device, dev: Pairs | None = None,
-                 validate: Validator | None = None, metric: str | None = None,
+                 validate: Validator | None = None, metric: str | None = None, metric_mode: str = "max",
                  assets: Mapping[str, bytes] | None = None, progress_bar: bool = False,
                  log_file: str | Path | None = None, tensorboard: str | Path | None = None,
                  resample: Resample | None = None, world: World | None = None) -> None:
@@ -71,6 +71,7 @@ class Trainer:
         self.dev = dev
         self.validate = validate
         self.metric = metric
+        self.metric_mode = metric_mode  # "max": higher is better; "min": lower is
         self.device = device
         self.directory = Path(directory)
         self.assets = dict(assets or {})
@@ -163,7 +164,7 @@ class Trainer:
         if self.validate is not None:
             record.update({f"dev_{k}": float(v) for k, v in self.validate(self.model).items()})
         record = distributed.broadcast(record)  # early stopping decides alike on every rank
-        stopping.observe(self.state, record, self.metric)
+        stopping.observe(self.state, record, self.metric, mode=self.metric_mode)
         self.runlog.validation(record, self.state.seconds)
         return record
 

@@ -26,13 +26,16 @@ def budget_spent(progress: Progress, *, max_steps: int, max_minutes: float) -> s
     return ""
 
 
-def observe(progress: Progress, record: Mapping[str, float], metric: str | None) -> None:
-    """Count a validation as the best so far (higher is better) or as one without gain;
-    a record without ``dev_METRIC`` counts as neither."""
+def observe(progress: Progress, record: Mapping[str, float], metric: str | None, *,
+            mode: str = "max") -> None:
+    """Count a validation as the best so far (``mode`` "max": higher is better; "min":
+    lower is, an error rate) or as one without gain; a record without ``dev_METRIC``
+    counts as neither."""
     key = f"dev_{metric}"
     if metric and key in record:
         value = record[key]
-        if progress.best_metric is None or value > progress.best_metric:
+        best = progress.best_metric
+        if best is None or (value > best if mode == "max" else value < best):
             progress.best_metric = value
             progress.bad_validations = 0
         else:

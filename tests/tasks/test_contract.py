@@ -25,6 +25,17 @@ def test_a_task_that_keeps_the_contract_passes(tmp_path: Path, data: LinesConfig
     assert check_task(LinesTask(data), tmp_path / "vocab") == {"exact_match": 1.0}
 
 
+def test_a_metric_is_higher_is_better_unless_the_task_says_lower() -> None:
+    from seqtrans.tasks.protocol import metric_mode
+
+    class ErrorRate(LinesTask):
+        metric_mode = "min"
+
+    assert metric_mode(LinesTask) == "max" and metric_mode(ErrorRate) == "min"
+    with pytest.raises(ValueError, match="'max'.*'min'"):
+        metric_mode(LowestIsBest)
+
+
 @dataclasses.dataclass(frozen=True)
 class Unpicklable(LinesCodec):
     tokenize: Any = lambda text: text.split()
@@ -54,7 +65,12 @@ class AnySplit(LinesTask):
         return super().read(split if split in ("train", "dev", "test") else "test")
 
 
+class LowestIsBest(LinesTask):
+    metric_mode = "lowest"
+
+
 @pytest.mark.parametrize("task_cls, problem", [
+    (LowestIsBest, "metric_mode must be one of max, min"),
     (_with_codec(Unpicklable), "the codec does not pickle"),
     (_with_codec(Sampling), "must repeat its samples for the same seed"),
     (AnySplit, "read\\(\\) of an unknown split must raise UsageError"),

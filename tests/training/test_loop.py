@@ -138,6 +138,17 @@ def test_early_stopping_on_the_task_metric(tmp_path: Path) -> None:
     assert "no better dev acc" in result.progress.stop_reason
 
 
+def test_early_stopping_on_an_error_rate(tmp_path: Path) -> None:
+    data = copy_pairs(20)
+    t = trainer(tmp_path, data=data, max_steps=1000, eval_every=2, patience=2)
+    values = iter([40.0, 30.0, 35.0, 31.0, 10.0])
+    t.validate = lambda model: {"wer": next(values)}
+    t.metric, t.metric_mode = "wer", "min"
+    result = t.fit()
+    assert [v["dev_wer"] for v in result.validations] == [40.0, 30.0, 35.0, 31.0]  # 30 the best
+    assert result.progress.best_metric == 30.0 and "no better dev wer in 2" in result.progress.stop_reason
+
+
 def test_bf16_precision_trains_under_autocast_with_fp32_weights(tmp_path: Path) -> None:
     data = copy_pairs(8)
     losses: dict[str, float] = {}

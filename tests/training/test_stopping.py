@@ -24,13 +24,14 @@ def test_the_budget_of_updates_or_minutes() -> None:
     assert spent(Progress(step=3, seconds=1e9), max_steps=10, max_minutes=0.0) == ""  # no time budget
 
 
-def run(values: list[float | None], patience: int) -> tuple[list[int], list[str], Progress]:
+def run(values: list[float | None], patience: int,
+        mode: str = "max") -> tuple[list[int], list[str], Progress]:
     """Observe a validation series; -> bad counts and stop reasons after each."""
     progress = Progress()
     bad, reasons = [], []
     for value in values:
         record = {"step": 1.0} if value is None else {"step": 1.0, "dev_acc": value}
-        stopping.observe(progress, record, "acc")
+        stopping.observe(progress, record, "acc", mode=mode)
         bad.append(progress.bad_validations)
         reasons.append(stopping.patience_spent(progress, patience=patience, metric="acc"))
     return bad, reasons, progress
@@ -41,6 +42,13 @@ def test_early_stopping_counts_validations_without_a_gain() -> None:
     assert bad == [0, 0, 1, 2, 0, 1, 2, 3]  # equal is no gain; a new best resets the count
     assert progress.best_metric == 0.7
     assert reasons[:7] == [""] * 7 and reasons[7] == "no better dev acc in 3 validations"
+
+
+def test_an_error_rate_improves_downwards() -> None:
+    bad, reasons, progress = run([30.0, 25.0, 25.0, 26.0, 20.0, 21.0, 24.0, 22.0], patience=3, mode="min")
+    assert bad == [0, 0, 1, 2, 0, 1, 2, 3]  # the mirror image of the series above
+    assert progress.best_metric == 20.0
+    assert reasons[7] == "no better dev acc in 3 validations"
 
 
 def test_without_patience_or_the_metric_nothing_stops() -> None:
