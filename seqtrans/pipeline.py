@@ -22,6 +22,7 @@ import torch
 from seqtrans import atomic, distributed, tasks
 from seqtrans import config as cfg
 from seqtrans.assets import read_assets, write_assets
+from seqtrans.attention import StartsFromScaledDot
 from seqtrans.config import DecodeConfig, RunConfig
 from seqtrans.config import resolve_config as resolve_config  # part of the operations API
 from seqtrans.data import Pairs, check_sources, encode_pairs
@@ -211,11 +212,39 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
 
 
 def _start_from(model: Transformer, init: Initial) -> None:
+    """Load ``init``'s weights; with another encoder-decoder attention than ``init``'s
+    scaled-dot one, every other weight, and what each new attention adopts of the old
+    (:class:`~seqtrans.attention.StartsFromScaledDot`; the rest of it starts new)."""
+    before = init.model.get("cross_attention", "scaled_dot")
+    after = model.config.cross_attention
+    if before == after:
+        try:
+            model.load_state_dict(init.weights)
+        except RuntimeError as exc:
+            raise UsageError(f"--init {init.path}: its weights do not fit this run's model: {exc}") from None
+        log.info("starting from the weights of %s", init.path)
+        return
+    if before != "scaled_dot":
+        raise UsageError(f"--init {init.path}: a model with model.cross_attention={before} can start "
+                         f"only a run of the same attention, not {after} (a scaled-dot model can start any)")
+    prefixes = [f"decoder.{i}.cross_attn." for i in range(len(model.decoder_layers))]
+    rest = {k: v for k, v in init.weights.items() if not k.startswith(tuple(prefixes))}
     try:
-        model.load_state_dict(init.weights)
+        missing, unexpected = model.load_state_dict(rest, strict=False)
     except RuntimeError as exc:
         raise UsageError(f"--init {init.path}: its weights do not fit this run's model: {exc}") from None
-    log.info("starting from the weights of %s", init.path)
+    stray = [k for k in [*missing, *unexpected] if not k.startswith(tuple(prefixes))]
+    if stray:
+        raise UsageError(f"--init {init.path}: its weights do not fit this run's model: "
+                         f"{', '.join(stray[:5])}")
+    adopted = 0
+    for prefix, layer in zip(prefixes, model.decoder_layers):
+        attn = layer.cross_attn
+        if isinstance(attn, StartsFromScaledDot):
+            old = {k[len(prefix):]: v for k, v in init.weights.items() if k.startswith(prefix)}
+            adopted += len(attn.adopt(old))
+    log.info("starting from the weights of %s; encoder-decoder attention %s -> %s: %d of its tensors taken "
+             "from the old attention, the rest new", init.path, before, after, adopted)
 
 
 def _data(task: Task[Any, Any, Any], config: RunConfig, vocab_dir: Path, world: distributed.World, *,

@@ -31,8 +31,8 @@ from seqtrans.config import ModelConfig
 
 __all__ = ["CROSS_ATTENTION", "SELF_ATTENTION", "AttentionMaps", "CrossAttention", "CrossAttentionModule",
            "CrossState", "DecodingState", "KVCache", "Recorder", "SelfAttention", "SelfAttentionModule",
-           "LatencyReporting", "SourceStream", "StreamingCrossAttention", "cross_attention", "self_attention",
-           "waiting"]
+           "LatencyReporting", "SourceStream", "StreamingCrossAttention", "StartsFromScaledDot",
+           "cross_attention", "self_attention", "waiting"]
 
 
 class DecodingState(Protocol):
@@ -60,6 +60,17 @@ class StreamingCrossAttention(Protocol):
     makes a state that pulls encoder states from the source as they are needed."""
 
     def follow(self, source: SourceStream, *, like: Tensor) -> DecodingState: ...
+
+
+@runtime_checkable
+class StartsFromScaledDot(Protocol):
+    """Encoder-decoder attention that can start from a trained scaled-dot one's weights
+    (``run --init`` of a full-sentence model with another ``model.cross_attention``, as
+    EMMA fine-tunes a read policy): ``adopt`` copies what corresponds, given the
+    scaled-dot module's weights by name (``q.weight``, ``kv.weight``, ``out.weight`` and
+    biases), and returns the names of its own parameters it set."""
+
+    def adopt(self, weights: dict[str, Tensor]) -> list[str]: ...
 
 
 @runtime_checkable

@@ -74,6 +74,22 @@ def lookback_weights(alpha: Tensor, scores: Tensor, mask: Tensor) -> Tensor:
     return torch.exp(u + tail) * keep
 
 
+def _copy(module: nn.Module, weights: dict[str, Tensor], names: dict[str, str]) -> list[str]:
+    """Copy ``weights[theirs.weight]`` (and ``.bias``) into ``module.mine`` for each pair of
+    ``names``; the parameter names set."""
+    own = dict(module.named_parameters())
+    taken = []
+    with torch.no_grad():
+        for mine, theirs in names.items():
+            for part in ("weight", "bias"):
+                source = weights.get(f"{theirs}.{part}")
+                target = own.get(f"{mine}.{part}")
+                if source is not None and target is not None and source.shape == target.shape:
+                    target.copy_(source)
+                    taken.append(f"{mine}.{part}")
+    return taken
+
+
 class LookbackAttention(MonotonicAttention):
     """``prepare(memory [B, S, D], mask [B, S]) -> LookbackState``;
     ``forward(x [N, T, D], state) -> [N, T, D]``: expected attention in training
@@ -111,6 +127,12 @@ class LookbackAttention(MonotonicAttention):
         soft_k, soft_v = self._soft(memory)
         state.soft_k = torch.cat([state.soft_k, soft_k], dim=2)
         state.soft_v = torch.cat([state.soft_v, soft_v], dim=2)
+
+    def adopt(self, weights: dict[str, Tensor]) -> list[str]:
+        """Start from a scaled-dot encoder-decoder attention: its query, key and value
+        projections become the soft heads', its output projection this one's; the
+        monotonic head, the read policy, starts new."""
+        return _copy(self, weights, {"soft_q": "q", "soft_kv": "kv", "out": "out"})
 
     def take_delays(self) -> Tensor | None:
         """The expected delays [N, T] of the last training forward pass (then forgotten)."""
