@@ -25,6 +25,7 @@ from seqtrans.attention.luong import DotScore, GeneralScore, LocationScore
 from seqtrans.attention.maps import AttentionMaps, Recorder
 from seqtrans.attention.memory import MemoryAttention
 from seqtrans.attention.monotonic import MonotonicAttention, SourceStream
+from seqtrans.attention.multihead_monotonic import MultiheadMonotonicAttention
 from seqtrans.attention.restricted import RestrictedSelfAttention
 from seqtrans.attention.scaled_dot import CrossAttention, CrossState, KVCache, SelfAttention, waiting
 from seqtrans.config import ModelConfig
@@ -64,7 +65,8 @@ class StreamingCrossAttention(Protocol):
 
 @runtime_checkable
 class LatencyReporting(Protocol):
-    """Encoder-decoder attention whose training pass has expected delays for a latency loss."""
+    """Encoder-decoder attention whose training pass has expected delays for a latency loss:
+    [N, T] for one monotonic head per layer (MILk), [N, H, T] for one per head (MMA)."""
 
     def take_delays(self) -> Tensor | None: ...
 
@@ -93,6 +95,11 @@ def _location(c: ModelConfig) -> LocationScore:
     return LocationScore(c.d_model, c.heads, max_length=c.location_max_length)
 
 
+def _multihead_monotonic(c: ModelConfig, *, lookback: bool) -> MultiheadMonotonicAttention:
+    return MultiheadMonotonicAttention(c.d_model, c.heads, lookback=lookback, noise=c.monotonic_noise,
+                                       r_init=c.monotonic_r_init, dropout=c.attention_dropout)
+
+
 # The score functions that attend in a multi-head module (seqtrans.attention.content) at
 # either site, by their config name.
 SCORES: dict[str, Callable[[ModelConfig], Any]] = {
@@ -118,6 +125,8 @@ CROSS_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
                                               r_init=c.monotonic_r_init),
     "milk": lambda c: LookbackAttention(c.d_model, c.heads, dim=c.monotonic_dim, noise=c.monotonic_noise,
                                         r_init=c.monotonic_r_init, dropout=c.attention_dropout),
+    "mma_hard": lambda c: _multihead_monotonic(c, lookback=False),
+    "mma_il": lambda c: _multihead_monotonic(c, lookback=True),
 }
 
 

@@ -32,9 +32,9 @@ computed only for the positions inspected, a few at a time, so decoding does O(|
 energy evaluations in all and never looks past the position it attends: this is what lets
 ``seqtrans.decoding.streaming`` decode while the source is still arriving.
 
-Single-head, as in the paper: one monotonic head per decoder layer has a well-defined
-read/write decision; several heads per layer need a rule for combining their positions
-(Ma et al. 2019, later work), which this module does not add.
+Single-head, as in the paper: one monotonic head per decoder layer. Monotonic multihead
+attention (every head monotonic, a step written once every head has stopped) is
+:mod:`seqtrans.attention.multihead_monotonic`.
 
 Shapes: B sentences, K hypotheses per sentence, N = B*K rows, S source, T target
 positions this call, A energy width, D model, W positions inspected at once.
@@ -211,7 +211,8 @@ class MonotonicAttention(nn.Module):
     def weights(self, x: Tensor, memory: Tensor, mask: Tensor) -> MonotonicWeights:
         """The hard and the expected alignment.  x [B, T, D], memory [B, S, D], mask [B, S]"""
         energy = self.energy(self.query(x), self.key(memory)).float()  # [B, T, S]
-        return MonotonicWeights(hard_alignment(energy, mask.sum(1)), expected_alignments(energy, mask))
+        return MonotonicWeights(hard_alignment(energy, mask.sum(1)), expected_alignments(energy, mask),
+                                torch.sigmoid(energy) * mask.unsqueeze(1))
 
     # ------------------------------------------------------------------ training
 
