@@ -157,3 +157,9 @@ def test_a_latency_weight_built_in_python_is_checked_too(key: str, value: float)
     with pytest.raises(ConfigError, match=rf"config key 'train.{key}': must be a finite number, 0 or more"):
         cfg.TrainConfig(**{key: value})
     assert getattr(cfg.TrainConfig(**{key: 0.25}), key) == 0.25
+
+
+@pytest.mark.parametrize("value", ["0", "-0.5", "nan", "inf"])
+def test_a_monotonic_temperature_that_is_not_positive_names_its_key(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"config key 'model.monotonic_temperature': "):
+        cfg.resolve_config("copy", overrides=[f"model.monotonic_temperature={value}"])

@@ -97,7 +97,8 @@ def _location(c: ModelConfig) -> LocationScore:
 
 def _multihead_monotonic(c: ModelConfig, *, lookback: bool) -> MultiheadMonotonicAttention:
     return MultiheadMonotonicAttention(c.d_model, c.heads, lookback=lookback, noise=c.monotonic_noise,
-                                       r_init=c.monotonic_r_init, dropout=c.attention_dropout)
+                                       r_init=c.monotonic_r_init, temperature=c.monotonic_temperature,
+                                       dropout=c.attention_dropout)
 
 
 # The score functions that attend in a multi-head module (seqtrans.attention.content) at
@@ -122,9 +123,10 @@ CROSS_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
     "memory": lambda c: MemoryAttention(c.d_model, slots=c.memory_slots, encoder_score=c.memory_encoder_score,
                                         decoder_score=c.memory_decoder_score, positions=c.memory_positions),
     "monotonic": lambda c: MonotonicAttention(c.d_model, dim=c.monotonic_dim, noise=c.monotonic_noise,
-                                              r_init=c.monotonic_r_init),
+                                              r_init=c.monotonic_r_init, temperature=c.monotonic_temperature),
     "milk": lambda c: LookbackAttention(c.d_model, c.heads, dim=c.monotonic_dim, noise=c.monotonic_noise,
-                                        r_init=c.monotonic_r_init, dropout=c.attention_dropout),
+                                        r_init=c.monotonic_r_init, temperature=c.monotonic_temperature,
+                                        dropout=c.attention_dropout),
     "mma_hard": lambda c: _multihead_monotonic(c, lookback=False),
     "mma_il": lambda c: _multihead_monotonic(c, lookback=True),
 }

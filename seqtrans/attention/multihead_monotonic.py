@@ -5,7 +5,7 @@ Every head of every decoder layer is its own monotonic head (Raffel et al. 2017)
 output step i, head h moves right from the position t_{i-1,h} it stopped at, and stops
 at the first position j it selects, with probability
 
-    p_ijh = sigmoid(q_ih . k_jh / sqrt(d) + r)      (plus N(0, noise^2) while training)
+    p_ijh = sigmoid((q_ih . k_jh / sqrt(d) + r) / temperature)   (plus N(0, noise^2) while training)
 
 - **MMA-H** (``mma_hard``): head h attends to the value at t_ih alone.
 - **MMA-IL** (``mma_il``, infinite lookback): head h attends softly (its own scaled
@@ -129,11 +129,12 @@ class MultiheadMonotonicAttention(nn.Module):
     each head's expected delays), hard decisions in ``eval()``. ``lookback``: MMA-IL."""
 
     def __init__(self, d_model: int, heads: int, *, lookback: bool, noise: float = 1.0, r_init: float = -4.0,
-                 dropout: float = 0.0) -> None:
+                 temperature: float = 1.0, dropout: float = 0.0) -> None:
         super().__init__()
         self.heads = heads
         self.lookback = lookback
         self.noise = noise
+        self.temperature = temperature
         self.dropout = dropout
         # Analysis only: decode with the expected alignment (no noise) instead of hard decisions.
         self.soft_decisions = False
@@ -198,8 +199,10 @@ class MultiheadMonotonicAttention(nn.Module):
         return merge_heads(per_row(out, n))
 
     def energy(self, x: Tensor, keys: Tensor) -> Tensor:
-        """e = q . k / sqrt(d) + r per head, without noise.  x [N, T, D], keys [B, H, S, d] -> [N, H, T, S]"""
-        return self._scores(split_heads(self.q_mono(x), self.heads), keys) + self.r
+        """e = (q . k / sqrt(d) + r) / temperature per head, without noise.
+        x [N, T, D], keys [B, H, S, d] -> [N, H, T, S]"""
+        out = self._scores(split_heads(self.q_mono(x), self.heads), keys) + self.r
+        return out if self.temperature == 1.0 else out / self.temperature
 
     def _soft_scores(self, x: Tensor, keys: Tensor) -> Tensor:
         assert self.q_soft is not None

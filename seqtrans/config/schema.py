@@ -137,6 +137,13 @@ class ModelConfig:
         "so that selection probabilities start low and the expected alignment is not stuck at the "
         "first position."
     )
+    monotonic_temperature: float = option(
+        1.0, "monotonic, milk, mma_hard, mma_il: the energy (its bias r included) is divided by this "
+        "before the noise and the sigmoid. Below 1 it sharpens the selection probabilities towards 0 "
+        "or 1, so that the expected alignment of training is closer to the hard decisions of decoding, "
+        "which it does not change (SeamlessStreaming's monotonic decoder uses 0.2 with r = -0.5); 1 is "
+        "the paper's energy. Positive."
+    )
 
     def __post_init__(self) -> None:
         for key in ("encoder_layers", "decoder_layers", "d_model", "d_ff", "heads", "max_positions",
@@ -174,6 +181,9 @@ class ModelConfig:
             raise ConfigError(
                 "model.heads", f"d_model {self.d_model} is not divisible by {self.heads} heads"
             )
+        if not (math.isfinite(self.monotonic_temperature) and self.monotonic_temperature > 0):
+            raise ConfigError("model.monotonic_temperature",
+                              f"must be positive, got {self.monotonic_temperature}")
         for key in ("dropout", "attention_dropout", "activation_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise ConfigError(f"model.{key}", f"must be in [0, 1), got {getattr(self, key)}")
