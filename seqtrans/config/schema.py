@@ -118,8 +118,10 @@ class ModelConfig:
     memory_encoder_score: Literal["softmax", "sigmoid"] = option(
         "softmax", "memory: alpha = score(W_alpha s) over source positions: softmax, or sigmoid."
     )
-    memory_decoder_score: Literal["softmax", "sigmoid"] = option(
-        "softmax", "memory: beta = score(W_beta h) over the K contexts: softmax, or sigmoid."
+    memory_decoder_score: Literal["softmax", "sigmoid", "content"] = option(
+        "softmax", "memory: beta = score(W_beta h) over the K contexts: softmax, or sigmoid; 'content' "
+        "(not in the paper) scores each context by what it holds, beta = softmax_k((W_q h) . (W_k C_k) "
+        "/ sqrt(d_model)), as Luna's unpack attention reads its packed memory; still O(K d_model) a step."
     )
     memory_positions: bool = option(
         False, "memory: multiply the encoder scores by the position encodings "
