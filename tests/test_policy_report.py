@@ -79,3 +79,23 @@ def test_a_temperature_below_1_sharpens_the_probabilities_and_keeps_the_decision
     for warm, cold in zip(*reports):
         assert cold.undecided < warm.undecided
         assert cold.gap < warm.gap and cold.agreement > warm.agreement
+
+
+@pytest.mark.parametrize("name", ["monotonic", "milk", "mma_hard", "mma_il"])
+def test_the_noise_is_applied_in_every_layer_while_training_only(name: str) -> None:
+    """Training with noise in one layer alone changes the loss, whichever layer it is."""
+    src = torch.tensor([[4, 5, 6, 7, EOS]])
+    tgt = torch.tensor([[BOS, 4, 5, 6]])
+    model = tiny_model(seed=3, cross_attention=name, causal_encoder=True, monotonic_r_init=0.0)
+    attns = [layer.cross_attn for layer in model.decoder_layers]
+    for noisy in range(len(attns)):
+        for i, attn in enumerate(attns):
+            attn.noise = 1.0 if i == noisy else 0.0  # type: ignore[union-attr]
+        model.train()
+        assert not torch.equal(model(src, tgt), model(src, tgt))
+        model.eval()
+        assert torch.equal(model(src, tgt), model(src, tgt))
+    for attn in attns:
+        attn.noise = 0.0  # type: ignore[union-attr]
+    model.train()
+    assert torch.equal(model(src, tgt), model(src, tgt))  # dropout is 0: only the noise varies

@@ -143,6 +143,8 @@ class MonotonicState:
     ``position`` (hard attention) is the last position each hypothesis attended, or its
     source length once it attends to nothing; ``alpha`` (expected attention) is the
     previous step's alignment. Both start at the first position with the first step.
+    Every change is a reassignment of a field, never a write into a tensor a field holds,
+    so a caller may undo a decoding step by restoring a shallow copy of the fields.
     """
 
     keys: Tensor = field(metadata=SENTENCE)  # [B, S, A]: V h_j + b
