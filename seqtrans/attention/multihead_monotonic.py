@@ -204,9 +204,10 @@ class MultiheadMonotonicAttention(nn.Module):
         out = self._scores(split_heads(self.q_mono(x), self.heads), keys) + self.r
         return out if self.temperature == 1.0 else out / self.temperature
 
-    def _soft_scores(self, x: Tensor, keys: Tensor) -> Tensor:
-        assert self.q_soft is not None
-        return self._scores(split_heads(self.q_soft(x), self.heads), keys)  # [N, H, T, S]
+    def _soft_scores(self, x: Tensor, keys: Tensor | None) -> Tensor:
+        """MMA-IL's scores of each head.  x [N, T, D], keys [B, H, S, d] -> [N, H, T, S]"""
+        assert self.q_soft is not None and keys is not None  # made with lookback
+        return self._scores(split_heads(self.q_soft(x), self.heads), keys)
 
     def take_delays(self) -> Tensor | None:
         """Each head's expected delays [N, H, T] of the last training forward pass (then forgotten)."""
@@ -259,7 +260,7 @@ class MultiheadMonotonicAttention(nn.Module):
         weights = alpha
         if self.lookback:
             h = self.heads
-            scores = self._soft_scores(x, state.k_soft)  # type: ignore[arg-type]
+            scores = self._soft_scores(x, state.k_soft)  # [N, H, T, S]
             flat = lookback_weights(alpha.reshape(n * h, t, s), scores.reshape(n * h, 1, t, s),
                                     mask.repeat_interleave(h, dim=0))  # [N*H, 1, T, S]
             weights = flat.view(n, h, t, s)
@@ -278,12 +279,12 @@ class MultiheadMonotonicAttention(nn.Module):
             step = x[:, i : i + 1]  # [N, 1, D]
             chosen = self._select(step, state)  # [N, H]; may read more source
             state.position = chosen
-            b, s = state.mask.shape
+            s = state.mask.size(1)  # positions read so far
             source = torch.arange(s, device=x.device)  # [S]
             if self.lookback:
                 # up to the position stopped at, within the source (the end: all of it)
                 allowed = source.view(1, 1, 1, s) <= chosen.unsqueeze(-1).unsqueeze(-1)  # [N, H, 1, S]
-                scores = self._soft_scores(step, state.k_soft)  # type: ignore[arg-type]
+                scores = self._soft_scores(step, state.k_soft)  # [N, H, 1, S]
                 weights = masked_softmax(scores, allowed)  # [N, H, 1, S]
             else:
                 weights = (source.view(1, 1, 1, s) == chosen.unsqueeze(-1).unsqueeze(-1)).float()
