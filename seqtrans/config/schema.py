@@ -220,8 +220,8 @@ class TrainConfig:
         0.0, "lambda of the latency loss of a learned read policy (model.cross_attention=milk, "
         "Arivazhagan et al. 2019; mma_hard and mma_il, Ma et al. 2020's lambda_avg): lambda times each "
         "sentence's differentiable average lagging under the expected alignments, in source positions "
-        "(per layer the largest over its monotonic heads), averaged over the decoder layers, is added "
-        "to the loss. Finite, 0 or more."
+        "(per layer, its monotonic heads' delays combined by a softmax-weighted average), averaged over "
+        "the decoder layers, is added to the loss. Finite, 0 or more."
     )
     latency_weight_var: float = option(
         0.0, "lambda_var of monotonic multihead attention (model.cross_attention=mma_hard or mma_il; Ma "

@@ -140,9 +140,11 @@ def latency_losses(delays: list[Tensor], target_mask: Tensor,
     """The two latency losses of monotonic multihead attention (Ma et al. 2020), per sentence,
     from each decoder layer's expected delays, one row per monotonic head:
 
-    - average: the differentiable average lagging (:func:`expected_lagging`) of each head's
-      delays, the largest over a layer's heads (the step waits for its slowest head), then
-      averaged over the layers; with one head per layer (MILk), MILk's latency loss;
+    - average: per layer, the heads' delays of each step combined by a softmax-weighted
+      average (a soft maximum: the step waits for its slowest head, and every head gets a
+      gradient; fairseq's default ``--average-method weighted_average``), their
+      differentiable average lagging (:func:`expected_lagging`), averaged over the layers;
+      with one head per layer (MILk), MILk's latency loss;
     - variance: the variance over every head of every layer of the delays of each target
       position (population variance: 0 for a single head), averaged over the real positions.
 
@@ -153,10 +155,8 @@ def latency_losses(delays: list[Tensor], target_mask: Tensor,
     keep = target_mask.to(heads[0].dtype)  # [B, T]
     average = []
     for d in heads:
-        h = d.size(1)
-        lagging = expected_lagging(d.reshape(b * h, t), target_mask.repeat_interleave(h, dim=0),
-                                   source_lengths.repeat_interleave(h, dim=0))  # [B*H]
-        average.append(lagging.view(b, h).max(dim=1).values)
+        slowest = (d.softmax(dim=1) * d).sum(dim=1)  # [B, T]
+        average.append(expected_lagging(slowest, target_mask, source_lengths))
     every = torch.cat(heads, dim=1)  # [B, L*H, T]
     variance = every.var(dim=1, unbiased=False)  # [B, T]
     return (torch.stack(average).mean(0),

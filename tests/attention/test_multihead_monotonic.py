@@ -256,10 +256,13 @@ def test_the_latency_losses_against_hand_computed_values() -> None:
     layer2 = torch.tensor([[2.0, 4.0]])  # [B, T]: one head
     mask = torch.tensor([[True, True]])
     average, variance = latency_losses([layer1, layer2], mask, torch.tensor([4]))
-    # DAL with 1/gamma = 2: head (1, 2): g' = (1, 3) -> ((1 - 0) + (3 - 2)) / 2 = 1
-    #                       head (3, 3): g' = (3, 5) -> (3 + 3) / 2 = 3; layer 1: max = 3
-    #                       head (2, 4): g' = (2, 4) -> (2 + 2) / 2 = 2; mean over layers 2.5
-    assert average.tolist() == pytest.approx([2.5])
+    # layer 1's steps, heads weighted by softmax: (1 e + 3 e^3) / (e + e^3), (2 e^2 + 3 e^3) / (e^2 + e^3)
+    e = math.e
+    d1, d2 = (e + 3 * e**3) / (e + e**3), (2 * e**2 + 3 * e**3) / (e**2 + e**3)
+    # DAL with 1/gamma = 2: g' = (d1, max(d2, d1 + 2)) -> (d1 + (d1 + 2 - 2)) / 2 = d1
+    assert d2 < d1 + 2
+    # layer 2, one head (2, 4): g' = (2, 4) -> (2 + (4 - 2)) / 2 = 2; mean over the layers
+    assert average.tolist() == pytest.approx([(d1 + 2) / 2])
     # step 1: delays 1, 3, 2 -> variance 2/3; step 2: 2, 3, 4 -> 2/3
     assert variance.tolist() == pytest.approx([2 / 3])
     # padding: a second sentence whose second step is padding counts its first step only
