@@ -162,6 +162,7 @@ def policy_gap(name: str, args: argparse.Namespace) -> dict[str, Any]:
     (no noise), which no stream can follow: the BLEU between them is what the hard policy
     loses."""
     from seqtrans.attention.monotonic import MonotonicAttention
+    from seqtrans.attention.multihead_monotonic import MultiheadMonotonicAttention
 
     torch.set_num_threads(args.threads)
     row: dict[str, Any] = {"model": name}
@@ -170,7 +171,7 @@ def policy_gap(name: str, args: argparse.Namespace) -> dict[str, Any]:
         loaded = loading.load(Path(args.work) / name, overrides=["decode.beam=1"], device="cpu")
         split = evaluation.read_split(loaded.task, "test")
         for module in loaded.model.modules():
-            if isinstance(module, MonotonicAttention):
+            if isinstance(module, (MonotonicAttention, MultiheadMonotonicAttention)):
                 module.soft_decisions = mode == "expected"
         _, metrics = evaluation.score_examples(loaded.model, loaded.task, loaded.codec, split,
                                                loaded.config.decode, device=loaded.device)
@@ -184,42 +185,20 @@ def policy_gap(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def undecided(loaded: loading.Loaded, split: evaluation.Split) -> list[float]:
-    """For each decoder layer, the share of the monotonic head's selection probabilities
-    sigmoid(energy) within [0.1, 0.9] over the test set's (target, source) position pairs,
-    teacher-forced with the references: how far from hard decisions its training left them."""
-    from seqtrans.attention.monotonic import MonotonicAttention
+    """For each decoder layer, the share of the monotonic heads' selection probabilities
+    within [0.1, 0.9] over the split's (target, source) position pairs, teacher-forced with
+    the references: how far from hard decisions its training left them
+    (:func:`seqtrans.inference.policy.policy_report`)."""
     from seqtrans.data import pad_batch
     from seqtrans.encoding import target_ids
-    from seqtrans.vocab import BOS, PAD
+    from seqtrans.inference.policy import policy_report
+    from seqtrans.vocab import BOS
 
-    heads = [m for m in loaded.model.modules() if isinstance(m, MonotonicAttention)]
-    counts = [[0, 0] for _ in heads]  # [within, all] per layer
-    probabilities: dict[int, torch.Tensor] = {}
-
-    def keep(layer: int, head: MonotonicAttention) -> Callable[..., torch.Tensor]:
-        def energy(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-            out = MonotonicAttention.energy(head, query, keys)
-            probabilities[layer] = torch.sigmoid(out.float())
-            return out
-        return energy
-
-    for layer, head in enumerate(heads):
-        head.energy = keep(layer, head)  # type: ignore[method-assign]
     examples = split.examples
-    for start in range(0, len(examples), 100):
-        chunk = examples[start:start + 100]
-        src = pad_batch([source_ids(loaded.codec, e.source) for e in chunk])
-        tgt = pad_batch([target_ids(loaded.codec, e.target) for e in chunk], before=BOS)
-        pairs = tgt.ne(PAD).unsqueeze(2) & src.ne(PAD).unsqueeze(1)  # [B, T, S]
-        with torch.inference_mode():
-            loaded.model(src, tgt)
-        for layer, p in probabilities.items():
-            within = (p >= 0.1) & (p <= 0.9) & pairs
-            counts[layer][0] += int(within.sum())
-            counts[layer][1] += int(pairs.sum())
-    for head in heads:
-        del head.energy
-    return [round(within / max(total, 1), 3) for within, total in counts]
+    batches = ((pad_batch([source_ids(loaded.codec, e.source) for e in chunk]),
+                pad_batch([target_ids(loaded.codec, e.target) for e in chunk], before=BOS))
+               for chunk in (examples[i:i + 100] for i in range(0, len(examples), 100)))
+    return [round(layer.undecided, 3) for layer in policy_report(loaded.model, batches)]
 
 
 # ---------------------------------------------------------------------- memory attention

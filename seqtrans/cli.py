@@ -166,7 +166,8 @@ SUBCOMMANDS = (
                       "stdin, write each target token as soon as it is decided, and end each "
                       "output with a tab and the delays (the source tokens read when each target "
                       "token was written). Greedy; needs model.causal_encoder=true and a model that "
-                      "decides when to read: model.cross_attention=monotonic or milk, or wait-k "
+                      "decides when to read: model.cross_attention=monotonic, milk, mma_hard or "
+                      "mma_il, or wait-k "
                       "(model.wait_k, or decode.wait_k for any scaled_dot model; without a lag it "
                       "reads the whole input first)."),
              *(arg(flag, type=kind, metavar=key.upper(), help=f"decode.{key}: {_decode_help(key)}")

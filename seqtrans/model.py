@@ -424,8 +424,9 @@ class Transformer(nn.Module):
         return int(torch.randint(1, int(mask.sum(1).max()) + 1, ()))
 
     def expected_delays(self) -> list[Tensor]:
-        """The expected delays [B, T] of each decoder layer whose encoder-decoder attention
-        has a read policy (MILk), from the last training forward pass; taken once."""
+        """The expected delays of each decoder layer whose encoder-decoder attention has a
+        read policy, from the last training forward pass; taken once: [B, T] for one
+        monotonic head per layer (MILk), [B, H, T] for one per head (MMA)."""
         delays = []
         for layer in self.decoder_layers:
             if isinstance(layer.cross_attn, LatencyReporting):

@@ -140,3 +140,26 @@ def test_a_mistyped_key_in_a_toml_file_names_the_key_and_the_nearest_one(tmp_pat
     path.write_text("[data]\ntrain_sizes = 4\n")
     with pytest.raises(ConfigError, match=r"'data.train_sizes': unknown key; did you mean 'train_size'"):
         cfg.resolve_config("copy", config_file=path)
+
+
+@pytest.mark.parametrize("key", ["latency_weight", "latency_weight_var"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-0.5", "1e400"])
+def test_a_latency_weight_that_is_not_finite_or_is_negative_names_its_key(key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=rf"config key 'train.{key}': "):
+        cfg.resolve_config("copy", overrides=[f"train.{key}={value}"])
+
+
+@pytest.mark.parametrize("key", ["latency_weight", "latency_weight_var"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0])
+def test_a_latency_weight_built_in_python_is_checked_too(key: str, value: float) -> None:
+    """The schema's own check: a TrainConfig made without the parser (which refuses
+    non-finite numbers first) still refuses them, naming the key."""
+    with pytest.raises(ConfigError, match=rf"config key 'train.{key}': must be a finite number, 0 or more"):
+        cfg.TrainConfig(**{key: value})
+    assert getattr(cfg.TrainConfig(**{key: 0.25}), key) == 0.25
+
+
+@pytest.mark.parametrize("value", ["0", "-0.5", "nan", "inf"])
+def test_a_monotonic_temperature_that_is_not_positive_names_its_key(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"config key 'model.monotonic_temperature': "):
+        cfg.resolve_config("copy", overrides=[f"model.monotonic_temperature={value}"])

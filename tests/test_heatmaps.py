@@ -83,7 +83,8 @@ def test_without_matplotlib_the_error_names_the_extra(run_dir: Path, monkeypatch
 
 
 @pytest.mark.parametrize("options", [{"cross_attention": "memory", "memory_slots": 3},
-                                     {"cross_attention": "monotonic", "monotonic_r_init": 0.3}])
+                                     {"cross_attention": "monotonic", "monotonic_r_init": 0.3},
+                                     {"cross_attention": "mma_il", "monotonic_r_init": 0.3}])
 def test_memory_and_monotonic_attention_are_drawn(options: dict[str, Any], tmp_path: Path) -> None:
     model = tiny_model(**options)
     src, tgt = src_batch()[:1], torch.tensor([[BOS, 5, 6, 7]])

@@ -25,6 +25,7 @@ from seqtrans.attention.luong import DotScore, GeneralScore, LocationScore
 from seqtrans.attention.maps import AttentionMaps, Recorder
 from seqtrans.attention.memory import MemoryAttention
 from seqtrans.attention.monotonic import MonotonicAttention, SourceStream
+from seqtrans.attention.multihead_monotonic import MultiheadMonotonicAttention
 from seqtrans.attention.restricted import RestrictedSelfAttention
 from seqtrans.attention.scaled_dot import CrossAttention, CrossState, KVCache, SelfAttention, waiting
 from seqtrans.config import ModelConfig
@@ -75,7 +76,8 @@ class StartsFromScaledDot(Protocol):
 
 @runtime_checkable
 class LatencyReporting(Protocol):
-    """Encoder-decoder attention whose training pass has expected delays for a latency loss."""
+    """Encoder-decoder attention whose training pass has expected delays for a latency loss:
+    [N, T] for one monotonic head per layer (MILk), [N, H, T] for one per head (MMA)."""
 
     def take_delays(self) -> Tensor | None: ...
 
@@ -104,6 +106,12 @@ def _location(c: ModelConfig) -> LocationScore:
     return LocationScore(c.d_model, c.heads, max_length=c.location_max_length)
 
 
+def _multihead_monotonic(c: ModelConfig, *, lookback: bool) -> MultiheadMonotonicAttention:
+    return MultiheadMonotonicAttention(c.d_model, c.heads, lookback=lookback, noise=c.monotonic_noise,
+                                       r_init=c.monotonic_r_init, temperature=c.monotonic_temperature,
+                                       dropout=c.attention_dropout)
+
+
 # The score functions that attend in a multi-head module (seqtrans.attention.content) at
 # either site, by their config name.
 SCORES: dict[str, Callable[[ModelConfig], Any]] = {
@@ -126,9 +134,12 @@ CROSS_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
     "memory": lambda c: MemoryAttention(c.d_model, slots=c.memory_slots, encoder_score=c.memory_encoder_score,
                                         decoder_score=c.memory_decoder_score, positions=c.memory_positions),
     "monotonic": lambda c: MonotonicAttention(c.d_model, dim=c.monotonic_dim, noise=c.monotonic_noise,
-                                              r_init=c.monotonic_r_init),
+                                              r_init=c.monotonic_r_init, temperature=c.monotonic_temperature),
     "milk": lambda c: LookbackAttention(c.d_model, c.heads, dim=c.monotonic_dim, noise=c.monotonic_noise,
-                                        r_init=c.monotonic_r_init, dropout=c.attention_dropout),
+                                        r_init=c.monotonic_r_init, temperature=c.monotonic_temperature,
+                                        dropout=c.attention_dropout),
+    "mma_hard": lambda c: _multihead_monotonic(c, lookback=False),
+    "mma_il": lambda c: _multihead_monotonic(c, lookback=True),
 }
 
 

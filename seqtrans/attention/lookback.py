@@ -96,8 +96,8 @@ class LookbackAttention(MonotonicAttention):
     (recording the expected delays for the latency loss), hard decisions in ``eval()``."""
 
     def __init__(self, d_model: int, heads: int, *, dim: int = 0, noise: float = 1.0, r_init: float = -4.0,
-                 dropout: float = 0.0) -> None:
-        super().__init__(d_model, dim=dim, noise=noise, r_init=r_init)
+                 temperature: float = 1.0, dropout: float = 0.0) -> None:
+        super().__init__(d_model, dim=dim, noise=noise, r_init=r_init, temperature=temperature)
         self.heads = heads
         self.dropout = dropout
         self.soft_q = nn.Linear(d_model, d_model)

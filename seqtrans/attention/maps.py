@@ -8,7 +8,8 @@ forward calls collects them, layer by layer.
 - self-attention: ``weights(x [B, T, D], *, mask=[B, T] | None, causal=bool) -> [B, H, T, T]``
 - encoder-decoder: ``weights(x [B, T, D], memory [B, S, D], mask [B, S]) -> CrossWeights``:
   ``[B, H, T, S]`` for mechanisms that attend over source positions, :class:`MemoryWeights`
-  for memory attention, :class:`MonotonicWeights` for monotonic attention.
+  for memory attention, :class:`MonotonicWeights` for monotonic attention (one monotonic head
+  per layer) and :class:`HeadMonotonicWeights` for monotonic multihead attention.
 
 Weights are those of the model's mode (call ``eval()`` for test time) without dropout.
 
@@ -45,9 +46,22 @@ class MonotonicWeights:
 
     positions: Tensor  # [B, T] (long): the source position each step attends; the source length if none
     expected: Tensor  # [B, T, S]: alpha_ij, eq. 9-14
+    probabilities: Tensor | None = None  # [B, T, S]: p_ij = sigmoid(e_ij), zero at padding
 
 
-CrossWeights = Tensor | MemoryWeights | MonotonicWeights
+@dataclass(frozen=True)
+class HeadMonotonicWeights:
+    """Monotonic multihead attention (Ma et al. 2020): per head, where it stops at test time,
+    its expected alignment and selection probabilities, and the attention it pays (the
+    expected alignment for MMA-H, the expected soft attention for MMA-IL)."""
+
+    positions: Tensor  # [B, H, T] (long): where each head stops; the last position if it selects none
+    expected: Tensor  # [B, H, T, S]: alpha_ijh with mass preservation
+    probabilities: Tensor  # [B, H, T, S]: p_ijh, zero at padding
+    attention: Tensor  # [B, H, T, S]
+
+
+CrossWeights = Tensor | MemoryWeights | MonotonicWeights | HeadMonotonicWeights
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,14 @@ and each decoder step mixes them with weights from the decoder state alone:
     beta  = score(W_beta h)             [K], normalised over the K contexts
     c     = sum_k beta_k C_k            [D]
 
-``score`` is a softmax or an element-wise sigmoid, chosen on each side. The optional
+``score`` is a softmax or an element-wise sigmoid, chosen on each side. In the paper
+beta depends on the decoder state alone, not on what the contexts hold; ``content``
+(not in the paper) scores each context by its content instead, as Luna's "unpack"
+attention reads its packed memory (Ma et al. 2021):
+
+    beta  = softmax_k((W_q h) . (W_k C_k) / sqrt(D))
+
+still O(K*D) per step, the keys W_k C_k made once per source. The optional
 position encodings L_ks = (1 - k/K)(1 - s/S) + (k/K)(s/S) (s, k counted from 1, S the
 source's own length) multiply the encoder scores before the score function; padded
 positions are masked out, so a softmax renormalises over the real ones.
@@ -60,6 +67,7 @@ class MemoryState:
     """
 
     contexts: Tensor = field(metadata=SENTENCE)  # [B, M, D]: W_o C_k (no bias)
+    keys: Tensor | None = field(default=None, metadata=SENTENCE)  # [B, M, D]: W_k C_k (content scores)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         reorder_fields(self, rows, sentences)
@@ -72,19 +80,27 @@ class MemoryAttention(nn.Module):
     def __init__(self, d_model: int, *, slots: int, encoder_score: str = "softmax",
                  decoder_score: str = "softmax", positions: bool = False) -> None:
         super().__init__()
-        for score in (encoder_score, decoder_score):
-            if score not in ("softmax", "sigmoid"):
-                raise ValueError(f"score must be 'softmax' or 'sigmoid', got {score!r}")
+        if encoder_score not in ("softmax", "sigmoid"):
+            raise ValueError(f"encoder score must be 'softmax' or 'sigmoid', got {encoder_score!r}")
+        if decoder_score not in ("softmax", "sigmoid", "content"):
+            raise ValueError(f"decoder score must be 'softmax', 'sigmoid' or 'content', "
+                             f"got {decoder_score!r}")
         self.slots = slots
         self.encoder_score = encoder_score
         self.decoder_score = decoder_score
         self.positions = positions
         self.w_alpha = nn.Linear(d_model, slots, bias=False)
         self.w_beta = nn.Linear(d_model, slots, bias=False)
+        content = decoder_score == "content"
+        self.w_q = nn.Linear(d_model, d_model, bias=False) if content else None
+        self.w_k = nn.Linear(d_model, d_model, bias=False) if content else None
         self.out = nn.Linear(d_model, d_model)
         bound = 1 / math.sqrt(d_model)
         for lin in (self.w_alpha, self.w_beta):
             nn.init.uniform_(lin.weight, -bound, bound)
+        for projection in (self.w_q, self.w_k):
+            if projection is not None:
+                nn.init.xavier_uniform_(projection.weight)
         nn.init.xavier_uniform_(self.out.weight)
         nn.init.zeros_(self.out.bias)
 
@@ -101,19 +117,27 @@ class MemoryAttention(nn.Module):
     def prepare(self, memory: Tensor, mask: Tensor) -> MemoryState:
         alpha = self.encoder_weights(memory, mask)  # [B, S, M]
         contexts = alpha.transpose(1, 2) @ memory  # [B, M, D]: C_k = sum_t alpha_tk s_t
-        return MemoryState(contexts @ self.out.weight.t())  # [B, M, D]: W_o C_k
+        keys = self.w_k(contexts) if self.w_k is not None else None  # [B, M, D]: W_k C_k
+        return MemoryState(contexts @ self.out.weight.t(), keys)  # [B, M, D]: W_o C_k
 
-    def decoder_weights(self, x: Tensor) -> Tensor:
-        """beta.  x [N, T, D] -> [N, T, M]"""
+    def decoder_weights(self, x: Tensor, keys: Tensor | None = None) -> Tensor:
+        """beta; ``keys`` [B, M, D] (W_k C_k) for content scores.  x [N, T, D] -> [N, T, M]"""
+        if self.decoder_score == "content":
+            assert self.w_q is not None and keys is not None
+            query = fold(self.w_q(x), keys.size(0))  # [B, K*T, D]
+            scores = query @ keys.transpose(1, 2) * keys.size(-1) ** -0.5  # [B, K*T, M]
+            return unfold(scores.softmax(-1), x.size(0))  # [N, T, M]
         scores = self.w_beta(x)
         return scores.softmax(-1) if self.decoder_score == "softmax" else torch.sigmoid(scores)
 
     def forward(self, x: Tensor, state: MemoryState) -> Tensor:
         b = state.contexts.size(0)
-        beta = fold(self.decoder_weights(x), b)  # [B, K*T, M]
+        beta = fold(self.decoder_weights(x, state.keys), b)  # [B, K*T, M]
         out = beta @ state.contexts + self.out.bias  # [B, K*T, D]
         return unfold(out, x.size(0))  # [N, T, D]
 
     def weights(self, x: Tensor, memory: Tensor, mask: Tensor) -> MemoryWeights:
         """beta over the contexts and alpha over the source.  x [B, T, D], memory [B, S, D], mask [B, S]"""
-        return MemoryWeights(self.decoder_weights(x), self.encoder_weights(memory, mask).transpose(1, 2))
+        alpha = self.encoder_weights(memory, mask)  # [B, S, M]
+        keys = self.w_k(alpha.transpose(1, 2) @ memory) if self.w_k is not None else None  # [B, M, D]
+        return MemoryWeights(self.decoder_weights(x, keys), alpha.transpose(1, 2))

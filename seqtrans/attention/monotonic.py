@@ -24,7 +24,12 @@ them to) break within a few positions. Working in log space throughout, with
 log p = logsigmoid(e) and log(1 - p) = logsigmoid(-e), needs no such clamp; the one
 clamp left floors alpha_i-1 at 1e-30 before its logarithm, which keeps gradients finite
 and adds at most S * 1e-30 of mass. Zero-mean Gaussian noise of standard deviation
-``noise`` is added to e before the sigmoid while training only.
+``noise`` is added to e before the sigmoid while training only: it is what drives the
+probabilities towards 0 or 1 (the model learns energies the noise cannot flip), so that
+the expected alignment of training becomes the hard alignment of decoding. A
+``temperature`` below 1 (not in the paper; SeamlessStreaming's monotonic decoder uses
+0.2) divides e, sharpening the probabilities without changing any hard decision.
+:mod:`seqtrans.inference.policy` measures how far the two still differ.
 
 At test time (``eval()``) attention is hard: from t_{i-1}, move right until p_ij >= 0.5
 (e_ij >= 0), attend there, or attend to nothing if no position qualifies. Energies are
@@ -32,9 +37,9 @@ computed only for the positions inspected, a few at a time, so decoding does O(|
 energy evaluations in all and never looks past the position it attends: this is what lets
 ``seqtrans.decoding.streaming`` decode while the source is still arriving.
 
-Single-head, as in the paper: one monotonic head per decoder layer has a well-defined
-read/write decision; several heads per layer need a rule for combining their positions
-(Ma et al. 2019, later work), which this module does not add.
+Single-head, as in the paper: one monotonic head per decoder layer. Monotonic multihead
+attention (every head monotonic, a step written once every head has stopped) is
+:mod:`seqtrans.attention.multihead_monotonic`.
 
 Shapes: B sentences, K hypotheses per sentence, N = B*K rows, S source, T target
 positions this call, A energy width, D model, W positions inspected at once.
@@ -138,6 +143,8 @@ class MonotonicState:
     ``position`` (hard attention) is the last position each hypothesis attended, or its
     source length once it attends to nothing; ``alpha`` (expected attention) is the
     previous step's alignment. Both start at the first position with the first step.
+    Every change is a reassignment of a field, never a write into a tensor a field holds,
+    so a caller may undo a decoding step by restoring a shallow copy of the fields.
     """
 
     keys: Tensor = field(metadata=SENTENCE)  # [B, S, A]: V h_j + b
@@ -157,10 +164,12 @@ class MonotonicAttention(nn.Module):
     ``forward(x [N, T, D], state) -> [N, T, D]``: expected attention in training,
     hard attention in ``eval()``."""
 
-    def __init__(self, d_model: int, *, dim: int = 0, noise: float = 1.0, r_init: float = -4.0) -> None:
+    def __init__(self, d_model: int, *, dim: int = 0, noise: float = 1.0, r_init: float = -4.0,
+                 temperature: float = 1.0) -> None:
         super().__init__()
         dim = dim or d_model
         self.noise = noise
+        self.temperature = temperature
         # Analysis only: decode offline with the expected (training-time) alignment and
         # no noise instead of hard decisions, to tell the policy's loss from the model's.
         self.soft_decisions = False
@@ -178,10 +187,13 @@ class MonotonicAttention(nn.Module):
         nn.init.zeros_(self.out.bias)
 
     def energy(self, query: Tensor, keys: Tensor) -> Tensor:
-        """e = g v^T/||v|| tanh(W s + V h + b) + r.  query [..., Q, A], keys [..., S, A] -> [..., Q, S]"""
+        """e = (g v^T/||v|| tanh(W s + V h + b) + r) / temperature.
+        query [..., Q, A], keys [..., S, A] -> [..., Q, S]"""
         v = self.g * self.v / self.v.norm()
         hidden = torch.tanh(query.unsqueeze(-2) + keys.unsqueeze(-3))  # [..., Q, S, A]
-        return hidden @ v + self.r
+        out = hidden @ v + self.r
+        # a temperature below 1 sharpens the probabilities; the decisions (e >= 0) stay
+        return out if self.temperature == 1.0 else out / self.temperature
 
     def prepare(self, memory: Tensor, mask: Tensor) -> MonotonicState:
         return MonotonicState(self.key(memory), memory, mask, mask.sum(1))
@@ -211,7 +223,8 @@ class MonotonicAttention(nn.Module):
     def weights(self, x: Tensor, memory: Tensor, mask: Tensor) -> MonotonicWeights:
         """The hard and the expected alignment.  x [B, T, D], memory [B, S, D], mask [B, S]"""
         energy = self.energy(self.query(x), self.key(memory)).float()  # [B, T, S]
-        return MonotonicWeights(hard_alignment(energy, mask.sum(1)), expected_alignments(energy, mask))
+        return MonotonicWeights(hard_alignment(energy, mask.sum(1)), expected_alignments(energy, mask),
+                                torch.sigmoid(energy) * mask.unsqueeze(1))
 
     # ------------------------------------------------------------------ training
 

@@ -5,6 +5,7 @@ default and help text. Every default lives here once; the paper's two models are
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -18,10 +19,10 @@ def option(default: Any, help: str) -> Any:
 
 # Attention mechanisms (docs/attention.md); seqtrans.attention builds them by these names.
 Mechanism = Literal["scaled_dot", "dot", "general", "additive", "location", "restricted", "local",
-                    "memory", "monotonic", "milk"]
+                    "memory", "monotonic", "milk", "mma_hard", "mma_il"]
 SELF_MECHANISMS = ("scaled_dot", "dot", "general", "additive", "location", "restricted")
 CROSS_MECHANISMS = ("scaled_dot", "dot", "general", "additive", "location", "local", "memory", "monotonic",
-                    "milk")
+                    "milk", "mma_hard", "mma_il")
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,10 @@ class ModelConfig:
     )
     cross_attention: Mechanism = option(
         "scaled_dot", "Encoder-decoder attention: scaled_dot, dot, general, additive, location, local, "
-        "memory, monotonic or milk (monotonic infinite lookback)."
+        "memory, monotonic, milk (monotonic infinite lookback), mma_hard or mma_il (monotonic "
+        "multihead attention, Ma et al. 2020: every head a monotonic head, attending to the position "
+        "it stops at, or, infinite lookback, to everything up to it; a step is written once every "
+        "head has stopped)."
     )
     causal_encoder: bool = option(
         False, "Unidirectional encoder: each source position attends only to itself and earlier "
@@ -114,8 +118,10 @@ class ModelConfig:
     memory_encoder_score: Literal["softmax", "sigmoid"] = option(
         "softmax", "memory: alpha = score(W_alpha s) over source positions: softmax, or sigmoid."
     )
-    memory_decoder_score: Literal["softmax", "sigmoid"] = option(
-        "softmax", "memory: beta = score(W_beta h) over the K contexts: softmax, or sigmoid."
+    memory_decoder_score: Literal["softmax", "sigmoid", "content"] = option(
+        "softmax", "memory: beta = score(W_beta h) over the K contexts: softmax, or sigmoid; 'content' "
+        "(not in the paper) scores each context by what it holds, beta = softmax_k((W_q h) . (W_k C_k) "
+        "/ sqrt(d_model)), as Luna's unpack attention reads its packed memory; still O(K d_model) a step."
     )
     memory_positions: bool = option(
         False, "memory: multiply the encoder scores by the position encodings "
@@ -125,12 +131,20 @@ class ModelConfig:
         0, "monotonic: width of the energy's hidden layer tanh(W s + V h + b); 0 means d_model."
     )
     monotonic_noise: float = option(
-        1.0, "monotonic: standard deviation of the Gaussian noise added to the energies before the "
-        "sigmoid while training (Raffel et al.: 1); never at test time."
+        1.0, "monotonic, milk, mma_hard, mma_il: standard deviation of the Gaussian noise added to the "
+        "energies before the sigmoid while training (Raffel et al.: 1); never at test time."
     )
     monotonic_r_init: float = option(
-        -4.0, "monotonic: initial value of the energy's scalar bias r; negative so that selection "
-        "probabilities start low and the expected alignment is not stuck at the first position."
+        -4.0, "monotonic, milk, mma_hard, mma_il: initial value of the energy's scalar bias r; negative "
+        "so that selection probabilities start low and the expected alignment is not stuck at the "
+        "first position."
+    )
+    monotonic_temperature: float = option(
+        1.0, "monotonic, milk, mma_hard, mma_il: the energy (its bias r included) is divided by this "
+        "before the noise and the sigmoid. Below 1 it sharpens the selection probabilities towards 0 "
+        "or 1, so that the expected alignment of training is closer to the hard decisions of decoding, "
+        "which it does not change (SeamlessStreaming's monotonic decoder uses 0.2 with r = -0.5); 1 is "
+        "the paper's energy. Positive."
     )
 
     def __post_init__(self) -> None:
@@ -169,6 +183,9 @@ class ModelConfig:
             raise ConfigError(
                 "model.heads", f"d_model {self.d_model} is not divisible by {self.heads} heads"
             )
+        if not (math.isfinite(self.monotonic_temperature) and self.monotonic_temperature > 0):
+            raise ConfigError("model.monotonic_temperature",
+                              f"must be positive, got {self.monotonic_temperature}")
         for key in ("dropout", "attention_dropout", "activation_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise ConfigError(f"model.{key}", f"must be in [0, 1), got {getattr(self, key)}")
@@ -200,9 +217,17 @@ class TrainConfig:
     adam_eps: float = option(1e-9, "Adam epsilon.")
     label_smoothing: float = option(0.1, "epsilon_ls of label-smoothed cross-entropy.")
     latency_weight: float = option(
-        0.0, "lambda of the latency loss of model.cross_attention=milk (Arivazhagan et al. 2019): "
-        "lambda times each sentence's differentiable average lagging under the expected "
-        "alignments, in source positions, averaged over the decoder layers, is added to the loss."
+        0.0, "lambda of the latency loss of a learned read policy (model.cross_attention=milk, "
+        "Arivazhagan et al. 2019; mma_hard and mma_il, Ma et al. 2020's lambda_avg): lambda times each "
+        "sentence's differentiable average lagging under the expected alignments, in source positions "
+        "(per layer, its monotonic heads' delays combined by a softmax-weighted average), averaged over "
+        "the decoder layers, is added to the loss. Finite, 0 or more."
+    )
+    latency_weight_var: float = option(
+        0.0, "lambda_var of monotonic multihead attention (model.cross_attention=mma_hard or mma_il; Ma "
+        "et al. 2020): lambda_var times each sentence's variance of the expected delays over every "
+        "monotonic head of every decoder layer, averaged over its target positions, is added to the "
+        "loss, so that the heads agree on when to write. Finite, 0 or more."
     )
     subword_sampling: float = option(
         0.0, "Subword regularization (Kudo 2018): every epoch, re-encode the training sources with "
@@ -273,9 +298,13 @@ class TrainConfig:
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}", f"must be at least 1, got {getattr(self, key)}")
         for key in ("max_epochs", "max_minutes", "valid_beam", "valid_max_examples", "patience",
-                    "clip_norm", "lr_scale", "prepare_workers", "latency_weight"):
+                    "clip_norm", "lr_scale", "prepare_workers"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}", f"must not be negative, got {getattr(self, key)}")
+        for key in ("latency_weight", "latency_weight_var"):
+            weight = getattr(self, key)
+            if not math.isfinite(weight) or weight < 0:  # NaN compares false: test finiteness first
+                raise ConfigError(f"train.{key}", f"must be a finite number, 0 or more, got {weight}")
         if not 0.0 <= self.cooldown <= 1.0:
             raise ConfigError("train.cooldown", f"must be in [0, 1], got {self.cooldown}")
         if not 0.0 <= self.label_smoothing < 1.0:

@@ -17,18 +17,21 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from seqtrans.attention.maps import CrossWeights, MemoryWeights, MonotonicWeights
+from seqtrans.attention.maps import CrossWeights, HeadMonotonicWeights, MemoryWeights, MonotonicWeights
 from seqtrans.errors import UsageError
 
 
 def source_weights(weights: CrossWeights) -> Tensor:
     """One layer's encoder-decoder weights as a distribution over source positions per
     target step: heads averaged; memory attention through its contexts (beta alpha^T);
-    monotonic attention's expected alignment.  -> [B, T, S]"""
+    monotonic attention's expected alignment; monotonic multihead attention's expected
+    attention, heads averaged.  -> [B, T, S]"""
     if isinstance(weights, MemoryWeights):
         return weights.contexts @ weights.source  # [B, T, M] @ [B, M, S] -> [B, T, S]
     if isinstance(weights, MonotonicWeights):
         return weights.expected
+    if isinstance(weights, HeadMonotonicWeights):
+        return weights.attention.float().mean(dim=1)  # [B, H, T, S] -> [B, T, S]
     return weights.float().mean(dim=1)  # [B, H, T, S] -> [B, T, S]
 
 

@@ -11,6 +11,9 @@ its token:
   looks at source positions left to right and stops at the first it selects;
 - its infinite lookback (``milk``, Arivazhagan et al. 2019) stops where the monotonic
   head selects and attends softly over everything read;
+- monotonic multihead attention (``mma_hard``, ``mma_il``, Ma et al. 2020) reads until
+  every head of the layer has stopped, so a step writes once every head of every layer
+  has;
 - scaled-dot attention under wait-k (``model.wait_k``, ``decode.wait_k``; Ma et al.
   2019) reads k source tokens before the first write and one more before each next;
   without a lag it reads the whole source first.
@@ -60,8 +63,9 @@ from seqtrans.model import DecoderState, Transformer
 from seqtrans.vocab import BOS, EOS
 
 #: Encoder-decoder attention that decides when to read: hard monotonic and its lookback
-#: (MILk), and scaled-dot attention under wait-k (or reading the whole source first).
-STREAMING = ("monotonic", "milk", "scaled_dot")
+#: (MILk), monotonic multihead attention (hard and infinite lookback), and scaled-dot
+#: attention under wait-k (or reading the whole source first).
+STREAMING = ("monotonic", "milk", "mma_hard", "mma_il", "scaled_dot")
 
 
 @dataclass(frozen=True)

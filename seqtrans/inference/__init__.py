@@ -7,7 +7,9 @@
 - :mod:`~seqtrans.inference.scoring`: the log-probability of given pairs (``seqtrans score``);
 - :mod:`~seqtrans.inference.ensemble`: several models of one vocabulary searched as one;
 - :mod:`~seqtrans.inference.export`: a model in another engine's format (CTranslate2);
-- :mod:`~seqtrans.inference.heatmaps`: attention weights drawn as heatmaps.
+- :mod:`~seqtrans.inference.heatmaps`: attention weights drawn as heatmaps;
+- :mod:`~seqtrans.inference.policy`: how far a learned read policy's hard decisions differ
+  from the expected alignment it was trained with.
 
 Nothing here imports the training orchestrator (:mod:`seqtrans.pipeline`), which uses
 this package for its test decoding and validation. Importing the package imports none

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from seqtrans import atomic
-from seqtrans.attention.maps import AttentionMaps, MemoryWeights, MonotonicWeights
+from seqtrans.attention.maps import AttentionMaps, HeadMonotonicWeights, MemoryWeights, MonotonicWeights
 from seqtrans.data import source_ids, too_long
 from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.loading import Loaded
@@ -107,7 +107,9 @@ def draw(attended: Attended, out_dir: str | Path, *, layers: Sequence[int] | Non
         if chosen:
             fig = _grid(plt, [(i, stack[i][0]) for i in chosen], rows, cols, f"{name} self-attention")
             written.append(_save(plt, fig, out / f"{name}.png"))
-    cross = [(i, maps.cross[i]) for i in _layers(layers, len(maps.cross))]
+    # monotonic multihead attention: the attention each head pays, as other multi-head mechanisms
+    cross = [(i, w.attention if isinstance(w, HeadMonotonicWeights) else w)
+             for i, w in ((i, maps.cross[i]) for i in _layers(layers, len(maps.cross)))]
     if not cross:
         return written
     first = cross[0][1]
@@ -135,6 +137,9 @@ def _cpu(maps: AttentionMaps) -> AttentionMaps:
             return MemoryWeights(w.contexts.float().cpu(), w.source.float().cpu())
         if isinstance(w, MonotonicWeights):
             return MonotonicWeights(w.positions.cpu(), w.expected.float().cpu())
+        if isinstance(w, HeadMonotonicWeights):
+            return HeadMonotonicWeights(w.positions.cpu(), w.expected.float().cpu(),
+                                        w.probabilities.float().cpu(), w.attention.float().cpu())
         return w.float().cpu()
 
     return AttentionMaps([move(w) for w in maps.encoder], [move(w) for w in maps.decoder],

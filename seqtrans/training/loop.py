@@ -79,7 +79,8 @@ class Trainer:
         if self.precision == "fp16" and device.type != "cuda":
             raise TrainingError("train.precision=fp16 needs a CUDA device; use fp32 or bf16 on CPU")
         self.loss_module = LossModule(self.model, c.label_smoothing, self.precision,
-                                      latency_weight=c.latency_weight)
+                                      latency_weight=c.latency_weight,
+                                      latency_weight_var=c.latency_weight_var)
         self.net = ranks.data_parallel(self.loss_module, self.world, device)
         fused = device.type == "cuda"  # one kernel for all parameters instead of several per tensor
         self.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=c.adam_betas,

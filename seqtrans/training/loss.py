@@ -133,3 +133,31 @@ def expected_lagging(delays: Tensor, target_mask: Tensor, source_lengths: Tensor
         lagged = torch.maximum(delays[:, i], lagged + step)
         total = total + (lagged - i * step) * target_mask[:, i]
     return total / lengths
+
+
+def latency_losses(delays: list[Tensor], target_mask: Tensor,
+                   source_lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """The two latency losses of monotonic multihead attention (Ma et al. 2020), per sentence,
+    from each decoder layer's expected delays, one row per monotonic head:
+
+    - average: per layer, the heads' delays of each step combined by a softmax-weighted
+      average (a soft maximum: the step waits for its slowest head, and every head gets a
+      gradient; fairseq's default ``--average-method weighted_average``), their
+      differentiable average lagging (:func:`expected_lagging`), averaged over the layers;
+      with one head per layer (MILk), MILk's latency loss;
+    - variance: the variance over every head of every layer of the delays of each target
+      position (population variance: 0 for a single head), averaged over the real positions.
+
+    delays: per layer [B, T] (one head) or [B, H, T]; target_mask [B, T]; source_lengths
+    [B] -> (average [B], variance [B])"""
+    heads = [d.unsqueeze(1) if d.dim() == 2 else d for d in delays]  # [B, H, T] each
+    b, _, t = heads[0].shape
+    keep = target_mask.to(heads[0].dtype)  # [B, T]
+    average = []
+    for d in heads:
+        slowest = (d.softmax(dim=1) * d).sum(dim=1)  # [B, T]
+        average.append(expected_lagging(slowest, target_mask, source_lengths))
+    every = torch.cat(heads, dim=1)  # [B, L*H, T]
+    variance = every.var(dim=1, unbiased=False)  # [B, T]
+    return (torch.stack(average).mean(0),
+            (variance * keep).sum(1) / keep.sum(1).clamp(min=1))

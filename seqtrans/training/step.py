@@ -22,7 +22,7 @@ from seqtrans.distributed import World
 from seqtrans.errors import TrainingError
 from seqtrans.model import Transformer
 from seqtrans.precision import autocast
-from seqtrans.training.loss import expected_lagging, projected_label_smoothed_loss
+from seqtrans.training.loss import latency_losses, projected_label_smoothed_loss
 from seqtrans.training.progress import Progress
 from seqtrans.training.runlog import log
 from seqtrans.training.schedule import Schedule
@@ -49,26 +49,28 @@ class LossModule(torch.nn.Module):
     (so that its gradient hooks see every parameter the loss uses)."""
 
     def __init__(self, model: Transformer, smoothing: float, precision: str, *,
-                 latency_weight: float = 0.0) -> None:
+                 latency_weight: float = 0.0, latency_weight_var: float = 0.0) -> None:
         super().__init__()
         self.model = model
         self.smoothing = smoothing
         self.precision = precision
         self.latency_weight = latency_weight
+        self.latency_weight_var = latency_weight_var
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor,
                 tgt_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed label-smoothed loss and NLL of a batch; with a read policy and
-        ``train.latency_weight``, the loss includes the weighted latency of each sentence."""
+        ``train.latency_weight`` (``train.latency_weight_var``), the loss includes the
+        weighted latency (the variance of its heads' delays) of each sentence."""
         with autocast(src.device, self.precision):
             hidden = self.model.hidden(src, tgt_in)  # [B, T, D]
             loss, nll = projected_label_smoothed_loss(hidden, self.model.output_weight, tgt_out,
                                                       bias=self.model.output_bias, smoothing=self.smoothing)
         delays = self.model.expected_delays()
-        if delays and self.latency_weight:
+        if delays and (self.latency_weight or self.latency_weight_var):
             words = src.ne(PAD).sum(1) - 1  # source tokens without the end symbol
-            lagging = torch.stack([expected_lagging(d.float(), tgt_out.ne(PAD), words) for d in delays])
-            loss = loss + self.latency_weight * lagging.mean(0).sum()
+            average, variance = latency_losses([d.float() for d in delays], tgt_out.ne(PAD), words)
+            loss = loss + self.latency_weight * average.sum() + self.latency_weight_var * variance.sum()
         return loss, nll
 
 

@@ -25,6 +25,7 @@ CROSS_CASES: list[tuple[str, dict[str, Any]]] = [
     ("memory", {}), ("memory", {"memory_encoder_score": "sigmoid", "memory_decoder_score": "sigmoid",
                                 "memory_positions": True}),
     ("memory", {"memory_positions": True}),
+    ("memory", {"memory_decoder_score": "content", "memory_positions": True}),
     # r = 0.3 and g = 1: hard attention moves a few positions per step, neither stuck nor gone
     ("monotonic", {"monotonic_r_init": 0.3}),
 ]

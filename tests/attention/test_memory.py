@@ -42,8 +42,14 @@ def direct(attn: MemoryAttention, memory: torch.Tensor, lengths: list[int], x: t
                     alpha[t][k] = 1 / (1 + math.exp(-raw[t][k]))
         contexts = [sum(alpha[t][k] * memory[sent, t].double() for t in range(S)) for k in range(k_slots)]
         for i in range(x.shape[1]):
-            e = [float(wb[k] @ x[n, i].double()) for k in range(k_slots)]
-            if attn.decoder_score == "softmax":
+            if attn.decoder_score == "content":  # (W_q h) . (W_k C_k) / sqrt(D)
+                assert attn.w_q is not None and attn.w_k is not None
+                q = attn.w_q.weight.double() @ x[n, i].double()
+                keys = [attn.w_k.weight.double() @ contexts[k] for k in range(k_slots)]
+                e = [float(q @ keys[k]) / math.sqrt(d) for k in range(k_slots)]
+            else:
+                e = [float(wb[k] @ x[n, i].double()) for k in range(k_slots)]
+            if attn.decoder_score in ("softmax", "content"):
                 beta = [math.exp(v) / sum(math.exp(u) for u in e) for v in e]
             else:
                 beta = [1 / (1 + math.exp(-v)) for v in e]
@@ -53,7 +59,7 @@ def direct(attn: MemoryAttention, memory: torch.Tensor, lengths: list[int], x: t
 
 
 @pytest.mark.parametrize("encoder_score", ["softmax", "sigmoid"])
-@pytest.mark.parametrize("decoder_score", ["softmax", "sigmoid"])
+@pytest.mark.parametrize("decoder_score", ["softmax", "sigmoid", "content"])
 @pytest.mark.parametrize("positions", [False, True])
 def test_memory_attention_computes_the_papers_equations(encoder_score: str, decoder_score: str,
                                                          positions: bool) -> None:
@@ -81,12 +87,17 @@ def test_position_encodings_by_hand() -> None:
 def test_the_decoder_keeps_nothing_of_the_source_length() -> None:
     attn = MemoryAttention(8, slots=3)
     state = attn.prepare(torch.randn(2, 50, 8), torch.ones(2, 50, dtype=torch.bool))
-    shapes = [getattr(state, f.name).shape for f in dataclasses.fields(state)]
+    shapes = [getattr(state, f.name).shape for f in dataclasses.fields(state)
+              if getattr(state, f.name) is not None]
     assert shapes == [(2, 3, 8)]
+    content = MemoryAttention(8, slots=3, decoder_score="content")
+    state = content.prepare(torch.randn(2, 50, 8), torch.ones(2, 50, dtype=torch.bool))
+    assert [getattr(state, f.name).shape for f in dataclasses.fields(state)] == [(2, 3, 8), (2, 3, 8)]
 
 
-def test_decoding_never_reads_the_encoder_states() -> None:
-    model = tiny_model(cross_attention="memory", memory_slots=3, seed=2)
+@pytest.mark.parametrize("decoder_score", ["softmax", "content"])
+def test_decoding_never_reads_the_encoder_states(decoder_score: str) -> None:
+    model = tiny_model(cross_attention="memory", memory_slots=3, seed=2, memory_decoder_score=decoder_score)
     src = torch.tensor([[5, 6, 7, 8, EOS], [9, 4, EOS, PAD, PAD]])
     tgt = torch.tensor([[BOS, 4, 5, 6, 7], [BOS, 8, 9, 10, 4]])
     with torch.no_grad():

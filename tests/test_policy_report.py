@@ -1,0 +1,101 @@
+"""The read-policy report (seqtrans.inference.policy) against hand-computed values: a
+policy undecided everywhere (p = 0.5) and one whose probabilities are 0 or 1."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import tiny_model
+from seqtrans.inference.policy import policy_report
+from seqtrans.model import Transformer
+from seqtrans.vocab import BOS, EOS
+
+
+def flat(name: str) -> Transformer:
+    """Every energy 0: every selection probability is exactly 0.5."""
+    model = tiny_model(seed=0, cross_attention=name, causal_encoder=True)
+    for layer in model.decoder_layers:
+        attn = layer.cross_attn
+        attn.r.data.fill_(0.0)  # type: ignore[union-attr]
+        if name == "monotonic":
+            attn.g.data.fill_(0.0)  # type: ignore[union-attr]
+        else:
+            attn.q_mono.weight.data.zero_()  # type: ignore[union-attr]
+            attn.q_mono.bias.data.zero_()  # type: ignore[union-attr]
+    return model
+
+
+# one step over 3 positions, p = 0.5: alpha = (1/2, 1/4, 1/8), 1/8 left unselected. Hard
+# decisions stop at position 0 (p >= 0.5). Raffel's attention leaves the 1/8 at "nothing"
+# (position 3): mean stop 1/4 + 2/8 + 3/8 = 7/8; MMA gives it to the last position: 1/4 + 2/4.
+@pytest.mark.parametrize("name, gap", [("monotonic", 7 / 8), ("mma_hard", 3 / 4), ("mma_il", 3 / 4)])
+def test_an_undecided_policy_against_hand_computed_values(name: str, gap: float) -> None:
+    report = policy_report(flat(name), [(torch.tensor([[4, 5, EOS]]), torch.tensor([[BOS]]))])
+    assert [r.layer for r in report] == [1, 2]
+    for r in report:
+        assert r.heads == (1 if name == "monotonic" else 4)
+        assert r.undecided == 1.0
+        assert r.gap == pytest.approx(gap)
+        assert r.agreement == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("name", ["monotonic", "mma_hard"])
+def test_a_policy_with_probabilities_0_or_1_has_no_gap(name: str) -> None:
+    model = tiny_model(seed=1, cross_attention=name, causal_encoder=True)
+    for layer in model.decoder_layers:
+        attn = layer.cross_attn
+        if name == "monotonic":
+            attn.g.data.fill_(1e4)  # type: ignore[union-attr]
+        else:
+            attn.q_mono.weight.data.mul_(1e7)  # type: ignore[union-attr]
+            attn.q_mono.bias.data.fill_(0.0)  # type: ignore[union-attr]
+        attn.r.data.fill_(0.3)  # type: ignore[union-attr]
+    src = torch.tensor([[4, 5, 6, 7, EOS], [8, 9, EOS, 0, 0]])
+    tgt = torch.tensor([[BOS, 4, 5, 6], [BOS, 8, 0, 0]])
+    report = policy_report(model, [(src, tgt)])
+    assert len(report) == 2
+    for r in report:
+        assert r.undecided == 0.0
+        assert r.gap == pytest.approx(0.0, abs=1e-6)
+        assert r.agreement == pytest.approx(1.0, abs=1e-6)
+
+
+def test_layers_without_a_monotonic_policy_are_left_out() -> None:
+    assert policy_report(tiny_model(seed=0), [(torch.tensor([[4, EOS]]), torch.tensor([[BOS]]))]) == []
+
+
+@pytest.mark.parametrize("name", ["monotonic", "milk", "mma_hard", "mma_il"])
+def test_a_temperature_below_1_sharpens_the_probabilities_and_keeps_the_decisions(name: str) -> None:
+    src = torch.tensor([[4, 5, 6, 7, 8, 9, EOS], [8, 9, 10, EOS, 0, 0, 0]])
+    tgt = torch.tensor([[BOS, 4, 5, 6, 7], [BOS, 8, 9, 0, 0]])
+    reports, outputs = [], []
+    for temperature in (1.0, 0.05):
+        model = tiny_model(seed=2, cross_attention=name, causal_encoder=True, monotonic_r_init=0.0,
+                           monotonic_temperature=temperature)
+        outputs.append(model(src, tgt))
+        reports.append(policy_report(model, [(src, tgt)]))
+    assert torch.equal(outputs[0], outputs[1])  # the same hard decisions, the same outputs
+    for warm, cold in zip(*reports):
+        assert cold.undecided < warm.undecided
+        assert cold.gap < warm.gap and cold.agreement > warm.agreement
+
+
+@pytest.mark.parametrize("name", ["monotonic", "milk", "mma_hard", "mma_il"])
+def test_the_noise_is_applied_in_every_layer_while_training_only(name: str) -> None:
+    """Training with noise in one layer alone changes the loss, whichever layer it is."""
+    src = torch.tensor([[4, 5, 6, 7, EOS]])
+    tgt = torch.tensor([[BOS, 4, 5, 6]])
+    model = tiny_model(seed=3, cross_attention=name, causal_encoder=True, monotonic_r_init=0.0)
+    attns = [layer.cross_attn for layer in model.decoder_layers]
+    for noisy in range(len(attns)):
+        for i, attn in enumerate(attns):
+            attn.noise = 1.0 if i == noisy else 0.0  # type: ignore[union-attr]
+        model.train()
+        assert not torch.equal(model(src, tgt), model(src, tgt))
+        model.eval()
+        assert torch.equal(model(src, tgt), model(src, tgt))
+    for attn in attns:
+        attn.noise = 0.0  # type: ignore[union-attr]
+    model.train()
+    assert torch.equal(model(src, tgt), model(src, tgt))  # dropout is 0: only the noise varies
