@@ -31,18 +31,24 @@ def _run(out: Path, *extra: str, init: Path | None = None) -> Path:
     return out
 
 
-def test_milk_starts_from_a_full_sentence_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    full = _run(tmp_path / "full")
-    weights = {k: v.clone() for k, v in load(full, device="cpu").model.state_dict().items()}
+def _started(out: Path, monkeypatch: pytest.MonkeyPatch, *extra: str, init: Path) -> dict[str, torch.Tensor]:
+    """The weights a run started from ``init`` has before its first update."""
     seen: dict[str, torch.Tensor] = {}
     original = pipeline._start_from
 
-    def started(model: torch.nn.Module, init: pipeline.Initial) -> None:
-        original(model, init)  # type: ignore[arg-type]
+    def started(model: torch.nn.Module, start: pipeline.Initial) -> None:
+        original(model, start)  # type: ignore[arg-type]
         seen.update({k: v.clone() for k, v in model.state_dict().items()})
 
     monkeypatch.setattr(pipeline, "_start_from", started)
-    _run(tmp_path / "milk", "model.cross_attention=milk", "train.max_steps=1", init=full)
+    _run(out, *extra, "train.max_steps=1", init=init)
+    return seen
+
+
+def test_milk_starts_from_a_full_sentence_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    full = _run(tmp_path / "full")
+    weights = {k: v.clone() for k, v in load(full, device="cpu").model.state_dict().items()}
+    seen = _started(tmp_path / "milk", monkeypatch, "model.cross_attention=milk", init=full)
     for name, value in seen.items():
         if ".cross_attn." not in name:
             assert torch.equal(value, weights[name]), name  # the full model's
@@ -51,6 +57,19 @@ def test_milk_starts_from_a_full_sentence_model(tmp_path: Path, monkeypatch: pyt
         for part in ("weight", "bias"):
             assert torch.equal(seen[f"{layer}{mine}.{part}"], weights[f"{layer}{theirs}.{part}"])
     assert seen[f"{layer}r"].item() == -4.0  # the read policy is new: its initial energy bias
+
+
+def test_mma_il_starts_from_a_full_sentence_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    full = _run(tmp_path / "full")
+    weights = {k: v.clone() for k, v in load(full, device="cpu").model.state_dict().items()}
+    seen = _started(tmp_path / "mma", monkeypatch, "model.cross_attention=mma_il", init=full)
+    layer = "decoder.0.cross_attn."
+    keys, values = weights[f"{layer}kv.weight"].chunk(2, dim=0)
+    assert torch.equal(seen[f"{layer}q_soft.weight"], weights[f"{layer}q.weight"])
+    assert torch.equal(seen[f"{layer}k_soft.weight"], keys)
+    assert torch.equal(seen[f"{layer}v.weight"], values)
+    assert torch.equal(seen[f"{layer}out.weight"], weights[f"{layer}out.weight"])
+    assert seen[f"{layer}r"].item() == -4.0  # the monotonic heads are new
 
 
 def test_a_policy_can_start_only_from_a_scaled_dot_model(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from seqtrans.masks import causal_mask, key_mask
 
@@ -67,3 +67,20 @@ def reorder_fields(state: Any, rows: Tensor, sentences: Tensor | None) -> None:
             setattr(state, f.name, value.index_select(0, rows))
         elif sentences is not None:
             setattr(state, f.name, value.index_select(0, sentences))
+
+
+def copy_linear(module: nn.Module, weights: dict[str, Tensor], names: dict[str, str]) -> list[str]:
+    """Copy ``weights["THEIRS.weight"]`` (and ``.bias``) into ``module``'s ``MINE`` linear
+    layer for each ``MINE: THEIRS`` of ``names``, where the shapes agree; the names of the
+    parameters set."""
+    own = dict(module.named_parameters())
+    taken = []
+    with torch.no_grad():
+        for mine, theirs in names.items():
+            for part in ("weight", "bias"):
+                source = weights.get(f"{theirs}.{part}")
+                target = own.get(f"{mine}.{part}")
+                if source is not None and target is not None and source.shape == target.shape:
+                    target.copy_(source)
+                    taken.append(f"{mine}.{part}")
+    return taken

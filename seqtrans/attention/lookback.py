@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqtrans.attention.common import SENTENCE, fold, unfold
+from seqtrans.attention.common import SENTENCE, copy_linear, fold, unfold
 from seqtrans.attention.monotonic import MonotonicAttention, MonotonicState, SourceStream, expected_alignment
 from seqtrans.attention.scaled_dot import merge_heads, split_heads
 
@@ -72,22 +72,6 @@ def lookback_weights(alpha: Tensor, scores: Tensor, mask: Tensor) -> Tensor:
     terms = log_alpha - torch.logcumsumexp(u, dim=-1)
     tail = torch.logcumsumexp(terms.flip(-1), dim=-1).flip(-1)  # sum over k >= j
     return torch.exp(u + tail) * keep
-
-
-def _copy(module: nn.Module, weights: dict[str, Tensor], names: dict[str, str]) -> list[str]:
-    """Copy ``weights[theirs.weight]`` (and ``.bias``) into ``module.mine`` for each pair of
-    ``names``; the parameter names set."""
-    own = dict(module.named_parameters())
-    taken = []
-    with torch.no_grad():
-        for mine, theirs in names.items():
-            for part in ("weight", "bias"):
-                source = weights.get(f"{theirs}.{part}")
-                target = own.get(f"{mine}.{part}")
-                if source is not None and target is not None and source.shape == target.shape:
-                    target.copy_(source)
-                    taken.append(f"{mine}.{part}")
-    return taken
 
 
 class LookbackAttention(MonotonicAttention):
@@ -132,7 +116,7 @@ class LookbackAttention(MonotonicAttention):
         """Start from a scaled-dot encoder-decoder attention: its query, key and value
         projections become the soft heads', its output projection this one's; the
         monotonic head, the read policy, starts new."""
-        return _copy(self, weights, {"soft_q": "q", "soft_kv": "kv", "out": "out"})
+        return copy_linear(self, weights, {"soft_q": "q", "soft_kv": "kv", "out": "out"})
 
     def take_delays(self) -> Tensor | None:
         """The expected delays [N, T] of the last training forward pass (then forgotten)."""

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqtrans.attention.common import ROW, SENTENCE, masked_softmax, reorder_fields
+from seqtrans.attention.common import ROW, SENTENCE, copy_linear, masked_softmax, reorder_fields
 from seqtrans.attention.lookback import lookback_weights, preserve_mass
 from seqtrans.attention.maps import HeadMonotonicWeights
 from seqtrans.attention.monotonic import SourceStream, expected_alignment
@@ -152,6 +152,18 @@ class MultiheadMonotonicAttention(nn.Module):
         nn.init.xavier_uniform_(self.out.weight)
         nn.init.zeros_(self.out.bias)
         self._delays: Tensor | None = None
+
+    def adopt(self, weights: dict[str, Tensor]) -> list[str]:
+        """Start from a scaled-dot encoder-decoder attention (``run --init``): its value and
+        output projections become this one's, and MMA-IL's soft heads take its query and
+        key projections; the monotonic heads, the read policy, start new."""
+        kv_w, kv_b = weights.get("kv.weight"), weights.get("kv.bias")
+        split = {}
+        if kv_w is not None and kv_b is not None:  # [2D, D] -> keys, values
+            (k_w, v_w), (k_b, v_b) = kv_w.chunk(2, dim=0), kv_b.chunk(2, dim=0)
+            split = {"k.weight": k_w, "k.bias": k_b, "v.weight": v_w, "v.bias": v_b}
+        names = {"v": "v", "out": "out", **({"q_soft": "q", "k_soft": "k"} if self.lookback else {})}
+        return copy_linear(self, {**weights, **split}, names)
 
     # ------------------------------------------------------------------ the source
 
