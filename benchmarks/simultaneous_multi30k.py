@@ -76,14 +76,25 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
            for w in latency_weights},
         "wait-3": [*CAUSAL, "model.wait_k=3"],
         "monotonic": [*CAUSAL, "model.cross_attention=monotonic"],
+        # monotonic multihead attention with the recipes' latency weights (Ma et al. 2020;
+        # fairseq's MMA-IL lambda_avg 0.1, MMA-H lambda_var 0.1), and MMA-IL fine-tuned from
+        # the full-sentence model (as EMMA, Ma et al. 2023, starts its policy): INIT says from which
+        "mma-il": [*CAUSAL, "model.cross_attention=mma_il", "train.latency_weight=0.1"],
+        "mma-h": [*CAUSAL, "model.cross_attention=mma_hard", "train.latency_weight_var=0.1"],
+        "mma-il-init": [*CAUSAL, "model.cross_attention=mma_il", "train.latency_weight=0.1"],
         **{f"memory-{k}": [*CAUSAL, "model.cross_attention=memory", f"model.memory_slots={k}",
                            "model.memory_positions=true"] for k in MEMORY_SLOTS},
     }
 
 
+#: Models fine-tuned from another of the benchmark's models (``run --init``), which must be
+#: trained first; the same number of updates as from scratch.
+INIT = {"mma-il-init": "full"}
+
+
 def learned_policy(name: str) -> bool:
-    """Whether the model's encoder-decoder attention decides when to read (monotonic, MILk)."""
-    return name == "monotonic" or name.startswith("milk-")
+    """Whether the model's encoder-decoder attention decides when to read (monotonic, MILk, MMA)."""
+    return name == "monotonic" or name.startswith(("milk-", "mma-"))
 
 
 def budget(steps: int) -> list[str]:
@@ -116,7 +127,15 @@ def train(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str
             raise SystemExit(f"{out} holds a model trained with other settings: remove it or choose --work")
     else:
         logging.getLogger("seqtrans").setLevel(logging.WARNING)
-        pipeline.run(config, out, device="cpu")
+        init = None
+        if name in INIT:
+            start = Path(args.work) / INIT[name]
+            if not (start / "metrics.json").is_file():
+                raise SystemExit(f"{name} starts from {INIT[name]}, which is not trained yet in {args.work}: "
+                                 f"run --models {INIT[name]} first")
+            init = pipeline.initial(start)
+            config = pipeline.with_initial_model(config, init, overrides)
+        pipeline.run(config, out, device="cpu", init=init)
     return {"settings": overrides, **json.loads(done.read_text())}
 
 
@@ -327,12 +346,13 @@ def plot(data: dict[str, Any], picture: Path) -> None:
                 note = f"k={r['wait_k']}" if r.get("wait_k") else "λ=" + r["model"].removeprefix("milk-")
                 ax.annotate(note, (r["stream_al"], r["bleu"]), textcoords="offset points", xytext=(4, -10),
                             fontsize=7)
+    points = {"full": "full sentence (causal encoder)", "wait-3": "wait-3 (single k)",
+              "monotonic": "hard monotonic", "mma-il": "MMA-IL", "mma-h": "MMA-H",
+              "mma-il-init": "MMA-IL from the full model"}
     for r in rows:
-        if r["model"] in ("full", "wait-3", "monotonic"):
-            label = {"full": "full sentence (causal encoder)", "wait-3": "wait-3 (single k)",
-                     "monotonic": "hard monotonic"}[r["model"]]
-            ax.scatter([r["stream_al"]], [r["bleu"]], marker="s", label=label, zorder=3)
-    ax.set_xlabel("AL (source words, SimulEval)")
+        if r["model"] in points:
+            ax.scatter([r["stream_al"]], [r["bleu"]], marker="s", label=points[r["model"]], zorder=3)
+    ax.set_xlabel("AL (source words, SimulEval: each word once complete)")
     ax.set_ylabel("sacreBLEU, test2016")
     ax.set_title("Multi30k en→de, greedy streams, equal training budget")
     ax.grid(alpha=0.3)

@@ -247,7 +247,9 @@ def streaming_copy() -> str:
 
 
 _POLICY = {"full": "full sentence (reads the whole source first)", "multi-k": "multi-k wait-k",
-           "wait-3": "wait-3 (trained at k = 3)", "monotonic": "hard monotonic (Raffel et al.)"}
+           "wait-3": "wait-3 (trained at k = 3)", "monotonic": "hard monotonic (Raffel et al.)",
+           "mma-il": "MMA-IL, λ_avg = 0.1", "mma-h": "MMA-H, λ_var = 0.1",
+           "mma-il-init": "MMA-IL, λ_avg = 0.1, fine-tuned from the full-sentence model"}
 
 
 def _policy(row: dict[str, Any]) -> str:
