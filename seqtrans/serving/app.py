@@ -20,7 +20,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from torch import Tensor
@@ -33,6 +33,7 @@ from seqtrans.errors import SeqtransError
 from seqtrans.inference.details import attention_weights
 from seqtrans.inference.ensemble import position_limit
 from seqtrans.inference.scoring import score_ids
+from seqtrans.serving import validation
 from seqtrans.serving.batching import Batcher, QueueFull, Stopped
 from seqtrans.serving.metrics import CONTENT_TYPE, Metrics
 from seqtrans.serving.middleware import Guard
@@ -223,17 +224,25 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
     async def show_model(request: Request) -> Response:
         return JSONResponse(server.model(request.path_params["name"]).describe())
 
+    async def body(request: Request) -> Any:
+        try:
+            return await read_json(request, settings.max_body_bytes)
+        except RequestError as exc:
+            if exc.status == 499:
+                server.metrics.disconnected.inc()
+            raise
+
     async def predict(request: Request) -> Response:
         arrived = time.monotonic()
         served = server.model(request.path_params["name"])
-        prediction = parse_predict(served, await read_json(request, settings.max_body_bytes), settings)
+        prediction = parse_predict(served, await body(request), settings)
         result = await server.submit(served, (served.name, prediction.decode), prediction, arrived, request)
         return JSONResponse({"model": served.name, "outputs": result})
 
     async def score(request: Request) -> Response:
         arrived = time.monotonic()
         served = server.model(request.path_params["name"])
-        scoring = parse_score(served, await read_json(request, settings.max_body_bytes), settings)
+        scoring = parse_score(served, await body(request), settings)
         result = await server.submit(served, (served.name, "score"), scoring, arrived, request)
         return JSONResponse({"model": served.name, "scores": result})
 
@@ -263,28 +272,34 @@ async def _disconnected(request: Request) -> None:
 
 
 async def read_json(request: Request, limit: int) -> Any:
-    """The request's body as JSON; 413 past ``limit`` bytes (read no further), 400 when it
-    is not JSON."""
+    """The request's body as JSON (:func:`seqtrans.serving.validation.read`); 413 past
+    ``limit`` bytes (read no further), 400 when it is not JSON, 422 when it holds what no
+    route takes, 499 when the client disconnects before the body's end."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise RequestError(413, "body_too_large", f"a body of {declared} bytes, more than the {limit} "
                            "allowed", limit="max_body_bytes")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, "body_too_large", f"a body of more than the {limit} bytes allowed",
-                               limit="max_body_bytes")
-        chunks.append(chunk)
     try:
-        return json.loads(b"".join(chunks).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RequestError(400, "malformed_json", f"the body is not JSON: {exc}") from None
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(413, "body_too_large", f"a body of more than the {limit} bytes allowed",
+                                   limit="max_body_bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        gone = "the client went away while sending its body"
+        raise RequestError(499, "client_disconnected", gone) from None
+    return validation.read(b"".join(chunks))
 
 
 async def _refused(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestError)
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    if exc.status == 499:
+        log.info("%s %s: %s", request.method, request.url.path, exc.message)
+    # ASCII JSON: whatever a message quotes from the request, the answer can be encoded
+    return Response(json.dumps(exc.body()), status_code=exc.status, headers=exc.headers,
+                    media_type="application/json")
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from seqtrans import __version__
-from seqtrans.serving.models import LENGTH_PENALTIES
+from seqtrans.serving.models import LENGTH_PENALTIES, MAX_ALPHA
 
 STRING, NUMBER, INTEGER, BOOLEAN = ({"type": t} for t in ("string", "number", "integer", "boolean"))
 
@@ -28,7 +28,8 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-ERROR = _object(("error",), error=_object(("code", "message"), code=STRING, message=STRING, limit={
+ERROR = _object(("error",), error=_object(("code", "message"), code=STRING, message=STRING, field={
+    "type": "string", "description": "Where in the body the problem is, such as inputs[0] or alpha."}, limit={
     "type": "string", "description": "The setting whose limit was passed."}))
 REASONS = {400: "Malformed JSON.", 401: "Missing or wrong bearer token.", 404: "No such model.",
            413: "Too many inputs, or too large a body.", 422: "Wrong types, options or inputs.",
@@ -59,7 +60,8 @@ def schema() -> dict[str, Any]:
                          log_prob=NUMBER, normalized_score=NUMBER, tokens=_array(STRING))
     predict = _object(("inputs",), closed=True, inputs=_array(STRING, minItems=1),
                       beam={"type": "integer", "minimum": 1}, nbest={"type": "integer", "minimum": 1},
-                      alpha={"type": "number", "minimum": 0}, length_penalty={"enum": list(LENGTH_PENALTIES)},
+                      alpha={"type": "number", "minimum": 0, "maximum": MAX_ALPHA},
+                      length_penalty={"enum": list(LENGTH_PENALTIES)},
                       precision={"enum": ["fp32", "bf16", "int8"]},
                       scores={"type": "boolean", "description": "Each hypothesis with its scores."},
                       attention={"type": "boolean", "description": "The best output's encoder-decoder "

@@ -28,6 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from seqtrans.data import prediction, source_ids
 from seqtrans.errors import SeqtransError
 from seqtrans.inference.ensemble import position_limit
+from seqtrans.serving import validation
 from seqtrans.serving.models import RequestError, Served
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ async def _receive(ws: WebSocket, words: queue.Queue[Any], max_words: int) -> No
     count = 0
     while True:
         try:
-            message = await ws.receive_json()
+            message = validation.read(await ws.receive_text())  # 400 or 422 as on the HTTP routes
         except (ValueError, KeyError):  # not JSON, or not text
             raise RequestError(400, "malformed_json", "each message must be a JSON object") from None
         if not isinstance(message, dict) or not (set(message) <= {"words", "end"}) or not message:
