@@ -34,6 +34,10 @@ class ServeSettings:
     timeout_s: float = option(
         30.0, "A request's time limit from its arrival, queue included (504 beyond); also how long "
         "shutdown waits for requests in flight.")
+    header_timeout_s: float = option(
+        10.0, "How long a client may take to send a request's line and headers, in seconds, from the "
+        "connection opening (or the previous answer on it); the connection is then answered 408 and "
+        "closed, so that slow clients cannot hold connections open.")
 
     def __post_init__(self) -> None:
         for f in fields(self):

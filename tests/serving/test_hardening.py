@@ -6,6 +6,9 @@ they decode. Each gets a 4xx naming the field (or is closed), never a 500."""
 from __future__ import annotations
 
 import logging
+import re
+import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +31,7 @@ def copy_model(tmp_path_factory: pytest.TempPathFactory) -> Served:
 
 @pytest.fixture(scope="module")
 def url(copy_model: Served) -> Iterator[str]:
-    with running({"copy": copy_model}, ServeSettings(max_wait_ms=0)) as url:
+    with running({"copy": copy_model}, ServeSettings(max_wait_ms=0, header_timeout_s=0.5)) as url:
         yield url
 
 
@@ -98,3 +101,91 @@ def test_validation_takes_any_depth_without_recursion() -> None:
     assert getattr(refused.value, "field", None) == "[0]" * MAX_DEPTH
     body = {"inputs": ["1 2"], "alpha": 0.5, "beam": 3}
     assert read(b'{"inputs": ["1 2"], "alpha": 0.5, "beam": 3}') == body
+
+
+def _closed_within(sockets: list[socket.socket], seconds: float) -> tuple[list[float | None], list[bytes]]:
+    """Trickle a header byte to each socket every 50 ms for ``seconds``: when each was
+    closed by the server (seconds from now; None if still open) and what it answered."""
+    started = time.monotonic()
+    closed: list[float | None] = [None] * len(sockets)
+    answers = [b""] * len(sockets)
+    for s in sockets:
+        s.setblocking(False)
+    while time.monotonic() - started < seconds and None in closed:
+        for i, s in enumerate(sockets):
+            if closed[i] is not None:
+                continue
+            try:
+                while data := s.recv(4096):
+                    answers[i] += data
+                closed[i] = time.monotonic() - started  # an empty read: the server closed it
+                continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed[i] = time.monotonic() - started
+                continue
+            try:
+                s.send(b"x")
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed[i] = time.monotonic() - started
+        time.sleep(0.05)
+    return closed, answers
+
+
+def test_connections_whose_headers_come_slowly_are_closed_after_the_header_timeout(url: str) -> None:
+    host, port = url.removeprefix("http://").split(":")
+    slow = [socket.create_connection((host, int(port))) for _ in range(20)]
+    try:
+        for s in slow:  # slowloris: a request line, then header bytes that never end
+            s.sendall(b"POST /v1/models/copy/predict HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        # on a kept-alive connection, the next request's headers have the same time limit
+        with httpx.Client() as client:
+            assert client.post(f"{url}/v1/models/copy/predict", json={"inputs": ["1"]}).status_code == 200
+        kept = socket.create_connection((host, int(port)))
+        kept.sendall(b'POST /v1/models/copy/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n'
+                     b'{"inputs": ["1"]}')
+        kept.settimeout(10)
+        assert kept.recv(4096).startswith(b"HTTP/1.1 200")  # answered, and kept alive
+        kept.sendall(b"GET /health HTTP/1.1\r\nHo")
+        closed, answers = _closed_within([*slow, kept], 5)
+    finally:
+        for s in slow:
+            s.close()
+    assert all(t is not None and t < 2.5 for t in closed), closed  # header_timeout_s is 0.5
+    assert all(a.startswith(b"HTTP/1.1 408") and b"header_timeout_s" in a for a in answers[:-1]), answers
+    assert httpx.get(f"{url}/health").status_code == 200  # and the server goes on
+
+
+def test_a_client_that_disconnects_mid_body_is_a_499_without_a_traceback(url: str) -> None:
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    loggers = [logging.getLogger(name) for name in ("uvicorn.error", "seqtrans")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        before = _count(url, "499")
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as s:
+            s.sendall(b"POST /v1/models/copy/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+                      b'{"inputs": ["1 2')
+            time.sleep(0.2)  # the server is reading the body
+        deadline = time.monotonic() + 10
+        while _count(url, "499") == before:
+            assert time.monotonic() < deadline, "the disconnect was not counted"
+            time.sleep(0.02)
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+    assert _count(url, "500") == 0
+    assert not [r for r in records if r.exc_info or r.levelno >= logging.ERROR], records
+
+
+def _count(url: str, status: str) -> float:
+    """Predict requests answered with ``status``, by the metrics."""
+    labels = f'route="/v1/models/{{name}}/predict",status="{status}"'
+    line = re.search(rf"^seqtrans_requests_total{{{labels}}} (\S+)$", httpx.get(f"{url}/metrics").text, re.M)
+    return float(line.group(1)) if line else 0.0
