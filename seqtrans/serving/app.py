@@ -34,7 +34,7 @@ from seqtrans.inference.details import attention_weights
 from seqtrans.inference.ensemble import position_limit
 from seqtrans.inference.scoring import score_ids
 from seqtrans.serving import validation
-from seqtrans.serving.batching import Batcher, QueueFull, Stopped
+from seqtrans.serving.batching import Batcher, Deadline, Expired, QueueFull, Stopped
 from seqtrans.serving.metrics import CONTENT_TYPE, Metrics
 from seqtrans.serving.middleware import Guard
 from seqtrans.serving.models import (
@@ -51,6 +51,8 @@ from seqtrans.serving.settings import ServeSettings
 from seqtrans.vocab import EOS
 
 log = logging.getLogger(__name__)
+#: What the decoding thread gets of a request: its model, the checked request, its deadline.
+Work = tuple[Served, Prediction | Scoring, Deadline]
 
 
 class Server:
@@ -84,11 +86,13 @@ class Server:
     async def submit(self, served: Served, key: Hashable, work: Prediction | Scoring,
                      arrived: float, request: Request) -> Any:
         """The result of a request through the batcher, within the time limit; a request
-        whose client disconnects leaves the queue (or its batch's answers) at once."""
+        that passes it, or whose client disconnects, leaves the queue at once, or its batch
+        at the next decoding step."""
         assert self.batcher is not None
         self.metrics.queue_depth.observe(self.batcher.depth)
+        deadline = Deadline(arrived + self.settings.timeout_s)
         try:
-            future = self.batcher.submit(key, work.tokens, (served, work))
+            future = self.batcher.submit(key, work.tokens, (served, work, deadline))
         except QueueFull:
             raise RequestError(503, "queue_full", f"{self.settings.max_queue} requests are waiting already; "
                                "try again shortly", limit="max_queue", headers={"Retry-After": "1"}) from None
@@ -97,8 +101,9 @@ class Server:
         gone = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait({future, gone}, timeout=max(left, 0.0), return_when=asyncio.FIRST_COMPLETED)
-            if not future.done():
-                future.cancel()  # withdraws it from the queue
+            if not future.done() or isinstance(future.exception(), Expired):
+                deadline.withdraw()  # leaves its batch at the next step
+                future.cancel()  # or the queue
                 if gone.done():
                     self.metrics.disconnected.inc()
                     raise RequestError(499, "client_disconnected", "the client went away before its answer")
@@ -112,7 +117,8 @@ class Server:
                                headers={"Retry-After": "1"}) from None
         finally:
             gone.cancel()
-            if not future.done():  # this handler itself was cancelled
+            deadline.withdraw()  # in case this handler itself was cancelled
+            if not future.done():
                 future.cancel()
             self.metrics.queued.set(self.batcher.depth)
 
@@ -122,25 +128,38 @@ class Server:
             raise RequestError(404, "unknown_model", f"no model named {name!r}; GET /v1/models lists them")
         return served
 
-    def decode(self, works: Sequence[tuple[Served, Prediction | Scoring]]) -> list[list[dict[str, Any]]]:
+    def decode(self, works: Sequence[Work]) -> list[list[dict[str, Any]] | Expired]:
         """The outputs of requests of one model and one kind (predictions of one decoding
-        setting, or scores), decoded together in the worker thread."""
+        setting, or scores), decoded together in the worker thread; :class:`Expired` for
+        each request whose deadline passed meanwhile (its decoding stopped there)."""
         if isinstance(works[0][1], Scoring):
             return self.score(works)
         started = time.monotonic()
-        served, first = works[0]
+        served, first, _ = works[0]
         assert isinstance(first, Prediction)
-        requests = [p for _, p in works if isinstance(p, Prediction)]
+        requests = [p for _, p, _ in works if isinstance(p, Prediction)]
+        deadlines = [d for _, _, d in works]
         sources = [s for p in requests for s in p.sources]
+        owner = [k for k, p in enumerate(requests) for _ in p.sources]
         # each input seeds its sampling stream by its place in its own request, so that a
         # request's outputs do not depend on the requests it was batched with
         positions = [i for p in requests for i in range(len(p.sources))]
-        _, hyps = served.loaded.decode(sources, decode=first.decode, positions=positions)
-        maps = self._attention(served, requests, hyps)
-        out, start = [], 0
-        for p in requests:
+        _, hyps = served.loaded.decode(sources, decode=first.decode, positions=positions,
+                                       cancelled=lambda i: deadlines[owner[i]].passed)
+        expired = [d.passed for d in deadlines]
+        maps = self._attention(served, [p for p, gone in zip(requests, expired) if not gone],
+                               [h for h, k in zip(hyps, owner) if not expired[k]])
+        live = iter(maps)  # one per input of the requests still wanted
+        out: list[list[dict[str, Any]] | Expired] = []
+        start = 0
+        for p, gone in zip(requests, expired):
             end = start + len(p.sources)
-            out.append(outputs(served, p, hyps[start:end], maps[start:end] if p.attention else None))
+            if gone:
+                out.append(Expired())
+                self.metrics.expired_inputs.inc(len(p.sources))
+            else:
+                own = [next(live) for _ in p.sources]
+                out.append(outputs(served, p, hyps[start:end], own if p.attention else None))
             start = end
         tokens = sum(len(h[0].tokens) for h in hyps if h)
         self.metrics.batch(len(works), len(sources), tokens, time.monotonic() - started)
@@ -166,22 +185,26 @@ class Server:
             maps[i] = w
         return maps
 
-    def score(self, works: Sequence[tuple[Served, Prediction | Scoring]]) -> list[list[dict[str, Any]]]:
-        """The scores of score requests of one model, computed together."""
+    def score(self, works: Sequence[Work]) -> list[list[dict[str, Any]] | Expired]:
+        """The scores of score requests of one model, computed together (those whose
+        deadline has passed: :class:`Expired`)."""
         served = works[0][0]
-        requests = [p for _, p in works if isinstance(p, Scoring)]
+        expired = [d.passed for _, _, d in works]
+        requests = [p for (_, p, _), gone in zip(works, expired) if isinstance(p, Scoring) and not gone]
         decode = served.loaded.config.decode
         with waiting(decode.wait_k or None):
             scores = score_ids(served.loaded.searcher, [s for r in requests for s in r.sources],
                                [t for r in requests for t in r.targets], batch_tokens=decode.batch_tokens,
                                device=served.loaded.device, precision=decode.precision)
-        out, start = [], 0
+        out: list[list[dict[str, Any]] | Expired] = []
+        start = 0
         for r in requests:
             out.append([{"log_prob": s.log_prob, "per_token": s.per_token, "tokens": s.tokens,
                          "normalized_score": s.normalized(decode.alpha, kind=decode.length_penalty)}
                         for s in scores[start:start + len(r.sources)]])
             start += len(r.sources)
-        return out
+        done = iter(out)
+        return [Expired() if gone else next(done) for gone in expired]
 
     def warm(self) -> None:
         """Decode one empty source with each model, so that the first request does not pay

@@ -33,7 +33,8 @@ class ServeSettings:
         "open. One more is closed with code 1013 (try again later).")
     timeout_s: float = option(
         30.0, "A request's time limit from its arrival, queue included (504 beyond); also how long "
-        "shutdown waits for requests in flight.")
+        "shutdown waits for requests in flight. A request past it leaves its batch at the next "
+        "decoding step.")
     header_timeout_s: float = option(
         10.0, "How long a client may take to send a request's line and headers, in seconds, from the "
         "connection opening (or the previous answer on it); the connection is then answered 408 and "

@@ -8,16 +8,19 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+import torch
 from servers import reference, running
 from test_inference import copy_run
 
-from seqtrans.inference.loading import load
+from seqtrans.decoding.generate import decoding_model
+from seqtrans.inference.loading import Loaded, load
 from seqtrans.serving.models import Served
 from seqtrans.serving.settings import ServeSettings
 from seqtrans.serving.validation import MAX_DEPTH, check, read
@@ -189,3 +192,74 @@ def _count(url: str, status: str) -> float:
     labels = f'route="/v1/models/{{name}}/predict",status="{status}"'
     line = re.search(rf"^seqtrans_requests_total{{{labels}}} (\S+)$", httpx.get(f"{url}/metrics").text, re.M)
     return float(line.group(1)) if line else 0.0
+
+
+class Steps:
+    """Counts the decoding steps the model takes (a forward hook on the target embedding
+    of the model and of the copy decoding uses), each slowed by ``delay`` seconds so
+    that a decoding outlasts a short time limit; and the hypotheses each step decodes."""
+
+    def __init__(self, loaded: Loaded, delay: float) -> None:
+        self.rows: list[int] = []
+        self.delay = delay
+        models = {id(m): m for m in (loaded.model, decoding_model(loaded.model, "fp32", loaded.device))}
+        self.handles = [m.target_embed.register_forward_hook(self._step) for m in models.values()]
+
+    def _step(self, module: torch.nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+        if args[0].size(1) == 1:  # [N, 1]: a decoding step (the encoder reads whole sources)
+            self.rows.append(args[0].size(0))
+            time.sleep(self.delay)
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+LONG = ["1 2 3 4 5 6 7 8 9", "9 8 7 6 5 4 3 2 1", "5 5 5 5 5", "2 4 6 8"]  # 15 steps untrained
+
+
+def test_a_request_past_its_deadline_stops_decoding_at_the_next_step(copy_model: Served) -> None:
+    steps = Steps(copy_model.loaded, delay=0.0)
+    try:
+        copy_model.loaded.decode([copy_model.loaded.task.parse_source(t) for t in LONG])
+        whole = len(steps.rows)
+        with running({"copy": copy_model}, ServeSettings(max_wait_ms=0, timeout_s=0.6)) as url:
+            steps.rows.clear()
+            steps.delay = 0.1  # decoding all of it now takes more than twice the limit
+            assert whole * steps.delay > 1.2
+            answer = httpx.post(f"{url}/v1/models/copy/predict", json={"inputs": LONG}, timeout=30)
+            at_answer = len(steps.rows)
+            assert answer.status_code == 504 and answer.json()["error"]["limit"] == "timeout_s"
+            time.sleep(0.5)  # long enough for five more steps
+            assert len(steps.rows) - at_answer <= 1, steps.rows  # at most the step under way went on
+            assert 0 < len(steps.rows) < whole
+            assert re.search(r"^seqtrans_expired_inputs_total 4\.0$", httpx.get(f"{url}/metrics").text, re.M)
+            steps.delay = 0.0
+            again = httpx.post(f"{url}/v1/models/copy/predict", json={"inputs": ["1 2"]}, timeout=30)
+            assert again.status_code == 200  # the decoding thread is free at once
+    finally:
+        steps.remove()
+
+
+def test_a_request_that_goes_away_leaves_its_batch_and_the_others_get_their_outputs(
+        copy_model: Served) -> None:
+    steps = Steps(copy_model.loaded, delay=0.0)
+    try:
+        with running({"copy": copy_model}, ServeSettings(max_wait_ms=300)) as url:
+            steps.rows.clear()
+            steps.delay = 0.05
+            kept: list[httpx.Response] = []
+            other = threading.Thread(target=lambda: kept.append(httpx.post(
+                f"{url}/v1/models/copy/predict", json={"inputs": LONG[:1], "beam": 1}, timeout=30)))
+            other.start()
+            with pytest.raises(httpx.ReadTimeout):  # gives up mid-batch and closes its connection
+                httpx.post(f"{url}/v1/models/copy/predict", json={"inputs": LONG[1:], "beam": 1}, timeout=0.6)
+            other.join(30)
+            metrics = httpx.get(f"{url}/metrics").text
+    finally:
+        steps.remove()
+    assert steps.rows[0] == len(LONG)  # decoded together
+    assert steps.rows[-1] == 1 and len(steps.rows) == 15  # the kept input decoded to its end alone
+    assert re.search(r"^seqtrans_expired_inputs_total 3\.0$", metrics, re.M)
+    assert kept[0].status_code == 200
+    assert kept[0].json()["outputs"] == [reference(copy_model.loaded, LONG[0], beam=1)]
