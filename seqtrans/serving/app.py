@@ -247,9 +247,15 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
     async def show_model(request: Request) -> Response:
         return JSONResponse(server.model(request.path_params["name"]).describe())
 
-    async def body(request: Request) -> Any:
+    async def body(request: Request, arrived: float) -> Any:
+        """The request's JSON, read within what is left of its time limit (408 beyond:
+        a client sending its body slowly holds a connection no longer than a request)."""
+        left = settings.timeout_s - (time.monotonic() - arrived)
         try:
-            return await read_json(request, settings.max_body_bytes)
+            return await asyncio.wait_for(read_json(request, settings.max_body_bytes), max(left, 0.0))
+        except asyncio.TimeoutError:
+            late = f"the body did not arrive within {settings.timeout_s:g} s"
+            raise RequestError(408, "body_timeout", late, limit="timeout_s") from None
         except RequestError as exc:
             if exc.status == 499:
                 server.metrics.disconnected.inc()
@@ -258,14 +264,14 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
     async def predict(request: Request) -> Response:
         arrived = time.monotonic()
         served = server.model(request.path_params["name"])
-        prediction = parse_predict(served, await body(request), settings)
+        prediction = parse_predict(served, await body(request, arrived), settings)
         result = await server.submit(served, (served.name, prediction.decode), prediction, arrived, request)
         return JSONResponse({"model": served.name, "outputs": result})
 
     async def score(request: Request) -> Response:
         arrived = time.monotonic()
         served = server.model(request.path_params["name"])
-        scoring = parse_score(served, await body(request), settings)
+        scoring = parse_score(served, await body(request, arrived), settings)
         result = await server.submit(served, (served.name, "score"), scoring, arrived, request)
         return JSONResponse({"model": served.name, "scores": result})
 

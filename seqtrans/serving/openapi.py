@@ -32,7 +32,10 @@ ERROR = _object(("error",), error=_object(("code", "message"), code=STRING, mess
     "type": "string", "description": "Where in the body the problem is, such as inputs[0] or alpha."}, limit={
     "type": "string", "description": "The setting whose limit was passed."}))
 REASONS = {400: "Malformed JSON.", 401: "Missing or wrong bearer token.", 404: "No such model.",
-           413: "Too many inputs, or too large a body.", 422: "Wrong types, options or inputs.",
+           408: "The body did not arrive within timeout_s.",
+           413: "Too many inputs, or too large a body.",
+           422: "Wrong types, options or inputs, or values past the limits (error.field names it).",
+           499: "The client went away (never read).",
            503: "The queue is full, or the server is stopping (see Retry-After).",
            504: "Not decoded within timeout_s."}
 NAME = [{"name": "name", "in": "path", "required": True, "schema": STRING}]
@@ -46,7 +49,7 @@ def _post(summary: str, body: dict[str, Any], answer: dict[str, Any], descriptio
     return {"post": {"summary": summary, "parameters": NAME,
                      "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
                      "responses": {"200": _json(answer, description),
-                                   **_errors(400, 401, 404, 413, 422, 503, 504)}}}
+                                   **_errors(400, 401, 404, 408, 413, 422, 499, 503, 504)}}}
 
 
 def _get(summary: str, answer: dict[str, Any], *, named: bool = False, errors: tuple[int, ...] = (401,),

@@ -32,9 +32,9 @@ class ServeSettings:
         4, "Simultaneous-translation WebSocket sessions at once, at most; each holds a thread while "
         "open. One more is closed with code 1013 (try again later).")
     timeout_s: float = option(
-        30.0, "A request's time limit from its arrival, queue included (504 beyond); also how long "
-        "shutdown waits for requests in flight. A request past it leaves its batch at the next "
-        "decoding step.")
+        30.0, "A request's time limit from its arrival (its headers read): for its body (408 beyond) and "
+        "for its answer, queue included (504 beyond; its decoding stops at the next step); also how "
+        "long shutdown waits for requests in flight.")
     header_timeout_s: float = option(
         10.0, "How long a client may take to send a request's line and headers, in seconds, from the "
         "connection opening (or the previous answer on it); the connection is then answered 408 and "

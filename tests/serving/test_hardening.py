@@ -34,7 +34,8 @@ def copy_model(tmp_path_factory: pytest.TempPathFactory) -> Served:
 
 @pytest.fixture(scope="module")
 def url(copy_model: Served) -> Iterator[str]:
-    with running({"copy": copy_model}, ServeSettings(max_wait_ms=0, header_timeout_s=0.5)) as url:
+    settings = ServeSettings(max_wait_ms=0, header_timeout_s=0.5, timeout_s=2)
+    with running({"copy": copy_model}, settings) as url:
         yield url
 
 
@@ -160,6 +161,19 @@ def test_connections_whose_headers_come_slowly_are_closed_after_the_header_timeo
     assert all(t is not None and t < 2.5 for t in closed), closed  # header_timeout_s is 0.5
     assert all(a.startswith(b"HTTP/1.1 408") and b"header_timeout_s" in a for a in answers[:-1]), answers
     assert httpx.get(f"{url}/health").status_code == 200  # and the server goes on
+
+
+def test_a_body_that_comes_slowly_is_refused_at_the_request_time_limit(url: str) -> None:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(b"POST /v1/models/copy/score HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        s.settimeout(10)
+        started = time.monotonic()
+        answer = s.recv(4096)
+        assert 1.5 < time.monotonic() - started < 5  # timeout_s is 2, from the headers' arrival
+        while not answer.endswith(b"}}") and (more := s.recv(4096)):
+            answer += more
+    assert answer.startswith(b"HTTP/1.1 408") and b'"limit": "timeout_s"' in answer
 
 
 def test_a_client_that_disconnects_mid_body_is_a_499_without_a_traceback(url: str) -> None:
