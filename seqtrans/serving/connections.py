@@ -5,7 +5,7 @@ client has sent a first byte it waits for the rest of the headers for ever, so a
 clients that send their headers a byte at a time ("slowloris") hold connections without
 end. Here every request's line and headers must have arrived within ``header_timeout_s``
 of the connection opening, or of the previous answer on a kept-alive connection; past
-that the server answers 408 and closes the connection. The body's own time counts
+that the server closes the connection, answering 408 if part of a request had come. The body's own time counts
 against the request's ``timeout_s`` (:mod:`seqtrans.serving.app`).
 """
 
@@ -68,7 +68,9 @@ class HeaderTimeout(H11Protocol):
             return
         log.info("closed a connection from %s whose request headers took more than %g s", self.client,
                  self.header_timeout_s)
-        if self.conn.our_state is h11.IDLE:  # nothing sent on it yet: say why it closes
+        if self.conn.our_state is h11.IDLE and self.conn.trailing_data[0]:
+            # part of a request has come: say why it closes (an idle connection closes silently,
+            # as at uvicorn's keep-alive timeout, lest a request crossing it read the 408)
             self.transport.write(TIMED_OUT % (len(BODY), BODY))
         self.transport.close()
 

@@ -37,8 +37,8 @@ class ServeSettings:
         "long shutdown waits for requests in flight.")
     header_timeout_s: float = option(
         10.0, "How long a client may take to send a request's line and headers, in seconds, from the "
-        "connection opening (or the previous answer on it); the connection is then answered 408 and "
-        "closed, so that slow clients cannot hold connections open.")
+        "connection opening (or the previous answer on it); the connection is then closed, with a 408 "
+        "if part of a request had come, so that slow clients cannot hold connections open.")
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -161,6 +161,14 @@ def test_connections_whose_headers_come_slowly_are_closed_after_the_header_timeo
     assert all(t is not None and t < 2.5 for t in closed), closed  # header_timeout_s is 0.5
     assert all(a.startswith(b"HTTP/1.1 408") and b"header_timeout_s" in a for a in answers[:-1]), answers
     assert httpx.get(f"{url}/health").status_code == 200  # and the server goes on
+    with socket.create_connection((host, int(port))) as idle:  # kept alive, and then silent
+        idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        idle.settimeout(10)
+        answer = idle.recv(4096)
+        while not answer.endswith(b'{"status":"alive"}'):
+            answer += idle.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 200")
+        assert idle.recv(4096) == b""  # closed at the timeout, with no answer to a request never sent
 
 
 def test_a_body_that_comes_slowly_is_refused_at_the_request_time_limit(url: str) -> None:
@@ -259,15 +267,17 @@ def test_a_request_that_goes_away_leaves_its_batch_and_the_others_get_their_outp
         copy_model: Served) -> None:
     steps = Steps(copy_model.loaded, delay=0.0)
     try:
-        with running({"copy": copy_model}, ServeSettings(max_wait_ms=300)) as url:
+        with running({"copy": copy_model}, ServeSettings(max_wait_ms=500)) as url:
             steps.rows.clear()
-            steps.delay = 0.05
+            steps.delay = 0.05  # the batch decodes from 0.5 s to about 1.25 s
             kept: list[httpx.Response] = []
             other = threading.Thread(target=lambda: kept.append(httpx.post(
                 f"{url}/v1/models/copy/predict", json={"inputs": LONG[:1], "beam": 1}, timeout=30)))
             other.start()
+            while not re.search(r"^seqtrans_queued_requests 1", httpx.get(f"{url}/metrics").text, re.M):
+                time.sleep(0.01)
             with pytest.raises(httpx.ReadTimeout):  # gives up mid-batch and closes its connection
-                httpx.post(f"{url}/v1/models/copy/predict", json={"inputs": LONG[1:], "beam": 1}, timeout=0.6)
+                httpx.post(f"{url}/v1/models/copy/predict", json={"inputs": LONG[1:], "beam": 1}, timeout=0.9)
             other.join(30)
             metrics = httpx.get(f"{url}/metrics").text
     finally:
