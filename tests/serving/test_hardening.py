@@ -287,3 +287,28 @@ def test_a_request_that_goes_away_leaves_its_batch_and_the_others_get_their_outp
     assert re.search(r"^seqtrans_expired_inputs_total 3\.0$", metrics, re.M)
     assert kept[0].status_code == 200
     assert kept[0].json()["outputs"] == [reference(copy_model.loaded, LONG[0], beam=1)]
+
+
+def test_a_request_that_can_finish_in_time_succeeds_behind_one_that_timed_out(copy_model: Served) -> None:
+    """Each decoding step takes 0.1 s and more. The first request needs over 10 s (105
+    steps) and times out at 2 s; the second arrives then, needs 7 steps and has until
+    4 s: it gets its output only if the first one's decoding stopped at its 504."""
+    steps = Steps(copy_model.loaded, delay=0.0)
+    endless = " ".join(str(i % 30) for i in range(100))
+    try:
+        with running({"copy": copy_model}, ServeSettings(max_wait_ms=0, timeout_s=2.0)) as url:
+            steps.delay = 0.1
+            answers: dict[str, httpx.Response] = {}
+            first = threading.Thread(target=lambda: answers.update(first=httpx.post(
+                f"{url}/v1/models/copy/predict", json={"inputs": [endless], "beam": 1}, timeout=30)))
+            first.start()
+            time.sleep(2.0)
+            answers["second"] = httpx.post(f"{url}/v1/models/copy/predict", json={"inputs": ["1"], "beam": 1},
+                                           timeout=30)
+            first.join(30)
+    finally:
+        steps.remove()
+    assert answers["first"].status_code == 504
+    assert answers["second"].status_code == 200, answers["second"].text
+    assert answers["second"].json()["outputs"] == [reference(copy_model.loaded, "1", beam=1)]
+    assert len(steps.rows) < 40  # the first stopped after about 20 steps, not 105
