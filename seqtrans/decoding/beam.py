@@ -42,6 +42,19 @@ from seqtrans.decoding.search import (
 )
 from seqtrans.vocab import BOS, EOS, PAD
 
+#: ``cancelled(b)``: whether the output of source b (a row of ``src``) is no longer wanted,
+#: asked between steps (a server's request past its deadline). A cancelled source leaves
+#: the batch at once with the hypotheses it has finished (perhaps none); the others decode
+#: as they would have.
+Cancelled = Callable[[int], bool]
+
+
+def _cancelled(cancelled: Cancelled | None, sources: Tensor) -> Tensor | bool:
+    """[B] whether each of the ``sources`` [B] (original rows) still decoding is cancelled."""
+    if cancelled is None:
+        return False
+    return torch.tensor([cancelled(b) for b in sources.tolist()], dtype=torch.bool, device=sources.device)
+
 
 @dataclass(frozen=True)
 class Rules:
@@ -186,7 +199,8 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
                 min_len: int = 0, nbest: int = 1, length_penalty: str = "gnmt", end_in_beam: bool = False,
                 constraint: Constraint | None = None, no_repeat_ngram_size: int = 0,
                 prefixes: Tensor | None = None, banned: Sequence[Phrases] = (),
-                required: Sequence[Phrases] = ()) -> list[list[Hypothesis]]:
+                required: Sequence[Phrases] = (),
+                cancelled: Cancelled | None = None) -> list[list[Hypothesis]]:
     """The ``nbest`` best outputs of each source by ``log P(Y|X) / lp(Y)`` (lp of the
     form ``length_penalty``, :func:`~seqtrans.decoding.search.length_penalty`). With
     ``end_in_beam``, only an end symbol among the K best candidates of a step ends a
@@ -202,7 +216,7 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     is given there; :mod:`seqtrans.decoding.lexical`), searched with dynamic beam
     allocation: ValueError where the beam or ``max_len`` is smaller than the phrases'
     tokens. A sentence stops as soon as no live hypothesis can beat its n-th finished one,
-    which never changes the result.
+    which never changes the result, or once ``cancelled`` says so (:data:`Cancelled`).
     """
     rules = Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, banned=banned)
     model.eval()
@@ -233,6 +247,7 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
         scores, rows, next_tok = _going_on(go_on, cand, ends, rows_c, token)  # [B, K] each
         done = cannot_improve(scores.max(dim=1).values, kept.norm[:, -1], max_len[active] + 1, alpha,
                               kind=length_penalty) | ~torch.isfinite(scores).any(dim=1)
+        done = done | _cancelled(cancelled, active)
         keep = _retire(done, active, kept, results)
         if keep is not None:
             if keep.numel() == 0:
@@ -286,29 +301,31 @@ Choose = Callable[[Tensor, int, Tensor], "tuple[Tensor, Tensor]"]
 @torch.inference_mode()
 def greedy_search(model: SearchModel, src: Tensor, *, max_len: Tensor, min_len: int = 0,
                   constraint: Constraint | None = None, no_repeat_ngram_size: int = 0,
-                  prefixes: Tensor | None = None,
-                  banned: Sequence[Sequence[Sequence[int]]] = ()) -> list[list[Hypothesis]]:
+                  prefixes: Tensor | None = None, banned: Sequence[Sequence[Sequence[int]]] = (),
+                  cancelled: Cancelled | None = None) -> list[list[Hypothesis]]:
     """The most probable next token at every step, until the end symbol or ``max_len``;
-    ``prefixes`` and ``banned`` as in :func:`beam_search`."""
+    ``prefixes``, ``banned`` and ``cancelled`` as in :func:`beam_search` (a cancelled
+    source gets no output)."""
 
     def most_probable(log_probs: Tensor, step: int, rows: Tensor) -> tuple[Tensor, Tensor]:
         return log_probs.max(dim=1)
 
     return _one_path(model, src, max_len=max_len, constraint=constraint, choose=most_probable,
                      rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, banned=banned),
-                     prefixes=prefixes)
+                     prefixes=prefixes, cancelled=cancelled)
 
 
 @torch.inference_mode()
 def sample_search(model: SearchModel, src: Tensor, *, max_len: Tensor, uniforms: Tensor,
                   truncation: Truncation, min_len: int = 0, constraint: Constraint | None = None,
                   no_repeat_ngram_size: int = 0, prefixes: Tensor | None = None,
-                banned: Sequence[Sequence[Sequence[int]]] = ()) -> list[list[Hypothesis]]:
+                  banned: Sequence[Sequence[Sequence[int]]] = (),
+                  cancelled: Cancelled | None = None) -> list[list[Hypothesis]]:
     """One sample per source: at every step a token drawn from the model's distribution,
     reshaped by ``truncation``, with the source's own uniform numbers ``uniforms``
     [B, L+1] (one per step; :func:`~seqtrans.decoding.sampling.input_uniforms`). The
-    log-probability reported is the model's, before truncation. ``prefixes`` and
-    ``banned`` as in :func:`beam_search`."""
+    log-probability reported is the model's, before truncation. ``prefixes``, ``banned``
+    and ``cancelled`` as in :func:`beam_search` (a cancelled source gets no output)."""
 
     uniforms = uniforms.to(src.device)
 
@@ -318,12 +335,12 @@ def sample_search(model: SearchModel, src: Tensor, *, max_len: Tensor, uniforms:
 
     return _one_path(model, src, max_len=max_len, constraint=constraint, choose=sampled,
                      rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, banned=banned),
-                     prefixes=prefixes)
+                     prefixes=prefixes, cancelled=cancelled)
 
 
 def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, rules: Rules,
               constraint: Constraint | None, choose: Choose,
-              prefixes: Tensor | None) -> list[list[Hypothesis]]:
+              prefixes: Tensor | None, cancelled: Cancelled | None) -> list[list[Hypothesis]]:
     """One hypothesis per source, extended at every step by the token ``choose``
     (log_probs [B', V], step, rows [B']: each row's source in ``src``) picks: its
     log-probability and the token, each [B']."""
@@ -351,7 +368,7 @@ def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, rules: Rules,
         history[:, step + 1] = token
         if constrained is not None:
             constrained.advance(token)
-        done = token.eq(EOS) | ~torch.isfinite(best)
+        done = token.eq(EOS) | ~torch.isfinite(best) | _cancelled(cancelled, active)
         if not bool(done.any()):
             continue
         for i in done.nonzero().flatten().tolist():

@@ -14,7 +14,7 @@ from seqtrans import environment
 from seqtrans.attention import waiting
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
-from seqtrans.decoding.beam import beam_search, greedy_search, sample_search
+from seqtrans.decoding.beam import Cancelled, beam_search, greedy_search, sample_search
 from seqtrans.decoding.constraints import Constraint
 from seqtrans.decoding.lexical import Phrases, required_problem
 from seqtrans.decoding.protocol import SearchModel
@@ -85,7 +85,8 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
              device: torch.device, constraints: ConstraintFactory | None = None,
              position_limit: int | None = None, positions: Sequence[int] | None = None,
              prefixes: Sequence[list[int]] | None = None, required: Sequence[Phrases] | None = None,
-             banned: Sequence[Phrases] | None = None, progress: bool = False) -> list[list[Hypothesis]]:
+             banned: Sequence[Phrases] | None = None, progress: bool = False,
+             cancelled: Cancelled | None = None) -> list[list[Hypothesis]]:
     """The n-best hypotheses of every source (ids ending in EOS), in input order; with
     ``decode.sample``, that many samples of each, in the order drawn.
 
@@ -99,8 +100,11 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
     ``required``: per source, phrases (target ids) its outputs must contain, searched by
     beam search with dynamic beam allocation even at ``decode.beam`` 1
     (:mod:`seqtrans.decoding.lexical`); ``banned``: per source, phrases they must not
-    contain. ValueError naming the input whose required phrases the beam or its maximum
-    length cannot hold, or when sampling is asked for with required phrases.
+    contain. ``cancelled(i)``: whether source i's output is no longer wanted, asked
+    between steps; a cancelled source is not started, or leaves its batch at the next step
+    with whatever it has finished (:data:`~seqtrans.decoding.beam.Cancelled`). ValueError
+    naming the input whose required phrases the beam or its maximum length cannot hold, or
+    when sampling is asked for with required phrases.
     """
     if required is not None and any(required):
         _check_required(sources, required, config, position_limit=position_limit, prefixes=prefixes)
@@ -109,7 +113,8 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
         return _generate(model, sources, config, device=device, constraints=constraints,
                          position_limit=position_limit,
                          positions=range(len(sources)) if positions is None else positions,
-                         prefixes=prefixes, lexical=_Lexical(required, banned), progress=progress)
+                         prefixes=prefixes, lexical=_Lexical(required, banned), progress=progress,
+                         cancelled=cancelled)
 
 
 def _check_required(sources: Sequence[list[int]], required: Sequence[Phrases], config: DecodeConfig, *,
@@ -144,10 +149,16 @@ class _Lexical:
 def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeConfig, *,
               device: torch.device, constraints: ConstraintFactory | None,
               position_limit: int | None, positions: Sequence[int], prefixes: Sequence[list[int]] | None,
-              lexical: _Lexical, progress: bool) -> list[list[Hypothesis]]:
+              lexical: _Lexical, progress: bool, cancelled: Cancelled | None) -> list[list[Hypothesis]]:
     results: list[list[Hypothesis]] = [[] for _ in sources]
     bar = tqdm(total=len(sources), desc="decode", unit="sent", disable=not progress, leave=False)
-    for idx in length_batches([len(s) for s in sources], config.batch_tokens):
+    for batch in length_batches([len(s) for s in sources], config.batch_tokens):
+        idx = batch if cancelled is None else [i for i in batch if not cancelled(i)]
+        if not idx:
+            bar.update(len(batch))
+            continue
+        # a row of this batch's ``src`` asks about the source it holds
+        rows_cancelled = None if cancelled is None else lambda b, idx=idx: cancelled(idx[b])
         lengths = [max_output_length(len(sources[i]) - 1, config, limit=position_limit) for i in idx]
         forced = None
         if prefixes is not None and any(prefixes[i] for i in idx):
@@ -156,10 +167,10 @@ def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCo
         if config.sample:
             results_of = _sample(model, sources, idx, lengths, config, device=device,
                                  constraints=constraints, positions=positions, forced=forced,
-                                 banned=lexical.of(idx)[1])
+                                 banned=lexical.of(idx)[1], cancelled=rows_cancelled)
             for i, hyps in zip(idx, results_of):
                 results[i] = hyps
-            bar.update(len(idx))
+            bar.update(len(batch))
             continue
         src = pad_batch([sources[i] for i in idx]).to(device)
         max_len = torch.tensor(lengths)
@@ -169,20 +180,22 @@ def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCo
             if config.beam == 1 and not required:
                 out = greedy_search(model, src, max_len=max_len, min_len=config.min_len,
                                     constraint=constraint, no_repeat_ngram_size=config.no_repeat_ngram_size,
-                                    prefixes=None if forced is None else pad_batch(forced), banned=banned)
+                                    prefixes=None if forced is None else pad_batch(forced), banned=banned,
+                                    cancelled=rows_cancelled)
             else:
                 out = beam_search(model, src, beam=config.beam, alpha=config.alpha, max_len=max_len,
                                   min_len=config.min_len, nbest=config.nbest, constraint=constraint,
                                   length_penalty=config.length_penalty, end_in_beam=config.end_in_beam,
                                   no_repeat_ngram_size=config.no_repeat_ngram_size,
                                   prefixes=None if forced is None else pad_batch(forced), banned=banned,
-                                  required=required)
+                                  required=required, cancelled=rows_cancelled)
         for k, (i, hyps) in enumerate(zip(idx, out)):
             results[i] = hyps
-            if not hyps and required and required[k]:  # the phrases fit, but the other rules left no way
+            if not hyps and required and required[k] and not (rows_cancelled and rows_cancelled(k)):
+                # the phrases fit, but the other rules left no way
                 log.warning("input %d: no output contains its required phrases and keeps the other rules "
                             "(banned phrases, the task's constraint, the maximum length)", positions[i])
-        bar.update(len(idx))
+        bar.update(len(batch))
     bar.close()
     return results
 
@@ -190,7 +203,7 @@ def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCo
 def _sample(model: SearchModel, sources: Sequence[list[int]], idx: list[int], lengths: list[int],
             config: DecodeConfig, *, device: torch.device, constraints: ConstraintFactory | None,
             positions: Sequence[int], forced: list[list[int]] | None,
-            banned: list[Phrases]) -> list[list[Hypothesis]]:
+            banned: list[Phrases], cancelled: Cancelled | None) -> list[list[Hypothesis]]:
     """``decode.sample`` samples of each of the sources ``idx`` (whose output lengths are
     ``lengths`` and target prefixes ``forced``): every sample decodes as a source of its
     own, with its input's stream."""
@@ -208,5 +221,6 @@ def _sample(model: SearchModel, sources: Sequence[list[int]], idx: list[int], le
         out = sample_search(model, src, max_len=max_len, uniforms=uniforms, truncation=truncation,
                             min_len=config.min_len, constraint=constraint,
                             no_repeat_ngram_size=config.no_repeat_ngram_size,
-                            prefixes=prefixes, banned=[p for p in banned for _ in range(n)])
+                            prefixes=prefixes, banned=[p for p in banned for _ in range(n)],
+                            cancelled=None if cancelled is None else lambda r: cancelled(r // n))
     return [[h for hyps in out[b * n : (b + 1) * n] for h in hyps] for b in range(len(idx))]

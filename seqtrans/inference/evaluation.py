@@ -18,6 +18,7 @@ from seqtrans import distributed
 from seqtrans.config import DecodeConfig
 from seqtrans.data import check_sources, prediction, source_ids
 from seqtrans.decoding import Hypothesis, generate
+from seqtrans.decoding.beam import Cancelled
 from seqtrans.decoding.lexical import Phrases
 from seqtrans.inference.ensemble import Ensemble, members, position_limit
 from seqtrans.model import Transformer
@@ -30,14 +31,16 @@ def decode_sources(model: Transformer | Ensemble, codec: Codec[Any, Any, Any], s
                    decode: DecodeConfig, *, device: torch.device, progress: bool = False,
                    spread: bool = False, positions: Sequence[int] | None = None,
                    prefixes: Sequence[list[int]] | None = None, required: Sequence[Phrases] | None = None,
-                   banned: Sequence[Phrases] | None = None) -> tuple[list[Any], list[list[Hypothesis]]]:
+                   banned: Sequence[Phrases] | None = None, cancelled: Cancelled | None = None,
+                   ) -> tuple[list[Any], list[list[Hypothesis]]]:
     """Predictions and n-best hypotheses of ``sources``, in order. With ``spread``, in a
     process group, every rank decodes a share (by length, in turn) and all ranks get
     all outputs back in input order. ``positions``: each source's position in the whole
     input, which seeds its sampling stream (default: its index in ``sources``);
     ``prefixes``: the target ids each output must start with (scored, not searched);
     ``required`` and ``banned``: per source, phrases of target ids its outputs must and
-    must not contain (:func:`~seqtrans.decoding.generate`)."""
+    must not contain; ``cancelled(i)``: whether source i's output is no longer wanted
+    (:func:`~seqtrans.decoding.generate`; not with ``spread``)."""
     positions = range(len(sources)) if positions is None else positions
     world = distributed.current()
     if spread and world.distributed:
@@ -62,7 +65,7 @@ def decode_sources(model: Transformer | Ensemble, codec: Codec[Any, Any, Any], s
 
     hyps = generate(model, ids, decode, device=device, constraints=constraints,
                     position_limit=limit, positions=positions, prefixes=prefixes, required=required,
-                    banned=banned, progress=progress)
+                    banned=banned, progress=progress, cancelled=cancelled)
     preds = [prediction(codec, h[0].tokens if h else [], s) for h, s in zip(hyps, sources)]
     return preds, hyps
 

@@ -27,6 +27,7 @@ from seqtrans import tasks
 from seqtrans.assets import assets_digest
 from seqtrans.config import DecodeConfig, RunConfig
 from seqtrans.decoding import Hypothesis
+from seqtrans.decoding.beam import Cancelled
 from seqtrans.decoding.lexical import Phrases
 from seqtrans.errors import CheckpointError, UsageError
 from seqtrans.inference.ensemble import Ensemble
@@ -76,12 +77,14 @@ class Loaded:
     def decode(self, sources: Sequence[Any], *, decode: DecodeConfig | None = None,
                progress: bool = False, positions: Sequence[int] | None = None,
                prefixes: Sequence[list[int]] | None = None, required: Sequence[Phrases] | None = None,
-               banned: Sequence[Phrases] | None = None) -> tuple[list[Any], list[list[Hypothesis]]]:
+               banned: Sequence[Phrases] | None = None, cancelled: Cancelled | None = None,
+               ) -> tuple[list[Any], list[list[Hypothesis]]]:
         """Predictions (task objects) and the n-best hypotheses (or samples) of ``sources``,
         in order; ``positions`` seed the sampling streams, ``prefixes`` are forced target
         ids and ``required`` and ``banned`` phrases per source (target ids) that the outputs
-        must and must not contain, besides the phrases of ``decode.banned`` (see
-        :func:`decode_sources`)."""
+        must and must not contain, besides the phrases of ``decode.banned``, and
+        ``cancelled(i)`` whether source i's output is no longer wanted, asked between
+        decoding steps (see :func:`decode_sources`)."""
         from seqtrans.inference.lexical import banned_ids
 
         decode = decode or self.config.decode
@@ -90,7 +93,7 @@ class Loaded:
             banned = [[*common, *own] for own in (banned or [[] for _ in sources])]
         return decode_sources(self.searcher, self.codec, sources, decode, device=self.device,
                               progress=progress, positions=positions, prefixes=prefixes, required=required,
-                              banned=banned)
+                              banned=banned, cancelled=cancelled)
 
 
 def find_checkpoint(path: str | Path) -> Path:

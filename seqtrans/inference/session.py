@@ -42,7 +42,7 @@ from typing import Any
 from seqtrans.config import DecodeConfig
 from seqtrans.data import prediction, source_ids
 from seqtrans.decoding.streaming import Emission, StreamDecoder, check_streamable
-from seqtrans.errors import DataError, UsageError
+from seqtrans.errors import DataError, SeqtransError, UsageError
 from seqtrans.inference.ensemble import position_limit
 from seqtrans.inference.loading import Loaded
 
@@ -143,7 +143,13 @@ class StreamSession:
         return self._decide(emissions)
 
     def _feed(self) -> list[int]:
-        ids = source_ids(self.loaded.codec, self.loaded.task.parse_source(" ".join(self.words)))[:-1]
+        try:
+            ids = source_ids(self.loaded.codec, self.loaded.task.parse_source(" ".join(self.words)))[:-1]
+        except SeqtransError:
+            raise
+        except Exception as exc:  # the task's own failure on what it was given: still bad input
+            raise DataError(self.origin, self.line, f"the task cannot read these words "
+                                                    f"({type(exc).__name__}: {exc})") from exc
         if ids[: len(self._fed)] != self._fed:
             raise DataError(self.origin, self.line,
                             "the task's tokens of the words read so far are not a prefix of those of more "

@@ -20,7 +20,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from torch import Tensor
@@ -33,7 +33,8 @@ from seqtrans.errors import SeqtransError
 from seqtrans.inference.details import attention_weights
 from seqtrans.inference.ensemble import position_limit
 from seqtrans.inference.scoring import score_ids
-from seqtrans.serving.batching import Batcher, QueueFull, Stopped
+from seqtrans.serving import validation
+from seqtrans.serving.batching import Batcher, Deadline, Expired, QueueFull, Stopped
 from seqtrans.serving.metrics import CONTENT_TYPE, Metrics
 from seqtrans.serving.middleware import Guard
 from seqtrans.serving.models import (
@@ -50,6 +51,8 @@ from seqtrans.serving.settings import ServeSettings
 from seqtrans.vocab import EOS
 
 log = logging.getLogger(__name__)
+#: What the decoding thread gets of a request: its model, the checked request, its deadline.
+Work = tuple[Served, Prediction | Scoring, Deadline]
 
 
 class Server:
@@ -83,11 +86,13 @@ class Server:
     async def submit(self, served: Served, key: Hashable, work: Prediction | Scoring,
                      arrived: float, request: Request) -> Any:
         """The result of a request through the batcher, within the time limit; a request
-        whose client disconnects leaves the queue (or its batch's answers) at once."""
+        that passes it, or whose client disconnects, leaves the queue at once, or its batch
+        at the next decoding step."""
         assert self.batcher is not None
         self.metrics.queue_depth.observe(self.batcher.depth)
+        deadline = Deadline(arrived + self.settings.timeout_s)
         try:
-            future = self.batcher.submit(key, work.tokens, (served, work))
+            future = self.batcher.submit(key, work.tokens, (served, work, deadline))
         except QueueFull:
             raise RequestError(503, "queue_full", f"{self.settings.max_queue} requests are waiting already; "
                                "try again shortly", limit="max_queue", headers={"Retry-After": "1"}) from None
@@ -96,8 +101,9 @@ class Server:
         gone = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait({future, gone}, timeout=max(left, 0.0), return_when=asyncio.FIRST_COMPLETED)
-            if not future.done():
-                future.cancel()  # withdraws it from the queue
+            if not future.done() or isinstance(future.exception(), Expired):
+                deadline.withdraw()  # leaves its batch at the next step
+                future.cancel()  # or the queue
                 if gone.done():
                     self.metrics.disconnected.inc()
                     raise RequestError(499, "client_disconnected", "the client went away before its answer")
@@ -111,7 +117,8 @@ class Server:
                                headers={"Retry-After": "1"}) from None
         finally:
             gone.cancel()
-            if not future.done():  # this handler itself was cancelled
+            deadline.withdraw()  # in case this handler itself was cancelled
+            if not future.done():
                 future.cancel()
             self.metrics.queued.set(self.batcher.depth)
 
@@ -121,25 +128,38 @@ class Server:
             raise RequestError(404, "unknown_model", f"no model named {name!r}; GET /v1/models lists them")
         return served
 
-    def decode(self, works: Sequence[tuple[Served, Prediction | Scoring]]) -> list[list[dict[str, Any]]]:
+    def decode(self, works: Sequence[Work]) -> list[list[dict[str, Any]] | Expired]:
         """The outputs of requests of one model and one kind (predictions of one decoding
-        setting, or scores), decoded together in the worker thread."""
+        setting, or scores), decoded together in the worker thread; :class:`Expired` for
+        each request whose deadline passed meanwhile (its decoding stopped there)."""
         if isinstance(works[0][1], Scoring):
             return self.score(works)
         started = time.monotonic()
-        served, first = works[0]
+        served, first, _ = works[0]
         assert isinstance(first, Prediction)
-        requests = [p for _, p in works if isinstance(p, Prediction)]
+        requests = [p for _, p, _ in works if isinstance(p, Prediction)]
+        deadlines = [d for _, _, d in works]
         sources = [s for p in requests for s in p.sources]
+        owner = [k for k, p in enumerate(requests) for _ in p.sources]
         # each input seeds its sampling stream by its place in its own request, so that a
         # request's outputs do not depend on the requests it was batched with
         positions = [i for p in requests for i in range(len(p.sources))]
-        _, hyps = served.loaded.decode(sources, decode=first.decode, positions=positions)
-        maps = self._attention(served, requests, hyps)
-        out, start = [], 0
-        for p in requests:
+        _, hyps = served.loaded.decode(sources, decode=first.decode, positions=positions,
+                                       cancelled=lambda i: deadlines[owner[i]].passed)
+        expired = [d.passed for d in deadlines]
+        maps = self._attention(served, [p for p, gone in zip(requests, expired) if not gone],
+                               [h for h, k in zip(hyps, owner) if not expired[k]])
+        live = iter(maps)  # one per input of the requests still wanted
+        out: list[list[dict[str, Any]] | Expired] = []
+        start = 0
+        for p, gone in zip(requests, expired):
             end = start + len(p.sources)
-            out.append(outputs(served, p, hyps[start:end], maps[start:end] if p.attention else None))
+            if gone:
+                out.append(Expired())
+                self.metrics.expired_inputs.inc(len(p.sources))
+            else:
+                own = [next(live) for _ in p.sources]
+                out.append(outputs(served, p, hyps[start:end], own if p.attention else None))
             start = end
         tokens = sum(len(h[0].tokens) for h in hyps if h)
         self.metrics.batch(len(works), len(sources), tokens, time.monotonic() - started)
@@ -165,22 +185,26 @@ class Server:
             maps[i] = w
         return maps
 
-    def score(self, works: Sequence[tuple[Served, Prediction | Scoring]]) -> list[list[dict[str, Any]]]:
-        """The scores of score requests of one model, computed together."""
+    def score(self, works: Sequence[Work]) -> list[list[dict[str, Any]] | Expired]:
+        """The scores of score requests of one model, computed together (those whose
+        deadline has passed: :class:`Expired`)."""
         served = works[0][0]
-        requests = [p for _, p in works if isinstance(p, Scoring)]
+        expired = [d.passed for _, _, d in works]
+        requests = [p for (_, p, _), gone in zip(works, expired) if isinstance(p, Scoring) and not gone]
         decode = served.loaded.config.decode
         with waiting(decode.wait_k or None):
             scores = score_ids(served.loaded.searcher, [s for r in requests for s in r.sources],
                                [t for r in requests for t in r.targets], batch_tokens=decode.batch_tokens,
                                device=served.loaded.device, precision=decode.precision)
-        out, start = [], 0
+        out: list[list[dict[str, Any]] | Expired] = []
+        start = 0
         for r in requests:
             out.append([{"log_prob": s.log_prob, "per_token": s.per_token, "tokens": s.tokens,
                          "normalized_score": s.normalized(decode.alpha, kind=decode.length_penalty)}
                         for s in scores[start:start + len(r.sources)]])
             start += len(r.sources)
-        return out
+        done = iter(out)
+        return [Expired() if gone else next(done) for gone in expired]
 
     def warm(self) -> None:
         """Decode one empty source with each model, so that the first request does not pay
@@ -223,17 +247,31 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
     async def show_model(request: Request) -> Response:
         return JSONResponse(server.model(request.path_params["name"]).describe())
 
+    async def body(request: Request, arrived: float) -> Any:
+        """The request's JSON, read within what is left of its time limit (408 beyond:
+        a client sending its body slowly holds a connection no longer than a request)."""
+        left = settings.timeout_s - (time.monotonic() - arrived)
+        try:
+            return await asyncio.wait_for(read_json(request, settings.max_body_bytes), max(left, 0.0))
+        except asyncio.TimeoutError:
+            late = f"the body did not arrive within {settings.timeout_s:g} s"
+            raise RequestError(408, "body_timeout", late, limit="timeout_s") from None
+        except RequestError as exc:
+            if exc.status == 499:
+                server.metrics.disconnected.inc()
+            raise
+
     async def predict(request: Request) -> Response:
         arrived = time.monotonic()
         served = server.model(request.path_params["name"])
-        prediction = parse_predict(served, await read_json(request, settings.max_body_bytes), settings)
+        prediction = parse_predict(served, await body(request, arrived), settings)
         result = await server.submit(served, (served.name, prediction.decode), prediction, arrived, request)
         return JSONResponse({"model": served.name, "outputs": result})
 
     async def score(request: Request) -> Response:
         arrived = time.monotonic()
         served = server.model(request.path_params["name"])
-        scoring = parse_score(served, await read_json(request, settings.max_body_bytes), settings)
+        scoring = parse_score(served, await body(request, arrived), settings)
         result = await server.submit(served, (served.name, "score"), scoring, arrived, request)
         return JSONResponse({"model": served.name, "scores": result})
 
@@ -263,28 +301,34 @@ async def _disconnected(request: Request) -> None:
 
 
 async def read_json(request: Request, limit: int) -> Any:
-    """The request's body as JSON; 413 past ``limit`` bytes (read no further), 400 when it
-    is not JSON."""
+    """The request's body as JSON (:func:`seqtrans.serving.validation.read`); 413 past
+    ``limit`` bytes (read no further), 400 when it is not JSON, 422 when it holds what no
+    route takes, 499 when the client disconnects before the body's end."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise RequestError(413, "body_too_large", f"a body of {declared} bytes, more than the {limit} "
                            "allowed", limit="max_body_bytes")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, "body_too_large", f"a body of more than the {limit} bytes allowed",
-                               limit="max_body_bytes")
-        chunks.append(chunk)
     try:
-        return json.loads(b"".join(chunks).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RequestError(400, "malformed_json", f"the body is not JSON: {exc}") from None
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(413, "body_too_large", f"a body of more than the {limit} bytes allowed",
+                                   limit="max_body_bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        gone = "the client went away while sending its body"
+        raise RequestError(499, "client_disconnected", gone) from None
+    return validation.read(b"".join(chunks))
 
 
 async def _refused(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestError)
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    if exc.status == 499:
+        log.info("%s %s: %s", request.method, request.url.path, exc.message)
+    # ASCII JSON: whatever a message quotes from the request, the answer can be encoded
+    return Response(json.dumps(exc.body()), status_code=exc.status, headers=exc.headers,
+                    media_type="application/json")
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

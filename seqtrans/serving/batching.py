@@ -5,13 +5,16 @@ Requests wait in a bounded queue. The dispatcher takes the oldest, waits at most
 settings (or until ``max_batch_tokens`` source tokens have arrived), and hands that batch
 to one worker thread, so the event loop keeps answering while the model decodes. Each
 request gets its own outputs back, in its own order. A batch that fails is decoded again
-request by request, so one bad request fails alone.
+request by request, so one bad request fails alone. A request carries its
+:class:`Deadline`, which the decoder asks between decoding steps: a request past its
+time limit, or withdrawn, leaves its batch at the next step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
@@ -28,6 +31,26 @@ class QueueFull(Exception):
 
 class Stopped(Exception):
     """The batcher stopped before decoding the request."""
+
+
+class Expired(Exception):
+    """A decoder's result for a request whose deadline passed while it decoded."""
+
+
+class Deadline:
+    """When a request's answer stops being wanted: at the monotonic time ``at``, or once
+    withdrawn (its client went away). The event loop withdraws; the decoding thread asks."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self._withdrawn = threading.Event()
+
+    def withdraw(self) -> None:
+        self._withdrawn.set()
+
+    @property
+    def passed(self) -> bool:
+        return self._withdrawn.is_set() or time.monotonic() >= self.at
 
 
 @dataclass(eq=False)  # a job is itself: found in the queue by identity

@@ -37,6 +37,9 @@ class Metrics:
         self.disconnected = Counter("seqtrans_disconnected_requests",
                                     "Requests whose client went away before its answer; withdrawn.",
                                     registry=r)
+        self.expired_inputs = Counter(
+            "seqtrans_expired_inputs", "Inputs whose request passed its time limit or went away while their "
+            "batch decoded; their decoding stopped at the next step.", registry=r)
         self.streams = Gauge("seqtrans_streams", "Simultaneous-translation sessions open.", registry=r)
 
     def batch(self, requests: int, inputs: int, output_tokens: int, seconds: float) -> None:

@@ -5,8 +5,10 @@ the task as ``seqtrans predict`` formats them."""
 from __future__ import annotations
 
 import dataclasses
+import logging
+import reprlib
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,22 +24,28 @@ from seqtrans.inference.loading import Loaded
 from seqtrans.serving.settings import ServeSettings
 from seqtrans.tasks.protocol import TargetParsing
 
+log = logging.getLogger(__name__)
+
 
 class RequestError(Exception):
     """A request the server refuses: the HTTP status and a JSON-ready error naming what
-    was wrong (and the limit, where one was passed)."""
+    was wrong (the ``field`` of the body, such as ``inputs[0]`` or ``alpha``, where one
+    was; and the limit, where one was passed)."""
 
     def __init__(self, status: int, code: str, message: str, *, limit: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 field: str | None = None, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.limit = limit
+        self.field = field
         self.headers = dict(headers or {})
 
     def body(self) -> dict[str, Any]:
         error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            error["field"] = self.field
         if self.limit is not None:
             error["limit"] = self.limit
         return {"error": error}
@@ -108,6 +116,9 @@ LENGTH_PENALTIES = typing.get_args(typing.get_type_hints(DecodeConfig)["length_p
 OPTIONS: dict[str, tuple[type, ...]] = {"beam": (int,), "nbest": (int,), "alpha": (int, float),
                                         "length_penalty": (str,), "precision": (str,), "scores": (bool,),
                                         "attention": (bool,)}
+#: The largest length-penalty alpha a request may ask for: far above any useful value
+#: (0.6 to 2), and low enough that lp(Y) stays finite at any length the models reach.
+MAX_ALPHA = 5.0
 
 
 @dataclass(frozen=True)
@@ -129,48 +140,65 @@ def parse_predict(served: Served, body: Any, settings: ServeSettings) -> Predict
         raise RequestError(422, "invalid_request", "the body must be a JSON object with 'inputs'")
     unknown = sorted(set(body) - {"inputs", *OPTIONS})
     if unknown:
-        raise RequestError(422, "invalid_request", f"unknown field(s) {', '.join(map(repr, unknown))}; a "
-                           f"predict request takes inputs and the options {', '.join(OPTIONS)}")
+        names = ", ".join(_short(u) for u in unknown)
+        raise RequestError(422, "invalid_request", f"unknown field(s) {names}; a predict request takes "
+                           f"inputs and the options {', '.join(OPTIONS)}", field=unknown[0])
     inputs = body.get("inputs")
-    if not isinstance(inputs, list) or not inputs or not all(isinstance(x, str) for x in inputs):
-        raise RequestError(422, "invalid_request", "'inputs' must be a non-empty list of strings")
+    if not isinstance(inputs, list) or not inputs:
+        raise RequestError(422, "invalid_request", "'inputs' must be a non-empty list of strings",
+                           field="inputs")
+    for i, x in enumerate(inputs):
+        if not isinstance(x, str):
+            raise RequestError(422, "invalid_request", f"inputs[{i}]: must be a string, got {_short(x)}",
+                               field=f"inputs[{i}]")
     if len(inputs) > settings.max_inputs:
         raise RequestError(413, "too_many_inputs", f"{len(inputs)} inputs, more than the "
-                           f"{settings.max_inputs} one request may send", limit="max_inputs")
+                           f"{settings.max_inputs} one request may send", limit="max_inputs", field="inputs")
     for key, kinds in OPTIONS.items():
         value = body.get(key)
         if value is not None and (not isinstance(value, kinds) or isinstance(value, bool) != (bool in kinds)):
-            raise RequestError(422, "invalid_request", f"'{key}' must be {_kind_name(kinds)}, got {value!r}")
+            raise RequestError(422, "invalid_request", f"'{key}' must be {_kind_name(kinds)}, got "
+                               f"{_short(value)}", field=key)
     if body.get("beam") is not None and body["beam"] > settings.max_beam:
         raise RequestError(422, "beam_too_large", f"beam {body['beam']} is larger than the server allows "
-                           f"({settings.max_beam})", limit="max_beam")
+                           f"({settings.max_beam})", limit="max_beam", field="beam")
+    alpha = body.get("alpha")
+    if alpha is not None and not 0 <= alpha <= MAX_ALPHA:  # also refuses NaN
+        raise RequestError(422, "invalid_request", f"'alpha' must be a number from 0 to {MAX_ALPHA:g}, got "
+                           f"{_short(alpha)}", field="alpha")
     if body.get("precision") == "int8" and served.loaded.device.type != "cpu":
-        raise RequestError(422, "invalid_request", "precision int8 is for models served on a CPU")
-    if body.get("precision") not in (None, "int8") and served.loaded.config.decode.precision == "int8":
-        raise RequestError(422, "invalid_request", f"precision {body['precision']} needs float weights, "
-                           "and this model is served in int8 only (loaded with decode.precision=int8)")
+        raise RequestError(422, "invalid_request", "precision int8 is for models served on a CPU",
+                           field="precision")
     decode = served.loaded.config.decode
     changes = {k: body[k] for k in ("beam", "nbest", "alpha", "length_penalty", "precision")
                if body.get(k) is not None}
     if changes.get("length_penalty", "gnmt") not in LENGTH_PENALTIES:
         raise RequestError(422, "invalid_request", f"'length_penalty' must be one of "
-                           f"{', '.join(LENGTH_PENALTIES)}, got {changes['length_penalty']!r}")
+                           f"{', '.join(LENGTH_PENALTIES)}, got {_short(changes['length_penalty'])}",
+                           field="length_penalty")
     try:
         decode = dataclasses.replace(decode, **changes)
     except ConfigError as exc:
-        raise RequestError(422, "invalid_request", _option_problem(exc)) from None
+        raise RequestError(422, "invalid_request", _option_problem(exc),
+                           field=exc.key.removeprefix("decode.")) from None
+    if decode.precision != "int8" and served.loaded.config.decode.precision == "int8":
+        raise RequestError(422, "invalid_request", f"precision {decode.precision} needs float weights, "
+                           "and this model is served in int8 only (loaded with decode.precision=int8)",
+                           field="precision")
     sources, tokens = [], 0
     for i, text in enumerate(inputs):
-        source = _read(served, text, i)
-        length = len(source_ids(served.loaded.codec, source))
+        field = f"inputs[{i}]"
+        source = _by_task(served, field, served.loaded.task.parse_source, text)
+        length = len(_by_task(served, field, source_ids, served.loaded.codec, source))
         if length - 1 > settings.max_input_tokens:
             raise RequestError(422, "input_too_long", f"input {i}: {length - 1} source tokens, more than the "
-                               f"{settings.max_input_tokens} the server allows", limit="max_input_tokens")
+                               f"{settings.max_input_tokens} the server allows", limit="max_input_tokens",
+                               field=field)
         for model in served.loaded.models:
             problem = too_long(model.config, served.loaded.codec, source)
             if problem is not None:
                 raise RequestError(422, "input_too_long", f"input {i}: {problem}",
-                                   limit="model.max_positions")
+                                   limit="model.max_positions", field=field)
         sources.append(source)
         tokens += length
     return Prediction(sources, tokens, decode, bool(body.get("scores")), bool(body.get("attention")))
@@ -191,36 +219,42 @@ def parse_score(served: Served, body: Any, settings: ServeSettings) -> Scoring:
     :class:`RequestError` says what is wrong with it."""
     loaded = served.loaded
     if not isinstance(body, dict) or set(body) != {"pairs"}:
+        unknown = sorted(set(body) - {"pairs"}) if isinstance(body, dict) else []
         raise RequestError(422, "invalid_request",
-                           'the body must be a JSON object {"pairs": [[source, target], ...]}')
+                           'the body must be a JSON object {"pairs": [[source, target], ...]}',
+                           field=unknown[0] if unknown else None)
     pairs = body["pairs"]
-    if not isinstance(pairs, list) or not pairs or not all(_is_pair(p) for p in pairs):
-        raise RequestError(422, "invalid_request",
-                           "'pairs' must be a non-empty list of [source, target] strings")
+    if not isinstance(pairs, list) or not pairs:
+        raise RequestError(422, "invalid_request", "'pairs' must be a non-empty list of [source, target] "
+                           "strings", field="pairs")
+    for i, pair in enumerate(pairs):
+        if not _is_pair(pair):
+            raise RequestError(422, "invalid_request", f"pairs[{i}]: must be a [source, target] pair of "
+                               f"strings, got {_short(pair)}", field=f"pairs[{i}]")
     if len(pairs) > settings.max_inputs:
         raise RequestError(413, "too_many_inputs", f"{len(pairs)} pairs, more than the {settings.max_inputs} "
-                           "one request may send", limit="max_inputs")
+                           "one request may send", limit="max_inputs", field="pairs")
     task = loaded.task
     if not isinstance(task, TargetParsing):
         raise RequestError(422, "cannot_score", f"task '{loaded.config.task}' cannot read targets from text, "
                            "so its pairs cannot be scored")
     sources, targets, tokens = [], [], 0
     for i, (source_text, target_text) in enumerate(pairs):
-        source = _read(served, source_text, i)
-        try:
-            target = task.parse_target(target_text)
-        except SeqtransError as exc:
-            raise RequestError(422, "invalid_input", f"target {i}: {getattr(exc, 'problem', exc)}") from None
-        src, tgt = source_ids(loaded.codec, source), target_ids(loaded.codec, target)
+        first, second = f"pairs[{i}][0]", f"pairs[{i}][1]"
+        source = _by_task(served, first, task.parse_source, source_text)
+        target = _by_task(served, second, task.parse_target, target_text)
+        src = _by_task(served, first, source_ids, loaded.codec, source)
+        tgt = _by_task(served, second, target_ids, loaded.codec, target)
         longest = max(len(src) - 1, len(tgt))
         if longest > settings.max_input_tokens:
             raise RequestError(422, "input_too_long", f"pair {i}: {longest} tokens on one side, more than "
-                               f"the {settings.max_input_tokens} the server allows", limit="max_input_tokens")
+                               f"the {settings.max_input_tokens} the server allows", limit="max_input_tokens",
+                               field=f"pairs[{i}]")
         for model in loaded.models:
             limit = model.config.position_limit
             if limit is not None and max(len(src), len(tgt) + 1) > limit:
                 raise RequestError(422, "input_too_long", f"pair {i}: more tokens than the {limit} positions "
-                                   "the model learned", limit="model.max_positions")
+                                   "the model learned", limit="model.max_positions", field=f"pairs[{i}]")
         sources.append(src)
         targets.append(tgt)
         tokens += len(src) + len(tgt) + 1
@@ -231,11 +265,31 @@ def _is_pair(item: Any) -> bool:
     return isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)
 
 
-def _read(served: Served, text: str, index: int) -> Any:
+def _by_task(served: Served, field: str, function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)``: the task reading, or its codec encoding, the input ``field``;
+    whatever it raises is the input's problem, a 422 naming the field."""
     try:
-        return served.loaded.task.parse_source(text)
+        return function(*args)
     except SeqtransError as exc:
-        raise RequestError(422, "invalid_input", f"input {index}: {getattr(exc, 'problem', exc)}") from None
+        raise RequestError(422, "invalid_input", f"{field}: {getattr(exc, 'problem', exc)}",
+                           field=field) from None
+    except Exception as exc:
+        raise _unreadable(served, field, exc) from None
+
+
+def _unreadable(served: Served, field: str, exc: Exception) -> RequestError:
+    """A task that fails on an input with an exception other than its documented
+    :class:`SeqtransError` still could not read that input: the client's request is
+    refused, and the log keeps the exception for the task's author."""
+    log.warning("task %s failed on %s of a request to %s: %s: %s", served.loaded.config.task, field,
+                served.name, type(exc).__name__, exc)
+    return RequestError(422, "invalid_input", f"{field}: the task cannot read this text "
+                        f"({type(exc).__name__})", field=field)
+
+
+def _short(value: Any) -> str:
+    """``repr(value)``, shortened: messages do not echo large bodies."""
+    return reprlib.repr(value)
 
 
 def _option_problem(exc: ConfigError) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from seqtrans import __version__
-from seqtrans.serving.models import LENGTH_PENALTIES
+from seqtrans.serving.models import LENGTH_PENALTIES, MAX_ALPHA
 
 STRING, NUMBER, INTEGER, BOOLEAN = ({"type": t} for t in ("string", "number", "integer", "boolean"))
 
@@ -28,10 +28,14 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-ERROR = _object(("error",), error=_object(("code", "message"), code=STRING, message=STRING, limit={
+ERROR = _object(("error",), error=_object(("code", "message"), code=STRING, message=STRING, field={
+    "type": "string", "description": "Where in the body the problem is, such as inputs[0] or alpha."}, limit={
     "type": "string", "description": "The setting whose limit was passed."}))
 REASONS = {400: "Malformed JSON.", 401: "Missing or wrong bearer token.", 404: "No such model.",
-           413: "Too many inputs, or too large a body.", 422: "Wrong types, options or inputs.",
+           408: "The body did not arrive within timeout_s.",
+           413: "Too many inputs, or too large a body.",
+           422: "Wrong types, options or inputs, or values past the limits (error.field names it).",
+           499: "The client went away (never read).",
            503: "The queue is full, or the server is stopping (see Retry-After).",
            504: "Not decoded within timeout_s."}
 NAME = [{"name": "name", "in": "path", "required": True, "schema": STRING}]
@@ -45,7 +49,7 @@ def _post(summary: str, body: dict[str, Any], answer: dict[str, Any], descriptio
     return {"post": {"summary": summary, "parameters": NAME,
                      "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
                      "responses": {"200": _json(answer, description),
-                                   **_errors(400, 401, 404, 413, 422, 503, 504)}}}
+                                   **_errors(400, 401, 404, 408, 413, 422, 499, 503, 504)}}}
 
 
 def _get(summary: str, answer: dict[str, Any], *, named: bool = False, errors: tuple[int, ...] = (401,),
@@ -59,7 +63,8 @@ def schema() -> dict[str, Any]:
                          log_prob=NUMBER, normalized_score=NUMBER, tokens=_array(STRING))
     predict = _object(("inputs",), closed=True, inputs=_array(STRING, minItems=1),
                       beam={"type": "integer", "minimum": 1}, nbest={"type": "integer", "minimum": 1},
-                      alpha={"type": "number", "minimum": 0}, length_penalty={"enum": list(LENGTH_PENALTIES)},
+                      alpha={"type": "number", "minimum": 0, "maximum": MAX_ALPHA},
+                      length_penalty={"enum": list(LENGTH_PENALTIES)},
                       precision={"enum": ["fp32", "bf16", "int8"]},
                       scores={"type": "boolean", "description": "Each hypothesis with its scores."},
                       attention={"type": "boolean", "description": "The best output's encoder-decoder "

@@ -5,8 +5,12 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from seqtrans.serving.settings import ServeSettings
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +57,7 @@ def serve(paths: Sequence[str], settings: ServeSettings, *, device: str = "auto"
         models[name] = executor.submit(load_served, name, path, device=device).result()
         log.info("model %s: %s (task %s)", name, path, models[name].loaded.config.task)
     app = build_app(models, settings, token=token, executor=executor)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, ws="auto", lifespan="on",
-                            timeout_graceful_shutdown=max(1, int(settings.timeout_s)), log_level="info",
-                            access_log=False)
+    config = uvicorn_config(app, settings)
     # uvicorn drains on SIGTERM and then raises the signal again under the handler it found;
     # a handler of ours turns that into the normal end of serving (exit status 0)
     previous = signal.signal(signal.SIGTERM, _stopped)
@@ -63,6 +65,22 @@ def serve(paths: Sequence[str], settings: ServeSettings, *, device: str = "auto"
         uvicorn.Server(config).run()
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def uvicorn_config(app: Any, settings: ServeSettings, **changes: Any) -> uvicorn.Config:
+    """How uvicorn runs ``app`` under ``settings``: HTTP/1.1 with the header time limit
+    (:mod:`seqtrans.serving.connections`), WebSockets, the app's lifespan, and shutdown
+    waiting at most ``timeout_s``; ``changes`` replace any of these options."""
+    import uvicorn
+
+    from seqtrans.serving.connections import with_header_timeout
+
+    options: dict[str, Any] = {
+        "host": settings.host, "port": settings.port, "ws": "auto", "lifespan": "on",
+        "http": with_header_timeout(settings.header_timeout_s),
+        "timeout_graceful_shutdown": max(1, int(settings.timeout_s)), "log_level": "info",
+        "access_log": False}
+    return uvicorn.Config(app, **{**options, **changes})
 
 
 def _stopped(signum: int, frame: object) -> None:

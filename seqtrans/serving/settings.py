@@ -35,8 +35,13 @@ class ServeSettings:
         60.0, "A WebSocket session that sends no message for this long, in seconds, gets an "
         "idle_timeout error and is closed, which frees its slot.")
     timeout_s: float = option(
-        30.0, "A request's time limit from its arrival, queue included (504 beyond); also how long "
-        "shutdown waits for requests in flight.")
+        30.0, "A request's time limit from its arrival (its headers read): for its body (408 beyond) and "
+        "for its answer, queue included (504 beyond; its decoding stops at the next step); also how "
+        "long shutdown waits for requests in flight.")
+    header_timeout_s: float = option(
+        10.0, "How long a client may take to send a request's line and headers, in seconds, from the "
+        "connection opening (or the previous answer on it); the connection is then closed, with a 408 "
+        "if part of a request had come, so that slow clients cannot hold connections open.")
 
     def __post_init__(self) -> None:
         for f in fields(self):

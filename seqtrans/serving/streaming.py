@@ -35,6 +35,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from seqtrans.errors import SeqtransError
 from seqtrans.inference.session import StreamSession, Update
+from seqtrans.serving import validation
 from seqtrans.serving.models import RequestError, Served
 
 if TYPE_CHECKING:
@@ -115,25 +116,20 @@ class _Session:
     async def _receive(self) -> tuple[list[str], bool] | None:
         """The next message's words and whether it ends the sentence; None when the client has gone."""
         try:
-            message = await asyncio.wait_for(self.ws.receive_json(), timeout=self.settings.stream_idle_s)
+            raw = await asyncio.wait_for(self.ws.receive_text(), timeout=self.settings.stream_idle_s)
         except asyncio.TimeoutError:
             raise RequestError(408, "idle_timeout", f"no message for {self.settings.stream_idle_s:g} s",
                                limit="stream_idle_s") from None
         except WebSocketDisconnect:
             return None
-        except (ValueError, KeyError):  # not JSON, or not text
+        except KeyError:  # a binary message
             raise RequestError(400, "malformed_json", "each message must be a JSON object") from None
+        message = validation.read(raw)  # 400 or 422 as on the HTTP routes (lone surrogates, NaN, depth)
         if not isinstance(message, dict) or not (set(message) <= {"words", "end"}) or not message:
             raise RequestError(422, "invalid_message", 'a message is {"words": "..."} or {"end": true}')
         text = message.get("words")
         if text is not None and not isinstance(text, str):
             raise RequestError(422, "invalid_message", "'words' must be a string")
-        if text is not None:
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:
-                raise RequestError(422, "invalid_message", "'words' holds a lone surrogate, which is not "
-                                   "text") from None
         return (text or "").split(), message.get("end") is True
 
     async def _decode(self, words: list[str], end: bool) -> None:

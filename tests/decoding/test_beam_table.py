@@ -118,3 +118,32 @@ def test_the_power_length_penalty_divides_by_the_length_to_the_alpha() -> None:
                        max_len=torch.tensor([5]), length_penalty="power")[0]
     assert hyps[0].tokens == [A, A, B]
     assert hyps[0].score == pytest.approx(math.log(0.35 * 0.5 * 0.4) / 4)
+
+
+class CountingTable(TableModel):
+    """A table model that remembers how many hypotheses each step decoded."""
+
+    def __init__(self, table: dict[tuple[int, ...], dict[int, float]]) -> None:
+        super().__init__(table)
+        self.rows: list[int] = []
+
+    def decode(self, tokens: torch.Tensor, encoded: object = None, *, state: TableState) -> torch.Tensor:
+        self.rows.append(tokens.size(0))
+        return super().decode(tokens, encoded, state=state)
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_a_cancelled_source_leaves_the_batch_after_the_step_and_the_others_decode_as_alone(beam: int) -> None:
+    long = {tuple([A] * n): {A: 0.9, EOS: 0.1} for n in range(5)}  # A until the maximum length
+    model = CountingTable(long)
+    src = torch.tensor([[A, EOS], [B, EOS]])
+    search_of = beam_search if beam > 1 else greedy_search
+    options = {"beam": beam, "alpha": 0.0, "nbest": beam} if beam > 1 else {}
+    out = search_of(model, src, max_len=torch.tensor([5, 5]),  # type: ignore[operator]
+                    cancelled=lambda b: b == 0 and len(model.rows) >= 2, **options)
+    assert model.rows[:2] == [2 * beam, 2 * beam]  # cancelled during the second step: it leaves after it
+    assert len(model.rows) > 3 and set(model.rows[2:]) == {beam}  # the other goes on alone
+    alone = search_of(TableModel(long), src[1:], max_len=torch.tensor([5]), **options)  # type: ignore[operator]
+    assert out[1] == alone[0] and alone[0]
+    if beam == 1:
+        assert out[0] == []  # unfinished when cancelled: no output

@@ -28,6 +28,7 @@ from seqtrans.inference.loading import Loaded
 from seqtrans.inference.online import stream
 from seqtrans.serving.app import build_app
 from seqtrans.serving.models import Served
+from seqtrans.serving.server import uvicorn_config
 from seqtrans.serving.settings import ServeSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,8 +39,10 @@ def running(models: Mapping[str, Served], settings: ServeSettings | None = None,
             token: str | None = None, ready: bool = True) -> Iterator[str]:
     """The URL of a server of ``models`` in a thread (once ready, unless ``ready`` is
     false: once listening); stopped on exit."""
-    app = build_app(models, settings or ServeSettings(), token=token)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, ws="auto", lifespan="on", log_level="warning")
+    settings = settings or ServeSettings()
+    app = build_app(models, settings, token=token)
+    config = uvicorn_config(app, settings, host="127.0.0.1", port=0, log_level="warning",
+                            timeout_graceful_shutdown=None)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

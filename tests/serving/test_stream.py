@@ -103,7 +103,9 @@ def test_a_model_that_cannot_stream_is_refused(url: str) -> None:
 
 @pytest.mark.parametrize(("message", "code"), [
     ("not json", "malformed_json"), ('{"text": "1"}', "invalid_message"), ('{"words": 3}', "invalid_message"),
-    ("[]", "invalid_message"), ('{"words": "1 2 3 4 5 6 7"}', "input_too_long")])
+    ("[]", "invalid_message"), ('{"words": "1 2 3 4 5 6 7"}', "input_too_long"),
+    ('{"words": "1 \\ud800"}', "invalid_request"), ('{"words": "1", "end": NaN}', "invalid_request"),
+    ("[" * 100_000 + "]" * 100_000, "invalid_request")])
 def test_a_bad_message_gets_an_error_and_the_connection_closes(url: str, message: str, code: str) -> None:
     with connect(f"{url}/v1/models/monotonic/stream") as ws:
         ws.send(message)

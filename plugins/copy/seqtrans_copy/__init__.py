@@ -71,10 +71,17 @@ class CopyCodec:
         return [str(s) for s in target]
 
     def prediction(self, tokens: list[str], source: Symbols) -> Symbols:
-        return [int(t) if t.isdigit() else -1 for t in tokens]  # -1: a non-symbol such as <unk>
+        return [_symbol(t) for t in tokens]
 
     def constraint(self, sources: Sequence[Symbols]) -> _Unused | None:
         return _Unused(sources, self.vocabularies.target) if self.constrain else None
+
+
+def _symbol(token: str) -> int:
+    """A token's symbol; -1 for a non-symbol such as ``<unk>``, ``x`` or ``²`` (a digit to
+    ``str.isdigit`` that ``int`` cannot read), and for a number of more digits than any
+    vocabulary has symbols."""
+    return int(token) if token.isascii() and token.isdigit() and len(token) <= 18 else -1
 
 
 # A small model that learns L = 20 to >= 0.99 exact match in about 3 CPU minutes.
@@ -130,7 +137,7 @@ class CopyTask:
         return CopyCodec(Vocabularies(vocab, vocab), constrain=self.config.constrain)
 
     def parse_source(self, line: str) -> Symbols:
-        return [int(t) if t.isdigit() else -1 for t in line.split()]
+        return [_symbol(t) for t in line.split()]
 
     def format_source(self, source: Symbols) -> str:
         return " ".join(str(s) for s in source)

@@ -83,3 +83,10 @@ def test_subword_sampling_is_refused_for_a_task_that_cannot_sample(tmp_path: Pat
     with pytest.raises(ConfigError, match="train.subword_sampling.*cannot sample segmentations"):
         pipeline.run(config, tmp_path / "run", device="cpu")
     assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
+def test_tokens_that_are_not_symbols_read_as_unknown_rather_than_fail() -> None:
+    task = CopyTask(CopyConfig())
+    # "²" and "٣" are digits to str.isdigit; the 30-digit number is no symbol of any vocabulary
+    assert task.parse_source("3 ² 4 x ٣ " + "9" * 30 + " 07") == [3, -1, 4, -1, -1, -1, 7]
+    assert task.format([3, -1, 4]) == "3 <unk> 4"

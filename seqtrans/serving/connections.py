@@ -1,0 +1,81 @@
+"""HTTP connections: uvicorn's h11 protocol with a time limit on a request's headers.
+
+uvicorn closes a connection idle between requests (``timeout_keep_alive``), but once a
+client has sent a first byte it waits for the rest of the headers for ever, so a few
+clients that send their headers a byte at a time ("slowloris") hold connections without
+end. Here every request's line and headers must have arrived within ``header_timeout_s``
+of the connection opening, or of the previous answer on a kept-alive connection; past
+that the server closes the connection, answering 408 if part of a request had come. The body's own time counts
+against the request's ``timeout_s`` (:mod:`seqtrans.serving.app`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+log = logging.getLogger(__name__)
+
+TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+             b"content-length: %d\r\n\r\n%s")
+BODY = b'{"error": {"code": "header_timeout", "message": "the request\'s headers did not arrive in time", ' \
+       b'"limit": "header_timeout_s"}}'
+
+
+class HeaderTimeout(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose request headers are late."""
+
+    header_timeout_s: float = 10.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._headers_due: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._await_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._headers_arrived()
+        super().connection_lost(exc)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.conn.their_state is not h11.IDLE:  # a request's headers are in (or the connection is done)
+            self._headers_arrived()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self._await_headers()  # the next request on this connection
+
+    def _await_headers(self) -> None:
+        self._headers_arrived()
+        self._headers_due = self.loop.call_later(self.header_timeout_s, self._headers_late)
+
+    def _headers_arrived(self) -> None:
+        if self._headers_due is not None:
+            self._headers_due.cancel()
+            self._headers_due = None
+
+    def _headers_late(self) -> None:
+        self._headers_due = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        log.info("closed a connection from %s whose request headers took more than %g s", self.client,
+                 self.header_timeout_s)
+        if self.conn.our_state is h11.IDLE and self.conn.trailing_data[0]:
+            # part of a request has come: say why it closes (an idle connection closes silently,
+            # as at uvicorn's keep-alive timeout, lest a request crossing it read the 408)
+            self.transport.write(TIMED_OUT % (len(BODY), BODY))
+        self.transport.close()
+
+
+def with_header_timeout(seconds: float) -> type[H11Protocol]:
+    """The protocol class for ``uvicorn.Config(http=...)`` that waits ``seconds`` for a
+    request's headers."""
+    return type("HeaderTimeout", (HeaderTimeout,), {"header_timeout_s": seconds})
