@@ -102,3 +102,18 @@ def test_the_simuleval_agent_exits_with_the_settings_a_run_needs(tmp_path: Path)
     args = Namespace(seqtrans_run=str(run), seqtrans_set=[], seqtrans_device="cpu")
     with pytest.raises(SystemExit, match="model.causal_encoder=true.*decode.wait_k"):
         Agent(args)
+
+
+def test_words_the_task_cannot_read_are_a_data_error_naming_the_input(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from seqtrans.errors import DataError
+
+    loaded = loaded_copy(streaming_model(1, g=3.0, r=0.5))
+
+    def unreadable(line: str) -> list[int]:
+        raise ValueError(f"no symbol {line!r}")
+
+    monkeypatch.setattr(loaded.task, "parse_source", unreadable)
+    session = StreamSession(loaded, origin="<stdin>", line=3)
+    with pytest.raises(DataError, match=r"<stdin>:3.*cannot read these words \(ValueError: no symbol '1'\)"):
+        session.push("1")
