@@ -129,7 +129,7 @@ def _load() -> ctypes.CDLL | None:
             log.warning("native decoding kernels unavailable (%s): decoding uses PyTorch operators only", e)
             return None
         fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_int64]
+        fn.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_int64]
         pointer, integer = ctypes.c_void_p, ctypes.c_int64
         library.seqtrans_quantize_rows.restype = None
         library.seqtrans_quantize_rows.argtypes = [pointer, integer, integer, integer, pointer, pointer,
@@ -147,12 +147,15 @@ def _library_or_raise() -> ctypes.CDLL:
     return library
 
 
-def beam_attention(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, length: int, *, group: int = 1) -> Tensor:
+def beam_attention(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, length: int, *, group: int = 1,
+                   lengths: Tensor | None = None) -> Tensor:
     """Attention of one query per hypothesis over the first ``length`` positions, each
     read from the buffer row ``rows`` names: q [N, H, d]; k, v [P, H, L_max, d] (float32,
     contiguous, on the CPU); rows [N, >= length] int64 (contiguous rows) -> [N, H, d].
-    Scaled by 1/sqrt(d). ``group``: how many consecutive hypotheses belong to one
-    sentence (the beam), which sets only the order of the work. Only when :func:`available`."""
+    Scaled by 1/sqrt(d). ``lengths`` [N] int64 (1 .. ``length``): each hypothesis's own
+    number of positions instead (a padded source). ``group``: how many consecutive
+    hypotheses belong to one sentence (the beam), which sets only the order of the work.
+    A hypothesis gets the same bits whatever the other rows. Only when :func:`available`."""
     library = _library_or_raise()
     n, heads, dim = q.shape
     if not (q.dtype == k.dtype == v.dtype == torch.float32 and rows.dtype == torch.int64):
@@ -167,9 +170,15 @@ def beam_attention(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, length: int, *
     used = rows[:, :length]
     if n and (int(used.min()) < 0 or int(used.max()) >= k.size(0)):  # the kernel reads where they point
         raise ValueError(f"beam_attention: rows outside the {k.size(0)} buffer rows")
+    if lengths is not None:
+        if lengths.dtype != torch.int64 or lengths.shape != (n,) or not lengths.is_contiguous():
+            raise ValueError(f"beam_attention: lengths {tuple(lengths.shape)} {lengths.dtype} for {n} rows")
+        if n and (int(lengths.min()) < 1 or int(lengths.max()) > length):
+            raise ValueError(f"beam_attention: lengths outside 1..{length}")
     out = torch.empty_like(q)
     status = library.seqtrans_beam_attention(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), rows.data_ptr(), out.data_ptr(), n, heads, dim, length,
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), rows.data_ptr(),
+        None if lengths is None else lengths.data_ptr(), out.data_ptr(), n, heads, dim, length,
         k.size(2), rows.stride(0), group, dim ** -0.5, torch.get_num_threads())
     if status != 0:
         raise MemoryError("beam_attention could not allocate its working memory")
