@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seqtrans import native
 from seqtrans.config import DecodeConfig, ModelConfig
 from seqtrans.decoding.generate import generate
 from seqtrans.model import Transformer
@@ -44,12 +43,11 @@ def decode_in_batches(model: Transformer, sources: list[list[int]], size: int, *
     return [h.tokens for h in best], torch.tensor([h.log_prob for h in best], dtype=torch.float64)
 
 
+@pytest.mark.usefixtures("native_kernels")
 @pytest.mark.parametrize("beam", [1, 4])
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_a_sentence_decodes_to_the_same_bits_in_batches_of_1_7_and_32(
         model: Transformer, sources: list[list[int]], precision: str, beam: int) -> None:
-    if not native.available():
-        pytest.skip(f"native kernels unavailable: {native.unavailable_reason()}")
     assert len({len(s) for s in sources}) > 8  # batches are padded
     tokens, alone = decode_in_batches(model, sources, 1, precision=precision, beam=beam)
     assert len({len(t) for t in tokens}) > 1 and len(set(alone.tolist())) == len(sources)
