@@ -184,13 +184,16 @@ def _load_weights(model: Transformer, weights: dict[str, Any], origin: Path) -> 
 def load_ensemble(paths: Sequence[str | Path], *, overrides: Iterable[str] = (),
                   device: str | torch.device = "auto") -> Loaded:
     """Load several runs or checkpoints to decode as one ensemble (one path: as :func:`load`).
-    The task, codec and decoding settings (with ``overrides``) are the first run's; every
-    run must be of that task and have been trained with the same vocabulary files."""
+    The task, codec and decoding settings are the first run's; ``overrides`` apply to
+    every run as it loads (``decode.precision=int8`` loads each member for int8, and a
+    setting a member cannot take is refused naming it). Every run must be of the first's
+    task and have been trained with the same vocabulary files."""
     if not paths:
         raise UsageError("no run directory or checkpoint given")
+    overrides = list(overrides)  # read once per member
     first = load(paths[0], overrides=overrides, device=device)
     for path in paths[1:]:
-        other = load(path, device=first.device)
+        other = load(path, overrides=overrides, device=first.device)
         if other.config.task != first.config.task:
             raise UsageError(f"{paths[0]} and {path} cannot be ensembled: they are models of tasks "
                              f"'{first.config.task}' and '{other.config.task}'")
