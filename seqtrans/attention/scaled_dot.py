@@ -432,6 +432,8 @@ class CrossAttention(nn.Module):
         (a fixed choice for a model and machine, whatever the batch)."""
         if self.training or x.device.type != "cpu" or x.dtype != torch.float32 or state.sizes is None:
             return False
+        if torch.compiler.is_compiling():  # a compiled step cannot call into the library
+            return False
         if not (state.k.dtype == torch.float32 and state.k.is_contiguous() and state.v.is_contiguous()):
             return False
         from seqtrans import native
