@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from seqtrans import atomic
-from seqtrans.inference.loading import release_freed_memory
+from seqtrans.system import release_freed_memory
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

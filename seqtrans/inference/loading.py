@@ -9,9 +9,6 @@ vocabulary files).
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import gc
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +30,7 @@ from seqtrans.inference.ensemble import Ensemble
 from seqtrans.inference.evaluation import decode_sources, read_split, score_examples
 from seqtrans.model import Transformer, build_model
 from seqtrans.quantize import int8_only
+from seqtrans.system import release_freed_memory
 from seqtrans.tasks.protocol import Codec, Metric, Task, check_split
 from seqtrans.training import checkpoint
 from seqtrans.upgrade import upgrade_checkpoint
@@ -138,14 +136,6 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
         release_freed_memory()
     return Loaded(config, task, codec, model, dev_,
                   vocabulary_digest=assets_digest(payload.get("assets", {})))
-
-
-def release_freed_memory() -> None:
-    """Return the memory of freed tensors to the system (glibc keeps freed blocks below its
-    mapping threshold for reuse, and the process's resident set would still count them)."""
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 class _Unwritten(TorchFunctionMode):

@@ -29,7 +29,6 @@ import ctypes
 import hashlib
 import logging
 import os
-import platform
 import shlex
 import shutil
 import subprocess
@@ -43,6 +42,7 @@ from torch import Tensor
 
 from seqtrans import environment
 from seqtrans.download import cache_dir
+from seqtrans.system import cpu_features
 
 log = logging.getLogger(__name__)
 
@@ -71,18 +71,6 @@ def unavailable_reason() -> str | None:
     return _failed
 
 
-def _cpu_features() -> str:
-    """The processor's feature flags (Linux), else its name: part of the build's key."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def compiler() -> list[str]:
     """The C compiler's command: ``$CC`` split as a shell would, else ``cc`` or ``gcc``
     from the ``PATH`` (an empty list where there is none)."""
@@ -104,7 +92,7 @@ def _key(*parts: str | bytes) -> str:
 
 def _build(command: list[str], source: Path, flags: tuple[str, ...]) -> Path:
     """The compiled library of ``source`` with ``flags``, from the cache or built now."""
-    key = _key(source.read_bytes(), " ".join(command), " ".join(flags), _cpu_features())
+    key = _key(source.read_bytes(), " ".join(command), " ".join(flags), cpu_features())
     target = cache_dir() / "native" / f"{source.stem}-{key}.so"
     if target.exists():
         return target
@@ -128,7 +116,7 @@ def _build(command: list[str], source: Path, flags: tuple[str, ...]) -> Path:
 
 def failure_marker(command: list[str], source: Path) -> Path:
     """Where a failed build of ``source`` with ``command`` on this processor is remembered."""
-    key = _key(source.read_bytes(), " ".join(command), _cpu_features())
+    key = _key(source.read_bytes(), " ".join(command), cpu_features())
     return cache_dir() / "native" / f"{source.stem}-{key}.failed"
 
 
