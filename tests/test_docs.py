@@ -105,8 +105,6 @@ UNSOURCED = {
     ('inference.md', 'Plain and top-k sampling are within'),
     ('inference.md', '**Worked example.** A small copy model'),
     ('inference.md', 'Every hypothesis holds its phrases; the'),
-    ('inference.md', '| model | beam 8 |'),
-    ('inference.md', '| model | test2016 BLEU |'),
     ('inference.md', 'Back-translation did not help here; it'),
 }
 
