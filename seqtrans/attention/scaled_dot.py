@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqtrans.attention.common import masked_softmax, self_attention_mask
+from seqtrans.attention.common import each_sentence, masked_softmax, prefix_lengths, self_attention_mask
 from seqtrans.masks import causal_mask, key_mask
 
 if TYPE_CHECKING:
@@ -283,26 +283,6 @@ class SelfAttention(nn.Module):
         return masked_softmax(q @ k.transpose(-1, -2) * q.size(-1) ** -0.5, allowed)
 
 
-def prefix_lengths(mask: Tensor) -> list[int] | None:
-    """How many real tokens each row of a padding ``mask`` [N, T] starts with, or None
-    where some row has a padded position before a real one."""
-    lengths = mask.sum(1)  # [N]
-    prefix = torch.arange(mask.size(1), device=mask.device) < lengths.unsqueeze(1)  # [N, T]
-    return lengths.tolist() if torch.equal(prefix, mask) else None
-
-
-def each_sentence(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], *, causal: bool) -> Tensor:
-    """Attention of each sentence alone over its first ``lengths[i]`` positions (no mask:
-    the call it would get in a batch of its own); zeros at padded queries.
-    q, k, v [N, H, T, d] -> [N, H, T, d]"""
-    out = q.new_zeros(q.shape)
-    for i, length in enumerate(lengths):
-        if length:
-            part = slice(i, i + 1), slice(None), slice(0, length)
-            out[part] = F.scaled_dot_product_attention(q[part], k[part], v[part], is_causal=causal)
-    return out
-
-
 @dataclass
 class CrossState:
     """Keys and values of the encoder output, computed once per source.
@@ -367,9 +347,10 @@ class CrossAttention(nn.Module):
         """memory [B, S, D], mask [B, S] (True at real tokens) -> keys and values per head."""
         k, v = self.kv(memory).chunk(2, dim=-1)  # 2 x [B, S, D]
         padded = not bool(mask.all())
-        # contiguous: the native kernel reads them as they lie
-        state = CrossState(split_heads(k, self.heads).contiguous(), split_heads(v, self.heads).contiguous(),
-                           key_mask(mask) if padded else None, sizes=mask.sum(1))
+        k, v = split_heads(k, self.heads), split_heads(v, self.heads)  # [B, H, S, d]
+        if memory.device.type == "cpu" and not self.training and not torch.is_grad_enabled():
+            k, v = k.contiguous(), v.contiguous()  # decoding: the native kernel reads them as they lie
+        state = CrossState(k, v, key_mask(mask) if padded else None, sizes=mask.sum(1))
         lag = self.current_lag()
         if lag:
             state.lag, state.lengths = lag, mask.sum(1)
