@@ -301,9 +301,13 @@ class CrossState:
     offset: int = 0
     source: SourceStream | None = None
     sizes: Tensor | None = None  # [B] real source tokens (every sentence's, lag or not)
+    # the native kernel's view of the hypotheses, made at the first step after each change of sentences
+    native_rows: Tensor | None = None  # [N, S] each hypothesis's sentence, at every position
+    native_sizes: Tensor | None = None  # [N] its source's real tokens
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         if sentences is not None:
+            self.native_rows = self.native_sizes = None
             self.k = self.k.index_select(0, sentences)
             self.v = self.v.index_select(0, sentences)
             if self.sizes is not None:
@@ -430,10 +434,12 @@ class CrossAttention(nn.Module):
         n, _, d_model = x.shape
         b, _, s, _ = state.k.shape
         q = self.q(x).reshape(n, self.heads, d_model // self.heads).contiguous()  # [N, H, d]
-        sentence = torch.arange(b, device=x.device).repeat_interleave(beam)  # [N]
-        rows = sentence.unsqueeze(1).expand(n, s).contiguous()  # [N, S]: every key in its sentence's row
-        out = beam_attention(q, state.k, state.v, rows, s, group=beam,
-                             lengths=state.sizes.repeat_interleave(beam))  # [N, H, d]
+        if state.native_rows is None or state.native_rows.shape != (n, s):
+            sentence = torch.arange(b, device=x.device).repeat_interleave(beam)  # [N]
+            state.native_rows = sentence.unsqueeze(1).expand(n, s).contiguous()  # [N, S]
+            state.native_sizes = state.sizes.repeat_interleave(beam)  # [N]
+        out = beam_attention(q, state.k, state.v, state.native_rows, s, group=beam,
+                             lengths=state.native_sizes)  # [N, H, d]
         return out.view(n, 1, d_model)
 
     def weights(self, x: Tensor, memory: Tensor, mask: Tensor) -> Tensor:
