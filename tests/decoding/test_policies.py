@@ -86,7 +86,8 @@ def test_wait_k_step_by_step_decoding_equals_teacher_forcing(k: int) -> None:
 
 
 @pytest.mark.parametrize("seed, trained_k, k", [(0, 3, 0), (1, 3, 1), (2, 0, 2), (3, 2, 5), (4, 1, 30)])
-def test_streaming_wait_k_writes_what_offline_wait_k_decoding_writes(seed: int, trained_k: int, k: int) -> None:
+def test_streaming_wait_k_writes_what_offline_wait_k_decoding_writes(seed: int, trained_k: int,
+                                                                       k: int) -> None:
     model = tiny_model(seed=seed, wait_k=trained_k, causal_encoder=True)
     config = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3, wait_k=k)
     lag = k or trained_k
@@ -145,7 +146,8 @@ def test_multi_k_training_masks_each_batch_at_its_drawn_lag(monkeypatch: pytest.
 @pytest.mark.parametrize("key, value, message", [
     ("model.wait_k", "-1", "model.wait_k"), ("decode.wait_k", "-2", "decode.wait_k"),
     ("decode.wait_k", "1.5", "decode.wait_k"), ("model.wait_k", "two", "model.wait_k")])
-def test_a_lag_that_is_not_a_count_is_a_config_error_naming_its_key(key: str, value: str, message: str) -> None:
+def test_a_lag_that_is_not_a_count_is_a_config_error_naming_its_key(key: str, value: str,
+                                                                     message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         cfg.resolve_config("copy", overrides=[f"{key}={value}"])
 
@@ -180,7 +182,8 @@ def test_lookback_weights_equal_the_sum_over_where_the_monotonic_head_stops() ->
             for i in range(t):
                 for j in range(s):
                     expected = 0.0 if j >= length else sum(
-                        float(alpha[r, i, k] * torch.exp(u[r, head, i, j]) / torch.exp(u[r, head, i, : k + 1]).sum())
+                        float(alpha[r, i, k] * torch.exp(u[r, head, i, j])
+                              / torch.exp(u[r, head, i, : k + 1]).sum())
                         for k in range(j, length))
                     assert float(beta[r, head, i, j]) == pytest.approx(expected, abs=1e-12)
     # with the unselected mass preserved, each row of each head is a distribution
@@ -253,7 +256,8 @@ def test_milk_soft_decisions_decode_step_by_step_as_training_computes(seed: int,
 # (seeds 0 and 3 happen to read each source to its end before writing: the same output all the same)
 @pytest.mark.parametrize("seed, r, writes_early", [(0, 0.0, False), (1, 0.5, True), (2, -0.5, True),
                                                    (3, 3.0, False), (4, 3.0, True)])
-def test_streaming_milk_writes_what_offline_greedy_decoding_writes(seed: int, r: float, writes_early: bool) -> None:
+def test_streaming_milk_writes_what_offline_greedy_decoding_writes(seed: int, r: float,
+                                                                   writes_early: bool) -> None:
     model = milk_model(seed, r)
     config = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3)
     early = 0
