@@ -12,12 +12,12 @@ causal encoder, ``follow`` reads the source only as far as the next step's k nee
 without touching the modules, so that decoding copies of a model (int8, oneDNN), an
 ensemble's members and concurrent decodings each see the lag their caller chose.
 
-When decoding (no gradient, eval mode), a sentence's attention runs over its own
-positions only and through the same kernels whatever else is in the batch, so that it
-decodes to the same bits alone as in any batch (docs/concepts.md): the encoder's
+When decoding on the CPU (no gradient, eval mode), a sentence's attention runs over its
+own positions only and through the same kernels whatever else is in the batch, so that
+it decodes to the same bits alone as in any batch (docs/concepts.md): the encoder's
 self-attention one sentence at a time over its real tokens, and for one new query per
-hypothesis (float32 on the CPU, with the native kernels) self-attention over the cache
-and encoder-decoder attention over each source's own length in
+hypothesis (float32, with the native kernels) self-attention over the cache and
+encoder-decoder attention over each source's own length in
 :func:`seqtrans.native.beam_attention`, whose sums run in an order no other row changes.
 
 Shapes: B sentences, K hypotheses per sentence (beam), N = B*K rows, S source,
@@ -253,7 +253,8 @@ class SelfAttention(nn.Module):
         if isinstance(cache, BeamKVCache) and one_query:
             cache.store(k, v)
             return self.out(merge_heads(cache.attend(q)))
-        if mask is not None and cache is None and not self.training and not torch.is_grad_enabled():
+        if (mask is not None and cache is None and x.device.type == "cpu" and not self.training
+                and not torch.is_grad_enabled()):  # decoding on the CPU, the same bits in any batch
             lengths = prefix_lengths(mask)
             if lengths is not None:
                 return self.out(merge_heads(each_sentence(q, k, v, lengths, causal=causal)))
