@@ -37,6 +37,7 @@ import json
 import logging
 import multiprocessing
 import platform
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,13 +46,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from seqtrans import atomic, pipeline
+from seqtrans import pipeline
 from seqtrans.config import DecodeConfig
 from seqtrans.data import source_ids
 from seqtrans.decoding import generate
 from seqtrans.inference import loading
 from seqtrans.model import Transformer
 from seqtrans_copy import CopyConfig, CopyTask
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LENGTHS = (10, 50, 100, 200)
@@ -200,7 +204,7 @@ def scaling(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def save(results: dict[str, Any], path: Path) -> None:
-    atomic.write_json(path, results, sort_keys=False)
+    write_results(path, results, sort_keys=False)
 
 
 def table(results: dict[str, Any]) -> str:

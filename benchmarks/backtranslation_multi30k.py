@@ -27,6 +27,7 @@ import argparse
 import json
 import logging
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,9 @@ import torch
 from seqtrans import atomic, pipeline, tasks
 from seqtrans.inference import evaluation, loading
 from seqtrans.tasks import Example
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "backtranslation_multi30k.json"
@@ -171,7 +175,7 @@ def main() -> None:
     if args.smoke:
         print("smoke run: nothing written to", args.out)
         return
-    atomic.write_json(args.out, result)
+    write_results(args.out, result)
     print(f"wrote {args.out}")
 
 

@@ -1,12 +1,21 @@
-"""Helpers shared by the benchmark scripts: the machine's matmul peak, timing, JSON."""
+"""Helpers shared by the benchmark scripts: the machine's matmul peak, timing, JSON.
+
+Every script that writes results writes them through :func:`write_results` (or
+:func:`write_json`), which adds a ``provenance`` record (:func:`provenance`): the
+commit and whether the tree had changes, the CPU's model and flags, the torch
+version, the threads and the load average, so that each published number can be
+traced to the code and machine that made it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import gc
+import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +24,7 @@ from typing import Any
 import torch
 
 from seqtrans import atomic
-from seqtrans.inference.loading import release_freed_memory
+from seqtrans.system import release_freed_memory
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -128,13 +137,56 @@ def memory_bandwidth(device: torch.device) -> float:
     return w.numel() * w.element_size() / seconds
 
 
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def cpu_info() -> dict[str, Any]:
+    """The processor's model name and feature flags (from /proc/cpuinfo where there is
+    one, else what :mod:`platform` knows, with no flags)."""
+    model, flags = platform.processor() or platform.machine(), None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model == (platform.processor() or platform.machine()):
+                model = value.strip()
+            elif key.strip() in ("flags", "Features") and flags is None:
+                flags = value.split()
+    except OSError:
+        pass
+    return {"model": model, "flags": flags, "machine": platform.machine(), "cores": os.cpu_count()}
+
+
+def provenance() -> dict[str, Any]:
+    """Where a result comes from: the commit (``dirty``: the tracked files differed from
+    it), the CPU, the torch version and threads, the load average when it was written."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"commit": _git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status),
+            "cpu": cpu_info(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "load_average": None if load is None else [round(x, 2) for x in load],
+            "python": platform.python_version(), "platform": platform.platform(),
+            "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def write_results(path: Path, data: dict[str, Any], **options: Any) -> Path:
+    """Write a benchmark's results JSON to ``path`` (atomically), with its
+    :func:`provenance` added; ``options`` go to :func:`seqtrans.atomic.write_json`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_json(path, {**data, "provenance": provenance()}, **options)
+    return path
+
+
 def write_json(name: str, data: dict[str, Any], device: torch.device) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}-{device.type}.json"
+    """:func:`write_results` to ``benchmarks/results/NAME-DEVICE.json``, led by the device."""
     data = {"device": device_name(device), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "time": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
-    atomic.write_json(path, data, sort_keys=False)
-    return path
+    return write_results(RESULTS / f"{name}-{device.type}.json", data, sort_keys=False)
 
 
 def pick_device(name: str) -> torch.device:

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, device_name  # noqa: E402
+from common import RESULTS, device_name, write_results  # noqa: E402
 
 CHUNK = 100_000
 WORD_TYPES = 60_000
@@ -270,9 +270,8 @@ def main() -> None:
                                                   / by_size[small]["rss_at_update_100_mb"], 3)}
         print(f"resident memory at update 100, {large:,} against {small:,} pairs: +{growth:.0f} MB "
               f"({result['rss_growth_mb']['ratio']:.2f}x)")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{args.name}-cpu.json"
-    path.write_text(json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S"), **result}, indent=2) + "\n")
+    path = write_results(RESULTS / f"{args.name}-cpu.json",
+                         {"time": time.strftime("%Y-%m-%d %H:%M:%S"), **result}, sort_keys=False)
     print(f"wrote {path}")
     if not args.keep:
         shutil.rmtree(args.work, ignore_errors=True)

@@ -31,9 +31,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name  # noqa: E402
-
-from seqtrans import atomic  # noqa: E402
+from common import device_name, write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "finetune_multi30k.json"
 
@@ -88,7 +86,7 @@ def main() -> None:
     after: dict[str, Any] = json.loads((tuned / "metrics.json").read_text())
     print(f"test2016 BLEU before fine-tuning {before['bleu']:.2f}, after {after['bleu']:.2f} "
           f"({args.steps} updates, {after.get('train_minutes', 0):.1f} minutes of training)")
-    atomic.write_json(args.out, {
+    write_results(args.out, {
         "start": str(args.marian or args.from_run), "train_data": str(args.train_tsv or "multi30k train"),
         "steps": args.steps, "lr_scale": args.lr_scale, "warmup": args.warmup, "decode": decode,
         "bleu_before": before["bleu"], "chrf_before": before["chrf"],

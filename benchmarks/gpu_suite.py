@@ -47,9 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import decode_speed  # noqa: E402
 import step_graphs  # noqa: E402
 import train_speed  # noqa: E402
-from common import RESULTS, arguments, device_name, gemm_peak, memory_bandwidth, pick_device  # noqa: E402
+from common import RESULTS, arguments, device_name, gemm_peak, memory_bandwidth, pick_device, write_results  # noqa: E402
 
-from seqtrans import atomic  # noqa: E402
 from seqtrans.training.step import resolve_precision  # noqa: E402
 from seqtrans.vocab import PAD  # noqa: E402
 
@@ -300,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             results["minutes"] = round((time.perf_counter() - started) / 60, 2)
             out.parent.mkdir(parents=True, exist_ok=True)
             # after each part, so that a crash keeps the earlier ones
-            atomic.write_json(out, results, sort_keys=False)
+            write_results(out, results, sort_keys=False)
     print(f"wrote {out}")
     return 1 if results["failed_parts"] else 0
 

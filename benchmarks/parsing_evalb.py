@@ -13,7 +13,6 @@ for the ``seqtrans evalb`` command (process start-up included), and writes
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import subprocess
@@ -24,6 +23,9 @@ from pathlib import Path
 
 from seqtrans_parsing.evalb import COLLINS, evalb
 from seqtrans_parsing.trees import Tree, preprocess, read_trees
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = 2416
@@ -77,8 +79,7 @@ def main() -> None:
     print(f"EVALB on {SENTENCES} sentences: API {api:.3f} s ({SENTENCES / api:,.0f} sentences/s), "
           f"command {cli:.3f} s with start-up; target 1 s -> {1.0 / api:.1f}x faster than needed")
     out = ROOT / "benchmarks" / "results" / "parsing_evalb.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(out, result, sort_keys=False)
     print(f"wrote {out.relative_to(ROOT)}")
 
 

@@ -28,6 +28,9 @@ from seqtrans_parsing import ParsingConfig, ParsingTask
 from seqtrans_parsing.evalb import COLLINS, evalb
 from seqtrans_parsing.trees import Tree, read_trees
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_results  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_F1 = 85.0
 
@@ -136,8 +139,7 @@ def main() -> None:
     print("F1 by length:", ", ".join(f"{k}: {v['f1']}" for k, v in result["by_length"].items()))
     name = f"parsing_sample-{args.preset}" + (f"-{args.tag}" if args.tag else "")
     out = ROOT / "benchmarks" / "results" / f"{name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(out, result, sort_keys=False)
     print(f"wrote {out.relative_to(ROOT)}")
 
 

@@ -25,6 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_results  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -101,8 +104,7 @@ def main() -> None:
               "jobs": args.jobs, "wall_minutes": round((time.perf_counter() - start) / 60, 2),
               "summary": summary, "runs": runs}
     out = ROOT / "benchmarks" / "results" / f"parsing_sweep-{args.tag}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(out, result, sort_keys=False)
     print(f"wrote {out.relative_to(ROOT)}")
     sys.exit(1 if failed else 0)
 

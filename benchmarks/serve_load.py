@@ -35,11 +35,13 @@ from typing import Any
 
 import httpx
 
-from seqtrans import atomic
 from seqtrans.inference.evaluation import read_split
 from seqtrans.inference.loading import Loaded, load
 from seqtrans.inference.online import predict_batches
 from seqtrans.tasks.protocol import SourceFormatting
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,7 +209,7 @@ def main() -> None:
               f"{row['p50_ms']:.1f} | {row['p95_ms']:.1f} | {row['p99_ms']:.1f} | {row['refused']} | "
               f"{row['errors']} | {row['wrong_outputs']} |")
     if args.out is not None:
-        atomic.write_json(args.out, results)
+        write_results(args.out, results)
         print(f"wrote {args.out}")
 
 

@@ -51,12 +51,15 @@ from typing import Any
 
 import torch
 
-from seqtrans import atomic, pipeline
+from seqtrans import pipeline
 from seqtrans.config import ModelConfig, RunConfig
 from seqtrans.data import source_ids
 from seqtrans.decoding import generate
 from seqtrans.inference import evaluation, loading
 from seqtrans.model import Transformer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
@@ -392,7 +395,7 @@ def _save(results: dict[str, Any], out: Path, picture: Path, order: list[str]) -
     rank = {name: i for i, name in enumerate(order)}
     results["simultaneous"].sort(key=lambda r: (rank.get(r["model"], len(rank)), r.get("wait_k") or 0))
     results.get("policy_gap", []).sort(key=lambda r: rank.get(r["model"], len(rank)))
-    atomic.write_json(out, results, sort_keys=False)
+    write_results(out, results, sort_keys=False)
     if results["simultaneous"]:
         plot(results, picture)
 

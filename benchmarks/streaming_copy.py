@@ -24,19 +24,23 @@ import json
 import logging
 import multiprocessing
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from seqtrans import atomic, pipeline
+from seqtrans import pipeline
 from seqtrans.data import prediction, source_ids
 from seqtrans.decoding import generate
 from seqtrans.decoding.latency import average_lagging, average_proportion
 from seqtrans.decoding.streaming import stream_greedy
 from seqtrans.inference import evaluation, loading
 from seqtrans.vocab import EOS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -117,7 +121,7 @@ def main() -> None:
             print(f"{name:>8}: exact {r['exact_match']:.3f}, AP {r['average_proportion']:.3f}, "
                   f"AL {r['average_lagging']:.2f} (mean |x| {r['mean_source_length']:.1f}), "
                   f"same as offline {r['same_as_offline_greedy']:.3f}, {r['train_steps']} steps", flush=True)
-    atomic.write_json(args.out, results, sort_keys=False)
+    write_results(args.out, results, sort_keys=False)
 
 
 if __name__ == "__main__":

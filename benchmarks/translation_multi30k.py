@@ -25,8 +25,10 @@ from pathlib import Path
 import torch
 
 import seqtrans
-from seqtrans import atomic
 from seqtrans import config as cfg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_CPU, TARGET_GPU, MARIAN_CPU = 35.0, 40.0, 29.85
@@ -78,9 +80,7 @@ def main() -> None:
                     "cpus": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads(),
                     "device": str(loaded.device)},
     }
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"translation_multi30k{suffix}.json"
-    atomic.write_json(path, result, ensure_ascii=False)
+    path = write_results(RESULTS / f"translation_multi30k{suffix}.json", result, ensure_ascii=False)
 
     rows = [("test2016 sacreBLEU", f"{bleu:.2f}"), ("chrF", f"{float(metrics['chrf']):.2f}"),
             (f"target ({'GPU' if gpu else 'CPU'})", f"{target:.2f}"),

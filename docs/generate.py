@@ -144,6 +144,47 @@ def decode_ct2_cpu() -> str:
             "same precision.\n" + _source("decode_speed-ct2-cpu.json", machine=_machine(data)))
 
 
+def decode_ct2_targets() -> str:
+    """The CPU targets against CTranslate2, in the run and its repeat (in brackets)."""
+    runs = [{r["case"]: r for r in _result(name)["rows"]}
+            for name in ("decode_speed-ct2-cpu.json", "decode_speed-ct2-repeat-cpu.json")]
+
+    def fp32(run: dict[str, Any], case: str) -> float:
+        return float(run[case]["ratio_vs_ct2_float32"])
+
+    def int8(run: dict[str, Any], case: str) -> float:
+        return float(run[case]["seqtrans_int8_tok_s"] / run[case]["ct2_int8_tok_s"])
+
+    def own(run: dict[str, Any], case: str) -> float:  # int8 over seqtrans's own fp32
+        return float(run[case]["seqtrans_int8_tok_s"] / run[case]["seqtrans_tok_s"])
+
+    def both(ratio: Callable[[dict[str, Any], str], float], case: str) -> tuple[str, list[float]]:
+        values = [ratio(run, f"base-{case}") for run in runs]
+        return f"{values[0]:.2f}x ({values[1]:.2f})", values
+
+    targets: list[tuple[str, float, list[tuple[str, Callable[[dict[str, Any], str], float], str]]]] = [
+        ("beam 4, batch 32, fp32 >= 1.0x", 1.0, [("", fp32, "beam4-b32")]),
+        ("beam 4, batch 32, int8 >= 1.0x", 1.0, [("", int8, "beam4-b32")]),
+        ("greedy, batch 32, >= 1.0x in both", 1.0, [("fp32 ", fp32, "greedy-b32"), ("int8 ", int8, "greedy-b32")]),
+        ("beam 4, batch 1, int8 >= 1.0x", 1.0, [("", int8, "beam4-b1")]),
+        ("int8 batch 1 >= 1.5x seqtrans fp32 batch 1", 1.5,
+         [("greedy ", own, "greedy-b1"), ("beam 4 ", own, "beam4-b1")]),
+        ("batch 1, >= 1.5x in both precisions (an earlier target)", 1.5,
+         [("greedy: fp32 ", fp32, "greedy-b1"), ("int8 ", int8, "greedy-b1"), ("beam 4: fp32 ", fp32, "beam4-b1"),
+          ("int8 ", int8, "beam4-b1")]),
+    ]
+    rows = []
+    for target, bound, parts in targets:
+        cells, values = [], []
+        for label, ratio, case in parts:
+            text, got = both(ratio, case)
+            cells.append(label + text)
+            values += got
+        rows.append([target, ", ".join(cells), "met" if min(values) >= bound else "not met"])
+    return (_table(["target", "measured", ""], rows)
+            + _source("decode_speed-ct2-cpu.json", "decode_speed-ct2-repeat-cpu.json"))
+
+
 def decode_memory_cpu() -> str:
     data = _result("decode_speed-ct2-cpu.json")
     systems = [("seqtrans", "seqtrans fp32"), ("seqtrans_int8", "seqtrans int8"), ("ct2_float32", "CT2 fp32"),
@@ -426,7 +467,8 @@ def speed_summary() -> str:
 #: Generated blocks: page -> block name -> the function that writes it.
 BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
     DOCS / "speed.md": {"summary": speed_summary, "decode_cpu": decode_cpu, "train_cpu": train_cpu,
-                        "decode_ct2_cpu": decode_ct2_cpu, "decode_memory_cpu": decode_memory_cpu,
+                        "decode_ct2_cpu": decode_ct2_cpu, "decode_ct2_targets": decode_ct2_targets,
+                        "decode_memory_cpu": decode_memory_cpu,
                         "parsing_decode_cpu": parsing_decode_cpu,
                         "decode_cuda": decode_cuda, "train_cuda": train_cuda,
                         "distributed_cpu": distributed_cpu, "matmul_decoding": matmul_decoding},

@@ -24,10 +24,6 @@ This module imports no torch: workers start quickly and small.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
-import fcntl
 import hashlib
 import json
 import logging
@@ -66,6 +62,7 @@ from seqtrans.binarized import (
 from seqtrans.config import RunConfig, to_dict
 from seqtrans.encoding import source_ids, target_ids, within
 from seqtrans.errors import DataError
+from seqtrans.system import file_lock, release_freed_memory
 from seqtrans.tasks.protocol import Codec, DataDigest, Example, Skipped, Task
 
 log = logging.getLogger(__name__)
@@ -153,7 +150,7 @@ def prepare(task: Task[Any, Any, Any], config: RunConfig, *, vocabulary: Mapping
             key = dataset_key(config, data, vocabulary)
     final = _directory(root, config, key)
     root.mkdir(parents=True, exist_ok=True)
-    with _locked(final.with_name(final.name + ".lock")):
+    with file_lock(final.with_name(final.name + ".lock")):
         if final.exists():
             try:
                 found = _open(task, final, key, verify=verify)
@@ -174,16 +171,6 @@ def prepare(task: Task[Any, Any, Any], config: RunConfig, *, vocabulary: Mapping
 
 def _directory(root: Path, config: RunConfig, key: str) -> Path:
     return root / f"{config.task}-{key[:20]}"
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _open(task: Task[Any, Any, Any], directory: Path, key: str, *, verify: bool) -> Prepared:
@@ -241,17 +228,8 @@ def _vocabulary(task: Task[Any, Any, Any], partial: Path, given: Mapping[str, by
             os.replace(scratch, directory)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        _release_memory()
+        release_freed_memory()  # a vocabulary trainer's; this process lives on through training
     return task.load_vocabulary(directory)
-
-
-def _release_memory() -> None:
-    """Give memory freed by a vocabulary trainer back to the system (glibc keeps freed
-    heap memory otherwise, and this process lives on through encoding and training)."""
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
 
 
 def _encode(task: Task[Any, Any, Any], codec: Codec[Any, Any, Any], config: RunConfig, shards: Path, *,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 from counting_extension import CountingExtension
 
+from seqtrans import environment, native
 from seqtrans.config import ModelConfig
 from seqtrans.model import Transformer
 from seqtrans.testing import serve_directory
@@ -85,6 +87,35 @@ def src_batch() -> torch.Tensor:
 def no_grad() -> Iterator[None]:
     with torch.no_grad():
         yield
+
+
+def require_native_kernels() -> None:
+    """Skip where no C compiler is found (or ``SEQTRANS_NATIVE=0``); fail where one is
+    and the kernels do not build with it, so that a broken build cannot pass as skipped."""
+    command = native.compiler()
+    if not command or shutil.which(command[0]) is None:
+        pytest.skip(f"no C compiler ({command[0] if command else '$CC, cc or gcc'})")
+    if not environment.native_kernels():
+        pytest.skip("native kernels turned off (SEQTRANS_NATIVE=0)")
+    if not native.available():
+        pytest.fail(f"{command[0]} is here, but the native kernels do not build with it: "
+                    f"{native.unavailable_reason()}")
+
+
+@pytest.fixture(scope="session")
+def kernel_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache directory of this session, where the native kernels are built afresh."""
+    return tmp_path_factory.mktemp("kernel-cache")
+
+
+@pytest.fixture
+def native_kernels(kernel_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native kernels, built into :func:`kernel_cache` (not the user's cache, whose
+    copy or failure marker would hide the build); see :func:`require_native_kernels`."""
+    monkeypatch.setenv("SEQTRANS_CACHE_DIR", str(kernel_cache))
+    monkeypatch.setattr(native, "_library", None)
+    monkeypatch.setattr(native, "_failed", None)
+    require_native_kernels()
 
 
 @pytest.fixture

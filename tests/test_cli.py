@@ -112,7 +112,8 @@ def test_predict_stream_writes_outputs_with_their_delays(tmp_path: Path, run_dir
 def test_predict_stream_wait_k_reads_k_words_before_each_first_write(tmp_path: Path) -> None:
     out = tmp_path / "waitk"
     done = seqtrans("run", "copy", "--out", str(out), "--device", "cpu", "--set", *TINY,
-                    "model.multi_k=true", "model.causal_encoder=true", "train.max_steps=4", "train.eval_every=4")
+                    "model.multi_k=true", "model.causal_encoder=true", "train.max_steps=4",
+                    "train.eval_every=4")
     assert done.returncode == 0, done.stderr
     written = 0
     for k in (1, 3, 9):
@@ -121,7 +122,8 @@ def test_predict_stream_wait_k_reads_k_words_before_each_first_write(tmp_path: P
         assert done.returncode == 0, done.stderr
         for line, length in zip(done.stdout.splitlines(), (4, 2)):
             output, delays = line.split("\t")
-            assert [int(d) for d in delays.split()] == [min(i + k, length) for i in range(len(output.split()))]
+            expected = [min(i + k, length) for i in range(len(output.split()))]
+            assert [int(d) for d in delays.split()] == expected
             written += len(output.split())
     assert written
     done = seqtrans("predict", str(out), "--stream", "--set", "decode.wait_k=1.5", stdin="1 2\n")

@@ -16,11 +16,13 @@ import torch.nn.functional as F
 from seqtrans import cli, tasks
 from seqtrans import config as cfg
 from seqtrans.decoding import beam_search
+from seqtrans.decoding.generate import generate
 from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.ensemble import Ensemble
 from seqtrans.inference.loading import Loaded, load, load_ensemble
 from seqtrans.inference.scoring import score_files, score_ids
 from seqtrans.model import Transformer, build_model
+from seqtrans.quantize import is_int8_only
 from seqtrans.training import checkpoint
 from seqtrans.vocab import BOS, EOS
 
@@ -117,6 +119,22 @@ def test_runs_of_different_architectures_ensemble(tmp_path: Path) -> None:
     assert isinstance(loaded.searcher, Ensemble) and len(loaded.searcher) == 2
     assert isinstance(load(a, device="cpu"), Loaded) and load_ensemble([a], device="cpu").searcher is not None
     assert not load_ensemble([a], device="cpu").others  # one run decodes with the model itself
+
+
+def test_set_reaches_every_member_of_an_ensemble(tmp_path: Path) -> None:
+    runs = [copy_run(tmp_path / f"r{i}", seed=i) for i in range(3)]
+    overrides = ["decode.precision=int8", "decode.beam=2"]
+    loaded = load_ensemble(runs, overrides=overrides, device="cpu")
+    assert [is_int8_only(m) for m in loaded.models] == [True] * 3  # each loaded for int8, none kept in float
+    # the members loaded one by one with the settings decode to the same bits
+    alone = [load(run, overrides=overrides, device="cpu") for run in runs]
+    sources = [[4, 5, 6, 7, EOS], [6, 5, EOS]]
+    expected = generate(Ensemble([m.model for m in alone]), sources, alone[0].config.decode,
+                        device=torch.device("cpu"))
+    assert generate(loaded.searcher, sources, loaded.config.decode, device=torch.device("cpu")) == expected
+    # where the later members missed the settings, they decoded through another int8 copy
+    mixed = Ensemble([alone[0].model, *(load(run, device="cpu").model for run in runs[1:])])
+    assert generate(mixed, sources, alone[0].config.decode, device=torch.device("cpu")) != expected
 
 
 def write(path: Path, text: str) -> Path:

@@ -1,19 +1,26 @@
 """The native CPU kernels against PyTorch: the beam cache's attention against a sequential
 loop over each hypothesis's own keys, the int8 passes bit for bit against PyTorch's
 operators, whole beam searches with and without them, and the fallback where no
-compiler works."""
+compiler works. The kernels are built into a cache of the test session
+(``native_kernels`` in conftest): where a compiler is found and the build fails, these
+tests fail rather than skip. The build itself: ``$CC`` with arguments, a compile that
+runs too long, a failed build remembered."""
 
 from __future__ import annotations
 
 import math
 import os
 import platform
+import shlex
+import shutil
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from conftest import tiny_model
+from conftest import require_native_kernels, tiny_model
 from seqtrans import native
 from seqtrans.attention.scaled_dot import BeamKVCache, KVCache
 from seqtrans.decoding import beam_search, greedy_search
@@ -21,8 +28,7 @@ from seqtrans.linear.int8 import Int8Linear, quantize_rows
 from seqtrans.quantize import quantized
 from seqtrans.vocab import EOS, PAD
 
-needs_native = pytest.mark.skipif(not native.available(),
-                                  reason=f"no native kernels: {native.unavailable_reason()}")
+needs_native = pytest.mark.usefixtures("native_kernels")
 CPU = torch.device("cpu")
 
 
@@ -41,7 +47,7 @@ BUILDS = {"native": ("-march=native", "-fopenmp"), "avx2": ("-mavx2", "-mfma", "
 
 
 @pytest.fixture(params=list(BUILDS))
-def build(request: Any, monkeypatch: Any) -> str:
+def build(request: Any, native_kernels: None, monkeypatch: Any) -> str:
     """Each test with the library built each way this processor can run."""
     name = request.param
     if name == "avx2" and not {"avx2", "fma"} <= _cpu_flags():
@@ -52,19 +58,20 @@ def build(request: Any, monkeypatch: Any) -> str:
     monkeypatch.setattr(native, "_library", None)
     monkeypatch.setattr(native, "_failed", None)
     if not native.available():
-        pytest.skip(f"the {name} build failed: {native.unavailable_reason()}")
+        pytest.fail(f"the {name} build failed: {native.unavailable_reason()}")
     return name
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor,
-                        length: int) -> torch.Tensor:
+                        length: int, lengths: list[int] | None = None) -> torch.Tensor:
     """One hypothesis, one head, one position at a time, in float64.  -> [N, H, d]"""
     n, heads, dim = q.shape
     out = torch.zeros(n, heads, dim, dtype=torch.float64)
     for r in range(n):
+        seen = length if lengths is None else lengths[r]
         for h in range(heads):
-            keys = torch.stack([k[int(rows[r, s]), h, s] for s in range(length)]).double()  # [L, d]
-            values = torch.stack([v[int(rows[r, s]), h, s] for s in range(length)]).double()
+            keys = torch.stack([k[int(rows[r, s]), h, s] for s in range(seen)]).double()  # [L, d]
+            values = torch.stack([v[int(rows[r, s]), h, s] for s in range(seen)]).double()
             scores = keys @ q[r, h].double() / math.sqrt(dim)
             out[r, h] = torch.softmax(scores, dim=0) @ values
     return out
@@ -86,6 +93,29 @@ def test_beam_attention_equals_a_sequential_loop(n: int, heads: int, dim: int, l
 
 
 @needs_native
+@pytest.mark.parametrize("group", [1, 3])
+def test_beam_attention_over_each_rows_own_length_equals_a_sequential_loop_and_ignores_the_others(
+        group: int, build: str) -> None:
+    gen = torch.Generator().manual_seed(group)
+    n, heads, dim, length = 6, 2, 20, 37  # past two blocks of 16 positions
+    q = torch.randn(n, heads, dim, generator=gen)
+    k = torch.randn(3, heads, length, dim, generator=gen) * 3
+    v = torch.randn(3, heads, length, dim, generator=gen)
+    rows = torch.randint(0, 3, (n, length), generator=gen)
+    lengths = [37, 1, 16, 17, 5, 33]
+    got = native.beam_attention(q, k, v, rows, length, group=group, lengths=torch.tensor(lengths))
+    torch.testing.assert_close(got.double(), reference_attention(q, k, v, rows, length, lengths),
+                               atol=1e-5, rtol=1e-5)
+    # a row alone, with what lies past its length changed, gets the same bits
+    for r in range(n):
+        spoiled = v.clone()
+        spoiled[:, :, lengths[r]:] = float("nan")
+        alone = native.beam_attention(q[r:r + 1].contiguous(), k, spoiled, rows[r:r + 1], length,
+                                      lengths=torch.tensor(lengths[r:r + 1]))
+        assert torch.equal(alone[0], got[r])
+
+
+@needs_native
 def test_beam_attention_refuses_what_it_cannot_read() -> None:
     q, kv, rows = torch.zeros(2, 1, 4), torch.zeros(2, 1, 3, 4), torch.zeros(2, 3, dtype=torch.long)
     with pytest.raises(ValueError, match="length 4 outside 1..3"):
@@ -96,6 +126,10 @@ def test_beam_attention_refuses_what_it_cannot_read() -> None:
         native.beam_attention(torch.zeros(2, 1, 5), kv, kv, rows, 1)
     with pytest.raises(ValueError, match="rows outside the 2 buffer rows"):
         native.beam_attention(q, kv, kv, torch.tensor([[0, 2, 0], [1, 1, 1]]), 2)
+    with pytest.raises(ValueError, match="lengths outside 1..2"):
+        native.beam_attention(q, kv, kv, rows, 2, lengths=torch.tensor([2, 3]))
+    with pytest.raises(ValueError, match="lengths"):
+        native.beam_attention(q, kv, kv, rows, 2, lengths=torch.tensor([2]))
 
 
 @needs_native
@@ -188,8 +222,9 @@ def test_without_a_compiler_decoding_falls_back_to_pytorch(monkeypatch: Any, tmp
     assert "no-such-compiler" in (native.unavailable_reason() or "")
     assert "native decoding kernels unavailable" in caplog.text
     model = tiny_model()
-    cache = model.start(model.encode(torch.tensor([[5, 6, EOS]])), beam=3).caches[0]
-    assert type(cache) is KVCache
+    for beam in (1, 3):
+        cache = model.start(model.encode(torch.tensor([[5, 6, EOS]])), beam=beam).caches[0]
+        assert type(cache) is KVCache
     hyps = beam_search(model, torch.tensor([[5, 6, EOS]]), beam=3, alpha=0.6, max_len=torch.tensor([5]))
     assert hyps[0]
 
@@ -206,3 +241,85 @@ def test_the_library_is_built_once_and_reused(monkeypatch: Any, tmp_path: Any) -
     monkeypatch.setattr(native, "_failed", None)
     stamp = built[0].stat().st_mtime_ns
     assert native.available() and built[0].stat().st_mtime_ns == stamp
+
+
+def fake_compiler(tmp_path: Path, body: str) -> str:
+    """A compiler command (for ``$CC``) that appends its arguments to ``calls.log`` in
+    ``tmp_path`` and then runs the shell code ``body`` (its arguments in "$@")."""
+    script = tmp_path / "fake-cc"
+    script.write_text(f'#!/bin/sh\necho "$@" >> {shlex.quote(str(tmp_path / "calls.log"))}\n{body}\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def calls(tmp_path: Path) -> list[str]:
+    log = tmp_path / "calls.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.fixture
+def fresh(monkeypatch: Any, tmp_path: Path) -> Path:
+    """A process that has not loaded the kernels, with an empty cache; -> the cache."""
+    monkeypatch.setattr(native, "_library", None)
+    monkeypatch.setattr(native, "_failed", None)
+    monkeypatch.setenv("SEQTRANS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("SEQTRANS_NATIVE", raising=False)
+    return tmp_path / "cache"
+
+
+def real_compiler() -> str:
+    command = native.compiler()
+    if not command or not shutil.which(command[0]):
+        pytest.skip("no C compiler")
+    return command[0]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the fake compiler is a shell script")
+def test_cc_may_carry_arguments(fresh: Path, monkeypatch: Any, tmp_path: Path) -> None:
+    cc = real_compiler()
+    # drops its first argument, which it insists on, and compiles with the real compiler
+    wrapper = fake_compiler(tmp_path, f'[ "$1" = "--from-cc" ] || exit 3\nshift\nexec {shlex.quote(cc)} "$@"')
+    monkeypatch.setenv("CC", f"{wrapper} --from-cc")
+    assert native.available(), native.unavailable_reason()
+    assert calls(tmp_path)[0].startswith("--from-cc -O3")
+    assert [p.suffix for p in (fresh / "native").iterdir()] == [".so"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the fake compiler is a shell script")
+def test_a_failed_build_is_remembered_and_not_retried_by_the_next_process(
+        fresh: Path, monkeypatch: Any, tmp_path: Path) -> None:
+    monkeypatch.setenv("CC", fake_compiler(tmp_path, "echo 'kernels.c:1: error: broken' >&2\nexit 1"))
+    assert not native.available()
+    assert "broken" in (native.unavailable_reason() or "")
+    tried = len(calls(tmp_path))
+    assert tried == len(native.OPTIONAL_FLAGS)  # every set of flags, once
+    markers = list((fresh / "native").glob("*.failed"))
+    assert len(markers) == 1 and "broken" in markers[0].read_text()
+    monkeypatch.setattr(native, "_failed", None)  # as a new process finds it
+    assert not native.available()
+    assert len(calls(tmp_path)) == tried and "delete" in (native.unavailable_reason() or "")
+    markers[0].unlink()  # deleting the marker tries again
+    monkeypatch.setattr(native, "_failed", None)
+    assert not native.available() and len(calls(tmp_path)) == 2 * tried
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the fake compiler is a shell script")
+def test_a_compile_that_hangs_is_stopped(fresh: Path, monkeypatch: Any, tmp_path: Path) -> None:
+    monkeypatch.setenv("CC", fake_compiler(tmp_path, "exec sleep 60"))
+    monkeypatch.setattr(native, "BUILD_TIMEOUT_S", 0.5)
+    assert not native.available()
+    assert "ran past 0.5 s" in (native.unavailable_reason() or "")
+    assert len(calls(tmp_path)) == 1  # the other flags would hang as long
+    assert list((fresh / "native").glob("*.failed"))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the fake compiler is a shell script")
+def test_the_kernel_tests_fail_where_a_compiler_is_found_but_the_build_fails(
+        fresh: Path, monkeypatch: Any, tmp_path: Path) -> None:
+    monkeypatch.setenv("CC", fake_compiler(tmp_path, "exit 1"))
+    with pytest.raises(pytest.fail.Exception, match="do not build"):
+        require_native_kernels()
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setattr(native, "_failed", None)
+    with pytest.raises(pytest.skip.Exception, match="no C compiler"):
+        require_native_kernels()

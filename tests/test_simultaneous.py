@@ -68,7 +68,8 @@ def test_a_model_that_cannot_stream_is_refused(tmp_path: Path) -> None:
     from conftest import tiny_model
 
     with pytest.raises(UsageError, match="model.cross_attention=monotonic"):
-        simultaneous.score_stream(loaded_copy(tiny_model(cross_attention="memory")), Split([Example([1], [1])]))
+        simultaneous.score_stream(loaded_copy(tiny_model(cross_attention="memory")),
+                                  Split([Example([1], [1])]))
 
 
 def test_the_metrics_file_is_named_by_split_checkpoint_and_settings(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqtrans.masks import causal_mask, key_mask
@@ -84,3 +85,29 @@ def copy_linear(module: nn.Module, weights: dict[str, Tensor], names: dict[str, 
                     target.copy_(source)
                     taken.append(f"{mine}.{part}")
     return taken
+
+
+def prefix_lengths(mask: Tensor) -> list[int] | None:
+    """How many real tokens each row of a padding ``mask`` [N, T] starts with, or None
+    where some row has a padded position before a real one."""
+    lengths = mask.sum(1)  # [N]
+    prefix = torch.arange(mask.size(1), device=mask.device) < lengths.unsqueeze(1)  # [N, T]
+    return lengths.tolist() if torch.equal(prefix, mask) else None
+
+
+def each_sentence(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], *, causal: bool) -> Tensor:
+    """Attention of each sentence over its first ``lengths[i]`` keys, its real queries in
+    the call a batch of that sentence alone makes (no mask, so the same bits), its padded
+    queries in a call of their own (over the real keys, as a key mask has them).
+    q, k, v [N, H, T, d] -> [N, H, T, d]"""
+    out = torch.empty_like(q)
+    for i, length in enumerate(lengths):
+        if not length:
+            out[i] = 0.0
+            continue
+        real = slice(i, i + 1), slice(None), slice(0, length)  # the sentence's queries and keys
+        out[real] = F.scaled_dot_product_attention(q[real], k[real], v[real], is_causal=causal)
+        if length < q.size(2):
+            padded = slice(i, i + 1), slice(None), slice(length, None)
+            out[padded] = F.scaled_dot_product_attention(q[padded], k[real], v[real])
+    return out

@@ -12,6 +12,14 @@ causal encoder, ``follow`` reads the source only as far as the next step's k nee
 without touching the modules, so that decoding copies of a model (int8, oneDNN), an
 ensemble's members and concurrent decodings each see the lag their caller chose.
 
+When decoding on the CPU (no gradient, eval mode), a sentence's attention runs over its
+own positions only and through the same kernels whatever else is in the batch, so that
+it decodes to the same bits alone as in any batch (docs/concepts.md): the encoder's
+self-attention one sentence at a time over its real tokens, and for one new query per
+hypothesis (float32, with the native kernels) self-attention over the cache and
+encoder-decoder attention over each source's own length in
+:func:`seqtrans.native.beam_attention`, whose sums run in an order no other row changes.
+
 Shapes: B sentences, K hypotheses per sentence (beam), N = B*K rows, S source,
 T target (new tokens this call), L cached target positions, H heads, D model, d = D/H.
 """
@@ -29,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqtrans.attention.common import masked_softmax, self_attention_mask
+from seqtrans.attention.common import each_sentence, masked_softmax, prefix_lengths, self_attention_mask
 from seqtrans.masks import causal_mask, key_mask
 
 if TYPE_CHECKING:
@@ -226,10 +234,11 @@ class SelfAttention(nn.Module):
 
     def new_cache(self, rows: int, capacity: int, *, like: Tensor) -> KVCache:
         """A cache for ``rows`` hypotheses: one the beam never copies where its attention
-        has a native kernel (float32 on a CPU, several hypotheses), else a :class:`KVCache`."""
+        has a native kernel (float32 on a CPU), else a :class:`KVCache`. One row too, so
+        that a sentence alone goes through the kernel that sums it in a batch."""
         d = self.out.in_features // self.heads
         kind = KVCache
-        if rows > 1 and like.device.type == "cpu" and like.dtype == torch.float32:
+        if like.device.type == "cpu" and like.dtype == torch.float32:
             from seqtrans import native
 
             if native.available():
@@ -244,6 +253,11 @@ class SelfAttention(nn.Module):
         if isinstance(cache, BeamKVCache) and one_query:
             cache.store(k, v)
             return self.out(merge_heads(cache.attend(q)))
+        if (mask is not None and cache is None and x.device.type == "cpu" and not self.training
+                and not torch.is_grad_enabled()):  # decoding on the CPU, the same bits in any batch
+            lengths = prefix_lengths(mask)
+            if lengths is not None:
+                return self.out(merge_heads(each_sentence(q, k, v, lengths, causal=causal)))
         attn_mask = key_mask(mask) if mask is not None else None  # [N, 1, 1, T]
         is_causal = causal
         if cache is not None:
@@ -287,11 +301,18 @@ class CrossState:
     lengths: Tensor | None = None  # [B]
     offset: int = 0
     source: SourceStream | None = None
+    sizes: Tensor | None = None  # [B] real source tokens (every sentence's, lag or not)
+    # the native kernel's view of the hypotheses, made at the first step after each change of sentences
+    native_rows: Tensor | None = None  # [N, S] each hypothesis's sentence, at every position
+    native_sizes: Tensor | None = None  # [N] its source's real tokens
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         if sentences is not None:
+            self.native_rows = self.native_sizes = None
             self.k = self.k.index_select(0, sentences)
             self.v = self.v.index_select(0, sentences)
+            if self.sizes is not None:
+                self.sizes = self.sizes.index_select(0, sentences)
             if self.mask is not None:
                 self.mask = self.mask.index_select(0, sentences)
             if self.lengths is not None:
@@ -331,8 +352,10 @@ class CrossAttention(nn.Module):
         """memory [B, S, D], mask [B, S] (True at real tokens) -> keys and values per head."""
         k, v = self.kv(memory).chunk(2, dim=-1)  # 2 x [B, S, D]
         padded = not bool(mask.all())
-        state = CrossState(split_heads(k, self.heads), split_heads(v, self.heads),
-                           key_mask(mask) if padded else None)
+        k, v = split_heads(k, self.heads), split_heads(v, self.heads)  # [B, H, S, d]
+        if memory.device.type == "cpu" and not self.training and not torch.is_grad_enabled():
+            k, v = k.contiguous(), v.contiguous()  # decoding: the native kernel reads them as they lie
+        state = CrossState(k, v, key_mask(mask) if padded else None, sizes=mask.sum(1))
         lag = self.current_lag()
         if lag:
             state.lag, state.lengths = lag, mask.sum(1)
@@ -374,6 +397,8 @@ class CrossAttention(nn.Module):
             self._read(state, t)
         b = state.k.size(0)
         beam = n // b
+        if t == 1 and not state.lag and state.source is None and self._native(x, state):
+            return self.out(self._attend_each(x, state, beam))
         q = self.q(x).view(b, beam, t, self.heads, d_model // self.heads)  # [B, K, T, H, d]
         q = q.permute(0, 3, 1, 2, 4).reshape(b, self.heads, beam * t, -1)  # [B, H, K*T, d]
         mask = state.mask
@@ -387,6 +412,36 @@ class CrossAttention(nn.Module):
         )  # [B, H, K*T, d]
         out = out.view(b, self.heads, beam, t, -1).permute(0, 2, 3, 1, 4)  # [B, K, T, H, d]
         return self.out(out.reshape(n, t, d_model))
+
+    def _native(self, x: Tensor, state: CrossState) -> bool:
+        """Whether this step goes through the native kernel: decoding in float32 on a CPU
+        (a fixed choice for a model and machine, whatever the batch)."""
+        if self.training or x.device.type != "cpu" or x.dtype != torch.float32 or state.sizes is None:
+            return False
+        if torch.compiler.is_compiling():  # a compiled step cannot call into the library
+            return False
+        if not (state.k.dtype == torch.float32 and state.k.is_contiguous() and state.v.is_contiguous()):
+            return False
+        from seqtrans import native
+
+        return native.available()
+
+    def _attend_each(self, x: Tensor, state: CrossState, beam: int) -> Tensor:
+        """One query per hypothesis over its own source's real tokens only, in
+        :func:`seqtrans.native.beam_attention`.  x [N, 1, D] -> [N, 1, D]"""
+        from seqtrans.native import beam_attention
+
+        assert state.sizes is not None
+        n, _, d_model = x.shape
+        b, _, s, _ = state.k.shape
+        q = self.q(x).reshape(n, self.heads, d_model // self.heads).contiguous()  # [N, H, d]
+        if state.native_rows is None or state.native_rows.shape != (n, s):
+            sentence = torch.arange(b, device=x.device).repeat_interleave(beam)  # [N]
+            state.native_rows = sentence.unsqueeze(1).expand(n, s).contiguous()  # [N, S]
+            state.native_sizes = state.sizes.repeat_interleave(beam)  # [N]
+        out = beam_attention(q, state.k, state.v, state.native_rows, s, group=beam,
+                             lengths=state.native_sizes)  # [N, H, d]
+        return out.view(n, 1, d_model)
 
     def weights(self, x: Tensor, memory: Tensor, mask: Tensor) -> Tensor:
         """x [B, T, D], memory [B, S, D], mask [B, S] -> [B, H, T, S]"""

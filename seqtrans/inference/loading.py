@@ -9,9 +9,6 @@ vocabulary files).
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import gc
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +31,7 @@ from seqtrans.inference.ensemble import Ensemble
 from seqtrans.inference.evaluation import decode_sources, read_split, score_examples
 from seqtrans.model import Transformer, build_model
 from seqtrans.quantize import int8_only
+from seqtrans.system import release_freed_memory
 from seqtrans.tasks.protocol import Codec, Metric, Task, check_split
 from seqtrans.training import checkpoint
 from seqtrans.upgrade import upgrade_checkpoint
@@ -143,14 +141,6 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
                   vocabulary_digest=assets_digest(payload.get("assets", {})))
 
 
-def release_freed_memory() -> None:
-    """Return the memory of freed tensors to the system (glibc keeps freed blocks below its
-    mapping threshold for reuse, and the process's resident set would still count them)."""
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
 class _Unwritten(TorchFunctionMode):
     """Skips every in-place write to a parameter (its random initialisation) while a model
     is built whose parameters are all then replaced by a checkpoint's (strictly, by
@@ -187,13 +177,16 @@ def _load_weights(model: Transformer, weights: dict[str, Any], origin: Path) -> 
 def load_ensemble(paths: Sequence[str | Path], *, overrides: Iterable[str] = (),
                   device: str | torch.device = "auto") -> Loaded:
     """Load several runs or checkpoints to decode as one ensemble (one path: as :func:`load`).
-    The task, codec and decoding settings (with ``overrides``) are the first run's; every
-    run must be of that task and have been trained with the same vocabulary files."""
+    The task, codec and decoding settings are the first run's; ``overrides`` apply to
+    every run as it loads (``decode.precision=int8`` loads each member for int8, and a
+    setting a member cannot take is refused naming it). Every run must be of the first's
+    task and have been trained with the same vocabulary files."""
     if not paths:
         raise UsageError("no run directory or checkpoint given")
+    overrides = list(overrides)  # read once per member
     first = load(paths[0], overrides=overrides, device=device)
     for path in paths[1:]:
-        other = load(path, device=first.device)
+        other = load(path, overrides=overrides, device=first.device)
         if other.config.task != first.config.task:
             raise UsageError(f"{paths[0]} and {path} cannot be ensembled: they are models of tasks "
                              f"'{first.config.task}' and '{other.config.task}'")

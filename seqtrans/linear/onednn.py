@@ -26,7 +26,9 @@ class OneDNNLinear(nn.Module):
     oneDNN builds and caches a primitive for every row count it sees. Decoding sees
     thousands (batch rows x source lengths, beams shrinking as sentences end), which
     churns that cache and leaves the process's memory growing with every new shape, so
-    the rows are padded up to :func:`row_bucket`'s few sizes.
+    the rows are padded up to :func:`row_bucket`'s few sizes. A single row is padded
+    to two: oneDNN multiplies one row with a matrix-vector kernel that sums in another
+    order, and a row must get the same bits alone as in a batch.
     """
 
     def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
@@ -53,10 +55,10 @@ class OneDNNLinear(nn.Module):
 
 
 def row_bucket(m: int) -> int:
-    """The row count a product of ``m`` rows runs at: ``m`` itself up to 16, then the next
-    multiple of 1/8 of the power of two below it (eight sizes per doubling, at most
-    1/8 more rows)."""
+    """The row count a product of ``m`` rows runs at: ``m`` itself from 2 to 16 (2 for
+    1), then the next multiple of 1/8 of the power of two below it (eight sizes per
+    doubling, at most 1/8 more rows)."""
     if m <= 16:
-        return m
+        return max(m, 2)
     step = 1 << (m.bit_length() - 4)
     return -(-m // step) * step

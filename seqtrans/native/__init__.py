@@ -9,14 +9,18 @@
   six operators, giving the same bits as those.
 
 The source ships with the package (``kernels.c``) and is compiled the first time
-a process needs it, with ``$CC`` (else ``cc``), ``-march=native`` and OpenMP where the
+a process needs it, with ``$CC`` (else ``cc``; ``$CC`` may carry arguments, split as a
+shell would: ``CC="gcc -O2"``), ``-march=native`` and OpenMP where the
 compiler takes them (:data:`OPTIONAL_FLAGS`), into the cache
 directory (:func:`seqtrans.download.cache_dir`, under ``native/``), keyed by the
 source, the compiler, its flags and the processor's features, so a copy built for
 another machine is never loaded. It is written to a temporary name and renamed, so
-concurrent processes never load half a file. Where no compiler works, or with
-``SEQTRANS_NATIVE=0``, :func:`available` is False and decoding uses PyTorch's operators
-alone: the same scores to float rounding, only slower.
+concurrent processes never load half a file. A compile that runs past
+:data:`BUILD_TIMEOUT_S` is stopped. A build that fails leaves a ``.failed`` file
+beside where the library would be, keyed the same way, holding the compiler's
+message, so that later processes do not compile again; delete it to retry. Where no
+compiler works, or with ``SEQTRANS_NATIVE=0``, :func:`available` is False and decoding
+uses PyTorch's operators alone: the same scores to float rounding, only slower.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import ctypes
 import hashlib
 import logging
 import os
-import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -38,6 +42,7 @@ from torch import Tensor
 
 from seqtrans import environment
 from seqtrans.download import cache_dir
+from seqtrans.system import cpu_features
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +53,8 @@ FLAGS = ("-O3", "-fno-trapping-math", "-ffp-contract=off", "-shared", "-fPIC")
 # tried in turn: the processor's own instructions and OpenMP (whose libgomp.so.1 is the
 # one PyTorch has loaded, so the kernels share its running threads), then without each
 OPTIONAL_FLAGS = (("-march=native", "-fopenmp"), ("-fopenmp",), ())
+#: Seconds one compile may take before it is stopped (and counted as failed).
+BUILD_TIMEOUT_S = 120.0
 
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
@@ -64,23 +71,28 @@ def unavailable_reason() -> str | None:
     return _failed
 
 
-def _cpu_features() -> str:
-    """The processor's feature flags (Linux), else its name: part of the build's key."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+def compiler() -> list[str]:
+    """The C compiler's command: ``$CC`` split as a shell would, else ``cc`` or ``gcc``
+    from the ``PATH`` (an empty list where there is none)."""
+    if environment.c_compiler():
+        return shlex.split(environment.c_compiler())
+    found = shutil.which("cc") or shutil.which("gcc")
+    return [found] if found else []
 
 
-def _build(compiler: str, source: Path, flags: tuple[str, ...]) -> Path:
+class BuildTimeout(OSError):
+    """The compiler ran past :data:`BUILD_TIMEOUT_S`."""
+
+
+def _key(*parts: str | bytes) -> str:
+    """A short digest of ``parts``: the name of a build in the cache."""
+    data = b"\0".join(p if isinstance(p, bytes) else p.encode() for p in parts)
+    return hashlib.sha256(data).hexdigest()[:20]
+
+
+def _build(command: list[str], source: Path, flags: tuple[str, ...]) -> Path:
     """The compiled library of ``source`` with ``flags``, from the cache or built now."""
-    text = source.read_bytes()
-    key = hashlib.sha256(b"\0".join([text, compiler.encode(), " ".join(flags).encode(),
-                                     _cpu_features().encode()])).hexdigest()[:20]
+    key = _key(source.read_bytes(), " ".join(command), " ".join(flags), cpu_features())
     target = cache_dir() / "native" / f"{source.stem}-{key}.so"
     if target.exists():
         return target
@@ -88,10 +100,13 @@ def _build(compiler: str, source: Path, flags: tuple[str, ...]) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     os.close(fd)
     try:
-        command = [compiler, *flags, str(source), "-o", tmp, "-lm"]
-        done = subprocess.run(command, capture_output=True, text=True)
+        try:
+            done = subprocess.run([*command, *flags, str(source), "-o", tmp, "-lm"], capture_output=True,
+                                  text=True, timeout=BUILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise BuildTimeout(f"{shlex.join(command)} ran past {BUILD_TIMEOUT_S:g} s") from None
         if done.returncode != 0:
-            raise OSError(f"{compiler} failed: {done.stderr.strip()[-500:]}")
+            raise OSError(f"{shlex.join(command)} failed: {done.stderr.strip()[-500:]}")
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -99,13 +114,31 @@ def _build(compiler: str, source: Path, flags: tuple[str, ...]) -> Path:
     return target
 
 
-def _build_any(compiler: str, source: Path) -> Path:
-    """:func:`_build` with the first of :data:`OPTIONAL_FLAGS` the compiler takes."""
+def failure_marker(command: list[str], source: Path) -> Path:
+    """Where a failed build of ``source`` with ``command`` on this processor is remembered."""
+    key = _key(source.read_bytes(), " ".join(command), cpu_features())
+    return cache_dir() / "native" / f"{source.stem}-{key}.failed"
+
+
+def _build_any(command: list[str], source: Path) -> Path:
+    """:func:`_build` with the first of :data:`OPTIONAL_FLAGS` the compiler takes; an
+    OSError when none builds, or when an earlier process's build failed (its marker)."""
+    marker = failure_marker(command, source)
+    if marker.exists():
+        reason = marker.read_text(encoding="utf-8", errors="replace").strip()
+        raise OSError(f"an earlier build failed ({reason}); delete {marker} to try again")
     for extra in OPTIONAL_FLAGS:
         try:
-            return _build(compiler, source, FLAGS + extra)
+            return _build(command, source, FLAGS + extra)
+        except FileNotFoundError:
+            raise  # no such compiler: nothing to remember
+        except BuildTimeout as e:
+            error: OSError = e
+            break  # the other flags would take as long
         except OSError as e:
             error = e
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(str(error), encoding="utf-8")
     raise error
 
 
@@ -116,12 +149,12 @@ def _load() -> ctypes.CDLL | None:
     with _lock:
         if _library is not None or _failed is not None:
             return _library
-        compiler = environment.c_compiler() or shutil.which("cc") or shutil.which("gcc") or ""
+        command = compiler()
         try:
-            if not compiler:
+            if not command:
                 raise OSError("no C compiler ($CC, cc or gcc)")
             with resources.as_file(resources.files(__package__) / SOURCE) as source:
-                path = _build_any(compiler, source)
+                path = _build_any(command, source)
             library = ctypes.CDLL(str(path))
             fn = library.seqtrans_beam_attention
         except (OSError, AttributeError) as e:
@@ -129,7 +162,7 @@ def _load() -> ctypes.CDLL | None:
             log.warning("native decoding kernels unavailable (%s): decoding uses PyTorch operators only", e)
             return None
         fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_int64]
+        fn.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_int64]
         pointer, integer = ctypes.c_void_p, ctypes.c_int64
         library.seqtrans_quantize_rows.restype = None
         library.seqtrans_quantize_rows.argtypes = [pointer, integer, integer, integer, pointer, pointer,
@@ -147,12 +180,15 @@ def _library_or_raise() -> ctypes.CDLL:
     return library
 
 
-def beam_attention(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, length: int, *, group: int = 1) -> Tensor:
+def beam_attention(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, length: int, *, group: int = 1,
+                   lengths: Tensor | None = None) -> Tensor:
     """Attention of one query per hypothesis over the first ``length`` positions, each
     read from the buffer row ``rows`` names: q [N, H, d]; k, v [P, H, L_max, d] (float32,
     contiguous, on the CPU); rows [N, >= length] int64 (contiguous rows) -> [N, H, d].
-    Scaled by 1/sqrt(d). ``group``: how many consecutive hypotheses belong to one
-    sentence (the beam), which sets only the order of the work. Only when :func:`available`."""
+    Scaled by 1/sqrt(d). ``lengths`` [N] int64 (1 .. ``length``): each hypothesis's own
+    number of positions instead (a padded source). ``group``: how many consecutive
+    hypotheses belong to one sentence (the beam), which sets only the order of the work.
+    A hypothesis gets the same bits whatever the other rows. Only when :func:`available`."""
     library = _library_or_raise()
     n, heads, dim = q.shape
     if not (q.dtype == k.dtype == v.dtype == torch.float32 and rows.dtype == torch.int64):
@@ -167,9 +203,15 @@ def beam_attention(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, length: int, *
     used = rows[:, :length]
     if n and (int(used.min()) < 0 or int(used.max()) >= k.size(0)):  # the kernel reads where they point
         raise ValueError(f"beam_attention: rows outside the {k.size(0)} buffer rows")
+    if lengths is not None:
+        if lengths.dtype != torch.int64 or lengths.shape != (n,) or not lengths.is_contiguous():
+            raise ValueError(f"beam_attention: lengths {tuple(lengths.shape)} {lengths.dtype} for {n} rows")
+        if n and (int(lengths.min()) < 1 or int(lengths.max()) > length):
+            raise ValueError(f"beam_attention: lengths outside 1..{length}")
     out = torch.empty_like(q)
     status = library.seqtrans_beam_attention(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), rows.data_ptr(), out.data_ptr(), n, heads, dim, length,
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), rows.data_ptr(),
+        None if lengths is None else lengths.data_ptr(), out.data_ptr(), n, heads, dim, length,
         k.size(2), rows.stride(0), group, dim ** -0.5, torch.get_num_threads())
     if status != 0:
         raise MemoryError("beam_attention could not allocate its working memory")

@@ -9,7 +9,10 @@
  *   out[r, h] = sum_s softmax_s(scale * q[r, h] . k[rows[r, s], h, s]) * v[rows[r, s], h, s]
  *
  * Shapes (float32, contiguous): q, out [n, heads, dim]; k, v [buffer rows, heads, capacity,
- * dim]; rows [n, row_stride] int64, positions 0 .. length-1 used. Two passes over the
+ * dim]; rows [n, row_stride] int64, positions 0 .. length-1 used, or 0 .. lengths[r]-1 for
+ * row r where `lengths` [n] is given (encoder-decoder attention over padded sources). Each
+ * row's sums run over its own positions in the same order whatever the other rows, so a
+ * row gets the same bits alone as in any batch. Two passes over the
  * positions (scores, then the weighted values) with the maximum subtracted before exp. The
  * hypotheses of one sentence (`group` consecutive rows) share most of their ancestors, so
  * each head of a group is done for all its rows, a block of positions at a time, while the
@@ -155,12 +158,15 @@ static float max_abs(const float *x, int64_t n) {
 
 typedef struct {
     const float *q, *k, *v;
-    const int64_t *rows;
+    const int64_t *rows, *lengths;
     float *out;
     int64_t n, group, heads, dim, length, capacity, row_stride;
     float scale;
     volatile int failed;
 } Attention;
+
+/* the positions row r attends to */
+#define KEYS(r) (a->lengths != NULL ? a->lengths[r] : length)
 
 static void attend(void *context, int64_t begin, int64_t end) {
     Attention *a = (Attention *)context;
@@ -187,25 +193,29 @@ static void attend(void *context, int64_t begin, int64_t end) {
                 const float *q = a->q + (r * heads + h) * dim;
                 const int64_t *from = a->rows + r * a->row_stride;
                 float *score = scores + (r - first) * length;
-                for (int64_t s = s0; s < s1; s++)
+                const int64_t end = KEYS(r) < s1 ? KEYS(r) : s1;
+                for (int64_t s = s0; s < end; s++)
                     score[s] = dot_product(q, keys + from[s] * row_step + s * dim, dim) * a->scale;
             }
         }
         for (int64_t r = first; r < last; r++) {
             float *score = scores + (r - first) * length, most = -INFINITY, total = 0.0f;
-            for (int64_t s = 0; s < length; s++) most = score[s] > most ? score[s] : most;
-            for (int64_t s = 0; s < length; s++) score[s] -= most;
-            exp_nonpositive(score, length);
-            for (int64_t s = 0; s < length; s++) total += score[s];
+            const int64_t keys_r = KEYS(r);
+            for (int64_t s = 0; s < keys_r; s++) most = score[s] > most ? score[s] : most;
+            for (int64_t s = 0; s < keys_r; s++) score[s] -= most;
+            exp_nonpositive(score, keys_r);
+            for (int64_t s = 0; s < keys_r; s++) total += score[s];
             const float norm = 1.0f / total;
-            for (int64_t s = 0; s < length; s++) score[s] *= norm;
+            for (int64_t s = 0; s < keys_r; s++) score[s] *= norm;
         }
         for (int64_t i = 0; i < (last - first) * dim; i++) sums[i] = 0.0f;
         for (int64_t s0 = 0; s0 < length; s0 += BLOCK) {
             const int64_t s1 = s0 + BLOCK < length ? s0 + BLOCK : length;
             for (int64_t r = first; r < last; r++)
-                weighted_sum(sums + (r - first) * dim, scores + (r - first) * length, values,
-                             a->rows + r * a->row_stride, s0, s1, row_step, dim, dim);
+                if (s0 < KEYS(r))
+                    weighted_sum(sums + (r - first) * dim, scores + (r - first) * length, values,
+                                 a->rows + r * a->row_stride, s0, KEYS(r) < s1 ? KEYS(r) : s1, row_step, dim,
+                                 dim);
         }
         for (int64_t r = first; r < last; r++)
             for (int64_t i = 0; i < dim; i++) a->out[(r * heads + h) * dim + i] = sums[(r - first) * dim + i];
@@ -213,13 +223,15 @@ static void attend(void *context, int64_t begin, int64_t end) {
     free(scores);
     free(sums);
 }
+#undef KEYS
 
 /* Returns 0, or -1 when working memory could not be allocated (out is then incomplete). */
-int seqtrans_beam_attention(const float *q, const float *k, const float *v, const int64_t *rows, float *out,
-                            int64_t n, int64_t heads, int64_t dim, int64_t length, int64_t capacity,
-                            int64_t row_stride, int64_t group, float scale, int64_t threads) {
+int seqtrans_beam_attention(const float *q, const float *k, const float *v, const int64_t *rows,
+                            const int64_t *lengths, float *out, int64_t n, int64_t heads, int64_t dim,
+                            int64_t length, int64_t capacity, int64_t row_stride, int64_t group, float scale,
+                            int64_t threads) {
     if (group < 1) group = 1;
-    Attention a = {q, k, v, rows, out, n, group, heads, dim, length, capacity, row_stride, scale, 0};
+    Attention a = {q, k, v, rows, lengths, out, n, group, heads, dim, length, capacity, row_stride, scale, 0};
     const int64_t pairs = n * heads * length;
     parallel(attend, &a, (n + group - 1) / group * heads, pairs < SMALL_ATTENTION ? 1 : threads);
     return a.failed ? -1 : 0;

@@ -1,0 +1,147 @@
+"""What seqtrans asks of the operating system, with a fallback wherever a call is
+Linux's alone (seqtrans is developed and tested on Linux; macOS and Windows are meant
+to work through these fallbacks, untested):
+
+- :func:`file_lock`: an exclusive lock between processes, with ``fcntl.flock`` where
+  there is ``fcntl`` (Linux, macOS), ``msvcrt.locking`` on Windows, else a lock file
+  created exclusively (``O_EXCL``);
+- :func:`release_freed_memory`: ``malloc_trim`` where the C library has it (glibc),
+  else only a garbage collection;
+- :func:`cpu_features`: the processor's feature flags from ``/proc/cpuinfo``, else its
+  name from :mod:`platform`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import gc
+import importlib
+import os
+import platform
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+
+#: Where Linux describes the processor (a constant, so that tests can point it elsewhere).
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def _module(name: str) -> ModuleType | None:
+    """The standard-library module ``name`` where this platform has it, else None."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, *, poll_s: float = 0.05) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing) between processes for the
+    block; other holders wait. The lock goes with the process if it dies, except with
+    the lock-file fallback, where a lock left by a process that no longer runs is taken
+    over."""
+    fcntl, msvcrt = _module("fcntl"), _module("msvcrt")
+    if fcntl is not None:
+        with open(path, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+    elif msvcrt is not None:
+        with open(path, "a+b") as f:
+            f.seek(0)
+            while True:  # LK_LOCK gives up after ten tries of a second
+                try:
+                    msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)
+                    break
+                except OSError:
+                    time.sleep(poll_s)
+            try:
+                yield
+            finally:
+                f.seek(0)
+                msvcrt.locking(f.fileno(), msvcrt.LK_UNLCK, 1)
+    else:
+        with _exclusive_file(path.with_name(path.name + ".held"), poll_s=poll_s):
+            yield
+
+
+@contextlib.contextmanager
+def _exclusive_file(held: Path, *, poll_s: float) -> Iterator[None]:
+    """The lock as a file that exists while it is held, holding the holder's process id."""
+    while True:
+        try:
+            fd = os.open(held, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            break
+        except FileExistsError:
+            if _holder_is_gone(held):
+                with contextlib.suppress(FileNotFoundError):
+                    held.unlink()
+            else:
+                time.sleep(poll_s)
+    try:
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            held.unlink()
+
+
+def _holder_is_gone(held: Path) -> bool:
+    try:
+        pid = int(held.read_text() or "0")
+    except (OSError, ValueError):
+        return False  # being written, or unreadable: wait
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+_trim: Callable[[int], int] | None | bool = False  # False: not looked up yet
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where the C library has none (macOS, Windows, musl)."""
+    global _trim
+    if _trim is False:
+        found = None
+        name = ctypes.util.find_library("c")
+        if name:
+            with contextlib.suppress(OSError):
+                found = getattr(ctypes.CDLL(name), "malloc_trim", None)
+        _trim = found
+    return _trim if callable(_trim) else None
+
+
+def release_freed_memory() -> None:
+    """Return the memory of freed objects to the system: a garbage collection, then, where
+    the C library has it, ``malloc_trim`` (glibc keeps freed blocks below its mapping
+    threshold for reuse, and the process's resident set would still count them)."""
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def cpu_features() -> str:
+    """The processor's feature flags (the ``flags`` or ``Features`` line of
+    ``/proc/cpuinfo``), else, where there is no such file, its name and architecture."""
+    try:
+        with open(CPUINFO, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line
+    except OSError:
+        pass
+    return f"{platform.processor()} {platform.machine()}".strip()

@@ -1,0 +1,143 @@
+"""The calls seqtrans makes to the operating system, and their fallbacks where a call is
+Linux's alone, each tried here by hiding what Linux has: ``fcntl`` (then Windows's
+``msvcrt``, then a lock file made with ``O_EXCL``), glibc's ``malloc_trim``, and
+``/proc/cpuinfo``."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from seqtrans import native, system
+
+
+def assert_excludes(path: Path) -> None:
+    """Three threads take the lock on ``path`` in turn: never two inside at once."""
+    inside, overlaps, done = [], [], []
+
+    def worker() -> None:
+        with system.file_lock(path, poll_s=0.005):
+            inside.append(1)
+            if len(inside) > 1:
+                overlaps.append(1)
+            time.sleep(0.05)
+            inside.pop()
+            done.append(1)
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert len(done) == 3 and not overlaps
+
+
+def hide(monkeypatch: Any, *names: str) -> None:
+    """Make ``import NAME`` fail, as on a platform without the module."""
+    for name in names:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fcntl is POSIX")
+def test_the_lock_excludes_with_fcntl_between_processes(tmp_path: Path) -> None:
+    lock = tmp_path / "data.lock"
+    script = ("import sys, time\nfrom pathlib import Path\nfrom seqtrans.system import file_lock\n"
+              "with file_lock(Path(sys.argv[1])):\n    print('in', flush=True)\n    time.sleep(1.0)\n")
+    holder = subprocess.Popen([sys.executable, "-c", script, str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "in\n"
+        start = time.monotonic()
+        with system.file_lock(lock):
+            waited = time.monotonic() - start
+        assert waited > 0.3  # it waited for the other process to let go
+    finally:
+        holder.wait(timeout=30)
+
+
+def test_without_fcntl_or_msvcrt_a_lock_file_excludes(monkeypatch: Any, tmp_path: Path) -> None:
+    hide(monkeypatch, "fcntl", "msvcrt")
+    assert_excludes(tmp_path / "data.lock")
+    assert list(tmp_path.iterdir()) == []  # the lock file goes with the lock
+
+
+def test_the_lock_file_of_a_process_that_died_is_taken_over(monkeypatch: Any, tmp_path: Path) -> None:
+    hide(monkeypatch, "fcntl", "msvcrt")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    (tmp_path / "data.lock.held").write_text(gone.stdout.strip())
+    with system.file_lock(tmp_path / "data.lock", poll_s=0.005):
+        assert (tmp_path / "data.lock.held").read_text() == str(os.getpid())
+
+
+def test_on_windows_the_lock_is_msvcrt_locking(monkeypatch: Any, tmp_path: Path) -> None:
+    calls: list[int] = []
+    held = threading.Lock()
+
+    def locking(fd: int, mode: int, size: int) -> None:
+        calls.append(mode)
+        if mode == 1:
+            held.acquire()
+        else:
+            held.release()
+
+    fake = types.SimpleNamespace(LK_LOCK=1, LK_UNLCK=0, locking=locking)
+    hide(monkeypatch, "fcntl")
+    monkeypatch.setitem(sys.modules, "msvcrt", fake)
+    assert_excludes(tmp_path / "data.lock")
+    assert sorted(calls) == [0, 0, 0, 1, 1, 1]  # each thread locked and unlocked
+
+
+def test_without_malloc_trim_freed_memory_is_only_collected(monkeypatch: Any) -> None:
+    monkeypatch.setattr(system, "_trim", False)
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)  # no C library found (Windows)
+    system.release_freed_memory()
+    assert system._malloc_trim() is None
+    monkeypatch.setattr(system, "_trim", False)
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: "libc-without-trim")
+
+    class NoTrim:  # a C library without malloc_trim (macOS, musl)
+        def __init__(self, name: str) -> None:
+            pass
+
+    monkeypatch.setattr(ctypes, "CDLL", NoTrim)
+    system.release_freed_memory()
+    assert system._malloc_trim() is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc")
+def test_with_glibc_malloc_trim_is_called(monkeypatch: Any) -> None:
+    monkeypatch.setattr(system, "_trim", False)
+    assert system._malloc_trim() is not None
+    calls: list[int] = []
+    monkeypatch.setattr(system, "_trim", calls.append)
+    system.release_freed_memory()
+    assert calls == [0]
+
+
+def test_without_proc_cpuinfo_the_cpu_is_named_by_platform(monkeypatch: Any, tmp_path: Path) -> None:
+    monkeypatch.setattr(system, "CPUINFO", tmp_path / "no-cpuinfo")
+    features = system.cpu_features()
+    import platform
+
+    assert features == f"{platform.processor()} {platform.machine()}".strip() and features
+    # and the kernels' build key is made from it
+    monkeypatch.setattr(native, "cpu_features", system.cpu_features)
+    source = tmp_path / "kernels.c"
+    source.write_text("int x;\n")
+    assert native.failure_marker(["cc"], source).name.startswith("kernels-")
+
+
+def test_with_proc_cpuinfo_the_flags_line_is_read(monkeypatch: Any, tmp_path: Path) -> None:
+    fake = tmp_path / "cpuinfo"
+    fake.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse2 avx2\n")
+    monkeypatch.setattr(system, "CPUINFO", fake)
+    assert system.cpu_features() == "flags\t\t: fpu sse2 avx2\n"
