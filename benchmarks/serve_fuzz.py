@@ -29,11 +29,9 @@ from hypothesis import HealthCheck, given, settings
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "serving"), str(ROOT / "tests")]
 
-from common import arguments  # noqa: E402
+from common import arguments, write_results  # noqa: E402
 from fuzzing import Request, problem, requests, send  # noqa: E402
 from serve_load import Server, rss  # noqa: E402
-
-from seqtrans import atomic  # noqa: E402
 
 LIMITS = ["--max-wait-ms", "0", "--max-inputs", "4", "--max-input-tokens", "8", "--max-beam", "4",
           "--max-body-bytes", "200000"]  # as test_fuzz.py's server
@@ -96,7 +94,7 @@ def main() -> None:
            "time": time.strftime("%Y-%m-%d %H:%M:%S")}
     print(json.dumps(out, indent=1))
     if args.out is not None:
-        atomic.write_json(args.out, out, sort_keys=False)
+        write_results(args.out, out, sort_keys=False)
     if result["problem_count"] or not result["alive_after"]:
         sys.exit(1)
 

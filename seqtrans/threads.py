@@ -14,7 +14,9 @@ this process may use:
 What decides, first to last: ``seqtrans --threads N`` (or :func:`set_threads` from
 Python), ``$SEQTRANS_THREADS``, ``$OMP_NUM_THREADS`` (left to PyTorch, as the user set
 it), the CPUs available. A count above the CPUs available is honoured, with a warning
-naming both numbers. Imports no torch until it sets a count on a PyTorch already loaded.
+naming both numbers. An explicit count holds for the processes this one starts too (the
+ranks of ``run --nproc``); the default leaves them to their launcher (one thread per
+rank). Imports no torch until it sets a count on a PyTorch already loaded.
 """
 
 from __future__ import annotations
@@ -137,13 +139,20 @@ def set_threads(threads: int | None = None) -> int | None:
     also sets PyTorch's intra-op pool."""
     if threads is not None and threads < 1:
         raise UsageError(f"threads must be 1 or more, got {threads}")
+    explicit = threads is not None or bool(environment.threads())
     count = chosen_threads(threads)
     if count is None:
         return None
     available = available_cpus()
     if count > available:
         log.warning("computing with %d threads, more than the %d CPUs this process may use", count, available)
-    environment.export(environment.OMP_THREADS, str(count))
+    if explicit:
+        # the processes this one starts (the ranks of run --nproc) compute with it too
+        environment.export(environment.THREADS, str(count))
+    if explicit or count < affinity_cpus():
+        # OpenMP already follows the affinity mask; a quota below it must be said. Left
+        # unset otherwise, so that a launcher's own rule (one thread per rank) still holds.
+        environment.export(environment.OMP_THREADS, str(count))
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(count)

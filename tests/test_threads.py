@@ -90,10 +90,12 @@ def test_more_threads_than_cpus_are_honoured_with_a_warning(monkeypatch: pytest.
 
     monkeypatch.setattr(threads, "available_cpus", lambda: 2)
     monkeypatch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))  # put back after the test
+    monkeypatch.setenv("SEQTRANS_THREADS", "")
     before = torch.get_num_threads()
     try:
         assert threads.set_threads(3) == 3
         assert torch.get_num_threads() == 3 and os.environ["OMP_NUM_THREADS"] == "3"
+        assert os.environ["SEQTRANS_THREADS"] == "3"  # an explicit count holds for the processes it starts
         assert "3 threads, more than the 2 CPUs" in caplog.text
     finally:
         torch.set_num_threads(before)
@@ -137,3 +139,21 @@ def test_the_flag_sets_the_threads_of_the_command() -> None:
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "threads 1" in done.stdout
+
+
+def test_the_default_is_said_to_openmp_only_where_a_quota_caps_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.delenv("SEQTRANS_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "")  # unset for the policy, put back after the test
+    monkeypatch.setattr(threads, "affinity_cpus", lambda: 2)
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(threads, "available_cpus", lambda: 2)
+        assert threads.set_threads() == 2
+        assert os.environ["OMP_NUM_THREADS"] == ""  # a launcher's one thread per rank still holds
+        monkeypatch.setattr(threads, "available_cpus", lambda: 1)  # a quota of one CPU
+        assert threads.set_threads() == 1 and os.environ["OMP_NUM_THREADS"] == "1"
+        assert "SEQTRANS_THREADS" not in os.environ
+    finally:
+        torch.set_num_threads(before)
