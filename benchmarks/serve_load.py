@@ -13,6 +13,8 @@ load but one.
     python benchmarks/serve_load.py runs/m30k --beam 4                      # the issue's setting
     python benchmarks/serve_load.py runs/m30k --users 128 --max-queue 64    # refusals under overload
     python benchmarks/serve_load.py runs/m30k --users 32 --requests 10000 --unbatched-requests 0  # memory
+    python benchmarks/serve_load.py runs/m30k --users 64 --beam 16 --timeout-s 5 \
+        --unbatched-requests 0                                              # deadlines
 
 The sentences are the test split of the run's task (a task that can write its sources
 back as text), or ``--inputs FILE``, one per line. Prints a table; ``--out FILE`` also
@@ -52,6 +54,14 @@ def sentences(loaded: Loaded, inputs: Path | None) -> list[str]:
     if not isinstance(loaded.task, SourceFormatting):
         sys.exit(f"task '{loaded.config.task}' cannot write its sources as text: give --inputs FILE")
     return [loaded.task.format_source(e.source) for e in read_split(loaded.task, "test").examples]
+
+
+def expired_inputs(url: str) -> int:
+    """The server's count of inputs whose decoding it stopped at their deadline."""
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith("seqtrans_expired_inputs_total "):
+            return int(float(line.split()[1]))
+    return 0
 
 
 def rss(pid: int) -> int:
@@ -148,6 +158,8 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--max-wait-ms", default="5")
     parser.add_argument("--max-queue", default="256")
+    parser.add_argument("--timeout-s", help="The server's time limit per request (its default otherwise); "
+                                            "each level then reports the inputs whose decoding it stopped.")
     parser.add_argument("--out", type=Path, help="Also write the results here as JSON.")
     args = parser.parse_args()
 
@@ -169,18 +181,23 @@ def main() -> None:
         started = time.perf_counter()
         list(predict_batches(loaded, [sample[i : i + users] for i in range(0, len(sample), users)]))
         grouped[str(users)] = len(sample) / (time.perf_counter() - started)
-    results: dict[str, Any] = {"run": str(args.run), "beam": args.beam, "sentences": len(texts),
+    results: dict[str, Any] = {"run": args.run.name, "beam": args.beam, "sentences": len(texts),
+                               "timeout_s": float(args.timeout_s) if args.timeout_s else None,
                                "batch_ceiling_sentences_per_s": ceiling,
                                "in_process_batches_of_one_per_user_sentences_per_s": grouped,
                                "in_process_one_sentence_p50_ms": 1000 * statistics.median(one),
                                "cpu_count": os.cpu_count(), "batched": [], "unbatched": None}
 
-    server = Server(args.run, "--max-wait-ms", args.max_wait_ms, "--max-queue", args.max_queue)
+    limit = ["--timeout-s", args.timeout_s] if args.timeout_s else []
+    server = Server(args.run, "--max-wait-ms", args.max_wait_ms, "--max-queue", args.max_queue, *limit)
     before = rss(server.process.pid)
     for users in args.users:
+        stopped = expired_inputs(server.url)
         row = asyncio.run(load_test(server.url, texts, expected, users=users, requests=args.requests,
                                     beam=args.beam, pid=server.process.pid))
         row["rss_after_bytes"] = rss(server.process.pid)
+        # inputs whose request passed its limit (504) while their batch decoded: dropped there
+        row["decoding_stopped_inputs"] = expired_inputs(server.url) - stopped
         results["batched"].append(row)
         print(json.dumps(row), flush=True)
     results["rss_before_bytes"] = before
