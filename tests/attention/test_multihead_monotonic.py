@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from decoding.test_policies import check_soft_decisions
 
 from conftest import tiny_model
 from seqtrans.attention.multihead_monotonic import (
@@ -126,20 +127,7 @@ def test_step_by_step_decoding_equals_teacher_forcing_with_hard_decisions(name: 
 
 @pytest.mark.parametrize("name", MECHANISMS)
 def test_soft_decisions_decode_step_by_step_as_training_computes(name: str) -> None:
-    model = mma_model(name, 1, 0.5)
-    src = pad_batch([s + [EOS] for s in SOURCES])
-    tgt = torch.randint(4, 11, (4, 6))
-    tgt[:, 0] = BOS
-    hard = model(src, tgt)
-    cross = [layer.cross_attn for layer in model.decoder_layers]
-    for attn in cross:
-        attn.soft_decisions = True  # type: ignore[union-attr]
-    state = model.start(model.encode(src), beam=1)
-    steps = torch.cat([model.decode(tgt[:, i : i + 1], state=state) for i in range(tgt.size(1))], dim=1)
-    for attn in cross:
-        attn.train()  # the expected alignment; noise 0 (mma_model) and no dropout (tiny_model)
-    assert torch.allclose(model(src, tgt), steps, atol=1e-5)
-    assert not torch.allclose(hard, steps, atol=1e-3)
+    check_soft_decisions(mma_model(name, 1, 0.5), SOURCES)  # noise 0 (mma_model), no dropout
 
 
 def offline(model: Transformer, sources: list[list[int]], config: DecodeConfig) -> list[list[int]]:

@@ -237,9 +237,15 @@ def test_milk_step_by_step_decoding_equals_teacher_forcing_with_hard_decisions(s
 def test_milk_soft_decisions_decode_step_by_step_as_training_computes(seed: int, r: float) -> None:
     """The analysis mode: in eval, steps under the expected alignment equal the training
     forward pass over the whole target (noise and dropout off), and differ from hard decisions."""
-    model = milk_model(seed, r)
-    src = pad_batch([s + [EOS] for s in SOURCES[:4]])
-    tgt = torch.randint(4, 11, (4, 6))
+    check_soft_decisions(milk_model(seed, r), SOURCES[:4])
+
+
+def check_soft_decisions(model: Transformer, sources: list[list[int]]) -> None:
+    """Steps decoded in eval with ``soft_decisions`` equal the training pass of the
+    encoder-decoder attention (a model without noise or dropout), and differ from hard
+    decisions."""
+    src = pad_batch([s + [EOS] for s in sources])
+    tgt = torch.randint(4, 11, (len(sources), 6))
     tgt[:, 0] = BOS
     model.eval()
     hard = model(src, tgt)
@@ -249,7 +255,7 @@ def test_milk_soft_decisions_decode_step_by_step_as_training_computes(seed: int,
     state = model.start(model.encode(src), beam=1)
     steps = torch.cat([model.decode(tgt[:, i : i + 1], state=state) for i in range(tgt.size(1))], dim=1)
     for attn in cross:
-        attn.train()  # expected alignment, noise 0 (milk_model), no dropout in tiny_model's attention
+        attn.train()  # the expected alignment
     assert torch.allclose(model(src, tgt), steps, atol=1e-5)
     assert not torch.allclose(hard, steps, atol=1e-3)
 
