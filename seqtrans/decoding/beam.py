@@ -221,16 +221,14 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     rules = Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, banned=banned)
     model.eval()
     b0, k, device = src.size(0), beam, src.device
-    max_len = max_len.to(device)
-    prefixes = None if prefixes is None else prefixes.to(device)
+    max_len, prefixes = max_len.to(device), (None if prefixes is None else prefixes.to(device))
     longest = int(max_len.max())
     state = model.start(model.encode(src), beam=k, capacity=longest + 1)
     sent_of_row = torch.arange(b0, device=device).repeat_interleave(k)  # [N]
     limit = max_len[sent_of_row]  # [N]
     constrained = start_constraint(constraint, sent_of_row) if constraint is not None else None
     lexical = _start_required(required, sent_of_row, beam=k, max_len=max_len)
-    # per-hypothesis states that follow the beam as the decoder state does
-    followers = [f for f in (constrained, lexical) if f is not None]
+    followers = [f for f in (constrained, lexical) if f is not None]  # they follow the beam as the state does
     history, scores, kept, active = _start_beams(b0, k, nbest, device)
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
 
@@ -245,9 +243,9 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
         kept = kept.merged(cand, _within_beam(ends, k) if end_in_beam else ends, rows_c, history, step, alpha,
                            length_penalty)
         scores, rows, next_tok = _going_on(go_on, cand, ends, rows_c, token)  # [B, K] each
-        done = cannot_improve(scores.max(dim=1).values, kept.norm[:, -1], max_len[active] + 1, alpha,
-                              kind=length_penalty) | ~torch.isfinite(scores).any(dim=1)
-        done = done | _cancelled(cancelled, active)
+        best = scores.max(dim=1).values  # [B]
+        done = (cannot_improve(best, kept.norm[:, -1], max_len[active] + 1, alpha, kind=length_penalty)
+                | ~torch.isfinite(scores).any(dim=1) | _cancelled(cancelled, active))
         keep = _retire(done, active, kept, results)
         if keep is not None:
             if keep.numel() == 0:
@@ -346,8 +344,7 @@ def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, rules: Rules,
     log-probability and the token, each [B']."""
     model.eval()
     b0, device = src.size(0), src.device
-    max_len = max_len.to(device)
-    prefixes = None if prefixes is None else prefixes.to(device)
+    max_len, prefixes = max_len.to(device), (None if prefixes is None else prefixes.to(device))
     longest = int(max_len.max())
     state = model.start(model.encode(src), beam=1, capacity=longest + 1)
     history = torch.full((b0, longest + 2), PAD, dtype=torch.long, device=device)  # [B, L+2]

@@ -83,6 +83,21 @@ class Server:
         finally:
             await batcher.stop()
 
+    async def body(self, request: Request, arrived: float) -> Any:
+        """The request's JSON, read within what is left of its time limit (408 beyond:
+        a client sending its body slowly holds a connection no longer than a request)."""
+        settings = self.settings
+        left = settings.timeout_s - (time.monotonic() - arrived)
+        try:
+            return await asyncio.wait_for(read_json(request, settings.max_body_bytes), max(left, 0.0))
+        except asyncio.TimeoutError:
+            late = f"the body did not arrive within {settings.timeout_s:g} s"
+            raise RequestError(408, "body_timeout", late, limit="timeout_s") from None
+        except RequestError as exc:
+            if exc.status == 499:
+                self.metrics.disconnected.inc()
+            raise
+
     async def submit(self, served: Served, key: Hashable, work: Prediction | Scoring,
                      arrived: float, request: Request) -> Any:
         """The result of a request through the batcher, within the time limit; a request
@@ -247,31 +262,17 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
     async def show_model(request: Request) -> Response:
         return JSONResponse(server.model(request.path_params["name"]).describe())
 
-    async def body(request: Request, arrived: float) -> Any:
-        """The request's JSON, read within what is left of its time limit (408 beyond:
-        a client sending its body slowly holds a connection no longer than a request)."""
-        left = settings.timeout_s - (time.monotonic() - arrived)
-        try:
-            return await asyncio.wait_for(read_json(request, settings.max_body_bytes), max(left, 0.0))
-        except asyncio.TimeoutError:
-            late = f"the body did not arrive within {settings.timeout_s:g} s"
-            raise RequestError(408, "body_timeout", late, limit="timeout_s") from None
-        except RequestError as exc:
-            if exc.status == 499:
-                server.metrics.disconnected.inc()
-            raise
-
     async def predict(request: Request) -> Response:
         arrived = time.monotonic()
         served = server.model(request.path_params["name"])
-        prediction = parse_predict(served, await body(request, arrived), settings)
+        prediction = parse_predict(served, await server.body(request, arrived), settings)
         result = await server.submit(served, (served.name, prediction.decode), prediction, arrived, request)
         return JSONResponse({"model": served.name, "outputs": result})
 
     async def score(request: Request) -> Response:
         arrived = time.monotonic()
         served = server.model(request.path_params["name"])
-        scoring = parse_score(served, await body(request, arrived), settings)
+        scoring = parse_score(served, await server.body(request, arrived), settings)
         result = await server.submit(served, (served.name, "score"), scoring, arrived, request)
         return JSONResponse({"model": served.name, "scores": result})
 

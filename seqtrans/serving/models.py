@@ -185,6 +185,12 @@ def parse_predict(served: Served, body: Any, settings: ServeSettings) -> Predict
         raise RequestError(422, "invalid_request", f"precision {decode.precision} needs float weights, "
                            "and this model is served in int8 only (loaded with decode.precision=int8)",
                            field="precision")
+    sources, tokens = _read_inputs(served, inputs, settings)
+    return Prediction(sources, tokens, decode, bool(body.get("scores")), bool(body.get("attention")))
+
+
+def _read_inputs(served: Served, inputs: list[str], settings: ServeSettings) -> tuple[list[Any], int]:
+    """The task's sources of a request's inputs and their tokens, each within the limits."""
     sources, tokens = [], 0
     for i, text in enumerate(inputs):
         field = f"inputs[{i}]"
@@ -201,7 +207,7 @@ def parse_predict(served: Served, body: Any, settings: ServeSettings) -> Predict
                                    limit="model.max_positions", field=field)
         sources.append(source)
         tokens += length
-    return Prediction(sources, tokens, decode, bool(body.get("scores")), bool(body.get("attention")))
+    return sources, tokens
 
 
 @dataclass(frozen=True)
