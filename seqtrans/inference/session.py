@@ -113,6 +113,7 @@ class StreamSession:
         self._fed: list[int] = []  # the source ids of the words pushed
         self._given = 0  # of which the decoder has been given these
         self.tokens: list[Token] = []
+        self._line_counts: list[int] = []  # words in the output line after each token
         self._written: list[Word] = []
         self.finished = False
 
@@ -184,8 +185,10 @@ class StreamSession:
             token = Token(emission.token, " ".join(target.decode([emission.token])), emission.delay, delay)
             self.tokens.append(token)
             tokens.append(token)
+            line = self._line_words()
+            self._line_counts.append(len(line))
             # every word before the line's last is complete once this token is decided
-            words += self._complete(self._line_words()[:-1], delay)
+            words += self._complete(line[:-1], delay)
         if self._decoder.done:
             end = self._decoder.end_delay
             assert end is not None
@@ -234,6 +237,18 @@ class StreamSession:
     def word_delays(self) -> list[int]:
         """Each complete output word's delay in source words, as a reader of the text sees it."""
         return [w.delay for w in self._written]
+
+    @property
+    def piece_delays(self) -> list[int]:
+        """Each complete output word's delay in source words as that of its last piece:
+        the token before the one that begins the next word, or the last token. A lower
+        bound of :attr:`word_delays`."""
+        counts = self._line_counts
+        out: list[int] = []
+        for j in range(1, len(self._written) + 1):
+            begins = next((i for i, c in enumerate(counts) if c > j), len(counts))  # word j + 1 begins
+            out.append(max(out[-1] if out else 0, self.tokens[max(begins - 1, 0)].word_delay))
+        return out
 
     @property
     def token_delays(self) -> list[int]:

@@ -65,23 +65,6 @@ def source_words(loaded: Loaded, example: Example[Any, Any]) -> list[str]:
     return task.format_source(example.source).split()
 
 
-def piece_delays(session: StreamSession) -> list[int]:
-    """The delays of the output's words, each that of its last token: the token after
-    which the next word has begun, or the last token."""
-    counts = []  # words in the line of the first i + 1 tokens
-    tokens: list[int] = []
-    for token in session.tokens:
-        tokens.append(token.id)
-        counts.append(len(session.loaded.task.format(prediction(session.loaded.codec, tokens,
-                                                                session.source)).split()))
-    out: list[int] = []
-    for j in range(1, len(session.output_words) + 1):
-        begins = next((i for i, c in enumerate(counts) if c > j), len(counts))  # token starting word j + 1
-        last = max(begins - 1, 0)
-        out.append(max(out[-1] if out else 0, session.tokens[last].word_delay))
-    return out
-
-
 def stream_example(loaded: Loaded, example: Example[Any, Any]) -> StreamedExample:
     """Decode one example's source as a stream of words (see the module docstring). An
     empty source has nothing to translate: its output is empty, with no delays."""
@@ -93,7 +76,7 @@ def stream_example(loaded: Loaded, example: Example[Any, Any]) -> StreamedExampl
     session.finish()
     return StreamedExample(session.prediction, [t.id for t in session.tokens], session.token_delays,
                            [w.text for w in session.output_words], session.word_delays,
-                           piece_delays(session), len(words))
+                           session.piece_delays, len(words))
 
 
 def reference_text(loaded: Loaded, example: Example[Any, Any]) -> str:
