@@ -25,7 +25,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from torch import Tensor
 
-from seqtrans.attention import waiting
+from seqtrans.attention import reading
 from seqtrans.data import source_ids
 from seqtrans.decoding import generate
 from seqtrans.decoding.search import Hypothesis
@@ -207,7 +207,7 @@ class Server:
         expired = [d.passed for _, _, d in works]
         requests = [p for (_, p, _), gone in zip(works, expired) if isinstance(p, Scoring) and not gone]
         decode = served.loaded.config.decode
-        with waiting(decode.wait_k or None):
+        with reading(decode):
             scores = score_ids(served.loaded.searcher, [s for r in requests for s in r.sources],
                                [t for r in requests for t in r.targets], batch_tokens=decode.batch_tokens,
                                device=served.loaded.device, precision=decode.precision)
