@@ -34,6 +34,7 @@ _API = {
     "evaluate": "seqtrans.inference.loading",
     "predict": "seqtrans.inference.online",
     "set_threads": "seqtrans.threads",
+    "set_wait_policy": "seqtrans.threads",
     "stream": "seqtrans.inference.session",
     "StreamSession": "seqtrans.inference.session",
     "average": "seqtrans.pipeline",
@@ -75,7 +76,7 @@ if TYPE_CHECKING:
     from seqtrans.model import Transformer, build_model
     from seqtrans.pipeline import average, run
     from seqtrans.tasks.protocol import Codec, Example, Skipped, Task, TaskClass
-    from seqtrans.threads import set_threads
+    from seqtrans.threads import set_threads, set_wait_policy
     from seqtrans.vocab import Vocab, Vocabularies
 
 

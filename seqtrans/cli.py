@@ -30,7 +30,7 @@ from seqtrans.errors import Interrupted, SeqtransError, UsageError
 from seqtrans.inference.export import FORMATS as EXPORT_FORMATS
 from seqtrans.inference.export import QUANTIZATIONS as EXPORT_QUANTIZATIONS
 from seqtrans.tasks.discovery import COMMAND_GROUP, TaskEntry, installed, load_object
-from seqtrans.threads import parse_threads, set_threads
+from seqtrans.threads import parse_threads, parse_wait_policy, set_threads, set_wait_policy
 
 log = logging.getLogger("seqtrans")
 
@@ -91,12 +91,32 @@ def _threads(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _workers(text: str) -> int:
+    try:
+        return parse_threads(text, name="--workers")
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("threads", "workers")) from None
+
+
+def _wait_policy(text: str) -> str:
+    try:
+        return parse_wait_policy(text, name="--wait-policy")
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 GLOBAL_ARGS = (
     arg("-q", "--quiet", action="store_true", help="Log warnings only, no progress bars."),
     arg("--threads", type=_threads, metavar="N",
         help="Threads each process computes with (PyTorch's and the native kernels'). Default: "
              "$SEQTRANS_THREADS, else $OMP_NUM_THREADS if set, else the CPUs this process may use "
-             "(its CPU affinity and its cgroup's CPU quota, not the host's cores). See docs/speed.md."),
+             "(its CPU affinity and its cgroup's CPU quota, not the host's cores). With 'serve "
+             "--workers W', each worker's. See docs/speed.md."),
+    arg("--wait-policy", type=_wait_policy, metavar="POLICY",
+        help="How OpenMP's idle threads wait for work: active (spin), passive (sleep at once), a spin "
+             "count N (spin about N times, then sleep), or default (OpenMP's own, or what "
+             "$OMP_WAIT_POLICY and $GOMP_SPINCOUNT say). Default: $SEQTRANS_WAIT_POLICY, else default. "
+             "Spinning threads hold cores that other busy processes want. See docs/speed.md."),
     arg("--progress", choices=["auto", "on", "off"], default="auto",
         help="Progress bars (training's shows updates or minutes, loss, lr, tokens/s and "
              "the time left, in place of the per-update log lines on the console, which "
@@ -253,8 +273,9 @@ SUBCOMMANDS = (
             "what is in flight and exits 0. Needs pip install 'seqtrans[serve]'; see docs/serving.md.",
             (arg("models", nargs="+", metavar="RUN_DIR",
                  help="Runs to serve: RUN_DIR, NAME=RUN_DIR, or NAME=RUN_A,RUN_B (an ensemble)."),
-             *(arg("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
-                   metavar=f.name.upper(), help=f.metadata["help"]) for f in _serve_fields()),
+             *(arg("--" + f.name.replace("_", "-"), type=_workers if f.name == "workers" else type(f.default),
+                   default=f.default, metavar=f.name.upper(), help=f.metadata["help"])
+               for f in _serve_fields()),
              DEVICE)),
     Command("plot", "Draw the learning curves of runs as a PNG.",
             "Read the runs' logs (DIR/train.jsonl) and draw training loss, dev "
@@ -632,7 +653,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     check_installed()  # before loading models, which takes a while
     settings = ServeSettings(**{f.name: getattr(args, f.name) for f in _serve_fields()})
-    serve(args.models, settings, device=args.device, token=environment.serve_token())
+    serve(args.models, settings, device=args.device, token=environment.serve_token(), threads=args.threads)
     return 0
 
 
@@ -724,6 +745,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     try:
+        set_wait_policy(args.wait_policy)  # before anything loads torch, whose OpenMP reads it once
         set_threads(args.threads)
     except UsageError as exc:
         return _failed("seqtrans", exc)

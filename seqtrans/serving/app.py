@@ -13,7 +13,6 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any
 
@@ -48,10 +47,11 @@ from seqtrans.serving.models import (
 )
 from seqtrans.serving.openapi import schema
 from seqtrans.serving.settings import ServeSettings
+from seqtrans.serving.workers import Workers, current_worker, decoding_workers
 from seqtrans.vocab import EOS
 
 log = logging.getLogger(__name__)
-#: What the decoding thread gets of a request: its model, the checked request, its deadline.
+#: What a decoding worker gets of a request: its model, the checked request, its deadline.
 Work = tuple[Served, Prediction | Scoring, Deadline]
 
 
@@ -59,10 +59,10 @@ class Server:
     """The state the routes share: the models, the batcher, the metrics and readiness."""
 
     def __init__(self, models: Mapping[str, Served], settings: ServeSettings,
-                 executor: ThreadPoolExecutor | None = None) -> None:
+                 workers: Workers | None = None) -> None:
         self.models = dict(models)
         self.settings = settings
-        self.executor = executor
+        self.workers = workers
         self.metrics = Metrics()
         self.batcher: Batcher | None = None
         self.ready = False
@@ -70,13 +70,14 @@ class Server:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """The batcher for the app's lifetime; the models warm up in its thread meanwhile."""
+        """The batcher for the app's lifetime; the models warm up in each of its workers meanwhile."""
+        workers = self.workers if self.workers is not None else decoding_workers(self.settings.workers)
         batcher = Batcher(self.decode, max_tokens=self.settings.max_batch_tokens,
                           max_wait_s=self.settings.max_wait_ms / 1000, max_queue=self.settings.max_queue,
-                          executor=self.executor)
+                          workers=workers)
         self.batcher = batcher
         batcher.start()
-        warming = asyncio.get_running_loop().run_in_executor(batcher.executor, self.warm)
+        warming = asyncio.ensure_future(self._warm_workers(workers))
         warming.add_done_callback(lambda f: _warmed(self, f))
         try:
             yield
@@ -145,7 +146,7 @@ class Server:
 
     def decode(self, works: Sequence[Work]) -> list[list[dict[str, Any]] | Expired]:
         """The outputs of requests of one model and one kind (predictions of one decoding
-        setting, or scores), decoded together in the worker thread; :class:`Expired` for
+        setting, or scores), decoded together in a decoding worker; :class:`Expired` for
         each request whose deadline passed meanwhile (its decoding stopped there)."""
         if isinstance(works[0][1], Scoring):
             return self.score(works)
@@ -177,7 +178,8 @@ class Server:
                 out.append(outputs(served, p, hyps[start:end], own if p.attention else None))
             start = end
         tokens = sum(len(h[0].tokens) for h in hyps if h)
-        self.metrics.batch(len(works), len(sources), tokens, time.monotonic() - started)
+        self.metrics.batch(len(works), len(sources), tokens, time.monotonic() - started,
+                           worker=current_worker())
         return out
 
     @staticmethod
@@ -221,6 +223,13 @@ class Server:
         done = iter(out)
         return [Expired() if gone else next(done) for gone in expired]
 
+    async def _warm_workers(self, workers: Workers) -> None:
+        """:meth:`warm` in each worker in turn (the first makes the int8 or oneDNN copies
+        that the others then share)."""
+        loop = asyncio.get_running_loop()
+        for executor in workers:
+            await loop.run_in_executor(executor, self.warm)
+
     def warm(self) -> None:
         """Decode one empty source with each model, so that the first request does not pay
         for the first call's set-up (allocations, int8 or oneDNN copies)."""
@@ -231,13 +240,14 @@ class Server:
 
 
 def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
-              token: str | None = None, executor: ThreadPoolExecutor | None = None) -> Starlette:
+              token: str | None = None, workers: Workers | None = None) -> Starlette:
     """The ASGI app serving ``models`` by name; with ``token``, every route but the page
-    and the probes needs ``Authorization: Bearer TOKEN``. ``executor``: the decoding
-    thread (:func:`~seqtrans.serving.batching.decoding_thread`) the models were loaded in."""
+    and the probes needs ``Authorization: Bearer TOKEN``. ``workers``: the decoding
+    workers (the first of which loaded the models); by default ``settings.workers`` of
+    the app's own (:func:`~seqtrans.serving.workers.decoding_workers`)."""
     from seqtrans.serving.streaming import stream
 
-    server = Server(models, settings, executor)
+    server = Server(models, settings, workers)
 
     async def page(request: Request) -> Response:
         return HTMLResponse(resources.files("seqtrans.serving").joinpath("page.html").read_text("utf-8"))

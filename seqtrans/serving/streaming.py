@@ -18,9 +18,9 @@ sentence; ``{"end": true}`` ends it (both may come in one message). Server messa
 - ``{"error": {...}}`` before closing on a bad message, or after ``stream_idle_s``
   seconds without one (``idle_timeout``).
 
-A session then goes on with the next sentence. Decoding runs on the server's decoding
-thread, the one the batches of predict requests use, a step of work per message: a
-session holds no thread while it waits for words.
+A session then goes on with the next sentence. Decoding runs on one of the server's
+decoding workers, those the batches of predict requests use, a step of work per message:
+a session holds no thread while it waits for words.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class _Session:
 
     def __init__(self, server: Server, served: Served, ws: WebSocket) -> None:
         assert server.batcher is not None
-        self.executor = server.batcher.executor
+        self.executor = server.batcher.workers.next()  # the session's steps all decode on one worker
         self.settings = server.settings
         self.served = served
         self.ws = ws
@@ -154,7 +154,7 @@ class _Session:
                                   "token_delays": session.token_delays})
 
     def _step(self, words: list[str], end: bool) -> Update:
-        """On the decoding thread: push the words, end the sentence if told."""
+        """On the session's decoding worker: push the words, end the sentence if told."""
         if self.session is None:
             self.session = StreamSession(self.served.loaded, decode=self.decode, origin="stream")
         update = self.session.push(words)
