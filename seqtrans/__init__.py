@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _API = {
-    "resolve_config": "seqtrans.config",
+    "resolve_config": "seqtrans.tasks",
     "run": "seqtrans.pipeline",
     "load": "seqtrans.inference.loading",
     "load_ensemble": "seqtrans.inference.loading",
@@ -63,7 +63,7 @@ __all__ = sorted([*_API, "tasks", "__version__"])
 
 if TYPE_CHECKING:
     from seqtrans import tasks
-    from seqtrans.config import DecodeConfig, ModelConfig, RunConfig, TrainConfig, resolve_config
+    from seqtrans.config import DecodeConfig, ModelConfig, RunConfig, TrainConfig
     from seqtrans.decoding.constraints import Constraint
     from seqtrans.decoding.search import Hypothesis
     from seqtrans.errors import ConfigError, DataError, SeqtransError, UsageError
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from seqtrans.inference.session import StreamSession, stream
     from seqtrans.model import Transformer, build_model
     from seqtrans.pipeline import average, run
+    from seqtrans.tasks import resolve_config
     from seqtrans.tasks.protocol import Codec, Example, Skipped, Task, TaskClass
     from seqtrans.threads import set_threads
     from seqtrans.vocab import Vocab, Vocabularies

@@ -384,10 +384,9 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from seqtrans import tasks
-    from seqtrans.config import resolve_config
     from seqtrans.prepare import prepare
 
-    config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
+    config = tasks.resolve_config(args.task, preset=args.preset, config_file=args.config_file,
                             overrides=args.overrides)
     task = tasks.load(config.task)(config.data)
     prepared = prepare(task, config, progress=_progress(args), verify=True)
@@ -399,7 +398,8 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from seqtrans.config import describe, markdown_table, resolve_config, to_dict
+    from seqtrans.config import describe, markdown_table, to_dict
+    from seqtrans.tasks import resolve_config
 
     config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
                             overrides=args.overrides)
