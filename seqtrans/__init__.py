@@ -37,7 +37,7 @@ _API = {
     "stream": "seqtrans.inference.session",
     "StreamSession": "seqtrans.inference.session",
     "average": "seqtrans.pipeline",
-    "Loaded": "seqtrans.inference.loading",
+    "Loaded": "seqtrans.inference.loaded",
     "RunConfig": "seqtrans.config",
     "ModelConfig": "seqtrans.config",
     "TrainConfig": "seqtrans.config",
@@ -68,7 +68,8 @@ if TYPE_CHECKING:
     from seqtrans.decoding.search import Hypothesis
     from seqtrans.errors import ConfigError, DataError, SeqtransError, UsageError
     from seqtrans.inference.ensemble import Ensemble
-    from seqtrans.inference.loading import Loaded, evaluate, load, load_ensemble
+    from seqtrans.inference.loaded import Loaded
+    from seqtrans.inference.loading import evaluate, load, load_ensemble
     from seqtrans.inference.online import predict
     from seqtrans.inference.scoring import score_files
     from seqtrans.inference.session import StreamSession, stream

@@ -44,7 +44,7 @@ from seqtrans.data import prediction, source_ids
 from seqtrans.decoding.streaming import Emission, StreamDecoder, check_streamable
 from seqtrans.errors import DataError, SeqtransError, UsageError
 from seqtrans.inference.ensemble import position_limit
-from seqtrans.inference.loading import Loaded
+from seqtrans.inference.loaded import Loaded
 
 
 @dataclass(frozen=True)
