@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from importlib import resources
 from typing import Any
 
@@ -48,6 +48,7 @@ from seqtrans.serving.models import (
 )
 from seqtrans.serving.openapi import schema
 from seqtrans.serving.settings import ServeSettings
+from seqtrans.serving.streaming import StreamSlots, stream
 from seqtrans.vocab import EOS
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ class Server:
         self.metrics = Metrics()
         self.batcher: Batcher | None = None
         self.ready = False
-        self.streams = 0
+        self.slots = StreamSlots(limit=settings.max_streams, gauge=self.metrics.streams)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -136,6 +137,11 @@ class Server:
             if not future.done():
                 future.cancel()
             self.metrics.queued.set(self.batcher.depth)
+
+    def decoding_thread(self) -> Executor:
+        """The thread that decodes, the batches' and the streaming sessions' (once started)."""
+        assert self.batcher is not None, "the app's lifespan starts the batcher"
+        return self.batcher.executor
 
     def model(self, name: str) -> Served:
         served = self.models.get(name)
@@ -235,8 +241,6 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
     """The ASGI app serving ``models`` by name; with ``token``, every route but the page
     and the probes needs ``Authorization: Bearer TOKEN``. ``executor``: the decoding
     thread (:func:`~seqtrans.serving.batching.decoding_thread`) the models were loaded in."""
-    from seqtrans.serving.streaming import stream
-
     server = Server(models, settings, executor)
 
     async def page(request: Request) -> Response:
