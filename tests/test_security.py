@@ -179,12 +179,12 @@ def test_modules_and_metadata_in_the_working_directory_are_never_loaded(tmp_path
 
 def test_data_parallel_ranks_do_not_put_the_working_directory_on_their_path(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from seqtrans import cli
+    from seqtrans import distributed
 
     seen: list[str | None] = []
     monkeypatch.setattr("torch.distributed.run.run",
                         lambda launch: seen.append(os.environ.get("PYTHONSAFEPATH")))
     monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
-    assert cli._launch(2, ["run", "copy"]) == 0
+    assert distributed.launch(2, ["run", "copy"]) == 0
     assert seen == ["1"] and "PYTHONSAFEPATH" not in os.environ  # for the ranks only
 
