@@ -29,7 +29,7 @@ _API = {
     "run": "seqtrans.pipeline",
     "load": "seqtrans.inference.loading",
     "load_ensemble": "seqtrans.inference.loading",
-    "Ensemble": "seqtrans.inference.ensemble",
+    "Ensemble": "seqtrans.decoding.ensemble",
     "score_files": "seqtrans.inference.scoring",
     "evaluate": "seqtrans.inference.loading",
     "predict": "seqtrans.inference.online",
@@ -65,9 +65,9 @@ if TYPE_CHECKING:
     from seqtrans import tasks
     from seqtrans.config import DecodeConfig, ModelConfig, RunConfig, TrainConfig
     from seqtrans.decoding.constraints import Constraint
+    from seqtrans.decoding.ensemble import Ensemble
     from seqtrans.decoding.search import Hypothesis
     from seqtrans.errors import ConfigError, DataError, SeqtransError, UsageError
-    from seqtrans.inference.ensemble import Ensemble
     from seqtrans.inference.loaded import Loaded
     from seqtrans.inference.loading import evaluate, load, load_ensemble
     from seqtrans.inference.online import predict

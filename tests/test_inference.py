@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from seqtrans import cli, tasks
 from seqtrans import config as cfg
 from seqtrans.decoding import beam_search
+from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import generate
 from seqtrans.errors import DataError, UsageError
-from seqtrans.inference.ensemble import Ensemble
 from seqtrans.inference.loading import Loaded, load, load_ensemble
 from seqtrans.inference.scoring import score_files, score_ids
 from seqtrans.model import Transformer, build_model

@@ -9,7 +9,6 @@
 - :mod:`~seqtrans.inference.evaluation`: decoding many sources, reading and scoring a split;
 - :mod:`~seqtrans.inference.online`: ``predict`` and ``--stream``, input decoded as it arrives;
 - :mod:`~seqtrans.inference.scoring`: the log-probability of given pairs (``seqtrans score``);
-- :mod:`~seqtrans.inference.ensemble`: several models of one vocabulary searched as one;
 - :mod:`~seqtrans.inference.export`: a model in another engine's format (CTranslate2);
 - :mod:`~seqtrans.inference.heatmaps`: attention weights drawn as heatmaps;
 - :mod:`~seqtrans.inference.policy`: how far a learned read policy's hard decisions differ

@@ -19,8 +19,8 @@ from seqtrans.config import DecodeConfig
 from seqtrans.data import check_sources, prediction, source_ids
 from seqtrans.decoding import Hypothesis, generate
 from seqtrans.decoding.beam import Cancelled
+from seqtrans.decoding.ensemble import Ensemble, members, position_limit
 from seqtrans.decoding.lexical import Phrases
-from seqtrans.inference.ensemble import Ensemble, members, position_limit
 from seqtrans.inference.phrases import banned_ids
 from seqtrans.model import Transformer
 from seqtrans.tasks.protocol import Codec, Constraining, Example, Metric, Skipped, Task, check_split

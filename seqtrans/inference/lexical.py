@@ -9,10 +9,10 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from seqtrans.decoding.ensemble import position_limit
 from seqtrans.decoding.generate import max_output_length
 from seqtrans.decoding.lexical import required_problem, total_tokens
 from seqtrans.errors import DataError
-from seqtrans.inference.ensemble import position_limit
 from seqtrans.inference.loaded import Loaded
 from seqtrans.inference.phrases import Unreadable, target_ids
 

@@ -13,9 +13,9 @@ import torch
 
 from seqtrans.config import DecodeConfig, RunConfig
 from seqtrans.decoding.beam import Cancelled
+from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.lexical import Phrases
 from seqtrans.decoding.search import Hypothesis
-from seqtrans.inference.ensemble import Ensemble
 from seqtrans.inference.evaluation import decode_sources
 from seqtrans.inference.phrases import banned_ids
 from seqtrans.model import Transformer
@@ -25,7 +25,7 @@ from seqtrans.tasks.protocol import Codec, Task
 @dataclass
 class Loaded:
     """A trained model with its task and codec, ready to decode; with ``others``, an
-    ensemble of models of one vocabulary (:mod:`seqtrans.inference.ensemble`) whose task, codec
+    ensemble of models of one vocabulary (:mod:`seqtrans.decoding.ensemble`) whose task, codec
     and decoding settings are the first's."""
 
     config: RunConfig

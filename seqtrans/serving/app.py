@@ -28,10 +28,10 @@ from torch import Tensor
 from seqtrans.attention import waiting
 from seqtrans.data import source_ids
 from seqtrans.decoding import generate
+from seqtrans.decoding.ensemble import position_limit
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.errors import SeqtransError
 from seqtrans.inference.details import attention_weights
-from seqtrans.inference.ensemble import position_limit
 from seqtrans.inference.scoring import score_ids
 from seqtrans.serving import validation
 from seqtrans.serving.batching import Batcher, Deadline, Expired, QueueFull, Stopped
