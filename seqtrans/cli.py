@@ -459,8 +459,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_predict(args: argparse.Namespace) -> int:
     from seqtrans.inference.lexical import ConstraintLines
     from seqtrans.inference.loading import load_ensemble
-    from seqtrans.inference.online import line_batches, predict, predict_batches, stream, words_of
+    from seqtrans.inference.online import line_batches, predict, predict_batches
     from seqtrans.inference.output import OutputOptions
+    from seqtrans.inference.streaming import stream, words_of
 
     overrides = _decode_overrides(args)
     loaded = load_ensemble(args.models, overrides=overrides, device=args.device)

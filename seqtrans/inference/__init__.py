@@ -7,7 +7,9 @@
 - :mod:`~seqtrans.inference.phrases`: target phrases given as text, encoded
   (``decode.banned``); :mod:`~seqtrans.inference.lexical`: a constraints file's phrases;
 - :mod:`~seqtrans.inference.evaluation`: decoding many sources, reading and scoring a split;
-- :mod:`~seqtrans.inference.online`: ``predict`` and ``--stream``, input decoded as it arrives;
+- :mod:`~seqtrans.inference.online`: ``predict``, input lines decoded in batches as they arrive;
+- :mod:`~seqtrans.inference.session`: one streamed sentence; :mod:`~seqtrans.inference.streaming`:
+  ``predict --stream``, words decoded as they arrive;
 - :mod:`~seqtrans.inference.scoring`: the log-probability of given pairs (``seqtrans score``);
 - :mod:`~seqtrans.inference.export`: a model in another engine's format (CTranslate2);
 - :mod:`~seqtrans.inference.heatmaps`: attention weights drawn as heatmaps;
