@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from decoding.test_policies import check_soft_decisions
+from decoding.test_policies import check_soft_decisions, check_steps_match_teacher_forcing
 
 from conftest import tiny_model
 from seqtrans.attention.multihead_monotonic import (
@@ -115,14 +115,7 @@ def mma_model(name: str, seed: int, r: float) -> Transformer:
 @pytest.mark.parametrize("seed, r", [(0, 0.0), (1, 1.0), (2, -1.0)])
 def test_step_by_step_decoding_equals_teacher_forcing_with_hard_decisions(name: str, seed: int,
                                                                           r: float) -> None:
-    model = mma_model(name, seed, r)
-    src = pad_batch([s + [EOS] for s in SOURCES])
-    tgt = torch.randint(4, 11, (4, 6))
-    tgt[:, 0] = BOS
-    whole = model(src, tgt)
-    state = model.start(model.encode(src), beam=1)
-    steps = torch.cat([model.decode(tgt[:, i : i + 1], state=state) for i in range(tgt.size(1))], dim=1)
-    assert torch.allclose(whole, steps, atol=1e-5)
+    check_steps_match_teacher_forcing(mma_model(name, seed, r), SOURCES)
 
 
 @pytest.mark.parametrize("name", MECHANISMS)

@@ -44,6 +44,17 @@ class Counting:
             yield token
 
 
+def check_steps_match_teacher_forcing(model: Transformer, sources: list[list[int]]) -> None:
+    """Decoding a random target one token at a time gives the scores of decoding it at once."""
+    src = pad_batch([s + [EOS] for s in sources])
+    tgt = torch.randint(4, 11, (len(sources), 6))
+    tgt[:, 0] = BOS
+    whole = model(src, tgt)
+    state = model.start(model.encode(src), beam=1)
+    steps = torch.cat([model.decode(tgt[:, i : i + 1], state=state) for i in range(tgt.size(1))], dim=1)
+    assert torch.allclose(whole, steps, atol=1e-5)
+
+
 def offline(model: Transformer, sources: list[list[int]], config: DecodeConfig) -> list[list[int]]:
     hyps = generate(model, [s + [EOS] for s in sources], config, device=CPU)
     return [h[0].tokens if h else [] for h in hyps]
@@ -75,14 +86,7 @@ def test_the_wait_k_mask_shows_target_position_i_the_first_i_plus_k_source_posit
 
 @pytest.mark.parametrize("k", [1, 2, 4])
 def test_wait_k_step_by_step_decoding_equals_teacher_forcing(k: int) -> None:
-    model = tiny_model(seed=3, wait_k=k, causal_encoder=True)
-    src = pad_batch([s + [EOS] for s in SOURCES[:4]])
-    tgt = torch.randint(4, 11, (4, 6))
-    tgt[:, 0] = BOS
-    whole = model(src, tgt)
-    state = model.start(model.encode(src))
-    steps = torch.cat([model.decode(tgt[:, i : i + 1], state=state) for i in range(tgt.size(1))], dim=1)
-    assert torch.allclose(whole, steps, atol=1e-5)
+    check_steps_match_teacher_forcing(tiny_model(seed=3, wait_k=k, causal_encoder=True), SOURCES[:4])
 
 
 @pytest.mark.parametrize("seed, trained_k, k", [(0, 3, 0), (1, 3, 1), (2, 0, 2), (3, 2, 5), (4, 1, 30)])
@@ -223,14 +227,7 @@ def milk_model(seed: int, r: float) -> Transformer:
 
 @pytest.mark.parametrize("seed, r", [(0, 0.0), (1, 0.5), (2, -0.5), (3, 3.0)])
 def test_milk_step_by_step_decoding_equals_teacher_forcing_with_hard_decisions(seed: int, r: float) -> None:
-    model = milk_model(seed, r)
-    src = pad_batch([s + [EOS] for s in SOURCES[:4]])
-    tgt = torch.randint(4, 11, (4, 6))
-    tgt[:, 0] = BOS
-    whole = model(src, tgt)
-    state = model.start(model.encode(src), beam=1)
-    steps = torch.cat([model.decode(tgt[:, i : i + 1], state=state) for i in range(tgt.size(1))], dim=1)
-    assert torch.allclose(whole, steps, atol=1e-5)
+    check_steps_match_teacher_forcing(milk_model(seed, r), SOURCES[:4])
 
 
 @pytest.mark.parametrize("seed, r", [(0, 0.0), (2, -0.5)])

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from test_policies import Counting
 
 from conftest import tiny_model
 from seqtrans import pipeline, tasks
@@ -36,19 +37,6 @@ def streaming_model(seed: int, *, g: float, r: float) -> Transformer:
         attn.g.data.fill_(g)
         attn.r.data.fill_(r)
     return model
-
-
-class Counting:
-    """A source that records how many tokens were taken from it."""
-
-    def __init__(self, tokens: list[int]) -> None:
-        self.tokens = tokens
-        self.taken = 0
-
-    def __iter__(self) -> Iterator[int]:
-        for token in self.tokens:
-            self.taken += 1
-            yield token
 
 
 # (seed 0 happens to read each source to its end before writing: the same output all the same)
