@@ -60,6 +60,17 @@ def offline(model: Transformer, sources: list[list[int]], config: DecodeConfig) 
     return [h[0].tokens if h else [] for h in hyps]
 
 
+def streamed(model: Transformer, sources: list[list[int]],
+             config: DecodeConfig) -> Iterator[tuple[list[int], list[int], Counting, list[int]]]:
+    """Each source decoded as a stream (:func:`stream_greedy`), checked to write what offline
+    greedy decoding writes: the source, that output, the counted source and each token's delay."""
+    for source, expected in zip(sources, offline(model, sources, config)):
+        counting = Counting(source)
+        emitted = list(stream_greedy(model, counting, config))
+        assert [e.token for e in emitted] == expected
+        yield source, expected, counting, [e.delay for e in emitted]
+
+
 # ------------------------------------------------------------------ wait-k
 
 
@@ -95,15 +106,12 @@ def test_streaming_wait_k_writes_what_offline_wait_k_decoding_writes(seed: int, 
     model = tiny_model(seed=seed, wait_k=trained_k, causal_encoder=True)
     config = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3, wait_k=k)
     lag = k or trained_k
-    for source, expected in zip(SOURCES, offline(model, SOURCES, config)):
-        counting = Counting(source)
-        emitted = list(stream_greedy(model, counting, config))
-        assert [e.token for e in emitted] == expected
+    for source, _, _, delays in streamed(model, SOURCES, config):
         # step i has read min(i + k, |x|) tokens (the bound a|x| + b may make it read more)
-        for i, e in enumerate(emitted):
-            assert e.delay >= min(i + lag, len(source)) if lag else e.delay == len(source)
-        if emitted and lag:
-            assert emitted[0].delay == min(lag, len(source))
+        for i, delay in enumerate(delays):
+            assert delay >= min(i + lag, len(source)) if lag else delay == len(source)
+        if delays and lag:
+            assert delays[0] == min(lag, len(source))
 
 
 def test_wait_k_reads_k_tokens_before_the_first_write() -> None:
@@ -265,11 +273,7 @@ def test_streaming_milk_writes_what_offline_greedy_decoding_writes(seed: int, r:
     model = milk_model(seed, r)
     config = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3)
     early = 0
-    for source, expected in zip(SOURCES, offline(model, SOURCES, config)):
-        counting = Counting(source)
-        emitted = list(stream_greedy(model, counting, config))
-        assert [e.token for e in emitted] == expected
-        delays = [e.delay for e in emitted]
+    for source, _, _, delays in streamed(model, SOURCES, config):
         assert delays == sorted(delays) and all(d <= len(source) for d in delays)
         early += sum(d < len(source) for d in delays)
     assert (early > 0) == writes_early  # tokens written before the source had ended
