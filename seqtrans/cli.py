@@ -17,7 +17,6 @@ import io
 import json
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -405,10 +404,9 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from seqtrans import tasks
-    from seqtrans.config import resolve_config
     from seqtrans.prepare import prepare
 
-    config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
+    config = tasks.resolve_config(args.task, preset=args.preset, config_file=args.config_file,
                             overrides=args.overrides)
     task = tasks.load(config.task)(config.data)
     prepared = prepare(task, config, progress=_progress(args), verify=True)
@@ -420,7 +418,8 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from seqtrans.config import describe, markdown_table, resolve_config, to_dict
+    from seqtrans.config import describe, markdown_table, to_dict
+    from seqtrans.tasks import resolve_config
 
     config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
                             overrides=args.overrides)
@@ -453,7 +452,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--nproc must be at least 1, got {args.nproc}")
     out = args.out or Path("runs") / f"{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.nproc > 1 and not distributed.world_from_env().distributed:
-        return _launch(args.nproc, [*args.argv, *([] if args.out else ["--out", str(out)])])
+        return distributed.launch(args.nproc, [*args.argv, *([] if args.out else ["--out", str(out)])])
     world = distributed.init(args.device, timeout=config.train.dist_timeout)
     try:
         out = distributed.broadcast(out)  # ranks started by torchrun at different seconds
@@ -466,12 +465,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             metrics = run(config, out, device=args.device, progress=_progress(args), init=init)
         except RuntimeError as exc:
-            if world.distributed and _lost_contact(exc):
-                raise SeqtransError(
-                    f"lost contact with the other ranks ({_first_line(exc)}): one failed, or did not "
-                    f"answer within train.dist_timeout ({config.train.dist_timeout:g} s); its "
-                    "message, if it left one, says why") from None
-            raise
+            lost = distributed.lost_contact(exc, timeout=config.train.dist_timeout)
+            if not world.distributed or lost is None:
+                raise
+            raise lost from None
         if world.main:
             print(json.dumps(metrics, indent=2, sort_keys=True))
             print(f"run directory: {out}", file=sys.stderr)
@@ -480,55 +477,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _launch(nproc: int, argv: list[str]) -> int:
-    """``seqtrans ARGV`` in ``nproc`` processes under torchrun's agent, which ends them
-    all when one fails; the failure is reported by rank."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import get_args_parser
-    from torch.distributed.run import run as torchrun
-
-    launch = get_args_parser().parse_args(
-        ["--standalone", f"--nproc_per_node={nproc}", "--shutdown-timeout=30", "--module", "seqtrans"])
-    launch.training_script_args = argv  # as given: torchrun's parser would read them as its own
-    # the ranks run 'python -m seqtrans', which would put the working directory first on
-    # sys.path (a seqtrans.py there would run instead); Python 3.11 leaves it out with this
-    with environment.setting("PYTHONSAFEPATH", "1"):
-        try:
-            torchrun(launch)
-        except SignalException as exc:  # passed on to the ranks, which checkpoint and stop
-            name = signal.Signals(exc.sigval).name
-            raise Interrupted(f"stopped by {name}: each rank finished its update and rank 0 wrote a "
-                              "checkpoint of it (see above); run the same command again to resume",
-                              exc.sigval) from None
-        except ChildFailedError as exc:
-            rank, failure = exc.get_first_failure()
-            how = (f"was killed by {failure.signal_name()}" if failure.exitcode < 0
-                   else f"exited with status {failure.exitcode}")
-            raise SeqtransError(f"rank {rank} of {nproc} (pid {failure.pid}) {how}; the other ranks were "
-                                "stopped (the failing rank's message, if it left one, is above)") from None
-    return 0
-
-
-def _lost_contact(exc: RuntimeError) -> bool:
-    """Whether ``exc`` says a collective failed because another rank is gone or late."""
-    import torch.distributed as dist
-
-    text = str(exc)
-    markers = ("Connection closed by peer", "Connection reset by peer", "Timed out", "timed out", "NCCL",
-               "gloo")
-    return isinstance(exc, dist.DistError) or any(marker in text for marker in markers)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-
-
 def _cmd_predict(args: argparse.Namespace) -> int:
     from seqtrans.inference.lexical import ConstraintLines
     from seqtrans.inference.loading import load_ensemble
-    from seqtrans.inference.online import line_batches, predict, predict_batches, stream, words_of
+    from seqtrans.inference.online import line_batches, predict, predict_batches
     from seqtrans.inference.output import OutputOptions
+    from seqtrans.inference.streaming import stream, words_of
 
     overrides = _decode_overrides(args)
     loaded = load_ensemble(args.models, overrides=overrides, device=args.device)

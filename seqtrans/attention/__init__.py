@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 from torch import Tensor, nn
 
 from seqtrans.attention.additive import AdditiveScore
+from seqtrans.attention.cache import KVCache
 from seqtrans.attention.content import ContentCrossAttention, ContentSelfAttention
 from seqtrans.attention.local import LocalAttention
 from seqtrans.attention.lookback import LookbackAttention
@@ -28,7 +29,7 @@ from seqtrans.attention.memory import MemoryAttention
 from seqtrans.attention.monotonic import MonotonicAttention, SourceStream, selecting
 from seqtrans.attention.multihead_monotonic import MultiheadMonotonicAttention
 from seqtrans.attention.restricted import RestrictedSelfAttention
-from seqtrans.attention.scaled_dot import CrossAttention, CrossState, KVCache, SelfAttention, waiting
+from seqtrans.attention.scaled_dot import CrossAttention, CrossState, SelfAttention, waiting
 from seqtrans.config import DecodeConfig, ModelConfig
 
 __all__ = ["CROSS_ATTENTION", "SELF_ATTENTION", "AttentionMaps", "CrossAttention", "CrossAttentionModule",

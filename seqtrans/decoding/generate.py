@@ -16,12 +16,12 @@ from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import Cancelled, beam_search, greedy_search, sample_search
 from seqtrans.decoding.constraints import Constraint
+from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.lexical import Phrases, required_problem
 from seqtrans.decoding.protocol import SearchModel
 from seqtrans.decoding.sampling import Truncation, input_uniforms
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.errors import ConfigError
-from seqtrans.inference.ensemble import Ensemble
 from seqtrans.linear.onednn import onednn_available
 from seqtrans.model import Transformer
 from seqtrans.precision import autocast

@@ -21,10 +21,10 @@ from tqdm import tqdm
 
 from seqtrans.attention import reading
 from seqtrans.data import pad_batch, source_ids, target_ids, too_long
+from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import length_batches
 from seqtrans.decoding.search import length_penalty
 from seqtrans.errors import DataError, UsageError
-from seqtrans.inference.ensemble import Ensemble
 from seqtrans.inference.loading import Loaded
 from seqtrans.model import Transformer
 from seqtrans.precision import autocast

@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from concurrent.futures import Executor
 from importlib import resources
 from typing import Any
 
@@ -27,10 +28,10 @@ from torch import Tensor
 from seqtrans.attention import reading
 from seqtrans.data import source_ids
 from seqtrans.decoding import generate
+from seqtrans.decoding.ensemble import position_limit
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.errors import SeqtransError
 from seqtrans.inference.details import attention_weights
-from seqtrans.inference.ensemble import position_limit
 from seqtrans.inference.scoring import score_ids
 from seqtrans.serving import validation
 from seqtrans.serving.batching import Batcher, Deadline, Expired, QueueFull, Stopped
@@ -47,6 +48,7 @@ from seqtrans.serving.models import (
 )
 from seqtrans.serving.openapi import schema
 from seqtrans.serving.settings import ServeSettings
+from seqtrans.serving.streaming import StreamSlots, stream
 from seqtrans.serving.workers import Workers, current_worker, decoding_workers
 from seqtrans.vocab import EOS
 
@@ -66,7 +68,7 @@ class Server:
         self.metrics = Metrics()
         self.batcher: Batcher | None = None
         self.ready = False
-        self.streams = 0
+        self.slots = StreamSlots(limit=settings.max_streams, gauge=self.metrics.streams)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -137,6 +139,12 @@ class Server:
             if not future.done():
                 future.cancel()
             self.metrics.queued.set(self.batcher.depth)
+
+    def decoding_thread(self) -> Executor:
+        """The decoding worker for a new streaming session (the workers in turn; once the
+        app has started)."""
+        assert self.batcher is not None, "the app's lifespan starts the batcher"
+        return self.batcher.workers.next()
 
     def model(self, name: str) -> Served:
         served = self.models.get(name)
@@ -245,8 +253,6 @@ def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
     and the probes needs ``Authorization: Bearer TOKEN``. ``workers``: the decoding
     workers (the first of which loaded the models); by default ``settings.workers`` of
     the app's own (:func:`~seqtrans.serving.workers.decoding_workers`)."""
-    from seqtrans.serving.streaming import stream
-
     server = Server(models, settings, workers)
 
     async def page(request: Request) -> Response:
