@@ -57,60 +57,105 @@ def test_the_readme_lists_every_command() -> None:
         assert f"`seqtrans {command}" in readme, command
 
 
-# --- numbers in the speed and inference pages trace to benchmarks/results/ ----------------
+# --- numbers in the docs trace to benchmarks/results/ ----------------------------------------
 
 #: A measured number: a figure with a unit, a percentage or a ratio ("1.35x", "45 %",
 #: "3,080 MiB", "14-15 ms", "151.5 tokens/s", "35.34 BLEU"). Settings ("beam 4", "alpha
 #: 0.6"), counts ("6 layers", "three 4s") and shapes ("512 x 2,048") are not checked.
-MEASURED = re.compile(r"(?<![\w.-])\d+(?:,\d{3})*(?:\.\d+)?(?:\s*(?:-|–|to)\s*\d+(?:\.\d+)?)?\s*"
+NUMBER = r"\d+(?:,\d{3})*(?:\.\d+)?"
+MEASURED = re.compile(rf"(?<![\w.-]){NUMBER}(?:\s*(?:-|–|to)\s*\d+(?:\.\d+)?)?\s*"
                       r"(?:(?:x|×)(?!\s*\d)|%|MiB|GiB|MB|GB|ms|µs|(?<=\s)s|minutes|sentences/s|tokens/s|tok/s|"
                       r"BLEU|F1)(?![\w])")
-NAMES_RESULTS = re.compile(r"[\w.-]+\.json")
-NUMBER_PAGES = ("speed.md", "inference.md")
+#: Not measurements either: a bound ("at most 2 GB", "at least 40 BLEU": a target or a
+#: limit), a default ("default 30 s", "the default of 5 ms") and a training budget
+#: ("30 minutes of training", "trained for 9 minutes").
+SETTING = re.compile(rf"\bat\s+(?:most|least)\s+{NUMBER}|\bdefault\s+(?:of\s+)?{NUMBER}"
+                     rf"|\b{NUMBER}\s+minutes\s+of\s+training\b|\btrained\s+for\s+{NUMBER}\s+minutes\b")
+NAMES_JSON = re.compile(r"[\w.*-]+\.json")
+RESULTS = ROOT / "benchmarks" / "results"
+#: Files of a run directory: a paragraph may name them beside the results file it quotes,
+#: but they are no source (they are not kept).
+RUN_FILES = {"metrics.json", "config.json", "train.json"}
+#: The pages held to the rule: every docs page, the README and the plugins' READMEs.
+NUMBER_PAGES = sorted([*(ROOT / "docs").rglob("*.md"), ROOT / "README.md",
+                       *(ROOT / "plugins").glob("*/README.md")])
 
 
-def unsourced_paragraphs(page: str, text: str) -> dict[tuple[str, str], list[str]]:
-    """The paragraphs (blank-line separated) of ``text`` outside generated blocks and code
-    that hold measured numbers but name no ``.json`` file (a table may name it in the
-    paragraph just before or after it, its caption): (page, first six words) -> the numbers."""
-    paragraphs: list[list[str]] = [[]]
+def named_results(paragraph: str) -> tuple[set[str], set[str]]:
+    """The ``.json`` files a paragraph names (``*`` allowed): those found under
+    ``benchmarks/results/`` and those not (a run's ``metrics.json`` or a mistake)."""
+    found, missing = set(), set()
+    for name in NAMES_JSON.findall(paragraph):
+        base = name.rsplit("/", 1)[-1]
+        (found if any(RESULTS.glob(base)) else missing).add(base)
+    return found, missing
+
+
+def paragraphs(text: str) -> list[str]:
+    """The blank-line separated paragraphs of a markdown ``text``, each on one line,
+    without generated blocks, fenced code and headings."""
+    out: list[list[str]] = [[]]
     generated = fenced = False
     for line in text.splitlines():
         if line.startswith(("<!-- begin generated", "<!-- end generated", "```")):
-            paragraphs.append([])
+            out.append([])
             generated ^= line.startswith(("<!-- begin generated", "<!-- end generated"))
             fenced ^= line.startswith("```")
         elif generated or fenced:
             continue
         elif not line.strip() or line.startswith("#"):
-            paragraphs.append([])
+            out.append([])
         else:
-            paragraphs[-1].append(line)
-    joined = [" ".join(p) for p in paragraphs if p]
+            out[-1].append(line)
+    return [" ".join(p) for p in out if p]
+
+
+def unsourced_paragraphs(page: str, text: str) -> dict[tuple[str, str], list[str]]:
+    """The paragraphs of ``text`` outside generated blocks and code that hold measured
+    numbers but name no ``.json`` file of ``benchmarks/results/`` (a table may name it in
+    the paragraph just before or after it, its caption), or name one that is not there:
+    (page, first six words) -> the numbers, and each missing file as ``"missing NAME"``."""
+    joined = paragraphs(text)
     found: dict[tuple[str, str], list[str]] = {}
     for i, paragraph in enumerate(joined):
         prose = re.sub(r"\]\([^)]*\)", "]", re.sub(r"`[^`]*`", "", paragraph))  # no code, no link targets
-        numbers = MEASURED.findall(prose)
+        numbers = MEASURED.findall(SETTING.sub("", prose))
+        if not numbers:
+            continue
         around = joined[max(i - 1, 0): i + 2] if paragraph.startswith("|") else [paragraph]
-        if numbers and not any(NAMES_RESULTS.search(p) for p in around):
-            found[page, " ".join(paragraph.split()[:6])] = numbers
+        named = [named_results(p) for p in around]
+        sources = set().union(*(there for there, _ in named))
+        missing = set().union(*(absent for _, absent in named)) - RUN_FILES
+        if not sources or missing:
+            found[page, " ".join(paragraph.split()[:6])] = numbers + [f"missing {m}" for m in sorted(missing)]
     return found
 
 
 def test_unsourced_paragraphs_are_found() -> None:
-    text = ("Fast: 1.35x the peer.\n\nFrom `benchmarks/results/x.json`: 2.0x.\n\n"
+    text = ("Fast: 1.35x the peer.\n\nFrom `benchmarks/results/decode_speed-cpu.json`: 2.0x.\n\n"
             "<!-- begin generated: t -->\n| 3.1x |\n<!-- end generated: t -->\n\n"
             "```\nrun --beam 4 # 5 ms\n```\n\nBeam 4 and alpha 0.6, `took 9 ms`.\n\n"
-            "| a | 7 % |\n\nFrom `y.json`.\n\nNo source.\n\n| b | 8 ms |\n\nNone here.\n\n"
-            "Rows of 512 x 2,048, three 4s, 0.5 s and 2x.\n")
-    assert unsourced_paragraphs("p.md", text) == {("p.md", "Fast: 1.35x the peer."): ["1.35x"],
-                                                  ("p.md", "| b | 8 ms |"): ["8 ms"],
-                                                  ("p.md", "Rows of 512 x 2,048, three"): ["0.5 s", "2x"]}
+            "| a | 7 % |\n\nFrom `decode_speed-seam-*-cpu.json`.\n\n"
+            "No source.\n\n| b | 8 ms |\n\nNone here.\n\n"
+            "Rows of 512 x 2,048, three 4s, 0.5 s and 2x.\n\n"
+            "A target of at least 40 BLEU, at most 2 GB, 30 minutes of training; trained for 9 minutes;\n"
+            "a limit (default 30 s), at the default of 5 ms.\n\n"
+            "Unsourced: 20 minutes of decoding, about 39 BLEU.\n\n"
+            "From `benchmarks/results/no_such_run.json`: 4 ms.\n\n"
+            "From `serve_load.json` and a run's `metrics.json`: 5 ms.\n\n"
+            "From a run's `metrics.json` alone: 6 ms.\n")
+    assert unsourced_paragraphs("p.md", text) == {
+        ("p.md", "Fast: 1.35x the peer."): ["1.35x"],
+        ("p.md", "| b | 8 ms |"): ["8 ms"],
+        ("p.md", "Rows of 512 x 2,048, three"): ["0.5 s", "2x"],
+        ("p.md", "Unsourced: 20 minutes of decoding, about"): ["20 minutes", "39 BLEU"],
+        ("p.md", "From `benchmarks/results/no_such_run.json`: 4 ms."): ["4 ms", "missing no_such_run.json"],
+        ("p.md", "From a run's `metrics.json` alone: 6"): ["6 ms"]}
 
 
-def test_numbers_in_the_speed_and_inference_pages_name_their_results() -> None:
+def test_numbers_in_the_docs_name_their_results() -> None:
     found: dict[tuple[str, str], list[str]] = {}
     for page in NUMBER_PAGES:
-        found |= unsourced_paragraphs(page, (ROOT / "docs" / page).read_text(encoding="utf-8"))
+        found |= unsourced_paragraphs(str(page.relative_to(ROOT)), page.read_text(encoding="utf-8"))
     assert not found, ("measured numbers outside a generated table, in a paragraph that names no "
                        f"benchmarks/results/*.json (DEVELOPERS.md, 'Numbers in the docs'): {found}")
