@@ -112,6 +112,14 @@ def _decode_help(key: str) -> str:
     return str(next(f.metadata["help"] for f in fields(DecodeConfig) if f.name == key))
 
 
+def _shortlist_fields() -> tuple[Any, ...]:
+    from dataclasses import fields
+
+    from seqtrans.shortlist import ShortlistSettings
+
+    return fields(ShortlistSettings)
+
+
 def _serve_fields() -> tuple[Any, ...]:
     from dataclasses import fields
 
@@ -312,6 +320,17 @@ SUBCOMMANDS = (
              arg("--layers", nargs="+", type=int, metavar="N",
                  help="Draw only these layers of each stack, counted from 1 (default: all)."),
              BEAM, DEVICE)),
+    Command("shortlist", "Build a run's vocabulary shortlist from its training data (decode.shortlist).",
+            "Count which target tokens go with each source token in the run's training pairs (IBM "
+            "Model 1's translation table, by expectation-maximisation), keep the best of each and "
+            "the most frequent target tokens, and write RUN_DIR/shortlist.npz with the digest of "
+            "the run's vocabulary files (a shortlist of another vocabulary is refused when it "
+            "loads). Decoding with decode.shortlist=true then computes the output projection only "
+            "over the tokens a batch's sources may produce. 'export --to ctranslate2' carries it as "
+            "CTranslate2's vocabulary map. See docs/speed.md.",
+            (MODEL,
+             *(arg("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
+                   metavar="N", help=f.metadata["help"]) for f in _shortlist_fields()))),
     Command("average", "Average checkpoints into one model.",
             "Write the element-wise mean of the checkpoints' parameters.",
             (arg("checkpoints", nargs="+", metavar="CKPT", type=Path),
@@ -657,6 +676,15 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_shortlist(args: argparse.Namespace) -> int:
+    from seqtrans.inference.shortlists import build_shortlist
+    from seqtrans.shortlist import ShortlistSettings
+
+    settings = ShortlistSettings(**{f.name: getattr(args, f.name) for f in _shortlist_fields()})
+    print(f"wrote {build_shortlist(args.model, settings=settings, progress=_progress(args))}")
+    return 0
+
+
 def _cmd_average(args: argparse.Namespace) -> int:
     from seqtrans.pipeline import average
 
@@ -684,7 +712,7 @@ def _progress(args: argparse.Namespace) -> bool:
 COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "prepare": _cmd_prepare, "run": _cmd_run,
             "predict": _cmd_predict, "evaluate": _cmd_evaluate, "score": _cmd_score, "average": _cmd_average,
             "plot": _cmd_plot, "import": _cmd_import, "export": _cmd_export, "attention": _cmd_attention,
-            "upgrade": _cmd_upgrade, "serve": _cmd_serve}
+            "upgrade": _cmd_upgrade, "serve": _cmd_serve, "shortlist": _cmd_shortlist}
 
 
 def _run_plugin_command(argv: list[str]) -> int | None:

@@ -21,12 +21,13 @@ import torch
 
 from seqtrans import atomic, distributed, tasks
 from seqtrans import config as cfg
-from seqtrans.assets import read_assets, write_assets
+from seqtrans import shortlist as shortlists
+from seqtrans.assets import assets_digest, read_assets, write_assets
 from seqtrans.attention import StartsFromScaledDot
 from seqtrans.config import DecodeConfig, RunConfig
 from seqtrans.config import resolve_config as resolve_config  # part of the operations API
 from seqtrans.data import Pairs, check_sources, encode_pairs
-from seqtrans.errors import ConfigError, UsageError
+from seqtrans.errors import CheckpointError, ConfigError, UsageError
 from seqtrans.inference.evaluation import decode_sources, numeric, read_split, score_examples
 from seqtrans.inference.loading import AVERAGE, select_device
 from seqtrans.model import Transformer, build_model
@@ -196,7 +197,9 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
                       tensorboard=out / "tb" if config.train.tensorboard else None, resample=data.resample)
     result = trainer.fit()
     _load_average(model, out / "checkpoints", config.train.average_last)
-    metrics, sentences = _test(model, task, data.codec, config, out, device=dev_, progress=progress)
+    shortlist = _shortlist(out, data) if config.decode.shortlist else None
+    metrics, sentences = _test(model, task, data.codec, config, out, device=dev_, progress=progress,
+                               shortlist=shortlist)
     metrics.update({
         "params": params,
         "train_tokens_per_s": round(result.tokens_per_second, 1),
@@ -309,11 +312,29 @@ def _load_average(model: Transformer, directory: Path, last: int) -> None:
     model.load_state_dict(checkpoint.load(final)["model"])
 
 
+def _shortlist(out: Path, data: _Data) -> shortlists.Shortlist:
+    """The run's vocabulary shortlist (``decode.shortlist``): the one in ``out`` when it was
+    built for this vocabulary, else built from the training pairs (by rank 0) and written there."""
+    path, digest = out / shortlists.FILE, assets_digest(data.assets)
+    if distributed.current().main:
+        try:
+            shortlists.load(path, vocabulary=digest)
+        except CheckpointError:
+            vocabs = data.codec.vocabularies
+            shortlists.build(data.train.src, data.train.tgt, source_size=len(vocabs.source),
+                             target_size=len(vocabs.target), vocabulary=digest).save(path)
+            log.info("shortlist: written to %s", path)
+    distributed.barrier()
+    return shortlists.load(path, vocabulary=digest)
+
+
 def _test(model: Transformer, task: Task[Any, Any, Any], codec: Codec[Any, Any, Any], config: RunConfig,
-          out: Path, *, device: torch.device, progress: bool) -> tuple[dict[str, Metric], int]:
+          out: Path, *, device: torch.device, progress: bool,
+          shortlist: shortlists.Shortlist | None = None) -> tuple[dict[str, Metric], int]:
     """Decode and score the test split: its metrics and size; rank 0 writes the predictions."""
     test = read_split(task, "test")
-    preds, metrics = score_examples(model, task, codec, test, config.decode, device=device, progress=progress)
+    preds, metrics = score_examples(model, task, codec, test, config.decode, device=device, progress=progress,
+                                    shortlist=shortlist)
     if distributed.current().main:
         (out / "predictions" / "test.txt").write_text(
             "".join(task.format(p) + "\n" for p in preds), encoding="utf-8")

@@ -20,6 +20,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from seqtrans import config as cfg
+from seqtrans import shortlist as shortlists
 from seqtrans import tasks
 from seqtrans.assets import assets_digest
 from seqtrans.config import DecodeConfig, RunConfig
@@ -31,6 +32,7 @@ from seqtrans.inference.ensemble import Ensemble
 from seqtrans.inference.evaluation import decode_sources, read_split, score_examples
 from seqtrans.model import Transformer, build_model
 from seqtrans.quantize import int8_only
+from seqtrans.shortlist import Shortlist
 from seqtrans.system import release_freed_memory
 from seqtrans.tasks.protocol import Codec, Metric, Task, check_split
 from seqtrans.training import checkpoint
@@ -62,6 +64,8 @@ class Loaded:
     device: torch.device
     others: list[Transformer] = field(default_factory=list)  # further members of an ensemble
     vocabulary_digest: str = ""  # sha256 of the vocabulary files the model was trained with
+    shortlist: Shortlist | None = None  # the run's vocabulary shortlist, loaded with decode.shortlist
+    assets: dict[str, bytes] = field(default_factory=dict)  # the vocabulary files (the first model's)
 
     @property
     def models(self) -> list[Transformer]:
@@ -91,7 +95,7 @@ class Loaded:
             banned = [[*common, *own] for own in (banned or [[] for _ in sources])]
         return decode_sources(self.searcher, self.codec, sources, decode, device=self.device,
                               progress=progress, positions=positions, prefixes=prefixes, required=required,
-                              banned=banned, cancelled=cancelled)
+                              banned=banned, cancelled=cancelled, shortlist=self.shortlist)
 
 
 def find_checkpoint(path: str | Path) -> Path:
@@ -137,8 +141,20 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
     if config.decode.precision == "int8":
         model = int8_only(model, in_place=True)  # each float weight freed as it is replaced
         release_freed_memory()
-    return Loaded(config, task, codec, model, dev_,
-                  vocabulary_digest=assets_digest(payload.get("assets", {})))
+    assets = dict(payload.get("assets", {}))
+    digest = assets_digest(assets)
+    shortlist = None
+    if config.decode.shortlist:
+        shortlist = shortlists.load(run_directory(ckpt_path) / shortlists.FILE, vocabulary=digest)
+    return Loaded(config, task, codec, model, dev_, vocabulary_digest=digest, shortlist=shortlist,
+                  assets=assets)
+
+
+def run_directory(checkpoint_path: Path) -> Path:
+    """The run directory a checkpoint file lies in (``RUN/checkpoints/NAME.pt``), or its own
+    directory for a checkpoint elsewhere."""
+    parent = checkpoint_path.parent
+    return parent.parent if parent.name == "checkpoints" else parent
 
 
 class _Unwritten(TorchFunctionMode):
@@ -216,7 +232,8 @@ def evaluate(path: str | Path | Sequence[str | Path], *, split: str = "test", ov
 
         return score_stream(loaded, read_split(loaded.task, split), instances=instances)[1]
     _, metrics = score_examples(loaded.searcher, loaded.task, loaded.codec, read_split(loaded.task, split),
-                                loaded.config.decode, device=loaded.device, progress=progress)
+                                loaded.config.decode, device=loaded.device, progress=progress,
+                                shortlist=loaded.shortlist)
     return metrics
 
 
