@@ -67,6 +67,17 @@ def initial(path: str | Path) -> Initial:
                    payload["model"])
 
 
+def vocabulary_of(path: str | Path, config: RunConfig) -> Initial:
+    """The trained model whose vocabulary files a run of ``config`` takes instead of building
+    its own (``seqtrans run --vocab``, a distilled student its teacher's): a
+    :class:`UsageError` naming both tasks when it is a model of another task."""
+    given = initial(path)
+    if given.task != config.task:
+        raise UsageError(f"--vocab {given.path}: the vocabulary of a model of task '{given.task}', but this "
+                         f"run's config is of task '{config.task}'")
+    return given
+
+
 def with_initial_model(config: RunConfig, init: Initial, overrides: Sequence[str] = ()) -> RunConfig:
     """``config`` with the model options of ``init`` (its shape decides the weights),
     where the ``model.*`` keys of ``overrides`` (dropout, say) still apply."""
@@ -155,12 +166,14 @@ class _Data:
 
 
 def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "auto",
-        progress: bool = False, init: Initial | None = None) -> dict[str, Metric]:
+        progress: bool = False, init: Initial | None = None,
+        vocabulary: Initial | None = None) -> dict[str, Metric]:
     """Prepare data, build the vocabulary, train, average checkpoints, decode and score
     the test split. Continues a run already in ``out``. Returns the metrics.
 
     With ``init`` (its model options already in ``config``, :func:`with_initial_model`),
-    training starts from its weights and its vocabulary instead of building one.
+    training starts from its weights and its vocabulary instead of building one; with
+    ``vocabulary`` (:func:`vocabulary_of`), from new weights with that model's vocabulary.
 
     Started by torchrun (or ``seqtrans run --nproc``), every process calls this with the
     same arguments: it joins the process group, rank 0 prepares the data and the others
@@ -178,8 +191,8 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     if config.train.tensorboard:
         require_tensorboard()  # before the data is prepared, which may take long
     _seed(config.seed)
-    data = _data(task, config, out / "vocab", world, progress=progress,
-                 given=init.assets if init is not None else None)
+    source = init if init is not None else vocabulary
+    data = _data(task, config, out / "vocab", world, progress=progress, given=source)
     check_sources(config.model, data.codec, data.dev_examples[: config.train.valid_max_examples or None])
     model = build_model(config.model, data.codec)
     if init is not None:
@@ -251,14 +264,21 @@ def _start_from(model: Transformer, init: Initial) -> None:
 
 
 def _data(task: Task[Any, Any, Any], config: RunConfig, vocab_dir: Path, world: distributed.World, *,
-          progress: bool, given: dict[str, bytes] | None = None) -> _Data:
+          progress: bool, given: Initial | None = None) -> _Data:
     """The training data prepared (by rank 0; the others open what it prepared, or prepare
     it again with its vocabulary), and the dev examples. The vocabulary is the run
-    directory's when it has one, else ``given`` where given, else built."""
+    directory's when it has one (the same files as ``given``'s, when given), else
+    ``given``'s, else built."""
+    assets = given.assets if given is not None else None
     if vocab_dir.is_dir() and any(vocab_dir.iterdir()):
-        given = read_assets(vocab_dir)
+        own = read_assets(vocab_dir)
+        if given is not None and assets_digest(own) != assets_digest(given.assets):
+            raise UsageError(f"{given.path} has other vocabulary files (sha256 "
+                             f"{assets_digest(given.assets)[:12]}) than the run being continued in "
+                             f"{vocab_dir} (sha256 {assets_digest(own)[:12]}); choose a new --out")
+        assets = own
     if world.main:
-        prepared = prepare(task, config, vocabulary=given, progress=progress)
+        prepared = prepare(task, config, vocabulary=assets, progress=progress)
         distributed.broadcast(prepared.assets)
     else:
         prepared = prepare(task, config, vocabulary=distributed.broadcast(None))
