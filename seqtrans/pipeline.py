@@ -363,8 +363,9 @@ def _test(model: Transformer, task: Task[Any, Any, Any], codec: Codec[Any, Any, 
 
 def _valid_decode(config: RunConfig) -> DecodeConfig:
     beam = config.train.valid_beam or config.decode.beam
+    # the shortlist is built from the training data once training is over
     return cfg.from_dict(DecodeConfig, {**cfg.to_dict(config.decode), "beam": beam,
-                                        "nbest": min(config.decode.nbest, beam)})
+                                        "nbest": min(config.decode.nbest, beam), "shortlist": False})
 
 
 def average(paths: Sequence[str | Path], out: str | Path) -> Path:

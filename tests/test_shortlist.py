@@ -188,3 +188,22 @@ def test_a_run_whose_shortlist_was_built_for_another_vocabulary_is_refused(copy_
         assert main(["export", str(copy_run), "--to", "ctranslate2", str(tmp_path / "ct2")]) == 1
     finally:
         path.write_bytes(kept)
+
+
+def test_a_run_with_decode_shortlist_builds_its_shortlist_and_decodes_its_test_split_with_it(
+        tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "seqtrans", "-q", "run", "copy", "--out", str(run),
+                           "--device", "cpu", "--set", *TINY_RUN, "decode.shortlist=true"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    loaded = load(run, device="cpu")
+    shortlist = load_shortlist(run / FILE, vocabulary=loaded.vocabulary_digest)
+    vocab = loaded.codec.vocabularies
+    test = [e for e in loaded.task.read("test") if hasattr(e, "source")]
+    predictions = (run / "predictions" / "test.txt").read_text().splitlines()
+    assert len(predictions) == len(test) > 0
+    for example, line in zip(test, predictions):
+        ids = [vocab.source.index(t) for t in loaded.codec.source_tokens(example.source)]
+        allowed = shortlist.allowed([ids])[0]
+        assert all(allowed[vocab.target.index(t)] for t in line.split()), line
