@@ -25,13 +25,13 @@ from seqtrans import shortlist as shortlists
 from seqtrans.assets import assets_digest, read_assets, write_assets
 from seqtrans.attention import StartsFromScaledDot
 from seqtrans.config import DecodeConfig, RunConfig
-from seqtrans.config import resolve_config as resolve_config  # part of the operations API
 from seqtrans.data import Pairs, check_sources, encode_pairs
 from seqtrans.errors import CheckpointError, ConfigError, UsageError
 from seqtrans.inference.evaluation import decode_sources, numeric, read_split, score_examples
 from seqtrans.inference.loading import AVERAGE, select_device
 from seqtrans.model import Transformer, build_model
 from seqtrans.prepare import examples_of, prepare
+from seqtrans.tasks import resolve_config as resolve_config  # part of the operations API
 from seqtrans.tasks.protocol import Codec, Example, Metric, SegmentationSampling, Task, metric_mode
 from seqtrans.training import checkpoint
 from seqtrans.training.loop import Trainer

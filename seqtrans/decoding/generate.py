@@ -11,18 +11,18 @@ import torch
 from tqdm import tqdm
 
 from seqtrans import environment
-from seqtrans.attention import waiting
+from seqtrans.attention import reading
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import Cancelled, beam_search, greedy_search, sample_search
 from seqtrans.decoding.constraints import Constraint
+from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.lexical import Phrases, required_problem
 from seqtrans.decoding.protocol import SearchModel
 from seqtrans.decoding.sampling import Truncation, input_uniforms
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.decoding.shortlist import Shortlisted
 from seqtrans.errors import ConfigError
-from seqtrans.inference.ensemble import Ensemble
 from seqtrans.linear.onednn import onednn_available
 from seqtrans.model import Transformer
 from seqtrans.precision import autocast
@@ -96,7 +96,8 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
     batch (:mod:`seqtrans.decoding.shortlist`; the tokens of prefixes and required phrases
     are allowed too); ConfigError when there is none or the model is an ensemble.
 
-    ``decode.wait_k`` sets the wait-k lag (:func:`seqtrans.attention.waiting`).
+    ``decode.wait_k`` sets the wait-k lag and ``decode.monotonic_threshold`` the learned
+    policies' stopping threshold (:func:`seqtrans.attention.reading`).
     ``constraints(indices)`` returns the task's constraint for the sources at those indices
     (its ``rows`` are positions in that list). ``position_limit`` caps output lengths
     (learned positions). ``positions``: each source's position in the whole input (its
@@ -116,7 +117,7 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
         _check_required(sources, required, config, position_limit=position_limit, prefixes=prefixes)
     model = decoding_model(model, config.precision, device)
     searcher = _shortlisted(model, shortlist if config.shortlist else None, config)
-    with waiting(config.wait_k or None):
+    with reading(config):
         return _generate(searcher, sources, config, device=device, constraints=constraints,
                          position_limit=position_limit,
                          positions=range(len(sources)) if positions is None else positions,

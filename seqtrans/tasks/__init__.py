@@ -1,6 +1,8 @@
-"""Task plugins: the contract they keep (:mod:`.protocol`) and their discovery through
-entry points (:mod:`.discovery`). Importing this package imports no torch."""
+"""Task plugins: the contract they keep (:mod:`.protocol`), their discovery through
+entry points (:mod:`.discovery`) and a task's run configuration (:mod:`.configuration`).
+Importing this package imports no torch."""
 
+from seqtrans.tasks.configuration import resolve_config
 from seqtrans.tasks.discovery import GROUP, TaskEntry, find, installed, load
 from seqtrans.tasks.protocol import (
     SPLITS,
@@ -24,4 +26,4 @@ from seqtrans.tasks.protocol import (
 __all__ = ["GROUP", "SPLITS", "Codec", "Constraining", "DataDigest", "Example", "ModelExtending",
            "SegmentationSampling", "Skipped", "SourceFormatting", "TargetParsing", "Task", "TaskClass",
            "TaskEntry", "TokenWords", "TrainingFiles", "Upgrading",
-           "check_split", "find", "installed", "load"]
+           "check_split", "find", "installed", "load", "resolve_config"]
