@@ -447,6 +447,67 @@ def parsing_vectors() -> str:
     return _table(header, rows) + _source(*(name for _, name in runs))
 
 
+DISTILL = "distill_multi30k.json"
+DISTILL_PICTURE = DOCS / "images" / "distill-multi30k.png"
+
+
+def distill_multi30k() -> str:
+    """The students against their teacher and CTranslate2 on the teacher, when measured."""
+    if not (RESULTS / DISTILL).is_file():
+        return ("\nNot measured yet: `python benchmarks/distill_multi30k.py --threads 1 --mirror DIR` "
+                "trains the teacher and the students and times them; `python docs/generate.py` then "
+                "writes this table and draws the picture.\n")
+    data = _result(DISTILL)
+    teacher, ct2 = data["teacher"], data["ct2_int8_teacher_tokens_per_s"]
+
+    def row(name: str, shortlist: str, r: dict[str, Any]) -> list[str]:
+        speed = r["int8_tokens_per_s"]
+        return [name, shortlist, f"{r['bleu']:.2f}", _num(speed),
+                _ratio(speed / teacher["int8_tokens_per_s"]), _ratio(speed / ct2),
+                f"{r['latency_ms']:.1f} ms"]
+
+    rows = [row("teacher (`cpu` preset)", "", teacher)]
+    rows += [row(f"`{s['name']}`", "yes" if s["shortlist"] else "no", s) for s in data["students"]]
+    ct2_bleu = data.get("ct2_int8_teacher", {}).get("bleu")
+    rows.append(["CTranslate2, the teacher", "", "" if ct2_bleu is None else f"{ct2_bleu:.2f}", _num(ct2),
+                 _ratio(ct2 / teacher["int8_tokens_per_s"]), "1.00", ""])
+    header = ["model (int8)", "shortlist", "test2016 BLEU", "target tokens/s", "against the teacher",
+              "against CTranslate2", "one sentence"]
+    m = data["machine"]
+    machine = f"{m['processor']}, {m['threads']} thread(s), PyTorch {m['torch']}"
+    return (_table(header, rows) + f"\n![test2016 BLEU against int8 target tokens/s]"
+            f"(images/{DISTILL_PICTURE.name})\n" + _source(DISTILL, machine=machine))
+
+
+def draw_distill_picture() -> Path | None:
+    """BLEU against int8 tokens/s of every model of the distillation results, when measured."""
+    if not (RESULTS / DISTILL).is_file():
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = _result(DISTILL)
+    points = [("teacher", data["teacher"]["int8_tokens_per_s"], data["teacher"]["bleu"])]
+    points += [(s["name"] + (" + shortlist" if s["shortlist"] else ""), s["int8_tokens_per_s"], s["bleu"])
+               for s in data["students"]]
+    ct2 = data.get("ct2_int8_teacher", {})
+    if "bleu" in ct2:
+        points.append(("CTranslate2, teacher", ct2["int8_tokens_per_s"], ct2["bleu"]))
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    for name, speed, bleu in points:
+        ax.scatter([speed], [bleu])
+        ax.annotate(name, (speed, bleu), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel("int8 target tokens/s")
+    ax.set_ylabel("test2016 BLEU")
+    ax.set_xscale("log")
+    fig.tight_layout()
+    fig.savefig(DISTILL_PICTURE)
+    plt.close(fig)
+    return DISTILL_PICTURE
+
+
 def speed_summary() -> str:
     """One line per benchmark: seqtrans against the peer, the range over its cases."""
 
@@ -478,7 +539,8 @@ BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
                         "decode_memory_cpu": decode_memory_cpu,
                         "parsing_decode_cpu": parsing_decode_cpu,
                         "decode_cuda": decode_cuda, "train_cuda": train_cuda,
-                        "distributed_cpu": distributed_cpu, "matmul_decoding": matmul_decoding},
+                        "distributed_cpu": distributed_cpu, "matmul_decoding": matmul_decoding,
+                        "distill_multi30k": distill_multi30k},
     DOCS / "streaming.md": {"streaming_copy": streaming_copy, "simultaneous_multi30k": simultaneous_multi30k,
                             "memory_multi30k": memory_multi30k},
     DOCS / "attention.md": {"attention_copy": attention_copy},
@@ -523,6 +585,9 @@ def main() -> None:
             text = text[: match.start(2)] + make() + text[match.end(2):]
         path.write_text(text, encoding="utf-8")
         print(f"updated {path.relative_to(DOCS.parent)}")
+    picture = draw_distill_picture()
+    if picture is not None:
+        print(f"drew {picture.relative_to(DOCS.parent)}")
 
 
 if __name__ == "__main__":

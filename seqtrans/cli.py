@@ -131,6 +131,14 @@ def _decode_help(key: str) -> str:
     return str(next(f.metadata["help"] for f in fields(DecodeConfig) if f.name == key))
 
 
+def _shortlist_fields() -> tuple[Any, ...]:
+    from dataclasses import fields
+
+    from seqtrans.shortlist import ShortlistSettings
+
+    return fields(ShortlistSettings)
+
+
 def _serve_fields() -> tuple[Any, ...]:
     from dataclasses import fields
 
@@ -154,6 +162,11 @@ SUBCOMMANDS = (
                  help="Start from the model of this run directory or checkpoint (one trained, or "
                       "imported with 'seqtrans import'): its model options, vocabulary and weights; "
                       "--set may still change model dropout. Fine-tuning: see docs/pretrained.md."),
+             arg("--vocab", metavar="RUN_DIR", type=Path,
+                 help="Take the vocabulary files of this run directory or checkpoint (a model of the "
+                      "same task) instead of building them, and train new weights: a distilled student "
+                      "with its teacher's vocabulary ('seqtrans distill'). A run directory being "
+                      "continued must have the same files."),
              arg("--nproc", type=int, default=1, metavar="N",
                  help="Train data-parallel with N processes on this machine (one per GPU, or N "
                       "CPU processes with gloo): a shortcut for 'torchrun --standalone "
@@ -332,6 +345,38 @@ SUBCOMMANDS = (
              arg("--layers", nargs="+", type=int, metavar="N",
                  help="Draw only these layers of each stack, counted from 1 (default: all)."),
              BEAM, DEVICE)),
+    Command("shortlist", "Build a run's vocabulary shortlist from its training data (decode.shortlist).",
+            "Count which target tokens go with each source token in the run's training pairs (IBM "
+            "Model 1's translation table, by expectation-maximisation), keep the best of each and "
+            "the most frequent target tokens, and write RUN_DIR/shortlist.npz with the digest of "
+            "the run's vocabulary files (a shortlist of another vocabulary is refused when it "
+            "loads). Decoding with decode.shortlist=true then computes the output projection only "
+            "over the tokens a batch's sources may produce. 'export --to ctranslate2' carries it as "
+            "CTranslate2's vocabulary map. See docs/speed.md.",
+            (MODEL,
+             *(arg("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
+                   metavar="N", help=f.metadata["help"]) for f in _shortlist_fields()))),
+    Command("distill", "Translate a run's training sources with it into a corpus for a student.",
+            "Sequence-level knowledge distillation (Kim and Rush 2016): decode the training split of "
+            "TEACHER's task with TEACHER (its decoding settings: beam search, batched; --set "
+            "decode.precision=int8 is faster) and write OUT/train.src and OUT/train.tgt, one pair a "
+            "line, as the task reads them back, and OUT/distill.json. OUT appears whole or not at "
+            "all; an interrupted distillation (kill -9 too) resumes from OUT.partial with the same "
+            "outputs. Prints the command that trains a student on the corpus with TEACHER's "
+            "vocabulary (run --vocab TEACHER --set data...). Needs a task that reads training pairs "
+            "from files (TrainingFiles; translation does). See the translation task's page.",
+            (arg("teacher", metavar="TEACHER", help="The teacher: a run directory or checkpoint."),
+             arg("--out", required=True, metavar="DIR", type=Path,
+                 help="The corpus directory to create (an existing one made with the same "
+                      "settings is kept)."),
+             arg("--mix", action="store_true",
+                 help="Also keep every original pair: each source twice, with the teacher's output "
+                      "and with its reference."),
+             arg("--chunk", type=int, default=2000, metavar="N",
+                 help="Sentences decoded and written at a time (what a resumption starts again from)."),
+             arg("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                 help="Override the teacher's decode.* (or data.*) keys, e.g. decode.precision=int8."),
+             DEVICE)),
     Command("average", "Average checkpoints into one model.",
             "Write the element-wise mean of the checkpoints' parameters.",
             (arg("checkpoints", nargs="+", metavar="CKPT", type=Path),
@@ -448,6 +493,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         init = initial(args.init)
         config = with_initial_model(config, init, args.overrides)
+    vocabulary = None
+    if args.vocab is not None:
+        if init is not None:
+            raise UsageError("--init brings its model's vocabulary; give --init or --vocab, not both")
+        from seqtrans.pipeline import vocabulary_of
+
+        vocabulary = vocabulary_of(args.vocab, config)
     if args.nproc < 1:
         raise UsageError(f"--nproc must be at least 1, got {args.nproc}")
     out = args.out or Path("runs") / f"{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -463,7 +515,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             logging.getLogger().addHandler(handler)
             log.info("run directory: %s", out)
         try:
-            metrics = run(config, out, device=args.device, progress=_progress(args), init=init)
+            metrics = run(config, out, device=args.device, progress=_progress(args), init=init,
+                          vocabulary=vocabulary)
         except RuntimeError as exc:
             lost = distributed.lost_contact(exc, timeout=config.train.dist_timeout)
             if not world.distributed or lost is None:
@@ -632,6 +685,25 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_shortlist(args: argparse.Namespace) -> int:
+    from seqtrans.inference.shortlists import build_shortlist
+    from seqtrans.shortlist import ShortlistSettings
+
+    settings = ShortlistSettings(**{f.name: getattr(args, f.name) for f in _shortlist_fields()})
+    print(f"wrote {build_shortlist(args.model, settings=settings, progress=_progress(args))}")
+    return 0
+
+
+def _cmd_distill(args: argparse.Namespace) -> int:
+    from seqtrans.distill import distill
+
+    corpus = distill(args.teacher, args.out, overrides=args.overrides, mix=args.mix, chunk=args.chunk,
+                     device=args.device, progress=_progress(args))
+    print(f"wrote {corpus.directory} ({corpus.pairs} pairs); train a student on it with:")
+    print(f"  {corpus.command(args.teacher)} [--preset ...]")
+    return 0
+
+
 def _cmd_average(args: argparse.Namespace) -> int:
     from seqtrans.pipeline import average
 
@@ -659,7 +731,8 @@ def _progress(args: argparse.Namespace) -> bool:
 COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "prepare": _cmd_prepare, "run": _cmd_run,
             "predict": _cmd_predict, "evaluate": _cmd_evaluate, "score": _cmd_score, "average": _cmd_average,
             "plot": _cmd_plot, "import": _cmd_import, "export": _cmd_export, "attention": _cmd_attention,
-            "upgrade": _cmd_upgrade, "serve": _cmd_serve}
+            "upgrade": _cmd_upgrade, "serve": _cmd_serve, "shortlist": _cmd_shortlist,
+            "distill": _cmd_distill}
 
 
 def _run_plugin_command(argv: list[str]) -> int | None:

@@ -21,11 +21,12 @@ import torch
 
 from seqtrans import atomic, distributed, tasks
 from seqtrans import config as cfg
-from seqtrans.assets import read_assets, write_assets
+from seqtrans import shortlist as shortlists
+from seqtrans.assets import assets_digest, read_assets, write_assets
 from seqtrans.attention import StartsFromScaledDot
 from seqtrans.config import DecodeConfig, RunConfig
 from seqtrans.data import Pairs, check_sources, encode_pairs
-from seqtrans.errors import ConfigError, UsageError
+from seqtrans.errors import CheckpointError, ConfigError, UsageError
 from seqtrans.inference.evaluation import decode_sources, numeric, read_split, score_examples
 from seqtrans.inference.loading import AVERAGE, select_device
 from seqtrans.model import Transformer, build_model
@@ -64,6 +65,17 @@ def initial(path: str | Path) -> Initial:
     saved = payload["config"]
     return Initial(found, saved["task"], dict(saved["model"]), dict(payload.get("assets", {})),
                    payload["model"])
+
+
+def vocabulary_of(path: str | Path, config: RunConfig) -> Initial:
+    """The trained model whose vocabulary files a run of ``config`` takes instead of building
+    its own (``seqtrans run --vocab``, a distilled student its teacher's): a
+    :class:`UsageError` naming both tasks when it is a model of another task."""
+    given = initial(path)
+    if given.task != config.task:
+        raise UsageError(f"--vocab {given.path}: the vocabulary of a model of task '{given.task}', but this "
+                         f"run's config is of task '{config.task}'")
+    return given
 
 
 def with_initial_model(config: RunConfig, init: Initial, overrides: Sequence[str] = ()) -> RunConfig:
@@ -154,12 +166,14 @@ class _Data:
 
 
 def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "auto",
-        progress: bool = False, init: Initial | None = None) -> dict[str, Metric]:
+        progress: bool = False, init: Initial | None = None,
+        vocabulary: Initial | None = None) -> dict[str, Metric]:
     """Prepare data, build the vocabulary, train, average checkpoints, decode and score
     the test split. Continues a run already in ``out``. Returns the metrics.
 
     With ``init`` (its model options already in ``config``, :func:`with_initial_model`),
-    training starts from its weights and its vocabulary instead of building one.
+    training starts from its weights and its vocabulary instead of building one; with
+    ``vocabulary`` (:func:`vocabulary_of`), from new weights with that model's vocabulary.
 
     Started by torchrun (or ``seqtrans run --nproc``), every process calls this with the
     same arguments: it joins the process group, rank 0 prepares the data and the others
@@ -177,8 +191,8 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     if config.train.tensorboard:
         require_tensorboard()  # before the data is prepared, which may take long
     _seed(config.seed)
-    data = _data(task, config, out / "vocab", world, progress=progress,
-                 given=init.assets if init is not None else None)
+    source = init if init is not None else vocabulary
+    data = _data(task, config, out / "vocab", world, progress=progress, given=source)
     check_sources(config.model, data.codec, data.dev_examples[: config.train.valid_max_examples or None])
     model = build_model(config.model, data.codec)
     if init is not None:
@@ -196,7 +210,9 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
                       tensorboard=out / "tb" if config.train.tensorboard else None, resample=data.resample)
     result = trainer.fit()
     _load_average(model, out / "checkpoints", config.train.average_last)
-    metrics, sentences = _test(model, task, data.codec, config, out, device=dev_, progress=progress)
+    shortlist = _shortlist(out, data) if config.decode.shortlist else None
+    metrics, sentences = _test(model, task, data.codec, config, out, device=dev_, progress=progress,
+                               shortlist=shortlist)
     metrics.update({
         "params": params,
         "train_tokens_per_s": round(result.tokens_per_second, 1),
@@ -248,14 +264,21 @@ def _start_from(model: Transformer, init: Initial) -> None:
 
 
 def _data(task: Task[Any, Any, Any], config: RunConfig, vocab_dir: Path, world: distributed.World, *,
-          progress: bool, given: dict[str, bytes] | None = None) -> _Data:
+          progress: bool, given: Initial | None = None) -> _Data:
     """The training data prepared (by rank 0; the others open what it prepared, or prepare
     it again with its vocabulary), and the dev examples. The vocabulary is the run
-    directory's when it has one, else ``given`` where given, else built."""
+    directory's when it has one (the same files as ``given``'s, when given), else
+    ``given``'s, else built."""
+    assets = given.assets if given is not None else None
     if vocab_dir.is_dir() and any(vocab_dir.iterdir()):
-        given = read_assets(vocab_dir)
+        own = read_assets(vocab_dir)
+        if given is not None and assets_digest(own) != assets_digest(given.assets):
+            raise UsageError(f"{given.path} has other vocabulary files (sha256 "
+                             f"{assets_digest(given.assets)[:12]}) than the run being continued in "
+                             f"{vocab_dir} (sha256 {assets_digest(own)[:12]}); choose a new --out")
+        assets = own
     if world.main:
-        prepared = prepare(task, config, vocabulary=given, progress=progress)
+        prepared = prepare(task, config, vocabulary=assets, progress=progress)
         distributed.broadcast(prepared.assets)
     else:
         prepared = prepare(task, config, vocabulary=distributed.broadcast(None))
@@ -309,11 +332,29 @@ def _load_average(model: Transformer, directory: Path, last: int) -> None:
     model.load_state_dict(checkpoint.load(final)["model"])
 
 
+def _shortlist(out: Path, data: _Data) -> shortlists.Shortlist:
+    """The run's vocabulary shortlist (``decode.shortlist``): the one in ``out`` when it was
+    built for this vocabulary, else built from the training pairs (by rank 0) and written there."""
+    path, digest = out / shortlists.FILE, assets_digest(data.assets)
+    if distributed.current().main:
+        try:
+            shortlists.load(path, vocabulary=digest)
+        except CheckpointError:
+            vocabs = data.codec.vocabularies
+            shortlists.build(data.train.src, data.train.tgt, source_size=len(vocabs.source),
+                             target_size=len(vocabs.target), vocabulary=digest).save(path)
+            log.info("shortlist: written to %s", path)
+    distributed.barrier()
+    return shortlists.load(path, vocabulary=digest)
+
+
 def _test(model: Transformer, task: Task[Any, Any, Any], codec: Codec[Any, Any, Any], config: RunConfig,
-          out: Path, *, device: torch.device, progress: bool) -> tuple[dict[str, Metric], int]:
+          out: Path, *, device: torch.device, progress: bool,
+          shortlist: shortlists.Shortlist | None = None) -> tuple[dict[str, Metric], int]:
     """Decode and score the test split: its metrics and size; rank 0 writes the predictions."""
     test = read_split(task, "test")
-    preds, metrics = score_examples(model, task, codec, test, config.decode, device=device, progress=progress)
+    preds, metrics = score_examples(model, task, codec, test, config.decode, device=device, progress=progress,
+                                    shortlist=shortlist)
     if distributed.current().main:
         (out / "predictions" / "test.txt").write_text(
             "".join(task.format(p) + "\n" for p in preds), encoding="utf-8")
@@ -322,8 +363,9 @@ def _test(model: Transformer, task: Task[Any, Any, Any], codec: Codec[Any, Any, 
 
 def _valid_decode(config: RunConfig) -> DecodeConfig:
     beam = config.train.valid_beam or config.decode.beam
+    # the shortlist is built from the training data once training is over
     return cfg.from_dict(DecodeConfig, {**cfg.to_dict(config.decode), "beam": beam,
-                                        "nbest": min(config.decode.nbest, beam)})
+                                        "nbest": min(config.decode.nbest, beam), "shortlist": False})
 
 
 def average(paths: Sequence[str | Path], out: str | Path) -> Path:

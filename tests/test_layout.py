@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("seqtrans.errors", "seqtrans.environment", "seqtrans.atomic", "seqtrans.assets", "seqtrans.system",
      "seqtrans.precision", "seqtrans.masks", "seqtrans.dropout", "seqtrans.world", "seqtrans.threads",
      "seqtrans.testing", "seqtrans.plot", "seqtrans.binarized", "seqtrans.download"),
-    ("seqtrans.config", "seqtrans.vocab"),
+    ("seqtrans.config", "seqtrans.vocab", "seqtrans.shortlist"),
     ("seqtrans.native", "seqtrans.linear", "seqtrans.distributed"),
     ("seqtrans.attention", "seqtrans.extension"),
     # the task contract, and what reads a task's examples into ids; a task's constraint
@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("seqtrans.model", "seqtrans.quantize", "seqtrans.tasks.contract"),
     ("seqtrans.decoding",),
     ("seqtrans.training", "seqtrans.upgrade", "seqtrans.prepare"),
-    ("seqtrans.inference", "seqtrans.formats", "seqtrans.simuleval"),
+    ("seqtrans.inference", "seqtrans.formats", "seqtrans.simuleval", "seqtrans.distill"),
     ("seqtrans.serving",),
     ("seqtrans.pipeline",),
     ("seqtrans.cli", "seqtrans.__main__", "seqtrans"),

@@ -387,6 +387,14 @@ class DecodeConfig:
         "its position in the input (line number), so its samples do not depend on the other inputs "
         "decoded with it."
     )
+    shortlist: bool = option(
+        False, "Compute the output projection only over the run's vocabulary shortlist (RUN_DIR/"
+        "shortlist.npz: the likely target tokens of each source token, from the training data, and the "
+        "most frequent ones; built by 'seqtrans shortlist RUN_DIR', or by run when this is set): each "
+        "output keeps to its source's tokens. Faster where the projection is a large part of a step "
+        "(small decoders, large vocabularies). For predict, evaluate and run's test decoding of one "
+        "model; not for ensembles or streaming."
+    )
     precision: str = option(
         "fp32", "fp32; bf16: decode under bfloat16 autocast (for CUDA and CPUs with AMX); int8 (CPU "
         "only): int8 weights in every linear layer, the embeddings and the output projection, "

@@ -21,11 +21,13 @@ from seqtrans.decoding.lexical import Phrases, required_problem
 from seqtrans.decoding.protocol import SearchModel
 from seqtrans.decoding.sampling import Truncation, input_uniforms
 from seqtrans.decoding.search import Hypothesis
+from seqtrans.decoding.shortlist import Shortlisted
 from seqtrans.errors import ConfigError
 from seqtrans.linear.onednn import onednn_available
 from seqtrans.model import Transformer
 from seqtrans.precision import autocast
 from seqtrans.quantize import is_int8_only, onednn_cached, quantized_cached
+from seqtrans.shortlist import Shortlist
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +88,13 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
              position_limit: int | None = None, positions: Sequence[int] | None = None,
              prefixes: Sequence[list[int]] | None = None, required: Sequence[Phrases] | None = None,
              banned: Sequence[Phrases] | None = None, progress: bool = False,
-             cancelled: Cancelled | None = None) -> list[list[Hypothesis]]:
+             cancelled: Cancelled | None = None,
+             shortlist: Shortlist | None = None) -> list[list[Hypothesis]]:
     """The n-best hypotheses of every source (ids ending in EOS), in input order; with
-    ``decode.sample``, that many samples of each, in the order drawn.
+    ``decode.sample``, that many samples of each, in the order drawn. With
+    ``decode.shortlist``, the output projection covers only ``shortlist``'s tokens for each
+    batch (:mod:`seqtrans.decoding.shortlist`; the tokens of prefixes and required phrases
+    are allowed too); ConfigError when there is none or the model is an ensemble.
 
     ``decode.wait_k`` sets the wait-k lag and ``decode.monotonic_threshold`` the learned
     policies' stopping threshold (:func:`seqtrans.attention.reading`).
@@ -110,12 +116,28 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
     if required is not None and any(required):
         _check_required(sources, required, config, position_limit=position_limit, prefixes=prefixes)
     model = decoding_model(model, config.precision, device)
+    searcher = _shortlisted(model, shortlist if config.shortlist else None, config)
     with reading(config):
-        return _generate(model, sources, config, device=device, constraints=constraints,
+        return _generate(searcher, sources, config, device=device, constraints=constraints,
                          position_limit=position_limit,
                          positions=range(len(sources)) if positions is None else positions,
                          prefixes=prefixes, lexical=_Lexical(required, banned), progress=progress,
                          cancelled=cancelled)
+
+
+def _shortlisted(model: SearchModel, shortlist: Shortlist | None,
+                 config: DecodeConfig) -> Callable[[Sequence[Sequence[int]] | None], SearchModel]:
+    """What decodes a batch whose sources may also produce the ``extra`` target ids:
+    ``model``, or with ``decode.shortlist`` the model restricted to ``shortlist``."""
+    if not config.shortlist:
+        return lambda extra: model
+    if shortlist is None:
+        raise ConfigError("decode.shortlist", "this run has no shortlist loaded; build it with "
+                          "'seqtrans shortlist RUN_DIR'")
+    if not isinstance(model, Transformer):
+        raise ConfigError("decode.shortlist", f"restricts one model's output projection, not a "
+                          f"{type(model).__name__} (an ensemble)")
+    return lambda extra: Shortlisted(model, shortlist, extra=extra)
 
 
 def _check_required(sources: Sequence[list[int]], required: Sequence[Phrases], config: DecodeConfig, *,
@@ -147,7 +169,8 @@ class _Lexical:
         return (required if any(required) else [], banned if any(banned) else [])
 
 
-def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeConfig, *,
+def _generate(searcher: Callable[[Sequence[Sequence[int]] | None], SearchModel],
+              sources: Sequence[list[int]], config: DecodeConfig, *,
               device: torch.device, constraints: ConstraintFactory | None,
               position_limit: int | None, positions: Sequence[int], prefixes: Sequence[list[int]] | None,
               lexical: _Lexical, progress: bool, cancelled: Cancelled | None) -> list[list[Hypothesis]]:
@@ -165,6 +188,8 @@ def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCo
         if prefixes is not None and any(prefixes[i] for i in idx):
             lengths = [max(length, len(prefixes[i])) for length, i in zip(lengths, idx)]
             forced = [prefixes[i] for i in idx]
+        wanted = _wanted(idx, forced, lexical)  # each sample decodes as a source of its own
+        model = searcher([w for w in wanted for _ in range(config.sample)] if config.sample else wanted)
         if config.sample:
             results_of = _sample(model, sources, idx, lengths, config, device=device,
                                  constraints=constraints, positions=positions, forced=forced,
@@ -199,6 +224,14 @@ def _generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCo
         bar.update(len(batch))
     bar.close()
     return results
+
+
+def _wanted(idx: list[int], forced: list[list[int]] | None, lexical: _Lexical) -> list[list[int]]:
+    """The target ids each source of a batch needs besides what a shortlist allows it:
+    those of its forced prefix and of its required phrases."""
+    required = lexical.of(idx)[0]
+    return [[*(forced[k] if forced is not None else []),
+             *(t for phrase in (required[k] if required else []) for t in phrase)] for k in range(len(idx))]
 
 
 def _sample(model: SearchModel, sources: Sequence[list[int]], idx: list[int], lengths: list[int],

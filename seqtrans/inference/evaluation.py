@@ -23,6 +23,7 @@ from seqtrans.decoding.ensemble import Ensemble, members, position_limit
 from seqtrans.decoding.lexical import Phrases
 from seqtrans.inference.phrases import banned_ids
 from seqtrans.model import Transformer
+from seqtrans.shortlist import Shortlist
 from seqtrans.tasks.protocol import Codec, Constraining, Example, Metric, Skipped, Task, check_split
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ def decode_sources(model: Transformer | Ensemble, codec: Codec[Any, Any, Any], s
                    spread: bool = False, positions: Sequence[int] | None = None,
                    prefixes: Sequence[list[int]] | None = None, required: Sequence[Phrases] | None = None,
                    banned: Sequence[Phrases] | None = None, cancelled: Cancelled | None = None,
-                   ) -> tuple[list[Any], list[list[Hypothesis]]]:
+                   shortlist: Shortlist | None = None) -> tuple[list[Any], list[list[Hypothesis]]]:
     """Predictions and n-best hypotheses of ``sources``, in order. With ``spread``, in a
     process group, every rank decodes a share (by length, in turn) and all ranks get
     all outputs back in input order. ``positions``: each source's position in the whole
@@ -41,7 +42,8 @@ def decode_sources(model: Transformer | Ensemble, codec: Codec[Any, Any, Any], s
     ``prefixes``: the target ids each output must start with (scored, not searched);
     ``required`` and ``banned``: per source, phrases of target ids its outputs must and
     must not contain; ``cancelled(i)``: whether source i's output is no longer wanted
-    (:func:`~seqtrans.decoding.generate`; not with ``spread``)."""
+    (:func:`~seqtrans.decoding.generate`; not with ``spread``); ``shortlist``: the
+    vocabulary shortlist ``decode.shortlist`` decodes with."""
     positions = range(len(sources)) if positions is None else positions
     world = distributed.current()
     if spread and world.distributed:
@@ -52,7 +54,8 @@ def decode_sources(model: Transformer | Ensemble, codec: Codec[Any, Any, Any], s
                                      positions=[positions[i] for i in mine],
                                      prefixes=None if prefixes is None else [prefixes[i] for i in mine],
                                      required=None if required is None else [required[i] for i in mine],
-                                     banned=None if banned is None else [banned[i] for i in mine])
+                                     banned=None if banned is None else [banned[i] for i in mine],
+                                     shortlist=shortlist)
         return (distributed.gather_in_order(len(sources), mine, preds),
                 distributed.gather_in_order(len(sources), mine, hyps))
     ids = [source_ids(codec, s) for s in sources]
@@ -66,7 +69,7 @@ def decode_sources(model: Transformer | Ensemble, codec: Codec[Any, Any, Any], s
 
     hyps = generate(model, ids, decode, device=device, constraints=constraints,
                     position_limit=limit, positions=positions, prefixes=prefixes, required=required,
-                    banned=banned, progress=progress, cancelled=cancelled)
+                    banned=banned, progress=progress, cancelled=cancelled, shortlist=shortlist)
     preds = [prediction(codec, h[0].tokens if h else [], s) for h, s in zip(hyps, sources)]
     return preds, hyps
 
@@ -99,11 +102,13 @@ def read_split(task: Task[Any, Any, Any], split: str) -> Split:
 
 def score_examples(model: Transformer | Ensemble, task: Task[Any, Any, Any], codec: Codec[Any, Any, Any],
                    split: Split, decode: DecodeConfig, *, device: torch.device,
-                   progress: bool = False) -> tuple[list[Any], dict[str, Metric]]:
+                   progress: bool = False, shortlist: Shortlist | None = None,
+                   ) -> tuple[list[Any], dict[str, Metric]]:
     """Decode and score a split: the predictions and the task's metrics, plus
     ``decode_sentences_per_s``, ``skipped`` (the inputs the task left out of the split)
     and, with ``decode.compare_unconstrained``, ``unconstrained_*``. The phrases of
-    ``decode.banned`` are kept out of every output. In a process group the ranks decode a
+    ``decode.banned`` are kept out of every output; ``shortlist`` is what
+    ``decode.shortlist`` decodes with. In a process group the ranks decode a
     share each and rank 0's scores are returned on all."""
     examples = split.examples
     for member in members(model):
@@ -114,14 +119,15 @@ def score_examples(model: Transformer | Ensemble, task: Task[Any, Any, Any], cod
     common = banned_ids(task, codec, decode)
     banned = [common] * len(sources) if common else None
     preds, _ = decode_sources(model, codec, sources, decode, device=device, progress=progress,
-                              spread=True, banned=banned)
+                              spread=True, banned=banned, shortlist=shortlist)
     seconds = time.perf_counter() - started
     metrics = _metrics(task.score(preds, examples)) if main else {}
     metrics["decode_sentences_per_s"] = round(len(examples) / max(seconds, 1e-9), 2)
     metrics["skipped"] = float(sum(split.skipped.values()))
     if decode.compare_unconstrained and decode.constrained and isinstance(codec, Constraining):
         free = dataclasses.replace(decode, constrained=False)
-        free_preds, _ = decode_sources(model, codec, sources, free, device=device, spread=True, banned=banned)
+        free_preds, _ = decode_sources(model, codec, sources, free, device=device, spread=True, banned=banned,
+                                       shortlist=shortlist)
         if main:
             free_scores = _metrics(task.score(free_preds, examples))
             metrics.update({f"unconstrained_{k}": v for k, v in free_scores.items()})

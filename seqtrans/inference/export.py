@@ -15,7 +15,12 @@ Differences of layout that the export takes care of:
 - the four special symbols: ``<s>`` starts every output, ``</s>`` ends it and is
   appended to every source (``add_source_eos``), ``<unk>`` stands for unknown tokens;
 - tied output projections and shared embeddings are written once (CTranslate2 aliases
-  equal variables).
+  equal variables);
+- a run's vocabulary shortlist (``seqtrans shortlist``) becomes CTranslate2's vocabulary
+  map, ``vmap.txt``: a line per source token, the token, a tab and its candidates
+  separated by spaces, and a line with an empty key for the frequent tokens, which every
+  batch may produce (``translate_batch(..., use_vmap=True)`` restricts the output layer to
+  the batch's map, as ``decode.shortlist`` does).
 
 ``ctranslate2`` is an optional dependency (``pip install 'seqtrans[export]'``), imported
 only when an export runs.
@@ -39,6 +44,7 @@ if TYPE_CHECKING:  # torch is imported by the export itself, not by the command 
     from torch import Tensor, nn
 
     from seqtrans.model import FeedForward, Transformer
+    from seqtrans.shortlist import Shortlist
 
 log = logging.getLogger(__name__)
 
@@ -176,12 +182,24 @@ def ctranslate2_spec(model: Transformer, vocabularies: Vocabularies) -> Any:
     return spec
 
 
+def vocabulary_map(shortlist: Shortlist, vocabularies: Vocabularies) -> str:
+    """The text of CTranslate2's vocabulary map (``vmap.txt``) of a shortlist."""
+    source, target = vocabularies.source.symbols, vocabularies.target.symbols
+    lines = ["\t" + " ".join(target[i] for i in shortlist.frequent)]
+    for s, row in enumerate(shortlist.candidates):
+        found = [target[i] for i in row if i >= 0]
+        if found and s < len(source):
+            lines.append(source[s] + "\t" + " ".join(found))
+    return "".join(line + "\n" for line in lines)
+
+
 def export_ctranslate2(model: Transformer, vocabularies: Vocabularies, out: str | Path, *,
-                       quantization: str | None = None) -> Path:
+                       quantization: str | None = None, shortlist: Shortlist | None = None) -> Path:
     """Write ``model`` as a CTranslate2 model directory ``out`` (which must not exist),
     its weights stored as ``quantization`` (one of :data:`QUANTIZATIONS`; float32 when
-    None). The directory appears whole or not at all: it is written beside ``out`` under
-    a temporary name, then renamed."""
+    None), with ``shortlist`` as its vocabulary map (:func:`vocabulary_map`). The
+    directory appears whole or not at all: it is written beside ``out`` under a temporary
+    name, then renamed."""
     out = Path(out)
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise UsageError(f"unknown quantization '{quantization}'; choose one of {', '.join(QUANTIZATIONS)}")
@@ -196,7 +214,14 @@ def export_ctranslate2(model: Transformer, vocabularies: Vocabularies, out: str 
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:
-        spec.save(str(scratch))
+        if shortlist is not None:
+            with tempfile.TemporaryDirectory(prefix="seqtrans-vmap-") as where:
+                vmap = Path(where) / "vmap.txt"
+                vmap.write_text(vocabulary_map(shortlist, vocabularies), encoding="utf-8")
+                spec.register_vocabulary_mapping(str(vmap))
+                spec.save(str(scratch))
+        else:
+            spec.save(str(scratch))
         os.rename(scratch, out)  # atomic; fails if a non-empty out appeared meanwhile
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -227,4 +252,14 @@ def export(run: str | Path, *, to: str, out: str | Path, quantization: str | Non
             raise UsageError(f"{out} exists; remove it or choose another output directory")
         return plugin_format.export_model(load(run, overrides=FLOAT, device="cpu"), out=out)
     loaded = load(run, overrides=FLOAT, device="cpu")
-    return export_ctranslate2(loaded.model, loaded.codec.vocabularies, out, quantization=quantization)
+    return export_ctranslate2(loaded.model, loaded.codec.vocabularies, out, quantization=quantization,
+                              shortlist=_run_shortlist(run, loaded.vocabulary_digest))
+
+
+def _run_shortlist(run: str | Path, vocabulary: str) -> Shortlist | None:
+    """The run's vocabulary shortlist where it has one (checked against its vocabulary)."""
+    from seqtrans import shortlist as shortlists
+    from seqtrans.inference.loading import find_checkpoint, run_directory
+
+    path = run_directory(find_checkpoint(run)) / shortlists.FILE
+    return shortlists.load(path, vocabulary=vocabulary) if path.is_file() else None

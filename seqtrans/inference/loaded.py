@@ -19,6 +19,7 @@ from seqtrans.decoding.search import Hypothesis
 from seqtrans.inference.evaluation import decode_sources
 from seqtrans.inference.phrases import banned_ids
 from seqtrans.model import Transformer
+from seqtrans.shortlist import Shortlist
 from seqtrans.tasks.protocol import Codec, Task
 
 
@@ -35,6 +36,8 @@ class Loaded:
     device: torch.device
     others: list[Transformer] = field(default_factory=list)  # further members of an ensemble
     vocabulary_digest: str = ""  # sha256 of the vocabulary files the model was trained with
+    shortlist: Shortlist | None = None  # the run's vocabulary shortlist, loaded with decode.shortlist
+    assets: dict[str, bytes] = field(default_factory=dict)  # the vocabulary files (the first model's)
 
     @property
     def models(self) -> list[Transformer]:
@@ -62,4 +65,4 @@ class Loaded:
             banned = [[*common, *own] for own in (banned or [[] for _ in sources])]
         return decode_sources(self.searcher, self.codec, sources, decode, device=self.device,
                               progress=progress, positions=positions, prefixes=prefixes, required=required,
-                              banned=banned, cancelled=cancelled)
+                              banned=banned, cancelled=cancelled, shortlist=self.shortlist)

@@ -19,6 +19,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from seqtrans import config as cfg
+from seqtrans import shortlist as shortlists
 from seqtrans import tasks
 from seqtrans.assets import assets_digest
 from seqtrans.config import RunConfig
@@ -89,8 +90,20 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
     if config.decode.precision == "int8":
         model = int8_only(model, in_place=True)  # each float weight freed as it is replaced
         release_freed_memory()
-    return Loaded(config, task, codec, model, dev_,
-                  vocabulary_digest=assets_digest(payload.get("assets", {})))
+    assets = dict(payload.get("assets", {}))
+    digest = assets_digest(assets)
+    shortlist = None
+    if config.decode.shortlist:
+        shortlist = shortlists.load(run_directory(ckpt_path) / shortlists.FILE, vocabulary=digest)
+    return Loaded(config, task, codec, model, dev_, vocabulary_digest=digest, shortlist=shortlist,
+                  assets=assets)
+
+
+def run_directory(checkpoint_path: Path) -> Path:
+    """The run directory a checkpoint file lies in (``RUN/checkpoints/NAME.pt``), or its own
+    directory for a checkpoint elsewhere."""
+    parent = checkpoint_path.parent
+    return parent.parent if parent.name == "checkpoints" else parent
 
 
 class _Unwritten(TorchFunctionMode):
@@ -166,7 +179,8 @@ def evaluate(path: str | Path | Sequence[str | Path], *, split: str = "test", ov
     if stream:
         return score_stream(loaded, read_split(loaded.task, split), instances=instances)[1]
     _, metrics = score_examples(loaded.searcher, loaded.task, loaded.codec, read_split(loaded.task, split),
-                                loaded.config.decode, device=loaded.device, progress=progress)
+                                loaded.config.decode, device=loaded.device, progress=progress,
+                                shortlist=loaded.shortlist)
     return metrics
 
 

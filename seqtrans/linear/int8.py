@@ -99,6 +99,13 @@ class Int8Linear(nn.Module):
     def out_features(self) -> int:
         return self.qweight.size(0)
 
+    def rows(self, ids: Tensor) -> Int8Linear:
+        """The layer of the output rows ``ids`` [O'] only (their int8 weights copied, the
+        same bits), for a product restricted to them (a vocabulary shortlist)."""
+        bias = None if self.bias is None else self.bias[ids]
+        return Int8Linear(None, bias, unsigned=self.unsigned, keep_float=False,
+                          rows=(self.qweight[ids], self.scale[ids].unsqueeze(1)))
+
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.size(-1))  # [M, K]

@@ -44,6 +44,11 @@ class OneDNNLinear(nn.Module):
     def out_features(self) -> int:
         return self.weight.size(0)
 
+    def rows(self, ids: Tensor) -> OneDNNLinear:
+        """The layer of the output rows ``ids`` [O'] only (their weights copied), for a
+        product restricted to them (a vocabulary shortlist)."""
+        return OneDNNLinear(self.weight[ids].contiguous(), None if self.bias is None else self.bias[ids])
+
     def forward(self, x: Tensor) -> Tensor:
         rows = x.reshape(-1, x.size(-1))  # [M, K]
         m = rows.size(0)

@@ -244,7 +244,7 @@ class Server:
         for served in self.models.values():
             loaded = served.loaded
             generate(loaded.searcher, [[EOS]], loaded.config.decode, device=loaded.device,
-                     position_limit=position_limit(loaded.searcher))
+                     position_limit=position_limit(loaded.searcher), shortlist=loaded.shortlist)
 
 
 def build_app(models: Mapping[str, Served], settings: ServeSettings, *,

@@ -18,11 +18,12 @@ from seqtrans.tasks.protocol import (
     Task,
     TaskClass,
     TokenWords,
+    TrainingFiles,
     Upgrading,
     check_split,
 )
 
 __all__ = ["GROUP", "SPLITS", "Codec", "Constraining", "DataDigest", "Example", "ModelExtending",
            "SegmentationSampling", "Skipped", "SourceFormatting", "TargetParsing", "Task", "TaskClass",
-           "TaskEntry", "TokenWords", "Upgrading",
+           "TaskEntry", "TokenWords", "TrainingFiles", "Upgrading",
            "check_split", "find", "installed", "load", "resolve_config"]

@@ -277,6 +277,28 @@ class SourceFormatting(Protocol):
 
 
 @runtime_checkable
+class TrainingFiles(Protocol):
+    """A task (not a codec) whose training split can be read from two line-aligned text
+    files that the engine writes: a distilled corpus (``seqtrans distill``), a teacher's
+    outputs as the targets of its training sources. A source is written as
+    :meth:`format_source` writes it, a target as :meth:`Task.format` writes a prediction
+    (with ``--mix``, the original targets as :meth:`format_target` writes them)."""
+
+    def format_source(self, source: Any) -> str:
+        """The source as one line (no newline)."""
+        ...
+
+    def format_target(self, target: Any) -> str:
+        """A training target as one line (no newline), as the training reader reads it back."""
+        ...
+
+    def training_files(self, source: Path, target: Path) -> Mapping[str, Any]:
+        """The ``data`` settings (key to value) under which ``read("train")`` reads its pairs
+        from these two files, one example a line, instead of the configured training data."""
+        ...
+
+
+@runtime_checkable
 class Upgrading(Protocol):
     """A task class (not an instance) whose plugin has changed the settings or weights
     its runs are saved with: it converts what an earlier version saved, so that such

@@ -6,6 +6,12 @@
 - ``multi30k`` (the default): a small model for Multi30k, trained to convergence with
   early stopping on dev BLEU; meant for a GPU.
 - ``cpu``: Multi30k within 30 minutes of training on a 2-core CPU.
+- ``student`` and ``student-tiny``: students for sequence-level knowledge distillation
+  (``seqtrans distill``, Kim and Rush 2016), trained as ``cpu`` is: a deep encoder and a
+  shallow decoder (Kasai et al. 2021), whose cost is paid once per sentence while the
+  decoder's is paid at every output token. ``student`` has 6 encoder and 2 decoder layers
+  at the ``cpu`` model's width, the shape of Bergamot's "tiny" students; ``student-tiny``
+  6 and 1, narrower. Their decoders use the standard self-attention (no SSRU).
 """
 
 from __future__ import annotations
@@ -45,10 +51,20 @@ CPU: dict[str, Any] = {
     "decode": {"alpha": 1.4},
 }
 
+STUDENT: dict[str, Any] = merge(CPU, {
+    "model": {"encoder_layers": 6, "decoder_layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4},
+})
+
+STUDENT_TINY: dict[str, Any] = merge(CPU, {
+    "model": {"encoder_layers": 6, "decoder_layers": 1, "d_model": 192, "d_ff": 768, "heads": 4},
+})
+
 PRESETS: dict[str, dict[str, Any]] = {
     "default": MULTI30K,
     "multi30k": MULTI30K,
     "cpu": CPU,
+    "student": STUDENT,
+    "student-tiny": STUDENT_TINY,
     "base": merge(PAPER["base"], _WMT14),
     "big": merge(PAPER["big"], _WMT14),
 }

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from seqtrans import download
 from seqtrans.errors import ConfigError, DataError
-from seqtrans.tasks import DataDigest, Example, Skipped, TaskClass, check_split
+from seqtrans.tasks import DataDigest, Example, Skipped, TaskClass, TrainingFiles, check_split
 from seqtrans.vocab import Vocabularies
 from seqtrans_translation import datasets, metrics
 from seqtrans_translation.config import TranslationConfig
@@ -192,6 +192,14 @@ class TranslationTask:
     def format_source(self, source: str) -> str:
         return source
 
+    def format_target(self, target: str) -> str:
+        return target
+
+    def training_files(self, source: Path, target: Path) -> dict[str, str]:
+        """Train on two line-aligned files (a distilled corpus, ``seqtrans distill``) instead of
+        the dataset's or the configured training files; dev and test stay as configured."""
+        return {"train_src": str(source), "train_tgt": str(target), "train_tsv": ""}
+
     def parse_target(self, line: str) -> str:
         return line
 
@@ -209,3 +217,4 @@ class TranslationTask:
 # mypy checks the task against the contract here
 _contract: TaskClass[str, str, str] = TranslationTask
 _digest: type[DataDigest] = TranslationTask
+_files: type[TrainingFiles] = TranslationTask

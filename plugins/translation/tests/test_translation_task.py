@@ -133,6 +133,16 @@ def test_presets_follow_the_paper_and_the_budget() -> None:
     assert cpu.data.dataset == "multi30k" and cpu.train.max_minutes == 30
 
 
+def test_student_presets_have_a_deep_encoder_and_a_shallow_decoder() -> None:
+    cpu = pipeline.resolve_config("translation", preset="cpu")
+    for name, decoder in (("student", 2), ("student-tiny", 1)):
+        student = pipeline.resolve_config("translation", preset=name)
+        assert (student.model.encoder_layers, student.model.decoder_layers) == (6, decoder)
+        assert student.model.d_model <= cpu.model.d_model
+        assert cfg.to_dict(student.train) == cfg.to_dict(cpu.train)  # trained as the cpu preset is
+        assert student.decode == cpu.decode
+
+
 def _seqtrans(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "seqtrans", *args], input=stdin, capture_output=True,
                           text=True, env=dict(os.environ), timeout=600)

@@ -1,0 +1,198 @@
+"""Fast students on Multi30k en-de: sequence-level distillation, deep-encoder/shallow-decoder
+students and vocabulary shortlists, against CTranslate2 int8 decoding the teacher.
+
+1. teacher: the translation task's ``cpu`` preset, ``--steps`` updates (or ``--teacher RUN``,
+   a run trained before, reused as it is);
+2. distillation: the teacher's outputs for its training sources (``seqtrans distill``,
+   beam 4, batched, int8), written once into ``--work``;
+3. students: the ``student`` (6 encoder / 2 decoder layers) and ``student-tiny`` (6 / 1,
+   narrower) presets trained on the distilled corpus with the teacher's vocabulary, the
+   same budget each, and each run's shortlist (``seqtrans shortlist``);
+4. decoding test2016 at int8 with each model as ``predict`` decodes a file (batches of
+   ``decode.batch_tokens`` sorted by length, the run's beam), the students with and
+   without their shortlist: test BLEU, target tokens/s (output pieces without the end
+   symbol, over the whole decoding) and the median latency of one sentence decoded alone;
+   CTranslate2 int8 decoding the exported teacher (beam 4, the same batches) in the same run.
+
+Results go to ``benchmarks/results/distill_multi30k.json`` through ``write_results``;
+``python docs/generate.py`` then makes the table and the BLEU-against-speed picture of
+docs/speed.md. Runs already in ``--work`` are reused.
+
+    python benchmarks/distill_multi30k.py --steps 3000 --threads 1 --mirror ../shared/data/multi30k
+
+A check that the steps fit together, on a few sentences (its numbers mean nothing):
+
+    python benchmarks/distill_multi30k.py --steps 4 --work /tmp/d --out /tmp/d/r.json \\
+        --mirror ../shared/data/multi30k --tiny --set data.test_tsv=/tmp/d/test.tsv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seqtrans import pipeline
+from seqtrans.distill import distill
+from seqtrans.inference import evaluation, loading
+from seqtrans.inference.export import export
+from seqtrans.inference.shortlists import build_shortlist
+from seqtrans.shortlist import FILE as SHORTLIST
+from seqtrans.threads import set_threads
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent
+RESULTS = ROOT / "results" / "distill_multi30k.json"
+STUDENTS = ("student", "student-tiny")
+TINY = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64",
+        "model.heads=2", "data.vocab_size=600", "data.max_train_examples=300", "train.max_tokens=1000",
+        "train.valid_max_examples=4", "decode.max_len_b=10"]
+LATENCY_SENTENCES = 100
+
+
+def budget(steps: int) -> list[str]:
+    """Every model's budget: ``steps`` updates, warm-up and checkpoint averaging scaled to them."""
+    every = max(1, steps // 10)
+    warmup = max(1, min(400, 2 * steps // 5))
+    return [f"train.max_steps={steps}", "train.max_minutes=0", f"train.warmup={warmup}",
+            f"train.checkpoint_every={every}", "train.eval_every=100000"]
+
+
+def settings(args: argparse.Namespace) -> list[str]:
+    """The settings of every run and decoding: the data source and the user's --set."""
+    out = [f"data.mirror={Path(args.mirror).resolve()}"] if args.mirror else []
+    return [*out, *(TINY if args.tiny else []), *args.overrides]
+
+
+def data_settings(args: argparse.Namespace) -> list[str]:
+    return [s for s in settings(args) if s.startswith("data.") and not s.startswith("data.max_train")]
+
+
+def train(name: str, preset: str, overrides: list[str], args: argparse.Namespace, *,
+          vocabulary: Path | None = None) -> Path:
+    """Train one model into ``--work`` (unless it is there already); its run directory."""
+    out = Path(args.work) / name
+    if not (out / "metrics.json").is_file():
+        config = pipeline.resolve_config("translation", preset=preset,
+                                         overrides=[*budget(args.steps), *settings(args), *overrides])
+        given = pipeline.vocabulary_of(vocabulary, config) if vocabulary is not None else None
+        started = time.perf_counter()
+        pipeline.run(config, out, device="cpu", progress=True, vocabulary=given)
+        logging.info("%s trained in %.1f minutes", name, (time.perf_counter() - started) / 60)
+    return out
+
+
+def measure(run: Path, args: argparse.Namespace, *, shortlist: bool) -> dict[str, Any]:
+    """Test BLEU, target tokens/s over the whole test set and one sentence's median latency,
+    decoding at int8 (with or without the run's shortlist)."""
+    decoding = ["decode.precision=int8", f"decode.shortlist={shortlist}", *data_settings(args)]
+    loaded = loading.load(run, device="cpu", overrides=decoding)
+    examples = evaluation.read_split(loaded.task, "test").examples
+    sources = [e.source for e in examples]
+    loaded.decode(sources[:8])  # the int8 copy and the native kernels made outside the timing
+    started = time.perf_counter()
+    predictions, hyps = loaded.decode(sources)
+    seconds = time.perf_counter() - started
+    tokens = sum(len(h[0].tokens) for h in hyps if h)
+    latency = []
+    for source in sources[:LATENCY_SENTENCES]:
+        started = time.perf_counter()
+        loaded.decode([source])
+        latency.append(time.perf_counter() - started)
+    scores = loaded.task.score(predictions, examples)
+    return {"bleu": round(float(scores["bleu"]), 2), "int8_tokens_per_s": round(tokens / seconds, 1),
+            "latency_ms": round(1000 * statistics.median(latency), 2), "sentences": len(sources),
+            "beam": loaded.config.decode.beam}
+
+
+def ctranslate2_teacher(teacher: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """CTranslate2 int8 decoding the exported teacher: test BLEU and target tokens/s, beam 4,
+    batches of the run's decode.batch_tokens (source tokens) sorted by length."""
+    import ctranslate2
+
+    exported = Path(args.work) / "teacher-ct2"
+    if not exported.is_dir():
+        export(teacher, to="ctranslate2", out=exported, quantization="int8")
+    loaded = loading.load(teacher, device="cpu", overrides=data_settings(args))
+    examples = evaluation.read_split(loaded.task, "test").examples
+    tokens_in = [loaded.codec.source_tokens(e.source) for e in examples]
+    translator = ctranslate2.Translator(str(exported), device="cpu", compute_type="int8", inter_threads=1,
+                                        intra_threads=torch.get_num_threads())
+    options = dict(beam_size=4, max_batch_size=loaded.config.decode.batch_tokens, batch_type="tokens",
+                   max_decoding_length=int(loaded.config.decode.max_len_b) + max(map(len, tokens_in)),
+                   suppress_sequences=[["<pad>"], ["<s>"]])
+    translator.translate_batch(tokens_in[:8], **options)
+    started = time.perf_counter()
+    results = translator.translate_batch(tokens_in, **options)
+    seconds = time.perf_counter() - started
+    outputs = [r.hypotheses[0] for r in results]
+    predictions = [loaded.codec.prediction(o, e.source) for o, e in zip(outputs, examples)]
+    return {"bleu": round(float(loaded.task.score(predictions, examples)["bleu"]), 2),
+            "int8_tokens_per_s": round(sum(map(len, outputs)) / seconds, 1),
+            "ctranslate2": ctranslate2.__version__}
+
+
+def machine(args: argparse.Namespace) -> dict[str, Any]:
+    cpu = platform.processor()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"processor": cpu, "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
+            "torch": torch.__version__}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--steps", type=int, default=3000, help="Updates of every model (default 3000).")
+    parser.add_argument("--work", default="runs/distill", help="Where the runs and the corpus go.")
+    parser.add_argument("--teacher", type=Path, help="Reuse this trained translation run as the teacher.")
+    parser.add_argument("--mirror", help="A directory holding the Multi30k files (data.mirror).")
+    parser.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
+                        metavar="KEY=VALUE",
+                        help="Settings of every run and decoding (data.test_tsv=FILE: a small test set).")
+    parser.add_argument("--threads", type=int, default=1, help="Threads of every decoding (default 1).")
+    parser.add_argument("--tiny", action="store_true", help="Tiny models on 300 pairs: checks the steps fit.")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="The results JSON.")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    teacher = args.teacher or train("teacher", "cpu", [], args)
+    set_threads(args.threads)
+    corpus = distill(teacher, work / "distilled", overrides=["decode.beam=4", "decode.precision=int8"],
+                     progress=True)
+    students = []
+    for preset in STUDENTS:
+        run = train(preset, preset, corpus.overrides, args, vocabulary=teacher)
+        if not (run / SHORTLIST).is_file():
+            build_shortlist(run)
+        for shortlist in (False, True):
+            measured = measure(run, args, shortlist=shortlist)
+            students.append({"name": preset, "shortlist": shortlist, **measured})
+    results = {"teacher": measure(teacher, args, shortlist=False),
+               "students": students, "steps": args.steps, "distilled_pairs": corpus.pairs,
+               "machine": machine(args)}
+    ct2 = ctranslate2_teacher(teacher, args)
+    results["ct2_int8_teacher_tokens_per_s"] = ct2["int8_tokens_per_s"]
+    results["ct2_int8_teacher"] = ct2
+    print(json.dumps(results, indent=2))
+    write_results(args.out, results)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Search with a vocabulary shortlist (``decode.shortlist``): the output projection is
+computed only over the target tokens that some source of the batch may produce
+(:class:`seqtrans.shortlist.Shortlist`), and each hypothesis is restricted to those of
+its own source.
+
+:class:`Shortlisted` offers the search loops what a model does
+(:class:`~seqtrans.decoding.protocol.SearchModel`): its ``decode`` returns logits over the
+whole vocabulary, -inf outside the source's shortlist, so beam search, greedy search,
+sampling, n-best lists, prefixes and the length rules run unchanged. What it saves is the
+product with the vocabulary-sized weight, the largest one of a small decoder's step. The
+tokens a sentence may produce do not depend on the other sentences of its batch; the
+softmax is taken over them (as Marian's and CTranslate2's shortlists do), so scores are
+log-probabilities renormalised over the shortlist.
+
+Shapes: B sentences, K hypotheses per sentence, N = B*K rows, T tokens of this step,
+D d_model, V vocabulary, V' the tokens the batch's projection computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from seqtrans.linear import RowSelecting, output_projection
+from seqtrans.model import Transformer
+from seqtrans.shortlist import Shortlist
+
+#: The projection's rows are padded (with a token not allowed) to a multiple of this, so
+#: that the products of a run see few distinct shapes (oneDNN caches a kernel per shape).
+ROWS_MULTIPLE = 64
+
+
+@dataclass
+class ShortlistEncoded:
+    """The model's encoder output, with the batch's projection rows and each source's tokens."""
+
+    inner: Any
+    ids: Tensor  # [V'] target ids the projection computes
+    allowed: Tensor  # [B, V'] which of them each source may produce
+
+
+@dataclass
+class ShortlistState:
+    """The model's decoding state, the projection onto the batch's rows, and which of them
+    each hypothesis may produce (reordered with the beam)."""
+
+    inner: Any
+    project: Callable[[Tensor], Tensor]
+    ids: Tensor  # [V']
+    allowed: Tensor  # [N, V']
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep hypotheses ``rows`` [N'] and sentences ``sentences`` [B']."""
+        self.inner.reorder(rows, sentences)
+        self.allowed = self.allowed.index_select(0, rows)
+
+
+class Shortlisted:
+    """``model`` (a Transformer or its decoding copy) searching with ``shortlist``; the
+    sources it encodes are the batch whose ``extra`` target ids (per source, e.g. the tokens
+    of a forced prefix or of required phrases) are allowed besides the shortlist's."""
+
+    def __init__(self, model: Transformer, shortlist: Shortlist, *,
+                 extra: Sequence[Sequence[int]] | None = None) -> None:
+        if not isinstance(model, Transformer):
+            raise TypeError(f"a shortlist restricts one Transformer's projection, not a "
+                            f"{type(model).__name__}")
+        self.model = model
+        self.shortlist = shortlist
+        self.extra = extra
+
+    def eval(self) -> Shortlisted:
+        self.model.eval()
+        return self
+
+    def encode(self, src: Tensor) -> ShortlistEncoded:
+        """src [B, S] -> the encoder output with the batch's shortlist."""
+        ids, allowed = batch_rows(self.shortlist, src.tolist(), extra=self.extra)
+        device = src.device
+        return ShortlistEncoded(self.model.encode(src), torch.from_numpy(ids).to(device),
+                                torch.from_numpy(allowed).to(device))
+
+    def start(self, encoded: ShortlistEncoded, *, beam: int = 1, capacity: int = 64) -> ShortlistState:
+        inner = self.model.start(encoded.inner, beam=beam, capacity=capacity)
+        allowed = encoded.allowed.repeat_interleave(beam, dim=0)  # [B, V'] -> [N, V']
+        return ShortlistState(inner, output_rows(self.model, encoded.ids), encoded.ids, allowed)
+
+    def decode(self, tokens: Tensor, encoded: Any = None, *, state: ShortlistState | None = None) -> Tensor:
+        """Next-token logits over the whole vocabulary, -inf outside each hypothesis's
+        shortlist.  tokens [N, T] -> [N, T, V]"""
+        if state is None:
+            raise ValueError("a shortlisted model decodes step by step, with a decoding state")
+        hidden = self.model.decode_hidden(tokens, state=state.inner)  # [N, T, D]
+        logits = state.project(hidden)  # [N, T, V']
+        logits = logits.masked_fill(~state.allowed.unsqueeze(1), float("-inf"))
+        size = self.shortlist.target_size
+        full = logits.new_full((*logits.shape[:-1], size), float("-inf"))  # [N, T, V]
+        # the padding rows repeat a token no hypothesis may produce: each writes -inf there
+        return full.index_copy_(-1, state.ids, logits)
+
+
+def output_rows(model: Transformer, ids: Tensor) -> Callable[[Tensor], Tensor]:
+    """``model``'s output projection onto the target tokens ``ids`` [V'] only, in the form
+    its ``decode`` projects with (a decoding copy's int8 or oneDNN layer, else float32), its
+    bias included: ``decode``'s logits at those columns, to float rounding.
+    hidden [N, T, D] -> [N, T, V']"""
+    bias = None if model.output_bias is None else model.output_bias[ids]
+    if model.projection is not None:
+        if not isinstance(model.projection, RowSelecting):
+            raise TypeError(f"{type(model.projection).__name__} cannot select output rows")
+        layer: Callable[[Tensor], Tensor] = model.projection.rows(ids)
+    else:
+        weight = model.output_weight[ids]  # [V', D]
+
+        def layer(hidden: Tensor) -> Tensor:
+            return output_projection(hidden, weight)
+
+    def project(hidden: Tensor) -> Tensor:
+        logits = layer(hidden)
+        return logits if bias is None else logits + bias.to(logits.dtype)
+
+    return project
+
+
+def batch_rows(shortlist: Shortlist, sources: Sequence[Sequence[int]], *,
+               extra: Sequence[Sequence[int]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The target ids the projection of a batch computes [V'] (every token some source may
+    produce, padded to a multiple of :data:`ROWS_MULTIPLE` within the vocabulary by a token
+    none may produce)
+    and which of them each source may produce [B, V'] bool."""
+    allowed = shortlist.allowed(sources)  # [B, V]
+    if extra is not None:
+        for b, tokens in enumerate(extra):
+            allowed[b, [t for t in tokens if 0 <= t < allowed.shape[1]]] = True
+    union = allowed.any(axis=0)  # [V]
+    ids = np.flatnonzero(union)  # [V'] ascending
+    used = len(ids)
+    padded = min(-(-used // ROWS_MULTIPLE) * ROWS_MULTIPLE, shortlist.target_size)
+    if padded > used:  # padded with a token no source of the batch allows
+        ids = np.concatenate([ids, np.full(padded - used, np.flatnonzero(~union)[0], dtype=ids.dtype)])
+    rows = allowed[:, ids]  # [B, V']
+    rows[:, used:] = False
+    return ids.astype(np.int64), rows

@@ -1,0 +1,209 @@
+"""Vocabulary shortlists: IBM Model 1 against a loop written from the paper's formulas,
+the file and its vocabulary check, and decoding with ``decode.shortlist``: the whole
+vocabulary as the shortlist changes nothing, a small one keeps every output to its
+source's tokens (checked against the table by hand), in every search and precision."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from seqtrans.cli import main
+from seqtrans.config import DecodeConfig, ModelConfig
+from seqtrans.decoding import generate
+from seqtrans.errors import CheckpointError, ConfigError
+from seqtrans.inference.loading import load
+from seqtrans.model import Transformer
+from seqtrans.shortlist import FILE, Shortlist, ShortlistSettings, build
+from seqtrans.shortlist import load as load_shortlist
+from seqtrans.vocab import EOS, UNK
+
+V = 40
+
+
+def pairs(seed: int, count: int = 60) -> tuple[list[list[int]], list[list[int]]]:
+    """Sources (ending in EOS) and targets (no EOS) of made-up ids from 4 on."""
+    rng = np.random.default_rng(seed)
+    src = [rng.integers(4, V, size=rng.integers(1, 7)).tolist() + [EOS] for _ in range(count)]
+    tgt = [rng.integers(4, V, size=rng.integers(1, 7)).tolist() for _ in range(count)]
+    return src, tgt
+
+
+def ibm1_reference(src: list[list[int]], tgt: list[list[int]],
+                   iterations: int) -> dict[tuple[int, int], float]:
+    """t(f | e) of IBM Model 1 (Brown et al. 1993, eq. 2-3 without the empty word), by loops."""
+    t: dict[tuple[int, int], float] = defaultdict(lambda: 1.0)
+    for _ in range(iterations):
+        count: dict[tuple[int, int], float] = defaultdict(float)
+        total: dict[int, float] = defaultdict(float)
+        for s, f in zip(src, tgt):
+            es = [e for e in s if e >= 4]
+            for word in [w for w in f if w >= 4]:
+                norm = sum(t[e, word] for e in es)
+                for e in es:
+                    count[e, word] += t[e, word] / norm
+                    total[e] += t[e, word] / norm
+        t = defaultdict(float, {(e, w): c / total[e] for (e, w), c in count.items()})
+    return dict(t)
+
+
+def test_candidates_are_the_most_probable_targets_of_ibm_model_1() -> None:
+    src, tgt = pairs(1)
+    shortlist = build(src, tgt, source_size=V, target_size=V, vocabulary="x",
+                      settings=ShortlistSettings(top=3, frequent=5, iterations=4))
+    table = ibm1_reference(src, tgt, 4)
+    for e in range(V):
+        ranked = sorted(((p, w) for (s, w), p in table.items() if s == e), key=lambda pw: (-pw[0], pw[1]))
+        want = [w for _, w in ranked[:3]]
+        assert [c for c in shortlist.candidates[e].tolist() if c >= 0] == want, f"source token {e}"
+    counts = np.bincount([w for f in tgt for w in f], minlength=V)
+    assert sorted(shortlist.frequent.tolist()) == sorted(np.lexsort((np.arange(V), -counts))[:5].tolist())
+
+
+def test_a_shortlist_of_another_vocabulary_is_refused_naming_both(tmp_path: Path) -> None:
+    src, tgt = pairs(2)
+    path = build(src, tgt, source_size=V, target_size=V, vocabulary="a" * 64).save(tmp_path / FILE)
+    assert load_shortlist(path, vocabulary="a" * 64).candidates.shape == (V, 50)
+    with pytest.raises(CheckpointError, match=f"{FILE}: .*sha256 aaaaaaaaaaaa.* sha256 bbbbbbbbbbbb"):
+        load_shortlist(path, vocabulary="b" * 64)
+    with pytest.raises(CheckpointError, match="no shortlist"):
+        load_shortlist(tmp_path / "missing.npz", vocabulary="a" * 64)
+
+
+def tiny_model(seed: int) -> Transformer:
+    torch.manual_seed(seed)
+    config = ModelConfig(encoder_layers=1, decoder_layers=2, d_model=16, d_ff=32, heads=2, dropout=0.0)
+    return Transformer(config, source_vocab_size=V, target_vocab_size=V, shared_vocab=True).eval()
+
+
+def small_shortlist(seed: int) -> Shortlist:
+    rng = np.random.default_rng(seed)
+    candidates = np.stack([rng.choice(np.arange(4, V), size=2, replace=False) for _ in range(V)])
+    return Shortlist(candidates.astype(np.int32), np.array([4], dtype=np.int32), V, "x", ShortlistSettings())
+
+
+def whole(model: Transformer) -> Shortlist:
+    return Shortlist(np.full((V, 1), -1, dtype=np.int32), np.arange(V, dtype=np.int32), V, "x",
+                     ShortlistSettings())
+
+
+SEARCHES = {"greedy": dict(beam=1), "beam 4": dict(beam=4), "n-best": dict(beam=4, nbest=3),
+            "sampling": dict(sample=2, seed=3), "int8 beam": dict(beam=3, precision="int8")}
+
+
+def decode(model: Transformer, shortlist: Shortlist | None,
+           **settings: object) -> list[list[tuple[list[int], float]]]:
+    sources = pairs(5, count=9)[0]
+    config = DecodeConfig(max_len_a=0, max_len_b=8, shortlist=shortlist is not None, **settings)  # type: ignore[arg-type]
+    out = generate(model, sources, config, device=torch.device("cpu"), shortlist=shortlist)
+    return [[(h.tokens, h.score) for h in hyps] for hyps in out]
+
+
+@pytest.mark.parametrize("search", list(SEARCHES))
+def test_the_whole_vocabulary_as_shortlist_changes_nothing(search: str) -> None:
+    model = tiny_model(1)
+    assert decode(model, whole(model), **SEARCHES[search]) == decode(model, None, **SEARCHES[search])
+
+
+@pytest.mark.parametrize("search", list(SEARCHES))
+def test_every_output_keeps_to_its_sources_candidates(search: str) -> None:
+    model, shortlist = tiny_model(2), small_shortlist(3)
+    sources = pairs(5, count=9)[0]
+    free = decode(model, None, **SEARCHES[search])
+    restricted = decode(model, shortlist, **SEARCHES[search])
+    for source, hyps in zip(sources, restricted):
+        allowed = {EOS, UNK, 4} | {int(c) for token in source for c in shortlist.candidates[token]}
+        assert hyps and all(set(tokens) <= allowed for tokens, _ in hyps)
+    outside = [t for hyps in free for tokens, _ in hyps for t in tokens]
+    assert outside and restricted != free  # the random model does go outside them
+
+
+def test_without_a_shortlist_decode_shortlist_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="decode.shortlist"):
+        generate(tiny_model(0), [[5, EOS]], DecodeConfig(shortlist=True), device=torch.device("cpu"))
+
+
+TINY_RUN = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64",
+            "model.heads=2", "data.train_size=200", "data.dev_size=4", "data.test_size=6",
+            "data.max_length=6", "train.max_steps=4", "train.eval_every=4", "train.checkpoint_every=4",
+            "train.max_tokens=256", "train.max_minutes=0"]
+
+
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("shortlist") / "run"
+    done = subprocess.run([sys.executable, "-m", "seqtrans", "-q", "run", "copy", "--out", str(run),
+                           "--device", "cpu", "--set", *TINY_RUN],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return run
+
+
+def test_a_trained_runs_shortlist_restricts_its_outputs_and_exports_as_ctranslate2s_map(
+        copy_run: Path, tmp_path: Path) -> None:
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    assert main(["shortlist", str(copy_run), "--top", "1", "--frequent", "1"]) == 0
+    shortlist = load(copy_run, overrides=["decode.shortlist=true"], device="cpu").shortlist
+    assert shortlist is not None and (copy_run / FILE).is_file()
+    loaded = load(copy_run, overrides=["decode.shortlist=true", "decode.beam=2"], device="cpu")
+    lines = ["3 1 4 1 5", "9 2 6", "5 3 5 8 9 7", "0 0 0"]
+    vocab = loaded.codec.vocabularies
+
+    def allowed(line: str) -> set[str]:
+        ids = {int(c) for t in line.split() for c in shortlist.candidates[vocab.source.index(t)] if c >= 0}
+        return {vocab.target.symbols[i] for i in ids | set(shortlist.frequent.tolist())} | {"</s>", "<unk>"}
+
+    outputs, _ = loaded.decode([loaded.task.parse_source(line) for line in lines])
+    for line, output in zip(lines, outputs):
+        assert set(loaded.codec.target_tokens(output)) <= allowed(line), line
+
+    assert main(["export", str(copy_run), "--to", "ctranslate2", str(tmp_path / "ct2")]) == 0
+    assert (tmp_path / "ct2" / "vmap.txt").is_file()
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    for line in lines:  # one at a time: CTranslate2 allows the batch's union
+        result = translator.translate_batch([line.split()], beam_size=2, use_vmap=True, max_decoding_length=8,
+                                            suppress_sequences=[["<pad>"], ["<s>"]])
+        assert set(result[0].hypotheses[0]) <= allowed(line), line
+
+
+def test_a_run_whose_shortlist_was_built_for_another_vocabulary_is_refused(copy_run: Path,
+                                                                           tmp_path: Path) -> None:
+    path = copy_run / FILE
+    if not path.is_file():
+        assert main(["shortlist", str(copy_run)]) == 0
+    kept = path.read_bytes()
+    try:
+        digest = load(copy_run, device="cpu").vocabulary_digest
+        other = dataclasses.replace(load_shortlist(path, vocabulary=digest), vocabulary="c" * 64)
+        other.save(path)
+        with pytest.raises(CheckpointError, match="sha256 cccccccccccc"):
+            load(copy_run, overrides=["decode.shortlist=true"], device="cpu")
+        assert main(["export", str(copy_run), "--to", "ctranslate2", str(tmp_path / "ct2")]) == 1
+    finally:
+        path.write_bytes(kept)
+
+
+def test_a_run_with_decode_shortlist_builds_its_shortlist_and_decodes_its_test_split_with_it(
+        tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "seqtrans", "-q", "run", "copy", "--out", str(run),
+                           "--device", "cpu", "--set", *TINY_RUN, "decode.shortlist=true"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    loaded = load(run, device="cpu")
+    shortlist = load_shortlist(run / FILE, vocabulary=loaded.vocabulary_digest)
+    vocab = loaded.codec.vocabularies
+    test = [e for e in loaded.task.read("test") if hasattr(e, "source")]
+    predictions = (run / "predictions" / "test.txt").read_text().splitlines()
+    assert len(predictions) == len(test) > 0
+    for example, line in zip(test, predictions):
+        ids = [vocab.source.index(t) for t in loaded.codec.source_tokens(example.source)]
+        allowed = shortlist.allowed([ids])[0]
+        assert all(allowed[vocab.target.index(t)] for t in line.split()), line
