@@ -134,9 +134,9 @@ def test_tasks_lists_the_plugin_and_names_the_broken_one(venv: tuple[Path, Path,
     rows = {line.split()[0]: line.split(maxsplit=3)[1:] for line in listed[1:]}
     assert set(rows) == {"mytask", "broken"}  # the built-in plugins are not installed there
     distribution, version, status = rows["mytask"]
-    assert (distribution.replace("_", "-"), version, status) == ("seqtrans-mytask", "0.1.0", "ok")
+    assert (distribution, version, status) == ("seqtrans-mytask", "0.1.0", "ok")  # as pyproject names it
     distribution, version, status = rows["broken"]
-    assert (distribution.replace("_", "-"), version) == ("seqtrans-broken", "0.3.0")
+    assert (distribution, version) == ("seqtrans-broken", "0.3.0")
     assert status.startswith("error: task 'broken' (from ")
     assert "failed to load from broken_task:Nope" in status
     assert "ModuleNotFoundError: No module named 'missing_dependency_of_broken_task'" in status
