@@ -264,9 +264,9 @@ def _encode(task: Task[Any, Any, Any], codec: Codec[Any, Any, Any], config: RunC
             encoder.submit(index, read - len(chunk), chunk)
             bar.update(len(chunk))
         encoder.finish()
-    for reason, count in removed.counts.items():
-        log.warning("train: left out %d of %d inputs: %s (first: %s)", count,
-                    read + sum(removed.counts.values()), reason, removed.first[reason])
+    for reason, count in removed.counts.items():  # the task's own choice: news, not a problem
+        log.info("train: left out %d of %d inputs: %s (first: %s)", count,
+                 read + sum(removed.counts.values()), reason, removed.first[reason])
     return removed, read
 
 

@@ -122,7 +122,7 @@ def score_stream(loaded: Loaded, split: Split, *,
     metrics["latency_unit"] = "word"
     metrics["latency_reference"] = REFERENCE
     metrics["decode_sentences_per_s"] = round(len(examples) / max(seconds, 1e-9), 2)
-    metrics["skipped"] = float(sum(split.skipped.values()))
+    metrics["skipped"] = sum(split.skipped.values())
     if instances is not None:
         write_instances(instances, loaded, outputs, examples, references)
     return outputs, metrics
