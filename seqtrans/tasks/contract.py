@@ -29,6 +29,7 @@ from seqtrans.tasks.protocol import (
     Metric,
     ModelExtending,
     SegmentationSampling,
+    Skipped,
     Task,
     TaskClass,
     missing_members,
@@ -64,14 +65,12 @@ def check_class(task_cls: TaskClass[Any, Any, Any]) -> None:
 
 def check_task(task: Task[Any, Any, Any], directory: Path, *, examples: int = 50) -> dict[str, Metric]:
     """Run the contract checks on a configured task instance; returns the metrics of the
-    references scored against themselves."""
+    references scored against themselves. It reads at most ``examples`` of each split, and
+    each split must give at least one: a fixture of one example, the same file for all
+    three splits, is enough."""
     task_cls = cast(TaskClass[Any, Any, Any], type(task))
     check_class(task_cls)
-    samples: dict[str, list[Example[Any, Any]]] = {}
-    for split in SPLITS:
-        read = itertools.islice(task.read(split), examples)
-        samples[split] = [ex for ex in read if isinstance(ex, Example)]
-        _require(bool(samples[split]), f"split '{split}' yields no examples")
+    samples = {split: _sample(task, split, examples) for split in SPLITS}
     try:
         next(iter(task.read("validation")))
     except UsageError:
@@ -112,6 +111,27 @@ def check_task(task: Task[Any, Any, Any], directory: Path, *, examples: int = 50
                                                        "nor a string")
     _check_abilities(codec, refs)
     return dict(scores)
+
+
+def _sample(task: Task[Any, Any, Any], split: str, examples: int) -> list[Example[Any, Any]]:
+    """Up to ``examples`` examples of ``split``; an error that names the split and what to
+    do when it cannot be read or yields none (every split needs one: the vocabulary is
+    built from train, the references come from test, validation reads dev)."""
+    todo = ("check_task reads every split: configure the task with a small fixture for each "
+            "(one file of a few examples may serve all three)")
+    try:
+        read = list(itertools.islice(task.read(split), examples))
+    except UsageError:
+        raise
+    except Exception as exc:  # the task's own failure: say which split, keep the cause
+        raise ContractError(f"split '{split}' cannot be read ({type(exc).__name__}: {exc}); {todo}") from exc
+    found = [ex for ex in read if isinstance(ex, Example)]
+    if not found:
+        left_out = sorted({item.reason for item in read if isinstance(item, Skipped)})
+        why = (f"the task left out all {len(read)} it read ({'; '.join(left_out)})" if left_out
+               else "it is empty")
+        raise ContractError(f"split '{split}' yields no examples: {why}; {todo}")
+    return found
 
 
 def _check_abilities(codec: Codec[Any, Any, Any], refs: list[Example[Any, Any]]) -> None:
