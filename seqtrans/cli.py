@@ -162,7 +162,8 @@ SUBCOMMANDS = (
             "line typed at a terminal is answered at once.",
             (MODELS, BEAM,
              arg("--stream", action="store_true",
-                 help="Simultaneous decoding: read each input word by word as it arrives on "
+                 help="Simultaneous decoding: read each input word by word (character by "
+                      "character for a task whose stream_unit is characters) as it arrives on "
                       "stdin, write each target token as soon as it is decided, and end each "
                       "output with a tab and the delays (the source tokens read when each target "
                       "token was written). Greedy; needs model.causal_encoder=true and a model that "
@@ -508,6 +509,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from seqtrans.inference.loading import load_ensemble
     from seqtrans.inference.online import line_batches, predict, predict_batches, stream, words_of
     from seqtrans.inference.output import OutputOptions
+    from seqtrans.tasks.protocol import stream_unit
 
     overrides = _decode_overrides(args)
     loaded = load_ensemble(args.models, overrides=overrides, device=args.device)
@@ -516,7 +518,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                 or args.alignments):
             raise UsageError("--stream writes text only: it takes no --prefixes, --constraints, --format "
                              "jsonl, --token-scores or --alignments")
-        stream(loaded, words_of(_stdin_chunks()), _write_now)
+        stream(loaded, words_of(_stdin_chunks(), unit=stream_unit(loaded.task)), _write_now)
         return 0
     if args.alignment_layer is not None and not args.alignments:
         raise UsageError("--alignment-layer needs --alignments")

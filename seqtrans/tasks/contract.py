@@ -23,6 +23,7 @@ from seqtrans.errors import UsageError
 from seqtrans.tasks.protocol import (
     METRIC_MODES,
     SPLITS,
+    STREAM_UNITS,
     Codec,
     Constraining,
     Example,
@@ -55,6 +56,8 @@ def check_class(task_cls: TaskClass[Any, Any, Any]) -> None:
     _require(isinstance(task_cls.metric, str), "metric must be a string")
     _require(getattr(task_cls, "metric_mode", "max") in METRIC_MODES,
              f"metric_mode must be one of {', '.join(METRIC_MODES)} (higher or lower is better)")
+    _require(getattr(task_cls, "stream_unit", "words") in STREAM_UNITS,
+             f"stream_unit must be one of {', '.join(STREAM_UNITS)}")
     _require(isinstance(task_cls.defaults, Mapping) and "decode" in task_cls.defaults,
              "defaults must set the decode section")
     for preset in [None, *task_cls.presets]:

@@ -307,6 +307,22 @@ def metric_mode(task_cls: object) -> str:
     return str(mode)
 
 
+#: What a stream of a task's source is made of (``--stream``, the session API, the
+#: WebSocket): "words", separated by white space (the default), or "characters", each
+#: one a unit, for a task that reads letters (grapheme-to-phoneme, transliteration).
+STREAM_UNITS = ("words", "characters")
+
+
+def stream_unit(task: object) -> str:
+    """The streaming unit of a task class or instance: its optional ``stream_unit`` class
+    attribute, "words" (the default) or "characters". A value other than those raises
+    :class:`ValueError`."""
+    unit = getattr(task, "stream_unit", "words")
+    if unit not in STREAM_UNITS:
+        raise ValueError(f"stream_unit must be 'words' or 'characters', got {unit!r}")
+    return str(unit)
+
+
 #: Members the engine requires of a task class (:class:`TaskClass`) and of its
 #: instances (:class:`Task`); checked when a plugin is loaded.
 CLASS_MEMBERS = ("name", "Config", "defaults", "presets", "metric")
