@@ -123,6 +123,15 @@ def _serve_fields() -> tuple[Any, ...]:
 SUBCOMMANDS = (
     Command("tasks", "List installed tasks with their distribution, version and load status.",
             "List the tasks registered under the 'seqtrans.tasks' entry-point group."),
+    Command("new-task", "Write a new task plugin package to start from.",
+            "Write DIR (default: ./seqtrans-NAME): pyproject.toml registering the task under the "
+            "'seqtrans.tasks' entry point, the task module (a toy that reverses the letters of short "
+            "words, with built-in data, scored by the character error rate), its tests, a README "
+            "and py.typed. As written it passes its own pytest and mypy, and after 'pip install -e "
+            "DIR' 'seqtrans run NAME' trains it in seconds. See docs/plugins.md.",
+            (arg("name", metavar="NAME", help="The task's name: a lower-case Python identifier that no "
+                                              "installed task has."),
+             arg("--dir", type=Path, help="Where to write the package (must not exist, or be empty)."))),
     Command("run", "Train a task end to end and score its test split.",
             "Prepare data, build the vocabulary, train, average the last checkpoints, decode "
             "the test split with the task's decoding settings and score it. Writes "
@@ -380,6 +389,14 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         print("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+    return 0
+
+
+def _cmd_new_task(args: argparse.Namespace) -> int:
+    from seqtrans.scaffold import new_task
+
+    for path in new_task(args.name, directory=args.dir):
+        print(f"wrote {path}")
     return 0
 
 
@@ -686,7 +703,7 @@ def _progress(args: argparse.Namespace) -> bool:
 COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "prepare": _cmd_prepare, "run": _cmd_run,
             "predict": _cmd_predict, "evaluate": _cmd_evaluate, "score": _cmd_score, "average": _cmd_average,
             "plot": _cmd_plot, "import": _cmd_import, "export": _cmd_export, "attention": _cmd_attention,
-            "upgrade": _cmd_upgrade, "serve": _cmd_serve}
+            "upgrade": _cmd_upgrade, "serve": _cmd_serve, "new-task": _cmd_new_task}
 
 
 def _run_plugin_command(argv: list[str]) -> int | None:
