@@ -1,9 +1,13 @@
 """Task plugins: the contract they keep (:mod:`.protocol`) and their discovery through
-entry points (:mod:`.discovery`). Importing this package imports no torch."""
+entry points (:mod:`.discovery`). With :mod:`.contract` (``check_task``, for a plugin's
+tests), this is the API a plugin is written against. Importing this package imports no
+torch."""
 
 from seqtrans.tasks.discovery import GROUP, TaskEntry, find, installed, load
 from seqtrans.tasks.protocol import (
+    METRIC_MODES,
     SPLITS,
+    STREAM_UNITS,
     Codec,
     Constraining,
     DataDigest,
@@ -18,9 +22,11 @@ from seqtrans.tasks.protocol import (
     TokenWords,
     Upgrading,
     check_split,
+    metric_mode,
+    stream_unit,
 )
 
-__all__ = ["GROUP", "SPLITS", "Codec", "Constraining", "DataDigest", "Example", "ModelExtending",
-           "SegmentationSampling", "Skipped", "SourceFormatting", "TargetParsing", "Task", "TaskClass",
-           "TaskEntry", "TokenWords", "Upgrading",
-           "check_split", "find", "installed", "load"]
+__all__ = ["GROUP", "METRIC_MODES", "SPLITS", "STREAM_UNITS", "Codec", "Constraining", "DataDigest",
+           "Example", "ModelExtending", "SegmentationSampling", "Skipped", "SourceFormatting",
+           "TargetParsing", "Task", "TaskClass", "TaskEntry", "TokenWords", "Upgrading",
+           "check_split", "find", "installed", "load", "metric_mode", "stream_unit"]

@@ -157,7 +157,9 @@ class Task(Protocol[SourceT, TargetT, PredictionT]):
 
 class TaskClass(Protocol[SourceT, TargetT, PredictionT]):
     """What the entry point names: a class (usually) with these attributes, whose
-    instances are :class:`Task` objects. Plain class attributes satisfy it."""
+    instances are :class:`Task` objects. Plain class attributes satisfy it. Two more are
+    optional: ``metric_mode`` ("max" or "min", :func:`metric_mode`) and ``stream_unit``
+    ("words" or "characters", :func:`stream_unit`)."""
 
     @property
     def name(self) -> str:
