@@ -16,6 +16,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -135,6 +136,54 @@ def memory_bandwidth(device: torch.device) -> float:
     x = torch.ones(4096, device=device)
     seconds = timed(lambda: torch.mv(w, x), device, repeats=5, warmup=1)
     return w.numel() * w.element_size() / seconds
+
+
+def last_level_cache_bytes() -> int | None:
+    """The largest CPU cache's size in bytes (Linux sysfs), or None where unknown."""
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = entry.read_text().strip().upper()
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        with contextlib.suppress(ValueError):
+            sizes.append(int(text.rstrip("KMG")) * scale)
+    return max(sizes) if sizes else None
+
+
+def read_bandwidth(device: torch.device) -> float:
+    """Bytes per second at which a sum streams a float32 buffer from memory: at least 256 MiB
+    and 8 times the last-level cache (at most 4 GiB), so that the cache holds little of it."""
+    if device.type == "cuda":
+        return memory_bandwidth(device)
+    size = min(max(256 * 2**20, 8 * (last_level_cache_bytes() or 0)), 4 * 2**30)
+    buffer = torch.ones(size // 4)
+    seconds = timed(lambda: buffer.sum(), device, repeats=5, warmup=1)
+    return size / seconds
+
+
+#: A CPU burner: a busy loop that ends when its parent does (checked every few milliseconds),
+#: so that no burner outlives a benchmark killed without its clean-up.
+BURNER = ("import os, sys\nparent = int(sys.argv[1])\nwhile os.getppid() == parent:\n"
+          "    for _ in range(100000):\n        pass\n")
+
+
+@contextlib.contextmanager
+def background_load(processes: int) -> Iterator[list[int]]:
+    """``processes`` CPU-burning processes (busy loops) running beside the ``with`` block,
+    started before it and killed after it, however it ends; their process ids."""
+    burners = [subprocess.Popen([sys.executable, "-c", BURNER, str(os.getpid())], stdin=subprocess.DEVNULL)
+               for _ in range(processes)]
+    try:
+        if burners:
+            time.sleep(0.5)  # running, and seen by the scheduler, before the block starts
+            for burner in burners:
+                if burner.poll() is not None:
+                    raise RuntimeError(f"a background burner exited with status {burner.returncode}")
+        yield [b.pid for b in burners]
+    finally:
+        for burner in burners:
+            burner.kill()
+        for burner in burners:
+            burner.wait()
 
 
 def _git(*args: str) -> str | None:

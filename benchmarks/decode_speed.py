@@ -15,6 +15,13 @@ CTranslate2 decodes the seqtrans model itself, exported by ``seqtrans.inference.
 weights are the same), with ``intra_threads`` = torch's threads, in each compute type of
 :data:`CT2_COMPUTE_TYPES` for the device; the ratio printed is seqtrans (fp32) over it.
 
+``--background-load N`` runs N CPU-burning processes beside every system for the whole run
+(started after the machine's peak and bandwidth are measured, killed when it ends), as on
+a shared machine; the JSON records N. At batch 1, where every step reads every decoder
+weight once, each row also reports the weight bandwidth each system achieves (fp32 and
+int8 bytes per step times steps per second) against the fastest read of memory measured
+in the same run.
+
     python benchmarks/decode_speed.py                 # all cases, CPU or CUDA
     python benchmarks/decode_speed.py --cases base-beam4-b32 --repeats 5
     python benchmarks/decode_speed.py --no-peer --precision fp32,int8,bf16
@@ -36,11 +43,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     arguments,
+    background_load,
     device_name,
     gemm_peak,
     memory_bandwidth,
     peak_memory,
     pick_device,
+    read_bandwidth,
     timed,
     write_json,
 )
@@ -212,11 +221,40 @@ def hf_decoder(case: Case, hf: Any, src: torch.Tensor, out_len: int) -> Callable
     return theirs
 
 
-def step_weight_bytes(shape: dict[str, int]) -> int:
-    """fp32 bytes of the weights every decoding step reads: the decoder's layers (the
-    cross-attention keys and values are computed once per source) and the output projection."""
+def step_weight_bytes(shape: dict[str, int], *, precision: str = "fp32") -> int:
+    """Bytes of the weights every decoding step reads: the decoder's layers (the
+    cross-attention keys and values are computed once per source) and the output
+    projection; in fp32, 4 bytes a weight; in int8, 1, and per output row a float32
+    scale and an int32 compensation (biases and LayerNorms, small, left out of both)."""
     d, f, v, n_layers = shape["d_model"], shape["d_ff"], shape["vocab"], shape["layers"]
-    return 4 * (n_layers * (6 * d * d + 2 * d * f) + v * d)
+    weights = n_layers * (6 * d * d + 2 * d * f) + v * d
+    if precision == "int8":
+        rows = n_layers * (6 * d + f + d) + v  # the output rows of those matrices
+        return weights + 8 * rows
+    return 4 * weights
+
+
+#: The systems whose weight bandwidth a batch-1 row reports: (row key prefix, weight precision).
+WEIGHT_READERS = (("seqtrans", "fp32"), ("seqtrans_int8", "int8"), ("ct2_float32", "fp32"),
+                  ("ct2_int8", "int8"))
+
+
+def weight_bandwidth(row: dict[str, Any], shape: dict[str, int], *, bandwidth: float) -> None:
+    """At batch 1 (one output token per step), add to ``row`` the bytes of weights a step
+    reads in fp32 and int8, the tokens/s that reading them at ``bandwidth`` allows, and for
+    each system timed the bandwidth it achieves (``*_weight_gb_s``) and its fraction of
+    ``bandwidth`` (``*_of_bandwidth``)."""
+    if row["batch"] != 1:
+        return
+    step = {p: step_weight_bytes(shape, precision=p) for p in ("fp32", "int8")}
+    row["step_weight_bytes"] = step
+    row["bandwidth_bound_tok_s"] = {p: bandwidth / n for p, n in step.items()}
+    for key, precision in WEIGHT_READERS:
+        tok_s = row.get(f"{key}_tok_s")
+        if tok_s is not None:
+            achieved = tok_s * step[precision]  # bytes per second: a step per token at batch 1
+            row[f"{key}_weight_gb_s"] = achieved / 1e9
+            row[f"{key}_of_bandwidth"] = achieved / bandwidth
 
 
 def bound_seconds(shape: dict[str, int], flops: float, out_len: int, *, peak: float,
@@ -230,10 +268,11 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
              bf16: bool, peak32: float, bandwidth: float,
              ct2: CTranslate2Models | None = None, precisions: tuple[str, ...] = (),
              shapes: Mapping[str, dict[str, int]] = SHAPES, ct2_types: Sequence[str] | None = None,
-             peer_dtypes: Sequence[str] = ()) -> dict[str, Any]:
+             peer_dtypes: Sequence[str] = (), read_bound: float | None = None) -> dict[str, Any]:
     """One case's row. ``ct2_types``: CTranslate2's compute types (default
     :data:`CT2_COMPUTE_TYPES` of the device); ``peer_dtypes``: the peer's weights also
-    timed in these of fp16 and bf16 (``hf_DTYPE_tok_s``), beside its fp32."""
+    timed in these of fp16 and bf16 (``hf_DTYPE_tok_s``), beside its fp32; ``read_bound``:
+    the memory bandwidth batch-1 rows compare weight reads with (default ``bandwidth``)."""
     shape = shapes[case.shape]
     src = sources(case.batch, shape["vocab"]).to(device)
     flops = model_flops(shape, src, case.beam, out_len)
@@ -293,6 +332,9 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
             if bf16:
                 row[f"bf16_ratio_vs_ct2_{compute_type}"] = (row["seqtrans_bf16_tok_s"]
                                                             / row[f"ct2_{compute_type}_tok_s"])
+        if "seqtrans_int8_tok_s" in row and "ct2_int8_tok_s" in row:
+            row["int8_ratio_vs_ct2_int8"] = row["seqtrans_int8_tok_s"] / row["ct2_int8_tok_s"]
+    weight_bandwidth(row, shape, bandwidth=read_bound or bandwidth)
     return row
 
 
@@ -316,7 +358,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--label", default="",
                         help="Write benchmarks/results/decode_speed-LABEL-DEVICE.json instead of "
                         "decode_speed-DEVICE.json (to keep a run on another machine or with other cases).")
+    parser.add_argument("--background-load", type=int, default=0, metavar="N",
+                        help="Run N CPU-burning processes beside every system for the whole run (default "
+                        "0); the results go to decode_speed-loadN-DEVICE.json unless --label says.")
     args = parser.parse_args(argv)
+    if args.background_load < 0:
+        parser.error(f"--background-load: 0 or more processes, got {args.background_load}")
     chosen = [p for p in args.precision.split(",") if p]
     unknown = sorted(set(chosen) - {"fp32", "bf16", "int8"})
     if unknown:
@@ -328,7 +375,10 @@ def main(argv: list[str] | None = None) -> None:
     peak16 = gemm_peak(device, torch.bfloat16)
     bf16 = args.bf16 == "yes" or (args.bf16 == "auto" and peak16 > peak32) or "bf16" in chosen
     bandwidth = memory_bandwidth(device)
-    print(f"device: {device_name(device)}; memory read bandwidth {bandwidth / 1e9:.1f} GB/s")
+    read = read_bandwidth(device)
+    read_bound = max(bandwidth, read)  # the fastest read of memory measured: what weights can stream at
+    print(f"device: {device_name(device)}; memory read bandwidth {bandwidth / 1e9:.1f} GB/s "
+          f"(matrix-vector product), {read / 1e9:.1f} GB/s (sum)")
     print(f"matmul peak: fp32 {peak32 / 1e12:.3f} TFLOP/s, bf16 {peak16 / 1e12:.3f} TFLOP/s"
           + ("" if bf16 else " (bf16 runs skipped: no faster than fp32 here; --bf16 yes forces them)"))
     by_name = {c.name: c for c in CASES}
@@ -343,38 +393,51 @@ def main(argv: list[str] | None = None) -> None:
             print(f"CTranslate2 {ctranslate2.__version__}: compute types "
                   f"{', '.join(CT2_COMPUTE_TYPES[device.type])}, {torch.get_num_threads()} threads")
     rows = []
-    header = (f"{'case':<22}{'seqtrans tok/s':>15}{'HF tok/s':>11}{'ratio':>8}{'MFU ours':>10}"
-              f"{'MFU HF':>8}{'bound tok/s':>13}{'ours/bound':>12}")
-    print(header)
-    for name in args.cases:
-        row = run_case(by_name[name], device, out_len=args.out_len, repeats=args.repeats,
-                       peer=not args.no_peer, bf16=bf16, peak32=peak32,
-                       bandwidth=bandwidth, ct2=ct2, precisions=precisions)
-        rows.append(row)
-        print(f"{name:<22}{row['seqtrans_tok_s']:>15.1f}{row.get('hf_tok_s', float('nan')):>11.1f}"
-              f"{row.get('ratio', float('nan')):>8.2f}{row['seqtrans_mfu_fp32']:>10.1%}"
-              f"{row.get('hf_mfu_fp32', float('nan')):>8.1%}{row['bound_tok_s']:>13.1f}"
-              f"{row['seqtrans_of_bound']:>12.1%}"
-              + "".join(f"   {p} {row[f'seqtrans_{p}_tok_s']:.1f} tok/s ({row[f'seqtrans_{p}_of_fp32']:.2f}x)"
-                        for p in ("bf16", *precisions) if f"seqtrans_{p}_tok_s" in row),
-              flush=True)
-        if ct2 is not None:
-            print(f"{'':<22}CTranslate2: " + ", ".join(
-                f"{t} {row[f'ct2_{t}_tok_s']:.1f} tok/s (ratio {row[f'ratio_vs_ct2_{t}']:.2f})"
-                for t in CT2_COMPUTE_TYPES[device.type]), flush=True)
-        held = [k.removesuffix("_peak_mib") for k in row if k.endswith("_peak_mib")]
-        if held:
-            print(f"{'':<22}memory, MiB, peak / held after: " + ", ".join(
-                f"{k} {row[f'{k}_peak_mib']:,.0f} / {row[f'{k}_held_mib']:,.0f}" for k in held), flush=True)
+    print(f"{'case':<22}{'seqtrans tok/s':>15}{'HF tok/s':>11}{'ratio':>8}{'MFU ours':>10}"
+          f"{'MFU HF':>8}{'bound tok/s':>13}{'ours/bound':>12}")
+    with background_load(args.background_load) as burners:
+        if burners:
+            print(f"{len(burners)} CPU-burning processes running beside every system", flush=True)
+        for name in args.cases:
+            row = run_case(by_name[name], device, out_len=args.out_len, repeats=args.repeats,
+                           peer=not args.no_peer, bf16=bf16, peak32=peak32, bandwidth=bandwidth, ct2=ct2,
+                           precisions=precisions, read_bound=read_bound)
+            rows.append(row)
+            print_row(row, precisions, ct2_types=CT2_COMPUTE_TYPES[device.type] if ct2 is not None else ())
     ct2_types = list(CT2_COMPUTE_TYPES[device.type]) if ct2 is not None else []
-    name = "decode_speed" + (f"-{args.label}" if args.label else "")
+    label = args.label or (f"load{args.background_load}" if args.background_load else "")
+    name = "decode_speed" + (f"-{label}" if label else "")
     path = write_json(name, {"gemm_peak_fp32_flops": peak32, "gemm_peak_bf16_flops": peak16,
                              "bf16_timed": bf16, "memory_bandwidth": bandwidth,
+                             "memory_read_bandwidth": read, "weight_bandwidth_bound": read_bound,
+                             "background_load": args.background_load,
                              "ct2_compute_types": ct2_types,
                              "ct2_intra_threads": torch.get_num_threads(),
                              "rows": rows}, device)
     print(f"wrote {path}")
 
+
+def print_row(row: dict[str, Any], precisions: Sequence[str], *, ct2_types: Sequence[str]) -> None:
+    """One case's line of the table, and its CTranslate2, memory and batch-1 bandwidth lines."""
+    print(f"{row['case']:<22}{row['seqtrans_tok_s']:>15.1f}{row.get('hf_tok_s', float('nan')):>11.1f}"
+          f"{row.get('ratio', float('nan')):>8.2f}{row['seqtrans_mfu_fp32']:>10.1%}"
+          f"{row.get('hf_mfu_fp32', float('nan')):>8.1%}{row['bound_tok_s']:>13.1f}"
+          f"{row['seqtrans_of_bound']:>12.1%}"
+          + "".join(f"   {p} {row[f'seqtrans_{p}_tok_s']:.1f} tok/s ({row[f'seqtrans_{p}_of_fp32']:.2f}x)"
+                    for p in ("bf16", *precisions) if f"seqtrans_{p}_tok_s" in row),
+          flush=True)
+    if ct2_types:
+        print(f"{'':<22}CTranslate2: " + ", ".join(
+            f"{t} {row[f'ct2_{t}_tok_s']:.1f} tok/s (ratio {row[f'ratio_vs_ct2_{t}']:.2f})"
+            for t in ct2_types), flush=True)
+    held = [k.removesuffix("_peak_mib") for k in row if k.endswith("_peak_mib")]
+    if held:
+        print(f"{'':<22}memory, MiB, peak / held after: " + ", ".join(
+            f"{k} {row[f'{k}_peak_mib']:,.0f} / {row[f'{k}_held_mib']:,.0f}" for k in held), flush=True)
+    read = [k for k, _ in WEIGHT_READERS if f"{k}_weight_gb_s" in row]
+    if read:
+        print(f"{'':<22}weights read, GB/s (of the bound): " + ", ".join(
+            f"{k} {row[f'{k}_weight_gb_s']:.1f} ({row[f'{k}_of_bandwidth']:.0%})" for k in read), flush=True)
 
 if __name__ == "__main__":
     with contextlib.suppress(KeyboardInterrupt):

@@ -16,6 +16,11 @@ load but one.
     python benchmarks/serve_load.py runs/m30k --users 64 --beam 16 --timeout-s 5 \
         --unbatched-requests 0                                              # deadlines
 
+``--workers W`` serves with W decoding workers (``seqtrans serve --workers``), ``--threads
+N`` with N threads each (``seqtrans --threads``); ``--background-load N`` runs N
+CPU-burning processes beside everything (the in-process references and the servers) for
+the whole run, as on a shared machine.
+
 The sentences are the test split of the run's task (a task that can write its sources
 back as text), or ``--inputs FILE``, one per line. Prints a table; ``--out FILE`` also
 writes the results as JSON (by convention under benchmarks/results/).
@@ -43,7 +48,7 @@ from seqtrans.inference.online import predict_batches
 from seqtrans.tasks.protocol import SourceFormatting
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_results  # noqa: E402
+from common import background_load, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,15 +80,16 @@ def rss(pid: int) -> int:
 class Server:
     """``seqtrans serve`` in a process of its own, on a free port."""
 
-    def __init__(self, run: Path, *args: str) -> None:
+    def __init__(self, run: Path, *args: str, threads: int | None = None) -> None:
         import socket
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, "-m", "seqtrans", "-q", "serve", f"m={run}", "--port", str(self.port),
-                   "--device", "cpu", *args]
+        counts = ["--threads", str(threads)] if threads is not None else []
+        command = [sys.executable, "-m", "seqtrans", "-q", *counts, "serve", f"m={run}", "--port",
+                   str(self.port), "--device", "cpu", *args]
         self.process = subprocess.Popen(command, cwd=ROOT)
         deadline = time.monotonic() + 300
         while True:
@@ -160,8 +166,23 @@ def main() -> None:
     parser.add_argument("--max-queue", default="256")
     parser.add_argument("--timeout-s", help="The server's time limit per request (its default otherwise); "
                                             "each level then reports the inputs whose decoding it stopped.")
+    parser.add_argument("--workers", type=int, default=1, help="The server's decoding workers.")
+    parser.add_argument("--threads", type=int, help="Threads of each decoding worker (and of the "
+                        "in-process references); default: seqtrans's own choice.")
+    parser.add_argument("--background-load", type=int, default=0, metavar="N",
+                        help="CPU-burning processes running beside everything for the whole run.")
     parser.add_argument("--out", type=Path, help="Also write the results here as JSON.")
     args = parser.parse_args()
+    if args.threads is not None:
+        from seqtrans.threads import set_threads
+
+        set_threads(args.threads)
+    with background_load(args.background_load):
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
+    """The run, as the arguments say (see the module docstring)."""
 
     loaded = load(args.run, overrides=[f"decode.beam={args.beam}"], device="cpu")
     texts = sentences(loaded, args.inputs)
@@ -186,10 +207,12 @@ def main() -> None:
                                "batch_ceiling_sentences_per_s": ceiling,
                                "in_process_batches_of_one_per_user_sentences_per_s": grouped,
                                "in_process_one_sentence_p50_ms": 1000 * statistics.median(one),
-                               "cpu_count": os.cpu_count(), "batched": [], "unbatched": None}
+                               "cpu_count": os.cpu_count(), "workers": args.workers, "threads": args.threads,
+                               "background_load": args.background_load, "batched": [], "unbatched": None}
 
     limit = ["--timeout-s", args.timeout_s] if args.timeout_s else []
-    server = Server(args.run, "--max-wait-ms", args.max_wait_ms, "--max-queue", args.max_queue, *limit)
+    server = Server(args.run, "--max-wait-ms", args.max_wait_ms, "--max-queue", args.max_queue,
+                    "--workers", str(args.workers), *limit, threads=args.threads)
     before = rss(server.process.pid)
     for users in args.users:
         stopped = expired_inputs(server.url)
@@ -207,11 +230,21 @@ def main() -> None:
     unbatched_requests = args.requests if args.unbatched_requests is None else args.unbatched_requests
     if unbatched_requests:
         unbatched = Server(args.run, "--max-wait-ms", "0", "--max-batch-tokens", "1",
-                           "--max-queue", args.max_queue)
+                           "--max-queue", args.max_queue, threads=args.threads)
         results["unbatched"] = asyncio.run(load_test(unbatched.url, texts, expected, users=users,
                                                      requests=unbatched_requests, beam=args.beam))
         unbatched.stop()
 
+    print_table(results, users)
+    if args.out is not None:
+        write_results(args.out, results)
+        print(f"wrote {args.out}")
+
+
+def print_table(results: dict[str, Any], users: int) -> None:
+    """The run's table: each load level (and the unbatched server's, at ``users`` users)."""
+    ceiling = results["batch_ceiling_sentences_per_s"]
+    grouped = results["in_process_batches_of_one_per_user_sentences_per_s"]
     print(f"batch ceiling (in-process, one file): {ceiling:.1f} sentences/s; one sentence in-process: "
           f"{results['in_process_one_sentence_p50_ms']:.1f} ms")
     print("| users | sentences/s | vs ceiling | vs in-process batches of one per user | p50 ms | p95 ms | "
@@ -225,9 +258,6 @@ def main() -> None:
               f"{row['sentences_per_s'] / own if own else float('nan'):.2f} | "
               f"{row['p50_ms']:.1f} | {row['p95_ms']:.1f} | {row['p99_ms']:.1f} | {row['refused']} | "
               f"{row['errors']} | {row['wrong_outputs']} |")
-    if args.out is not None:
-        write_results(args.out, results)
-        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

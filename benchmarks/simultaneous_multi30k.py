@@ -145,24 +145,29 @@ def train(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str
 # ---------------------------------------------------------------------- simultaneous
 
 
-def simultaneous(name: str, ks: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Streaming evaluation of one model at each lag (None: the model's own policy)."""
+def simultaneous(name: str, ks: list[int], args: argparse.Namespace, *,
+                 thresholds: list[float] | None = None) -> list[dict[str, Any]]:
+    """Streaming evaluation of one model at each lag (0: the model's own policy), and a
+    learned policy at each stopping threshold (``decode.monotonic_threshold``)."""
     from seqtrans.inference.simultaneous import score_stream
 
     torch.set_num_threads(args.threads)
     out = Path(args.work) / name
     rows = []
-    for k in ks:
-        overrides = ["decode.beam=1"] + ([f"decode.wait_k={k}"] if k else [])
+    policy = learned_policy(name)
+    for k, threshold in [(k, t) for k in ks for t in (thresholds or args.thresholds if policy else [None])]:
+        overrides = (["decode.beam=1"] + ([f"decode.wait_k={k}"] if k else [])
+                     + ([f"decode.monotonic_threshold={threshold:g}"] if threshold is not None else []))
         loaded = loading.load(out, overrides=overrides, device="cpu")
         split = evaluation.read_split(loaded.task, "test")
         started = time.perf_counter()
         outputs, metrics = score_stream(loaded, split)
         seconds = time.perf_counter() - started
         same = same_as_offline(loaded, split, [o.tokens for o in outputs])
-        rows.append({"model": name, "wait_k": k or None, **metrics, "same_as_offline": same,
-                     "stream_seconds": round(seconds, 1)})
-        print(f"{name:>12} k={k or '-':>2}: BLEU {metrics['bleu']:.2f}  AL {metrics['stream_al']:.2f}  "
+        rows.append({"model": name, "wait_k": k or None, "threshold": threshold, **metrics,
+                     "same_as_offline": same, "stream_seconds": round(seconds, 1)})
+        print(f"{name:>12} k={k or '-':>2} τ={threshold or '-'}: BLEU {metrics['bleu']:.2f}  "
+              f"AL {metrics['stream_al']:.2f}  "
               f"LAAL {metrics['stream_laal']:.2f}  AP {metrics['stream_ap']:.3f}  "
               f"DAL {metrics['stream_dal']:.2f}  "
               f"same as offline {same:.3f}", flush=True)
@@ -330,8 +335,8 @@ def read_results(path: Path) -> dict[str, Any]:
 
 
 def plot(data: dict[str, Any], picture: Path) -> None:
-    """BLEU against AL (source words): one curve for the multi-k model over k, one for
-    MILk over its latency weights, single points for the others."""
+    """BLEU against AL (source words): a curve for each model decoded at several lags
+    (multi-k) or stopping thresholds (learned policies), a point for the others."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -339,22 +344,26 @@ def plot(data: dict[str, Any], picture: Path) -> None:
 
     rows = data["simultaneous"]
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
-    curves = {"multi-k wait-k": [r for r in rows if r["model"] == "multi-k"],
-              "MILk": sorted((r for r in rows if r["model"].startswith("milk")),
-                             key=lambda r: r["stream_al"])}
-    for label, curve in curves.items():
-        if curve:
-            ax.plot([r["stream_al"] for r in curve], [r["bleu"] for r in curve], marker="o", label=label)
-            for r in curve:
-                note = f"k={r['wait_k']}" if r.get("wait_k") else "λ=" + r["model"].removeprefix("milk-")
-                ax.annotate(note, (r["stream_al"], r["bleu"]), textcoords="offset points", xytext=(4, -10),
-                            fontsize=7)
-    points = {"full": "full sentence (causal encoder)", "wait-3": "wait-3 (single k)",
-              "monotonic": "hard monotonic", "mma-il": "MMA-IL", "mma-h": "MMA-H",
-              "mma-il-init": "MMA-IL from the full model"}
+    names = {"full": "full sentence (causal encoder)", "wait-3": "wait-3 (single k)",
+             "monotonic": "hard monotonic", "mma-il": "MMA-IL", "mma-h": "MMA-H",
+             "mma-il-init": "MMA-IL from the full model", "multi-k": "multi-k wait-k"}
+
+    def label(name: str) -> str:
+        return "MILk λ=" + name.removeprefix("milk-") if name.startswith("milk-") else names.get(name, name)
+
+    by_model: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        if r["model"] in points:
-            ax.scatter([r["stream_al"]], [r["bleu"]], marker="s", label=points[r["model"]], zorder=3)
+        by_model.setdefault(r["model"], []).append(r)
+    for name, curve in by_model.items():
+        curve = sorted(curve, key=lambda r: r["stream_al"])
+        if len(curve) == 1:
+            ax.scatter([curve[0]["stream_al"]], [curve[0]["bleu"]], marker="s", label=label(name), zorder=3)
+            continue
+        ax.plot([r["stream_al"] for r in curve], [r["bleu"] for r in curve], marker="o", label=label(name))
+        for r in curve:
+            note = f"k={r['wait_k']}" if r.get("wait_k") else f"τ={r.get('threshold') or 0.5:g}"
+            ax.annotate(note, (r["stream_al"], r["bleu"]), textcoords="offset points", xytext=(4, -10),
+                        fontsize=7)
     ax.set_xlabel("AL (source words, SimulEval: each word once complete)")
     ax.set_ylabel("sacreBLEU, test2016")
     ax.set_title("Multi30k en→de, greedy streams, equal training budget")
@@ -390,10 +399,28 @@ def model_job(name: str, overrides: list[str], lags: list[int] | None,
             "policy_gap": [policy_gap(name, args)] if learned_policy(name) else []}
 
 
+def _missing_thresholds(results: dict[str, Any], policies: list[str], args: argparse.Namespace, *,
+                        save: Callable[[], None]) -> None:
+    """Stream rows of trained learned policies at the thresholds of ``--thresholds`` they
+    lack (rows from before thresholds were recorded are at 0.5), decoded ``--jobs`` at once."""
+    have = {(r["model"], r.get("threshold") or 0.5) for r in results["simultaneous"]}
+    todo = [(name, t) for name in policies if name in results["training"]
+            for t in args.thresholds if (name, t) not in have]
+    if not todo:
+        return
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+        jobs = [pool.submit(simultaneous, name, [0], args, thresholds=[t]) for name, t in todo]
+        for job in concurrent.futures.as_completed(jobs):
+            results["simultaneous"] += job.result()
+            save()
+
+
 def _save(results: dict[str, Any], out: Path, picture: Path, order: list[str]) -> None:
     """The results written whole (rows in the models' order) and the picture redrawn."""
     rank = {name: i for i, name in enumerate(order)}
-    results["simultaneous"].sort(key=lambda r: (rank.get(r["model"], len(rank)), r.get("wait_k") or 0))
+    results["simultaneous"].sort(key=lambda r: (rank.get(r["model"], len(rank)), r.get("wait_k") or 0,
+                                                r.get("threshold") or 0.5))
     results.get("policy_gap", []).sort(key=lambda r: rank.get(r["model"], len(rank)))
     write_results(out, results, sort_keys=False)
     if results["simultaneous"]:
@@ -410,6 +437,10 @@ def main() -> None:
                         help="Lags of the multi-k model.")
     parser.add_argument("--latency-weights", type=float, nargs="+", default=[0.1, 0.5, 2.0],
                         help="MILk's train.latency_weight, one model each.")
+    parser.add_argument("--thresholds", type=float, nargs="+", default=[0.5],
+                        help="Stopping thresholds (decode.monotonic_threshold) at which each learned "
+                             "policy is decoded: one row each. A later invocation adds the rows of "
+                             "thresholds a trained model lacks.")
     parser.add_argument("--threads", type=int, default=1, help="Threads per job.")
     parser.add_argument("--jobs", type=int, default=2, help="Models trained (and streams decoded) at once.")
     parser.add_argument("--single", type=int, default=200,
@@ -472,6 +503,8 @@ def main() -> None:
             results["simultaneous"] += entry["simultaneous"]
             results.setdefault("policy_gap", []).extend(entry["policy_gap"])
             _save(results, args.out, args.picture, list(settings))
+    _missing_thresholds(results, [name for name in chosen if learned_policy(name)], args,
+                        save=lambda: _save(results, args.out, args.picture, list(settings)))
     gaps = [row["model"] for row in results.get("policy_gap", [])]
     for name in (name for name in chosen if learned_policy(name) and name not in gaps):
         # models scored before this measurement existed

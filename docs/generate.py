@@ -296,8 +296,10 @@ _POLICY = {"full": "full sentence (reads the whole source first)", "multi-k": "m
 def _policy(row: dict[str, Any]) -> str:
     name = row["model"]
     if name.startswith("milk-"):
-        return f"MILk, λ = {name.removeprefix('milk-')}"
-    return _POLICY.get(name, name) + (f", k = {row['wait_k']}" if name == "multi-k" else "")
+        threshold = f", τ = {row['threshold']:g}" if row.get("threshold") not in (None, 0.5) else ""
+        return f"MILk, λ = {name.removeprefix('milk-')}" + threshold
+    threshold = f", τ = {row['threshold']:g}" if row.get("threshold") not in (None, 0.5) else ""
+    return _POLICY.get(name, name) + (f", k = {row['wait_k']}" if name == "multi-k" else "") + threshold
 
 
 def simultaneous_multi30k() -> str:

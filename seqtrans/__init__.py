@@ -25,19 +25,20 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _API = {
-    "resolve_config": "seqtrans.config",
+    "resolve_config": "seqtrans.tasks",
     "run": "seqtrans.pipeline",
     "load": "seqtrans.inference.loading",
     "load_ensemble": "seqtrans.inference.loading",
-    "Ensemble": "seqtrans.inference.ensemble",
+    "Ensemble": "seqtrans.decoding.ensemble",
     "score_files": "seqtrans.inference.scoring",
     "evaluate": "seqtrans.inference.loading",
     "predict": "seqtrans.inference.online",
     "set_threads": "seqtrans.threads",
+    "set_wait_policy": "seqtrans.threads",
     "stream": "seqtrans.inference.session",
     "StreamSession": "seqtrans.inference.session",
     "average": "seqtrans.pipeline",
-    "Loaded": "seqtrans.inference.loading",
+    "Loaded": "seqtrans.inference.loaded",
     "RunConfig": "seqtrans.config",
     "ModelConfig": "seqtrans.config",
     "TrainConfig": "seqtrans.config",
@@ -63,19 +64,21 @@ __all__ = sorted([*_API, "tasks", "__version__"])
 
 if TYPE_CHECKING:
     from seqtrans import tasks
-    from seqtrans.config import DecodeConfig, ModelConfig, RunConfig, TrainConfig, resolve_config
+    from seqtrans.config import DecodeConfig, ModelConfig, RunConfig, TrainConfig
     from seqtrans.decoding.constraints import Constraint
+    from seqtrans.decoding.ensemble import Ensemble
     from seqtrans.decoding.search import Hypothesis
     from seqtrans.errors import ConfigError, DataError, SeqtransError, UsageError
-    from seqtrans.inference.ensemble import Ensemble
-    from seqtrans.inference.loading import Loaded, evaluate, load, load_ensemble
+    from seqtrans.inference.loaded import Loaded
+    from seqtrans.inference.loading import evaluate, load, load_ensemble
     from seqtrans.inference.online import predict
     from seqtrans.inference.scoring import score_files
     from seqtrans.inference.session import StreamSession, stream
     from seqtrans.model import Transformer, build_model
     from seqtrans.pipeline import average, run
+    from seqtrans.tasks import resolve_config
     from seqtrans.tasks.protocol import Codec, Example, Skipped, Task, TaskClass
-    from seqtrans.threads import set_threads
+    from seqtrans.threads import set_threads, set_wait_policy
     from seqtrans.vocab import Vocab, Vocabularies
 
 

@@ -17,7 +17,6 @@ import io
 import json
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -30,7 +29,7 @@ from seqtrans.errors import Interrupted, SeqtransError, UsageError
 from seqtrans.inference.export import FORMATS as EXPORT_FORMATS
 from seqtrans.inference.export import QUANTIZATIONS as EXPORT_QUANTIZATIONS
 from seqtrans.tasks.discovery import COMMAND_GROUP, TaskEntry, installed, load_object
-from seqtrans.threads import parse_threads, set_threads
+from seqtrans.threads import parse_threads, parse_wait_policy, set_threads, set_wait_policy
 
 log = logging.getLogger("seqtrans")
 
@@ -91,12 +90,32 @@ def _threads(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _workers(text: str) -> int:
+    try:
+        return parse_threads(text, name="--workers")
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("threads", "workers")) from None
+
+
+def _wait_policy(text: str) -> str:
+    try:
+        return parse_wait_policy(text, name="--wait-policy")
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 GLOBAL_ARGS = (
     arg("-q", "--quiet", action="store_true", help="Log warnings only, no progress bars."),
     arg("--threads", type=_threads, metavar="N",
         help="Threads each process computes with (PyTorch's and the native kernels'). Default: "
              "$SEQTRANS_THREADS, else $OMP_NUM_THREADS if set, else the CPUs this process may use "
-             "(its CPU affinity and its cgroup's CPU quota, not the host's cores). See docs/speed.md."),
+             "(its CPU affinity and its cgroup's CPU quota, not the host's cores). With 'serve "
+             "--workers W', each worker's. See docs/speed.md."),
+    arg("--wait-policy", type=_wait_policy, metavar="POLICY",
+        help="How OpenMP's idle threads wait for work: active (spin), passive (sleep at once), a spin "
+             "count N (spin about N times, then sleep), or default (OpenMP's own, or what "
+             "$OMP_WAIT_POLICY and $GOMP_SPINCOUNT say). Default: $SEQTRANS_WAIT_POLICY, else default. "
+             "Spinning threads hold cores that other busy processes want. See docs/speed.md."),
     arg("--progress", choices=["auto", "on", "off"], default="auto",
         help="Progress bars (training's shows updates or minutes, loss, lr, tokens/s and "
              "the time left, in place of the per-update log lines on the console, which "
@@ -263,8 +282,9 @@ SUBCOMMANDS = (
             "what is in flight and exits 0. Needs pip install 'seqtrans[serve]'; see docs/serving.md.",
             (arg("models", nargs="+", metavar="RUN_DIR",
                  help="Runs to serve: RUN_DIR, NAME=RUN_DIR, or NAME=RUN_A,RUN_B (an ensemble)."),
-             *(arg("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
-                   metavar=f.name.upper(), help=f.metadata["help"]) for f in _serve_fields()),
+             *(arg("--" + f.name.replace("_", "-"), type=_workers if f.name == "workers" else type(f.default),
+                   default=f.default, metavar=f.name.upper(), help=f.metadata["help"])
+               for f in _serve_fields()),
              DEVICE)),
     Command("plot", "Draw the learning curves of runs as a PNG.",
             "Read the runs' logs (DIR/train.jsonl) and draw training loss, dev "
@@ -402,10 +422,9 @@ def _cmd_new_task(args: argparse.Namespace) -> int:
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from seqtrans import tasks
-    from seqtrans.config import resolve_config
     from seqtrans.prepare import prepare
 
-    config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
+    config = tasks.resolve_config(args.task, preset=args.preset, config_file=args.config_file,
                             overrides=args.overrides)
     task = tasks.load(config.task)(config.data)
     prepared = prepare(task, config, progress=_progress(args), verify=True)
@@ -417,7 +436,8 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from seqtrans.config import describe, markdown_table, resolve_config, to_dict
+    from seqtrans.config import describe, markdown_table, to_dict
+    from seqtrans.tasks import resolve_config
 
     config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
                             overrides=args.overrides)
@@ -450,7 +470,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--nproc must be at least 1, got {args.nproc}")
     out = args.out or Path("runs") / f"{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.nproc > 1 and not distributed.world_from_env().distributed:
-        return _launch(args.nproc, [*args.argv, *([] if args.out else ["--out", str(out)])])
+        return distributed.launch(args.nproc, [*args.argv, *([] if args.out else ["--out", str(out)])])
     world = distributed.init(args.device, timeout=config.train.dist_timeout)
     try:
         out = distributed.broadcast(out)  # ranks started by torchrun at different seconds
@@ -463,12 +483,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             metrics = run(config, out, device=args.device, progress=_progress(args), init=init)
         except RuntimeError as exc:
-            if world.distributed and _lost_contact(exc):
-                raise SeqtransError(
-                    f"lost contact with the other ranks ({_first_line(exc)}): one failed, or did not "
-                    f"answer within train.dist_timeout ({config.train.dist_timeout:g} s); its "
-                    "message, if it left one, says why") from None
-            raise
+            lost = distributed.lost_contact(exc, timeout=config.train.dist_timeout)
+            if not world.distributed or lost is None:
+                raise
+            raise lost from None
         if world.main:
             print(json.dumps(metrics, indent=2, sort_keys=True))
             print(f"run directory: {out}", file=sys.stderr)
@@ -477,55 +495,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _launch(nproc: int, argv: list[str]) -> int:
-    """``seqtrans ARGV`` in ``nproc`` processes under torchrun's agent, which ends them
-    all when one fails; the failure is reported by rank."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import get_args_parser
-    from torch.distributed.run import run as torchrun
-
-    launch = get_args_parser().parse_args(
-        ["--standalone", f"--nproc_per_node={nproc}", "--shutdown-timeout=30", "--module", "seqtrans"])
-    launch.training_script_args = argv  # as given: torchrun's parser would read them as its own
-    # the ranks run 'python -m seqtrans', which would put the working directory first on
-    # sys.path (a seqtrans.py there would run instead); Python 3.11 leaves it out with this
-    with environment.setting("PYTHONSAFEPATH", "1"):
-        try:
-            torchrun(launch)
-        except SignalException as exc:  # passed on to the ranks, which checkpoint and stop
-            name = signal.Signals(exc.sigval).name
-            raise Interrupted(f"stopped by {name}: each rank finished its update and rank 0 wrote a "
-                              "checkpoint of it (see above); run the same command again to resume",
-                              exc.sigval) from None
-        except ChildFailedError as exc:
-            rank, failure = exc.get_first_failure()
-            how = (f"was killed by {failure.signal_name()}" if failure.exitcode < 0
-                   else f"exited with status {failure.exitcode}")
-            raise SeqtransError(f"rank {rank} of {nproc} (pid {failure.pid}) {how}; the other ranks were "
-                                "stopped (the failing rank's message, if it left one, is above)") from None
-    return 0
-
-
-def _lost_contact(exc: RuntimeError) -> bool:
-    """Whether ``exc`` says a collective failed because another rank is gone or late."""
-    import torch.distributed as dist
-
-    text = str(exc)
-    markers = ("Connection closed by peer", "Connection reset by peer", "Timed out", "timed out", "NCCL",
-               "gloo")
-    return isinstance(exc, dist.DistError) or any(marker in text for marker in markers)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-
-
 def _cmd_predict(args: argparse.Namespace) -> int:
     from seqtrans.inference.lexical import ConstraintLines
     from seqtrans.inference.loading import load_ensemble
-    from seqtrans.inference.online import line_batches, predict, predict_batches, stream, words_of
+    from seqtrans.inference.online import line_batches, predict, predict_batches
     from seqtrans.inference.output import OutputOptions
+    from seqtrans.inference.streaming import stream, words_of
     from seqtrans.tasks.protocol import stream_unit
 
     overrides = _decode_overrides(args)
@@ -651,7 +626,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     check_installed()  # before loading models, which takes a while
     settings = ServeSettings(**{f.name: getattr(args, f.name) for f in _serve_fields()})
-    serve(args.models, settings, device=args.device, token=environment.serve_token())
+    serve(args.models, settings, device=args.device, token=environment.serve_token(), threads=args.threads)
     return 0
 
 
@@ -743,6 +718,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     try:
+        set_wait_policy(args.wait_policy)  # before anything loads torch, whose OpenMP reads it once
         set_threads(args.threads)
     except UsageError as exc:
         return _failed("seqtrans", exc)

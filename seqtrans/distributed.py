@@ -1,7 +1,8 @@
-"""Data-parallel training on ``torch.distributed``: the process group, how batches are
-dealt to ranks, and the few collectives the pipeline needs.
+"""Data-parallel training on ``torch.distributed``: starting the ranks, the process group,
+how batches are dealt to ranks, and the few collectives the pipeline needs.
 
-Processes are started by ``torchrun`` (or ``seqtrans run --nproc N``, which calls it):
+Processes are started by ``torchrun`` (or ``seqtrans run --nproc N``, which calls it
+through :func:`launch`):
 each reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous address from its
 environment (``env://``). Without those variables everything here is a no-op for one
 process, so the single-device code path is the same code.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import signal
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -24,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from seqtrans import environment
-from seqtrans.errors import UsageError
+from seqtrans.errors import Interrupted, SeqtransError, UsageError
 from seqtrans.world import SINGLE, World, world_from_env
 
 log = logging.getLogger(__name__)
@@ -167,3 +169,52 @@ def gather_in_order(count: int, mine: np.ndarray, values: Sequence[T]) -> list[T
         for i, v in zip(indices, part, strict=True):
             out[i] = v
     return out
+
+
+# ----------------------------------------------------------------------------- starting the ranks
+
+
+def launch(nproc: int, argv: list[str]) -> int:
+    """``seqtrans ARGV`` in ``nproc`` processes under torchrun's agent, which ends them
+    all when one fails; the failure is reported by rank."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser
+    from torch.distributed.run import run as torchrun
+
+    launcher = get_args_parser().parse_args(
+        ["--standalone", f"--nproc_per_node={nproc}", "--shutdown-timeout=30", "--module", "seqtrans"])
+    launcher.training_script_args = argv  # as given: torchrun's parser would read them as its own
+    # the ranks run 'python -m seqtrans', which would put the working directory first on
+    # sys.path (a seqtrans.py there would run instead); Python 3.11 leaves it out with this
+    with environment.setting("PYTHONSAFEPATH", "1"):
+        try:
+            torchrun(launcher)
+        except SignalException as exc:  # passed on to the ranks, which checkpoint and stop
+            name = signal.Signals(exc.sigval).name
+            raise Interrupted(f"stopped by {name}: each rank finished its update and rank 0 wrote a "
+                              "checkpoint of it (see above); run the same command again to resume",
+                              exc.sigval) from None
+        except ChildFailedError as exc:
+            rank, failure = exc.get_first_failure()
+            how = (f"was killed by {failure.signal_name()}" if failure.exitcode < 0
+                   else f"exited with status {failure.exitcode}")
+            raise SeqtransError(f"rank {rank} of {nproc} (pid {failure.pid}) {how}; the other ranks were "
+                                "stopped (the failing rank's message, if it left one, is above)") from None
+    return 0
+
+
+#: What a collective's error says when another rank is gone or late (torch gives no one type).
+LOST_MARKERS = ("Connection closed by peer", "Connection reset by peer", "Timed out", "timed out", "NCCL",
+                "gloo")
+
+
+def lost_contact(exc: RuntimeError, *, timeout: float) -> SeqtransError | None:
+    """The error to report when ``exc`` says a collective failed because another rank is
+    gone or did not answer within ``timeout`` seconds (``train.dist_timeout``); None when
+    it says something else."""
+    if not (isinstance(exc, dist.DistError) or any(marker in str(exc) for marker in LOST_MARKERS)):
+        return None
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    return SeqtransError(f"lost contact with the other ranks ({first}): one failed, or did not answer "
+                         f"within train.dist_timeout ({timeout:g} s); its message, if it left one, says why")

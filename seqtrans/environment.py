@@ -15,6 +15,9 @@ one page lists what the environment can change. Imports no torch.
 - ``SEQTRANS_THREADS``: the threads a process computes with; ``OMP_NUM_THREADS``, the
   user's own count, is left to PyTorch when ``SEQTRANS_THREADS`` is unset
   (:mod:`seqtrans.threads`).
+- ``SEQTRANS_WAIT_POLICY``: how OpenMP's idle threads wait (``active``, ``passive``, a
+  spin count or ``default``), said to OpenMP as ``OMP_WAIT_POLICY`` / ``GOMP_SPINCOUNT``,
+  which a user may also set themselves (:func:`seqtrans.threads.set_wait_policy`).
 
 :func:`setting` sets one for the processes seqtrans starts, inside a block; :func:`export`
 for the rest of this process and those it starts (the thread count, before PyTorch
@@ -34,6 +37,9 @@ MIRROR = "SEQTRANS_MIRROR"
 SERVE_TOKEN = "SEQTRANS_SERVE_TOKEN"
 THREADS = "SEQTRANS_THREADS"
 OMP_THREADS = "OMP_NUM_THREADS"
+WAIT_POLICY = "SEQTRANS_WAIT_POLICY"
+OMP_WAIT_POLICY = "OMP_WAIT_POLICY"
+GOMP_SPINCOUNT = "GOMP_SPINCOUNT"
 
 
 def threads() -> str:
@@ -46,9 +52,19 @@ def omp_threads() -> str:
     return os.environ.get(OMP_THREADS, "").strip()
 
 
+def wait_policy() -> str:
+    """``$SEQTRANS_WAIT_POLICY``, or an empty string."""
+    return os.environ.get(WAIT_POLICY, "").strip()
+
+
 def export(name: str, value: str) -> None:
     """Set ``$name`` for the rest of this process and the processes it starts."""
     os.environ[name] = value
+
+
+def remove(name: str) -> None:
+    """Unset ``$name`` for the rest of this process and the processes it starts."""
+    os.environ.pop(name, None)
 
 
 def tune_matmul() -> bool:

@@ -24,13 +24,13 @@ from seqtrans import config as cfg
 from seqtrans.assets import read_assets, write_assets
 from seqtrans.attention import StartsFromScaledDot
 from seqtrans.config import DecodeConfig, RunConfig
-from seqtrans.config import resolve_config as resolve_config  # part of the operations API
 from seqtrans.data import Pairs, check_sources, encode_pairs
 from seqtrans.errors import ConfigError, UsageError
 from seqtrans.inference.evaluation import decode_sources, numeric, read_split, score_examples
 from seqtrans.inference.loading import AVERAGE, select_device
 from seqtrans.model import Transformer, build_model
 from seqtrans.prepare import examples_of, prepare
+from seqtrans.tasks import resolve_config as resolve_config  # part of the operations API
 from seqtrans.tasks.protocol import Codec, Example, Metric, SegmentationSampling, Task, metric_mode
 from seqtrans.training import checkpoint
 from seqtrans.training.loop import Trainer

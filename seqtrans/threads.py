@@ -17,6 +17,16 @@ it), the CPUs available. A count above the CPUs available is honoured, with a wa
 naming both numbers. An explicit count holds for the processes this one starts too (the
 ranks of ``run --nproc``); the default leaves them to their launcher (one thread per
 rank). Imports no torch until it sets a count on a PyTorch already loaded.
+
+A server's decoding workers (``seqtrans serve --workers W``) each compute with
+:func:`worker_threads`: the count given, else the process's count shared among them.
+
+How OpenMP's threads wait between parallel regions is :func:`set_wait_policy`'s: PyTorch's
+CPU wheels, oneDNN, MKL and the native kernels share one libgomp, whose idle threads spin
+for a while (``GOMP_SPINCOUNT``) before they sleep. A spinning thread holds a core that a
+busy machine's other processes want. libgomp reads ``OMP_WAIT_POLICY`` and
+``GOMP_SPINCOUNT`` once, when it is loaded (with torch), so the policy must be set before
+torch is imported: the command line does so first thing; from Python, call it first.
 """
 
 from __future__ import annotations
@@ -157,3 +167,85 @@ def set_threads(threads: int | None = None) -> int | None:
     if torch is not None:
         torch.set_num_threads(count)
     return count
+
+
+def explicit_threads(threads: int | None = None) -> int | None:
+    """The count asked for: ``threads``, else ``$SEQTRANS_THREADS``; None when neither
+    says (the policy's default then decides)."""
+    if threads is not None:
+        return threads
+    configured = environment.threads()
+    return parse_threads(configured, name=environment.THREADS) if configured else None
+
+
+def worker_threads(workers: int, *, threads: int | None = None, process: int) -> int | None:
+    """The threads each of ``workers`` threads that compute side by side should use (a
+    server's decoding workers): ``threads`` or ``$SEQTRANS_THREADS`` for each, else the
+    ``process``'s count (what :func:`set_threads` left PyTorch) shared among them, one at
+    least; None for a single worker without a count (it keeps the process's). A total above
+    the CPUs available is honoured, with a warning naming both numbers."""
+    if workers < 1:
+        raise UsageError(f"workers must be 1 or more, got {workers}")
+    count = explicit_threads(threads)
+    if count is None:
+        if workers == 1:
+            return None
+        count = max(1, process // workers)
+    available = available_cpus()
+    if workers * count > available:
+        log.warning("%d workers of %d threads each compute with %d threads, more than the %d CPUs this "
+                    "process may use", workers, count, workers * count, available)
+    return count
+
+
+#: OpenMP wait policies by name; a whole number is a spin count (``GOMP_SPINCOUNT``).
+WAIT_POLICIES = ("default", "active", "passive")
+
+
+def parse_wait_policy(text: str, *, name: str) -> str:
+    """A wait policy as given on the command line or in the environment: ``default``,
+    ``active``, ``passive`` or a spin count (a whole number, 0 or more), else a
+    :class:`UsageError` naming ``name``."""
+    value = text.strip().lower()
+    if value in WAIT_POLICIES or (value.isdigit() and value.isascii()):
+        return value
+    raise UsageError(f"{name} must be one of {', '.join(WAIT_POLICIES)} or a spin count (a whole number, "
+                     f"0 or more), got {text!r}")
+
+
+def wait_policy_environment(policy: str) -> dict[str, str | None]:
+    """The OpenMP variables that say ``policy`` (None: unset, since libgomp lets
+    ``GOMP_SPINCOUNT`` win over ``OMP_WAIT_POLICY``): ``active`` and ``passive`` as
+    ``OMP_WAIT_POLICY`` (spin until work comes; sleep at once), a spin count N as
+    ``GOMP_SPINCOUNT`` (spin about N times, then sleep), ``default`` none (libgomp's own,
+    a few milliseconds of spinning, or what the user set)."""
+    if policy in ("active", "passive"):
+        return {environment.OMP_WAIT_POLICY: policy.upper(), environment.GOMP_SPINCOUNT: None}
+    if policy.isdigit():
+        return {environment.OMP_WAIT_POLICY: None, environment.GOMP_SPINCOUNT: str(int(policy))}
+    return {}
+
+
+def set_wait_policy(policy: str | None = None) -> str | None:
+    """Have OpenMP's idle threads wait as ``policy`` says (see
+    :func:`wait_policy_environment`), else as ``$SEQTRANS_WAIT_POLICY`` says; the policy
+    set, or None when neither says (the environment's ``OMP_WAIT_POLICY`` and
+    ``GOMP_SPINCOUNT``, if any, then decide). It holds for this process only when PyTorch
+    has not been imported yet (a warning says so otherwise), and for the processes it starts."""
+    if policy is not None:
+        policy = parse_wait_policy(policy, name="wait policy")
+    elif environment.wait_policy():
+        policy = parse_wait_policy(environment.wait_policy(), name=environment.WAIT_POLICY)
+    else:
+        return None
+    settings = wait_policy_environment(policy)
+    for name, value in settings.items():
+        if value is None:
+            environment.remove(name)
+        else:
+            environment.export(name, value)
+    environment.export(environment.WAIT_POLICY, policy)
+    if settings and "torch" in sys.modules:
+        log.warning("the OpenMP wait policy %s holds for the processes this one starts, not for this one: "
+                    "PyTorch (and its OpenMP) is loaded already", policy)
+    return policy

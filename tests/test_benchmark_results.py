@@ -85,3 +85,64 @@ def test_every_results_file_has_its_provenance_or_says_it_was_made_by_hand() -> 
             assert data.get("made"), f"{path.name}: say how it was made"
         elif path.name not in WITHOUT_PROVENANCE:
             assert "commit" in data.get("provenance", {}), f"{path.name} has no provenance"
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (not gone, not a zombie waiting to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_background_load_burns_cpu_beside_the_block_and_is_gone_after_however_it_ends(
+        common: dict[str, Any]) -> None:
+    import time
+
+    with common["background_load"](2) as pids:
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        ticks = [int(Path(f"/proc/{p}/stat").read_text().split(")")[-1].split()[11]) for p in pids]
+        time.sleep(0.3)
+        later = [int(Path(f"/proc/{p}/stat").read_text().split(")")[-1].split()[11]) for p in pids]
+        assert all(b > a for a, b in zip(ticks, later))  # user time grows: they burn the CPU
+    assert not any(_alive(p) for p in pids)
+    with pytest.raises(KeyError), common["background_load"](1) as pids:
+        raise KeyError("the block fails")
+    assert not any(_alive(p) for p in pids)
+
+
+def test_a_burner_stops_when_its_parent_is_killed(common: dict[str, Any]) -> None:
+    import sys
+    import time
+
+    start = (f"import os, subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
+             f"{common['BURNER']!r}, str(os.getpid())]); print(p.pid, flush=True); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", start], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    burner = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{burner}").exists() and _alive(burner) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(burner)
+
+
+def test_batch_one_weight_bandwidth_is_bytes_per_step_times_steps_per_second() -> None:
+    speed = runpy.run_path(str(BENCHMARKS / "decode_speed.py"))
+    shape = {"layers": 1, "d_model": 2, "d_ff": 4, "heads": 1, "vocab": 10}
+    # one layer: 6 d x d matrices and two d x f ones (40 weights), the projection 20: 60
+    assert speed["step_weight_bytes"](shape) == 240
+    # int8: a byte a weight, and 8 bytes per output row (6 d + f + d = 18 rows, 10 vocabulary rows)
+    assert speed["step_weight_bytes"](shape, precision="int8") == 60 + 8 * 28
+    row = {"batch": 1, "seqtrans_tok_s": 100.0, "seqtrans_int8_tok_s": 200.0, "ct2_int8_tok_s": 50.0}
+    speed["weight_bandwidth"](row, shape, bandwidth=1e5)
+    assert row["seqtrans_weight_gb_s"] == pytest.approx(240 * 100 / 1e9)
+    assert row["seqtrans_int8_of_bandwidth"] == pytest.approx(284 * 200 / 1e5)
+    assert row["ct2_int8_of_bandwidth"] == pytest.approx(284 * 50 / 1e5)
+    bound = row["bandwidth_bound_tok_s"]
+    assert bound == {"fp32": pytest.approx(1e5 / 240), "int8": pytest.approx(1e5 / 284)}
+    batched = {"batch": 32, "seqtrans_tok_s": 100.0}
+    speed["weight_bandwidth"](batched, shape, bandwidth=1e5)
+    assert batched == {"batch": 32, "seqtrans_tok_s": 100.0}  # weights serve many rows a step there

@@ -19,8 +19,8 @@ from decoding.test_search import wide_beam_is_exact
 from conftest import tiny_model
 from seqtrans.data import pad_batch
 from seqtrans.decoding import beam_search
+from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.extension import ExtensionError, ModelExtension
-from seqtrans.inference.ensemble import Ensemble
 from seqtrans.model import Transformer
 from seqtrans.vocab import BOS, EOS
 

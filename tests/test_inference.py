@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from seqtrans import cli, tasks
 from seqtrans import config as cfg
 from seqtrans.decoding import beam_search
+from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import generate
 from seqtrans.errors import DataError, UsageError
-from seqtrans.inference.ensemble import Ensemble
 from seqtrans.inference.loading import Loaded, load, load_ensemble
 from seqtrans.inference.scoring import score_files, score_ids
 from seqtrans.model import Transformer, build_model
@@ -34,7 +34,7 @@ def copy_run(directory: Path, *, seed: int, vocab_size: int = 10, model: tuple[s
              change: Callable[[dict[str, torch.Tensor]], None] | None = None) -> Path:
     """A run directory holding an untrained (seeded) copy model over symbols 0 .. vocab_size-1
     (``model``: more settings; ``change`` edits the checkpoint's weights in place)."""
-    config = cfg.resolve_config("copy", overrides=[*SMALL, *model, f"data.vocab_size={vocab_size}",
+    config = tasks.resolve_config("copy", overrides=[*SMALL, *model, f"data.vocab_size={vocab_size}",
                                                    "data.test_size=6", "data.max_length=5",
                                                    "decode.beam=3", "decode.alpha=0.6"])
     vocab_dir = directory / "vocab"

@@ -1,5 +1,13 @@
-"""The package layout's promises: inference never loads the training orchestrator, and
-no engine module imports another in a cycle."""
+"""The package layout's promises: inference never loads the training orchestrator, no
+import cycle between modules of ``seqtrans/``, and each module imports only from its own
+layer or those below it (docs/design.md, "Layers").
+
+An import inside a function counts as much as one at the top of a module: hiding an
+import in a function hides the dependency, it does not remove it. So the graph is built
+from the syntax tree of every module, every ``import`` statement wherever it stands
+(``if TYPE_CHECKING:`` blocks too), relative imports resolved, and ``from pkg import
+name`` counted as an import of ``pkg.name`` where that is a module.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +16,149 @@ import json
 import pkgutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+
+import pytest
 
 import seqtrans
 import seqtrans.inference
 
-ROOT = Path(seqtrans.__file__).parent
+PACKAGE = Path(seqtrans.__file__).parent
+
+#: The layers, lowest first: a module may import modules of its own layer and of the
+#: layers below. A module belongs to the entry naming the longest prefix of its name;
+#: ``seqtrans`` alone is the package's ``__init__``. Keep docs/design.md in step.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("seqtrans.errors", "seqtrans.environment", "seqtrans.atomic", "seqtrans.assets", "seqtrans.system",
+     "seqtrans.precision", "seqtrans.masks", "seqtrans.dropout", "seqtrans.world", "seqtrans.threads",
+     "seqtrans.testing", "seqtrans.binarized", "seqtrans.download"),
+    ("seqtrans.config", "seqtrans.vocab"),
+    ("seqtrans.native", "seqtrans.linear", "seqtrans.distributed"),
+    ("seqtrans.attention", "seqtrans.extension"),
+    # the task contract, and what reads a task's examples into ids; a task's constraint
+    # (decoding.constraints) is part of the contract, free of the search
+    ("seqtrans.tasks", "seqtrans.decoding.constraints", "seqtrans.encoding", "seqtrans.data"),
+    ("seqtrans.model", "seqtrans.quantize", "seqtrans.tasks.contract"),
+    ("seqtrans.decoding",),
+    ("seqtrans.training", "seqtrans.upgrade", "seqtrans.prepare"),
+    ("seqtrans.inference", "seqtrans.formats", "seqtrans.simuleval", "seqtrans.plot"),
+    ("seqtrans.serving",),
+    ("seqtrans.pipeline",),
+    ("seqtrans.cli", "seqtrans.__main__", "seqtrans.scaffold", "seqtrans"),
+)
+
+
+def module_name(path: Path, root: Path) -> str:
+    """``a/b/c.py`` -> ``a.b.c`` and ``a/b/__init__.py`` -> ``a.b`` (relative to ``root``'s parent)."""
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_names(node: ast.AST, package: str) -> list[str]:
+    """The dotted names an import statement may import; ``package`` resolves relative ones."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:
+        up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+        base = ".".join(up + ([base] if base else []))
+    return [base] + [f"{base}.{alias.name}" for alias in node.names]
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Each module of the package at ``root`` -> the package's modules it imports."""
+    modules = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            for target in imported_names(node, package):
+                while target and target not in modules:  # an object of a module: the module
+                    target = target.rpartition(".")[0]
+                # importing a module imports its packages first: those edges are not dependencies
+                if target and target != name and not name.startswith(target + "."):
+                    edges[name].add(target)
+    return edges
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def layer_of(module: str, layers: tuple[tuple[str, ...], ...] = LAYERS) -> int | None:
+    """The index of the layer whose longest prefix names ``module``; None if none does."""
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for number, prefixes in enumerate(layers):
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                if best is None or len(prefix) > best[0]:
+                    best = (len(prefix), number)
+    return None if best is None else best[1]
+
+
+def upward_imports(graph: Mapping[str, set[str]],
+                   layers: tuple[tuple[str, ...], ...] = LAYERS) -> list[str]:
+    """Each import of a module from a higher layer than the importer's, as ``a -> b``."""
+    bad = []
+    for module, targets in sorted(graph.items()):
+        own = layer_of(module, layers)
+        for target in sorted(targets):
+            theirs = layer_of(target, layers)
+            if own is not None and theirs is not None and theirs > own:
+                bad.append(f"{module} (layer {own}) -> {target} (layer {theirs})")
+    return bad
+
+
+def write_package(root: Path, files: Mapping[str, str]) -> Path:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root / next(iter(files)).split("/")[0]
+
+
+# ----------------------------------------------------------------------------- the package
 
 
 def test_no_inference_module_imports_the_training_orchestrator() -> None:
@@ -29,49 +174,92 @@ def test_no_inference_module_imports_the_training_orchestrator() -> None:
     assert "seqtrans.inference.heatmaps" in loaded  # the modules were imported
 
 
-def _imports(path: Path, module: str) -> set[str]:
-    """The seqtrans modules ``module`` imports at import time (not inside functions or
-    TYPE_CHECKING blocks)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    found: set[str] = set()
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in tree.body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
-        for sub in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
-            if isinstance(sub, ast.Import):
-                found.update(a.name for a in sub.names)
-            elif isinstance(sub, ast.ImportFrom):
-                base = sub.module or ""
-                if sub.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - sub.level + 1] + [base])
-                found.add(base)
-                found.update(f"{base}.{a.name}" for a in sub.names)
-    return {m for m in found if m.startswith("seqtrans.") or m == "seqtrans"}
+def test_seqtrans_has_no_import_cycle() -> None:
+    found = cycles(import_graph(PACKAGE))
+    assert not found, "import cycles (imports inside functions count):\n" + "\n".join(
+        " <-> ".join(c) for c in found)
 
 
-def test_the_engine_has_no_import_cycles() -> None:
-    modules = {}
-    for path in ROOT.rglob("*.py"):
-        parts = path.relative_to(ROOT.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        modules[name] = path
-    graph = {name: {m for m in _imports(path, name) if m in modules and m != name}
-             for name, path in modules.items()}
-    # a module importing a package runs the package's __init__ first, which is part of the import
-    cycles = []
-    state: dict[str, int] = {}
+def test_every_module_is_in_a_layer() -> None:
+    missing = sorted(m for m in import_graph(PACKAGE) if layer_of(m) is None)
+    assert not missing, f"modules in no layer of LAYERS (add them, and to docs/design.md): {missing}"
 
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                cycles.append(stack[stack.index(nxt):] + [nxt])
-            elif nxt not in state:
-                visit(nxt, [*stack, nxt])
-        state[node] = 2
 
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [name])
-    assert cycles == []
+def test_modules_import_only_their_own_layer_or_lower() -> None:
+    bad = upward_imports(import_graph(PACKAGE))
+    assert not bad, "imports from a higher layer:\n" + "\n".join(bad)
+
+
+def test_design_doc_names_every_layer() -> None:
+    design = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
+    section = design[design.index("## Layers"):]
+    for prefixes in LAYERS:
+        for prefix in prefixes:
+            if prefix != "seqtrans":
+                shown = prefix.removeprefix("seqtrans.")
+                assert f"`{shown}`" in section, f"docs/design.md's Layers section does not name `{shown}`"
+
+
+# ----------------------------------------------------------------------------- the checks themselves
+
+
+TOY = {
+    "toy/__init__.py": "",
+    "toy/a.py": "from toy import b\n",
+    "toy/b.py": "def later():\n    from .sub import c  # hidden in a function: still an edge\n",
+    "toy/sub/__init__.py": "",
+    "toy/sub/c.py": "import toy.a\n",
+    "toy/d.py": "from toy.sub.c import something\n",  # imports into the cycle, not part of it
+}
+
+
+def test_a_cycle_through_a_function_local_relative_import_is_found(tmp_path: Path) -> None:
+    root = write_package(tmp_path, TOY)
+    graph = import_graph(root)
+    assert graph["toy.b"] == {"toy.sub", "toy.sub.c"} and graph["toy.d"] == {"toy.sub.c"}
+    assert cycles(graph) == [["toy.a", "toy.b", "toy.sub.c"]]
+
+
+def test_a_package_importing_its_submodules_is_no_cycle(tmp_path: Path) -> None:
+    root = write_package(tmp_path, {
+        "toy/__init__.py": "from toy.a import f\nfrom . import b\n",
+        "toy/a.py": "def f():\n    pass\n",
+        "toy/b.py": "from toy import a\n",  # a child importing through its package: to toy.a, not toy
+    })
+    graph = import_graph(root)
+    assert graph["toy"] == {"toy.a", "toy.b"} and graph["toy.b"] == {"toy.a"}
+    assert cycles(graph) == []
+    write_package(tmp_path, {"toy/a.py": "import toy.b\nfrom toy.b import g\n",
+                             "toy/b.py": "from toy import a\ndef g():\n    pass\n"})
+    assert cycles(import_graph(root)) == [["toy.a", "toy.b"]]
+
+
+def test_a_type_checking_import_counts(tmp_path: Path) -> None:
+    root = write_package(tmp_path, {
+        "toy/__init__.py": "",
+        "toy/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from toy.b import B\n",
+        "toy/b.py": "from toy.a import A\n",
+    })
+    assert cycles(import_graph(root)) == [["toy.a", "toy.b"]]
+
+
+def test_an_import_from_a_higher_layer_is_reported(tmp_path: Path) -> None:
+    root = write_package(tmp_path, {
+        "toy/__init__.py": "",
+        "toy/low.py": "def f():\n    from toy.high.top import g\n",
+        "toy/high/__init__.py": "",
+        "toy/high/top.py": "from toy import low\n",
+        "toy/high/middle.py": "from toy.low import f\n",
+    })
+    layers = (("toy.low", "toy.high.middle"), ("toy.high",))
+    graph = import_graph(root)
+    assert layer_of("toy.high.middle", layers) == 0 and layer_of("toy.high.top", layers) == 1
+    assert upward_imports(graph, layers) == ["toy.low (layer 0) -> toy.high.top (layer 1)"]
+
+
+@pytest.mark.parametrize("module", ["seqtrans.decoding.constraints", "seqtrans.tasks.contract",
+                                    "seqtrans.tasks.protocol", "seqtrans"])
+def test_the_longest_prefix_decides_a_layer(module: str) -> None:
+    expected = {"seqtrans.decoding.constraints": 4, "seqtrans.tasks.contract": 5,
+                "seqtrans.tasks.protocol": 4, "seqtrans": len(LAYERS) - 1}
+    assert layer_of(module) == expected[module]

@@ -22,7 +22,7 @@ import torch
 
 from conftest import require_native_kernels, tiny_model
 from seqtrans import native
-from seqtrans.attention.scaled_dot import BeamKVCache, KVCache
+from seqtrans.attention.cache import BeamKVCache, KVCache
 from seqtrans.decoding import beam_search, greedy_search
 from seqtrans.linear.int8 import Int8Linear, quantize_rows
 from seqtrans.quantize import quantized

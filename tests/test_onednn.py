@@ -12,8 +12,8 @@ from conftest import decoding_copy, tiny_model
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import beam_search, greedy_search
+from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import decoding_model, generate
-from seqtrans.inference.ensemble import Ensemble
 from seqtrans.linear.int8 import Int8Linear
 from seqtrans.linear.onednn import OneDNNLinear, onednn_available, row_bucket
 from seqtrans.quantize import onednn, onednn_cached

@@ -12,9 +12,9 @@ import torch
 from test_cli import TINY
 
 from seqtrans import pipeline
-from seqtrans.config import resolve_config
 from seqtrans.errors import UsageError
 from seqtrans.inference.loading import load
+from seqtrans.tasks import resolve_config
 
 CAUSAL = ["model.causal_encoder=true"]
 

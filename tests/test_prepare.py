@@ -16,6 +16,7 @@ from seqtrans import prepare as prep
 from seqtrans.binarized import PreparedError, open_dataset
 from seqtrans.config import RunConfig, TrainConfig
 from seqtrans.data import source_ids, target_ids
+from seqtrans.prepare import workers
 from seqtrans.tasks import Example, Skipped
 from seqtrans.vocab import EOS, Vocab, Vocabularies
 
@@ -112,7 +113,7 @@ def test_cleaning_counts_long_and_duplicate_pairs(tmp_path: Path, caplog: pytest
 
 def test_workers_write_the_same_dataset_as_one_process(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prep, "CHUNK", 70)  # several chunks, so that a pool of workers starts
+    monkeypatch.setattr(workers, "CHUNK", 70)  # several chunks, so that a pool of workers starts
     items = corpus(500, seed=4)
     one = prep.prepare(WordTask(items), config(tmp_path / "one", prepare_workers=1)).directory
     two = prep.prepare(WordTask(items), config(tmp_path / "two", prepare_workers=2)).directory
@@ -157,10 +158,10 @@ def test_damaged_or_foreign_files_are_refused_by_name_and_rebuilt(tmp_path: Path
 
 def test_an_interrupted_preparation_resumes_from_its_shards(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prep, "CHUNK", 40)
+    monkeypatch.setattr(workers, "CHUNK", 40)
     items = corpus(300, seed=2)
     encoded: list[int] = []
-    original = prep.encode_shard
+    original = workers.encode_shard
 
     def failing(codec: object, index: int, *args: object) -> None:
         if index == 4:
@@ -168,14 +169,14 @@ def test_an_interrupted_preparation_resumes_from_its_shards(tmp_path: Path,
         encoded.append(index)
         original(codec, index, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(prep, "encode_shard", failing)
+    monkeypatch.setattr(workers, "encode_shard", failing)
     task = WordTask(items)
     with pytest.raises(KeyboardInterrupt):
         prep.prepare(task, config(tmp_path, prepare_workers=1))
     assert encoded == [0, 1, 2, 3]
     partial = next((tmp_path / "cache").glob("*.partial"))
     assert (partial / "vocab" / "words.vocab").is_file() and len(list((partial / "shards").iterdir())) == 4
-    monkeypatch.setattr(prep, "encode_shard", lambda codec, index, *args: (encoded.append(index),
+    monkeypatch.setattr(workers, "encode_shard", lambda codec, index, *args: (encoded.append(index),
                                                                           original(codec, index, *args)))
     resumed = prep.prepare(task, config(tmp_path, prepare_workers=1))
     assert encoded == [0, 1, 2, 3, 4, 5, 6, 7]  # the finished shards were not encoded again

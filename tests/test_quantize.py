@@ -14,9 +14,9 @@ from conftest import decoding_copy, tiny_model
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import beam_search, greedy_search
+from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import generate
 from seqtrans.errors import ConfigError
-from seqtrans.inference.ensemble import Ensemble
 from seqtrans.linear.int8 import Int8Linear, quantize_rows
 from seqtrans.quantize import int8_only, is_int8_only, quantized, quantized_cached
 from seqtrans.vocab import EOS

@@ -134,7 +134,7 @@ def test_a_task_name_that_looks_like_a_module_or_a_file_is_an_unknown_task(
     with pytest.raises(TaskError, match=rf"unknown task '{name}'; installed tasks: "):
         tasks.load(name)
     with pytest.raises(TaskError, match="unknown task"):
-        cfg.resolve_config(name)
+        tasks.resolve_config(name)
     assert not marker.exists() and "evil_task" not in sys.modules
 
 
@@ -146,11 +146,11 @@ def test_a_config_or_checkpoint_cannot_name_its_own_task_module(tmp_path: Path,
     file = tmp_path / "c.json"
     file.write_text('{"task": "evil_task:EvilTask"}')
     with pytest.raises(UsageError, match="is a config for task 'evil_task:EvilTask', not 'copy'"):
-        cfg.resolve_config("copy", config_file=file)
+        tasks.resolve_config("copy", config_file=file)
     with pytest.raises(ConfigError, match="config key 'task': is 'evil_task:EvilTask', but the command runs"):
-        cfg.resolve_config("copy", overrides=["task=evil_task:EvilTask"])
+        tasks.resolve_config("copy", overrides=["task=evil_task:EvilTask"])
     # a checkpoint whose saved config names a module is an unknown task too
-    saved = cfg.to_dict(cfg.resolve_config("copy"))
+    saved = cfg.to_dict(tasks.resolve_config("copy"))
     path = tmp_path / "ckpt.pt"
     checkpoint.save_atomic({"format": checkpoint.FORMAT, "config": {**saved, "task": "evil_task:EvilTask"},
                             "assets": {}, "model": {}}, path)
@@ -179,12 +179,12 @@ def test_modules_and_metadata_in_the_working_directory_are_never_loaded(tmp_path
 
 def test_data_parallel_ranks_do_not_put_the_working_directory_on_their_path(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from seqtrans import cli
+    from seqtrans import distributed
 
     seen: list[str | None] = []
     monkeypatch.setattr("torch.distributed.run.run",
                         lambda launch: seen.append(os.environ.get("PYTHONSAFEPATH")))
     monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
-    assert cli._launch(2, ["run", "copy"]) == 0
+    assert distributed.launch(2, ["run", "copy"]) == 0
     assert seen == ["1"] and "PYTHONSAFEPATH" not in os.environ  # for the ranks only
 

@@ -19,7 +19,8 @@ from seqtrans.config import DecodeConfig
 from seqtrans.decoding import streaming
 from seqtrans.decoding.streaming import StreamDecoder, stream_greedy
 from seqtrans.errors import UsageError
-from seqtrans.inference import loading, online
+from seqtrans.inference import loading
+from seqtrans.inference import streaming as streaming_input
 from seqtrans.inference.session import StreamSession
 from seqtrans.model import Transformer
 from seqtrans_copy import CopyCodec
@@ -169,12 +170,12 @@ def test_a_task_that_streams_characters_reads_them_as_words_are_read() -> None:
 
 
 def test_stdin_arrives_character_by_character_for_such_a_task() -> None:
-    assert list(online.words_of(["0 1\r\n", "2", "3\n4"], unit="characters")) == [
+    assert list(streaming_input.words_of(["0 1\r\n", "2", "3\n4"], unit="characters")) == [
         "0", " ", "1", None, "2", "3", None, "4", None]
-    assert list(online.words_of(["0 1\n4"])) == ["0", "1", None, "4", None]
+    assert list(streaming_input.words_of(["0 1\n4"])) == ["0", "1", None, "4", None]
     model = streaming_model(3, g=1.0, r=3.0)
     by_word, by_char = Arrivals("0 1 2 3\n"), Arrivals("")
-    by_char.events = list(online.words_of(["0123\n"], unit="characters"))
-    online.stream(loaded_copy(model), by_word, by_word.write)
-    online.stream(_letters(model), by_char, by_char.write)
+    by_char.events = list(streaming_input.words_of(["0123\n"], unit="characters"))
+    streaming_input.stream(loaded_copy(model), by_word, by_word.write)
+    streaming_input.stream(_letters(model), by_char, by_char.write)
     assert by_char.log == by_word.log  # the same tokens written after the same units read

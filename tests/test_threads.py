@@ -157,3 +157,89 @@ def test_the_default_is_said_to_openmp_only_where_a_quota_caps_it(monkeypatch: p
         assert "SEQTRANS_THREADS" not in os.environ
     finally:
         torch.set_num_threads(before)
+
+
+def test_workers_share_the_process_threads_unless_a_count_is_given(monkeypatch: pytest.MonkeyPatch,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(threads, "available_cpus", lambda: 4)
+    monkeypatch.delenv("SEQTRANS_THREADS", raising=False)
+    assert threads.worker_threads(1, process=4) is None  # one worker keeps the process's count
+    assert threads.worker_threads(2, process=4) == 2
+    assert threads.worker_threads(3, process=4) == 1
+    assert threads.worker_threads(8, process=4) == 1  # one at least
+    assert "8 workers of 1 threads each compute with 8 threads, more than the 4 CPUs" in caplog.text
+    assert threads.worker_threads(2, threads=3, process=4) == 3  # --threads is each worker's
+    monkeypatch.setenv("SEQTRANS_THREADS", "1")
+    assert threads.worker_threads(1, process=4) == 1
+    assert threads.worker_threads(2, process=4) == 1
+
+
+@pytest.mark.parametrize(("policy", "expected"), [
+    ("passive", {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": None}),
+    ("Active", {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": None}),
+    ("10000", {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "10000"}),
+    ("default", {"OMP_WAIT_POLICY": "mine", "GOMP_SPINCOUNT": "5"})])  # the user's own, untouched
+def test_the_wait_policy_is_said_to_openmp(monkeypatch: pytest.MonkeyPatch, policy: str,
+                                           expected: dict[str, str | None]) -> None:
+    monkeypatch.setenv("OMP_WAIT_POLICY", "mine")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "5")
+    monkeypatch.delenv("SEQTRANS_WAIT_POLICY", raising=False)
+    assert threads.set_wait_policy(policy) == policy.lower()
+    assert {name: os.environ.get(name) for name in expected} == expected
+    assert os.environ["SEQTRANS_WAIT_POLICY"] == policy.lower()  # for the processes it starts
+
+
+def test_without_a_policy_the_environment_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SEQTRANS_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert threads.set_wait_policy() is None and os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    monkeypatch.setenv("SEQTRANS_WAIT_POLICY", "passive")
+    assert threads.set_wait_policy() == "passive" and os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+@pytest.mark.parametrize("value", ["sleepy", "-5", "1.5", ""])
+def test_a_bad_wait_policy_is_a_usage_error_naming_the_flag(value: str,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from seqtrans.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main([f"--wait-policy={value}", "tasks"])
+    assert exited.value.code == 2 and "--wait-policy" in capsys.readouterr().err
+
+
+def test_a_bad_environment_wait_policy_is_a_usage_error_naming_the_variable(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from seqtrans.cli import main
+
+    monkeypatch.setenv("SEQTRANS_WAIT_POLICY", "sleepy")
+    assert main(["tasks"]) == 2
+    assert "SEQTRANS_WAIT_POLICY" in capsys.readouterr().err
+
+
+IDLE_SPIN = """
+import os, sys, time
+from seqtrans.cli import main
+main(sys.argv[1:])
+import torch
+torch.set_num_threads(2)
+x = torch.ones(1 << 22)
+for _ in range(20):
+    x.add_(1)  # a parallel region: the second thread joins, then waits for the next
+before = time.process_time()
+time.sleep(0.5)
+print("idle cpu", time.process_time() - before)
+"""
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs")
+def test_the_flag_reaches_openmp_active_threads_spin_while_idle_passive_ones_sleep() -> None:
+    """The process's CPU time while its main thread sleeps after a parallel region: an
+    OpenMP thread that spins for work uses it, one that sleeps does not."""
+    used = {}
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    for policy in ("active", "passive"):
+        done = subprocess.run([sys.executable, "-c", IDLE_SPIN, "-q", "--wait-policy", policy, "tasks"],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        used[policy] = float(done.stdout.split("idle cpu")[1])
+    assert used["active"] > 0.05 and used["passive"] < 0.03, used

@@ -12,28 +12,39 @@ piece of per-sentence or per-hypothesis decoding state implements
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor, nn
 
 from seqtrans.attention.additive import AdditiveScore
+from seqtrans.attention.cache import KVCache
 from seqtrans.attention.content import ContentCrossAttention, ContentSelfAttention
 from seqtrans.attention.local import LocalAttention
 from seqtrans.attention.lookback import LookbackAttention
 from seqtrans.attention.luong import DotScore, GeneralScore, LocationScore
 from seqtrans.attention.maps import AttentionMaps, Recorder
 from seqtrans.attention.memory import MemoryAttention
-from seqtrans.attention.monotonic import MonotonicAttention, SourceStream
+from seqtrans.attention.monotonic import MonotonicAttention, SourceStream, selecting
 from seqtrans.attention.multihead_monotonic import MultiheadMonotonicAttention
 from seqtrans.attention.restricted import RestrictedSelfAttention
-from seqtrans.attention.scaled_dot import CrossAttention, CrossState, KVCache, SelfAttention, waiting
-from seqtrans.config import ModelConfig
+from seqtrans.attention.scaled_dot import CrossAttention, CrossState, SelfAttention, waiting
+from seqtrans.config import DecodeConfig, ModelConfig
 
 __all__ = ["CROSS_ATTENTION", "SELF_ATTENTION", "AttentionMaps", "CrossAttention", "CrossAttentionModule",
            "CrossState", "DecodingState", "KVCache", "Recorder", "SelfAttention", "SelfAttentionModule",
            "LatencyReporting", "SourceStream", "StreamingCrossAttention", "StartsFromScaledDot",
-           "cross_attention", "self_attention", "waiting"]
+           "cross_attention", "reading", "selecting", "self_attention", "waiting"]
+
+
+@contextmanager
+def reading(decode: DecodeConfig) -> Iterator[None]:
+    """Encoder-decoder attention prepared inside this block reads the source as ``decode``
+    says: wait-k at ``decode.wait_k`` (:func:`waiting`), learned policies stopping at
+    ``decode.monotonic_threshold`` (:func:`selecting`)."""
+    with waiting(decode.wait_k or None), selecting(decode.monotonic_threshold):
+        yield
 
 
 class DecodingState(Protocol):

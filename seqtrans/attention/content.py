@@ -17,6 +17,7 @@ from typing import Protocol
 
 from torch import Tensor, nn
 
+from seqtrans.attention.cache import KVCache
 from seqtrans.attention.common import (
     SENTENCE,
     fold,
@@ -25,7 +26,7 @@ from seqtrans.attention.common import (
     self_attention_mask,
     unfold,
 )
-from seqtrans.attention.scaled_dot import KVCache, merge_heads, split_heads
+from seqtrans.attention.scaled_dot import merge_heads, split_heads
 from seqtrans.dropout import Dropout
 from seqtrans.masks import key_mask
 

@@ -32,7 +32,10 @@ the expected alignment of training becomes the hard alignment of decoding. A
 :mod:`seqtrans.inference.policy` measures how far the two still differ.
 
 At test time (``eval()``) attention is hard: from t_{i-1}, move right until p_ij >= 0.5
-(e_ij >= 0), attend there, or attend to nothing if no position qualifies. Energies are
+(e_ij >= 0), attend there, or attend to nothing if no position qualifies. The threshold
+0.5 is the paper's; :func:`selecting` sets another for decoding (``decode.monotonic_threshold``): a
+lower one writes sooner, a higher one reads further first, so that one trained policy
+decodes at several latencies (as EMMA, Ma et al. 2023, does with its threshold). Energies are
 computed only for the positions inspected, a few at a time, so decoding does O(|S| + |T|)
 energy evaluations in all and never looks past the position it attends: this is what lets
 ``seqtrans.decoding.streaming`` decode while the source is still arriving.
@@ -48,6 +51,9 @@ positions this call, A energy width, D model, W positions inspected at once.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -60,6 +66,31 @@ from seqtrans.attention.maps import MonotonicWeights
 
 LOG_FLOOR = math.log(1e-30)
 SCAN = 4  # source positions whose energy hard attention evaluates at once
+_THRESHOLD: ContextVar[float] = ContextVar("selection_threshold", default=0.5)
+
+
+@contextmanager
+def selecting(threshold: float | None) -> Iterator[None]:
+    """Monotonic attention prepared inside this block selects a source position once
+    its selection probability reaches ``threshold``, in (0, 1), instead of 0.5. None
+    changes nothing (the enclosing block's threshold, else 0.5)."""
+    if threshold is None:
+        yield
+        return
+    if not 0.0 < threshold < 1.0:
+        raise ValueError(f"a selection threshold must lie in (0, 1), got {threshold}")
+    token = _THRESHOLD.set(threshold)
+    try:
+        yield
+    finally:
+        _THRESHOLD.reset(token)
+
+
+def selection_floor() -> float:
+    """The energy at which the selection probability reaches the threshold in effect:
+    hard decisions select where e >= this (0 at the paper's 0.5)."""
+    p = _THRESHOLD.get()
+    return math.log(p / (1.0 - p))
 
 
 def _log_terms(energy: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -154,6 +185,7 @@ class MonotonicState:
     position: Tensor | None = field(default=None, metadata=ROW)  # [N]
     alpha: Tensor | None = field(default=None, metadata=ROW)  # [N, S]
     source: SourceStream | None = None  # where more positions come from; None: all are here
+    floor: float = field(default_factory=selection_floor)  # select where e >= floor (selecting)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         reorder_fields(self, rows, sentences)
@@ -265,7 +297,7 @@ class MonotonicAttention(nn.Module):
 
     def _select(self, query: Tensor, sentence: Tensor, state: MonotonicState) -> Tensor:
         """Where each hypothesis attends at this step: the first position from its last one
-        with e >= 0, or its source length if none.  query [N, A] -> [N]"""
+        with e >= floor, or its source length if none.  query [N, A] -> [N]"""
         assert state.position is not None
         position = state.position.clone()
         chosen = position.clone()
@@ -289,7 +321,7 @@ class MonotonicAttention(nn.Module):
             valid = cols < limit.unsqueeze(1)
             keys = state.keys[sentence[pending].unsqueeze(1), torch.minimum(cols, limit.unsqueeze(1) - 1)]
             energy = self.energy(query[pending].unsqueeze(1), keys).squeeze(1)  # [R, W]
-            hit = (energy >= 0) & valid
+            hit = (energy >= state.floor) & valid
             found = hit.any(1)
             first = hit.long().argmax(1)  # the first selected position
             chosen[pending[found]] = cols[found, first[found]]

@@ -19,7 +19,8 @@ MMA-IL then sees the whole source). Training uses each head's expected alignment
 does. MMA-IL's expected soft attention is MILk's
 (:func:`~seqtrans.attention.lookback.lookback_weights`), per head.
 
-At test time (``eval()``) each head reads while p < 0.5; a step writes only when every
+At test time (``eval()``) each head reads while p < 0.5 (or the threshold that
+:func:`~seqtrans.attention.monotonic.selecting` sets); a step writes only when every
 head of every layer has stopped, so its delay is the largest over heads. Each layer
 pulls source positions from an arriving source (``follow``) as far as its heads need,
 which is how ``seqtrans.decoding.streaming`` decodes while the source arrives.
@@ -43,7 +44,7 @@ from torch import Tensor, nn
 from seqtrans.attention.common import ROW, SENTENCE, copy_linear, masked_softmax, reorder_fields
 from seqtrans.attention.lookback import lookback_weights, preserve_mass
 from seqtrans.attention.maps import HeadMonotonicWeights
-from seqtrans.attention.monotonic import SourceStream, expected_alignment
+from seqtrans.attention.monotonic import SourceStream, expected_alignment, selection_floor
 from seqtrans.attention.scaled_dot import merge_heads, split_heads
 
 
@@ -64,6 +65,7 @@ class MultiheadMonotonicState:
     position: Tensor | None = field(default=None, metadata=ROW)  # [N, H]: where each head stopped last
     alpha: Tensor | None = field(default=None, metadata=ROW)  # [N, H, S]: the last expected alignment
     source: SourceStream | None = None  # where more positions come from; None: all are here
+    floor: float = field(default_factory=selection_floor)  # a head stops where e >= floor (selecting)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         reorder_fields(self, rows, sentences)
@@ -106,9 +108,9 @@ def head_alignments(energy: Tensor, mask: Tensor, lengths: Tensor, *,
     return torch.stack(steps, dim=1).view(n, h, t, s)
 
 
-def hard_positions(energy: Tensor, lengths: Tensor) -> Tensor:
+def hard_positions(energy: Tensor, lengths: Tensor, *, floor: float = 0.0) -> Tensor:
     """Where each head stops at each step, from all energies at once: the first position
-    from its previous one with e >= 0, or the last position if none.
+    from its previous one with e >= floor, or the last position if none.
     energy [N, H, T, S], lengths [N] -> [N, H, T] (long)"""
     n, h, t, s = energy.shape
     source = torch.arange(s, device=energy.device)  # [S]
@@ -117,7 +119,7 @@ def hard_positions(energy: Tensor, lengths: Tensor) -> Tensor:
     position = torch.zeros(n, h, dtype=torch.long, device=energy.device)
     steps = []
     for i in range(t):
-        hit = (energy[:, :, i] >= 0) & inside & (source >= position.unsqueeze(-1))  # [N, H, S]
+        hit = (energy[:, :, i] >= floor) & inside & (source >= position.unsqueeze(-1))  # [N, H, S]
         position = torch.where(hit.any(-1), hit.long().argmax(-1), last)
         steps.append(position)
     return torch.stack(steps, dim=2) if steps else lengths.new_zeros(n, h, 0)
@@ -248,7 +250,7 @@ class MultiheadMonotonicAttention(nn.Module):
             flat = lookback_weights(alpha.reshape(b * h, t, s), scores,
                                     mask.repeat_interleave(h, dim=0))  # [B*H, 1, T, S]
             attention = flat.view(b, h, t, s)
-        return HeadMonotonicWeights(hard_positions(energy, lengths), alpha,
+        return HeadMonotonicWeights(hard_positions(energy, lengths, floor=selection_floor()), alpha,
                                     torch.sigmoid(energy) * mask[:, None, None, :], attention)
 
     # ------------------------------------------------------------------ training
@@ -307,7 +309,7 @@ class MultiheadMonotonicAttention(nn.Module):
 
     def _select(self, step: Tensor, state: MultiheadMonotonicState) -> Tensor:
         """Where each head stops at this step: the first position from its last one with
-        e >= 0, reading more of an arriving source while some head finds none; the last
+        e >= floor, reading more of an arriving source while some head finds none; the last
         position once the source has ended.  step [N, 1, D] -> [N, H]"""
         assert state.position is not None
         n = step.size(0)
@@ -317,7 +319,7 @@ class MultiheadMonotonicAttention(nn.Module):
             energy = self.energy(step, state.k_mono)[:, :, 0]  # [N, H, S]
             source = torch.arange(s, device=step.device)
             inside = (source >= state.position.unsqueeze(-1)) & (source < lengths.view(n, 1, 1))
-            hit = (energy >= 0) & inside  # [N, H, S]
+            hit = (energy >= state.floor) & inside  # [N, H, S]
             found = hit.any(-1)
             if bool(found.all()) or state.source is None:
                 break

@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seqtrans.attention.cache import KVCache
 from seqtrans.attention.common import masked_softmax, self_attention_mask
-from seqtrans.attention.scaled_dot import KVCache, SelfAttention, merge_heads, split_heads
+from seqtrans.attention.scaled_dot import SelfAttention, merge_heads, split_heads
 from seqtrans.dropout import Dropout
 
 

@@ -1,5 +1,8 @@
 """Run configuration: the schema (:mod:`.schema`, every default once, with its help
-text), value checking (:mod:`.values`) and resolution in layers (:mod:`.layers`)."""
+text), value checking (:mod:`.values`) and resolution in layers (:mod:`.layers`).
+
+This package imports no task: a task's configuration is resolved by
+:func:`seqtrans.tasks.resolve_config`, a layer above."""
 
 from seqtrans.config.layers import (
     describe,
@@ -10,7 +13,6 @@ from seqtrans.config.layers import (
     parse_overrides,
     preset_names,
     resolve,
-    resolve_config,
     same_settings,
     to_dict,
 )
@@ -29,5 +31,5 @@ from seqtrans.config.schema import (
 
 __all__ = ["CROSS_MECHANISMS", "PRECISIONS", "PRESETS", "SELF_MECHANISMS", "DecodeConfig", "Mechanism",
            "ModelConfig", "RunConfig", "TrainConfig", "describe", "from_dict", "load_file", "markdown_table",
-           "merge", "option", "parse_overrides", "preset_names", "resolve", "resolve_config", "same_settings",
+           "merge", "option", "parse_overrides", "preset_names", "resolve", "same_settings",
            "to_dict"]

@@ -226,13 +226,3 @@ def markdown_table(config: Any, *, prefix: str = "") -> str:
         lines.append(f"| `{key}` | {kind.replace('|', '/')} | `{shown}` | {help_text} |")
     return "\n".join(lines) + "\n"
 
-
-def resolve_config(task: str, *, preset: str | None = None, config_file: str | Path | None = None,
-                   overrides: Iterable[str] = ()) -> RunConfig:
-    """The fully resolved configuration of a run of ``task`` (see :mod:`seqtrans.config`)."""
-    from seqtrans import tasks  # the task's options and presets come from its plugin
-
-    task_cls = tasks.load(task)
-    return resolve(task, data_cls=task_cls.Config, task_defaults=task_cls.defaults,
-                       task_presets=task_cls.presets, preset=preset, config_file=config_file,
-                       overrides=overrides)

@@ -359,6 +359,11 @@ class DecodeConfig:
         "source positions; 0: the model's own model.wait_k (the whole source if it has none). A "
         "model with scaled_dot encoder-decoder attention decodes at any lag."
     )
+    monotonic_threshold: float = option(
+        0.5, "Decoding with learned read/write policies (monotonic, milk, mma_hard, mma_il attention): "
+        "a head stops reading once its selection probability reaches this, in (0, 1). 0.5 is how "
+        "they are trained; lower writes sooner (less latency), higher reads further first."
+    )
     sample: int = option(
         0, "Draw this many outputs per input from the model's distribution (reshaped by "
         "decode.temperature, top_k, top_p and epsilon) instead of searching; decode.beam and "
@@ -396,6 +401,9 @@ class DecodeConfig:
                 raise ConfigError(f"decode.{key}", f"must be at least 1, got {getattr(self, key)}")
         if self.nbest > self.beam:
             raise ConfigError("decode.nbest", f"nbest {self.nbest} exceeds the beam size {self.beam}")
+        if not 0.0 < self.monotonic_threshold < 1.0:
+            raise ConfigError("decode.monotonic_threshold",
+                              f"must lie strictly between 0 and 1, got {self.monotonic_threshold}")
         for key in ("alpha", "max_len_a", "max_len_b", "min_len", "wait_k", "no_repeat_ngram_size"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"decode.{key}", f"must not be negative, got {getattr(self, key)}")

@@ -1,5 +1,6 @@
 """Search: greedy and batched beam search with the GNMT length penalty, n-best output
-and a per-hypothesis constraint hook; the math in :mod:`.search`, the loops in :mod:`.beam`."""
+and a per-hypothesis constraint hook; the math in :mod:`.search`, the loops in :mod:`.beam`.
+What they search is a model or an :class:`~.ensemble.Ensemble` of models (:mod:`.protocol`)."""
 
 from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.constraints import Constraint

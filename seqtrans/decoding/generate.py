@@ -11,17 +11,17 @@ import torch
 from tqdm import tqdm
 
 from seqtrans import environment
-from seqtrans.attention import waiting
+from seqtrans.attention import reading
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding.beam import Cancelled, beam_search, greedy_search, sample_search
 from seqtrans.decoding.constraints import Constraint
+from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.lexical import Phrases, required_problem
 from seqtrans.decoding.protocol import SearchModel
 from seqtrans.decoding.sampling import Truncation, input_uniforms
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.errors import ConfigError
-from seqtrans.inference.ensemble import Ensemble
 from seqtrans.linear.onednn import onednn_available
 from seqtrans.model import Transformer
 from seqtrans.precision import autocast
@@ -90,7 +90,8 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
     """The n-best hypotheses of every source (ids ending in EOS), in input order; with
     ``decode.sample``, that many samples of each, in the order drawn.
 
-    ``decode.wait_k`` sets the wait-k lag (:func:`seqtrans.attention.waiting`).
+    ``decode.wait_k`` sets the wait-k lag and ``decode.monotonic_threshold`` the learned
+    policies' stopping threshold (:func:`seqtrans.attention.reading`).
     ``constraints(indices)`` returns the task's constraint for the sources at those indices
     (its ``rows`` are positions in that list). ``position_limit`` caps output lengths
     (learned positions). ``positions``: each source's position in the whole input (its
@@ -109,7 +110,7 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
     if required is not None and any(required):
         _check_required(sources, required, config, position_limit=position_limit, prefixes=prefixes)
     model = decoding_model(model, config.precision, device)
-    with waiting(config.wait_k or None):
+    with reading(config):
         return _generate(model, sources, config, device=device, constraints=constraints,
                          position_limit=position_limit,
                          positions=range(len(sources)) if positions is None else positions,

@@ -1,6 +1,6 @@
 """What the search loops need of a model: encode once, start a state, decode a step.
 
-A :class:`~seqtrans.model.Transformer` is one; so is an :class:`~seqtrans.inference.ensemble.Ensemble`
+A :class:`~seqtrans.model.Transformer` is one; so is an :class:`~seqtrans.decoding.ensemble.Ensemble`
 of several, and so are the probability tables of the tests.
 """
 

@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqtrans.attention import waiting
+from seqtrans.attention import reading
 from seqtrans.config import DecodeConfig
 from seqtrans.decoding.generate import max_output_length
 from seqtrans.decoding.search import mask_log_probs
@@ -167,7 +167,7 @@ class StreamDecoder:
         self.config = config
         self.position_limit = position_limit
         self._source = _SourceStream(model)
-        with waiting(config.wait_k or None):
+        with reading(config):
             self._state = model.start_streaming(self._source)
         self._previous = BOS
         self._step = 0

@@ -19,9 +19,9 @@ from torch import Tensor
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding.alignment import layer_weights, word_alignment
+from seqtrans.decoding.ensemble import Ensemble, members
 from seqtrans.decoding.generate import length_batches
 from seqtrans.decoding.search import Hypothesis
-from seqtrans.inference.ensemble import Ensemble, members
 from seqtrans.inference.scoring import token_log_probs
 from seqtrans.model import Transformer
 from seqtrans.tasks.protocol import Codec, TokenWords

@@ -19,8 +19,9 @@ from seqtrans.config import DecodeConfig
 from seqtrans.data import check_sources, prediction, source_ids
 from seqtrans.decoding import Hypothesis, generate
 from seqtrans.decoding.beam import Cancelled
+from seqtrans.decoding.ensemble import Ensemble, members, position_limit
 from seqtrans.decoding.lexical import Phrases
-from seqtrans.inference.ensemble import Ensemble, members, position_limit
+from seqtrans.inference.phrases import banned_ids
 from seqtrans.model import Transformer
 from seqtrans.tasks.protocol import Codec, Constraining, Example, Metric, Skipped, Task, check_split
 
@@ -104,8 +105,6 @@ def score_examples(model: Transformer | Ensemble, task: Task[Any, Any, Any], cod
     and, with ``decode.compare_unconstrained``, ``unconstrained_*``. The phrases of
     ``decode.banned`` are kept out of every output. In a process group the ranks decode a
     share each and rank 0's scores are returned on all."""
-    from seqtrans.inference.lexical import banned_ids
-
     examples = split.examples
     for member in members(model):
         check_sources(member.config, codec, examples)

@@ -1,6 +1,6 @@
 """Lexical constraints given as text: the phrases of ``predict --constraints`` (one JSON
-line per input line) and of ``decode.banned``, read as the task reads a target and
-encoded with the model's target vocabulary (:mod:`seqtrans.decoding.lexical` searches them).
+line per input line), read as the task reads a target (:mod:`.phrases`) and encoded with
+the loaded model's target vocabulary (:mod:`seqtrans.decoding.lexical` searches them).
 """
 
 from __future__ import annotations
@@ -8,42 +8,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
-from seqtrans.config import DecodeConfig
+from seqtrans.decoding.ensemble import position_limit
 from seqtrans.decoding.generate import max_output_length
 from seqtrans.decoding.lexical import required_problem, total_tokens
-from seqtrans.errors import ConfigError, DataError
-from seqtrans.inference.ensemble import position_limit
-from seqtrans.tasks.protocol import Codec, TargetParsing, Task
-from seqtrans.vocab import UNK
-
-if TYPE_CHECKING:  # loading reads decode.banned through this module
-    from seqtrans.inference.loading import Loaded
+from seqtrans.errors import DataError
+from seqtrans.inference.loaded import Loaded
+from seqtrans.inference.phrases import Unreadable, target_ids
 
 KEYS = ("required", "banned")
-
-
-class _Unreadable(Exception):
-    """Why a target text cannot be encoded (the caller names where it came from)."""
-
-
-def target_ids(task: Task[Any, Any, Any], codec: Codec[Any, Any, Any], text: str) -> list[int]:
-    """The target ids of ``text`` read as the task reads a target; :class:`_Unreadable`
-    if the task cannot read it or the target vocabulary lacks one of its tokens."""
-    if not isinstance(task, TargetParsing):
-        raise _Unreadable("the task cannot read a target (it has no parse_target)")
-    try:
-        target = task.parse_target(text)
-    except DataError as exc:
-        raise _Unreadable(exc.problem) from None
-    tokens = codec.target_tokens(target)
-    vocab = codec.vocabularies.target
-    unknown = [t for t in tokens if vocab.index(t) == UNK]
-    if unknown:
-        shown = ", ".join(repr(t) for t in unknown[:10])
-        raise _Unreadable(f"{len(unknown)} token(s) not in the model's target vocabulary: {shown}")
-    return vocab.encode(tokens)
 
 
 def loaded_target_ids(loaded: Loaded, text: str, *, what: str, name: str, number: int) -> list[int]:
@@ -51,24 +24,9 @@ def loaded_target_ids(loaded: Loaded, text: str, *, what: str, name: str, number
     naming ``name:number`` and ``what`` the text is."""
     try:
         return target_ids(loaded.task, loaded.codec, text)
-    except _Unreadable as exc:
+    except Unreadable as exc:
         raise DataError(name, number, f"{what}: {exc}") from None
 
-
-def banned_ids(task: Task[Any, Any, Any], codec: Codec[Any, Any, Any],
-               decode: DecodeConfig) -> list[list[int]]:
-    """The phrases of ``decode.banned`` as target ids; a :class:`ConfigError` naming the
-    key for a phrase that cannot be read or encoded."""
-    phrases = []
-    for text in decode.banned:
-        try:
-            ids = target_ids(task, codec, text)
-        except _Unreadable as exc:
-            raise ConfigError("decode.banned", f"phrase {text!r}: {exc}") from None
-        if not ids:
-            raise ConfigError("decode.banned", f"phrase {text!r} has no tokens")
-        phrases.append(ids)
-    return phrases
 
 
 @dataclass

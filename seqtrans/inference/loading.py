@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +21,15 @@ from torch.overrides import TorchFunctionMode
 from seqtrans import config as cfg
 from seqtrans import tasks
 from seqtrans.assets import assets_digest
-from seqtrans.config import DecodeConfig, RunConfig
-from seqtrans.decoding import Hypothesis
-from seqtrans.decoding.beam import Cancelled
-from seqtrans.decoding.lexical import Phrases
+from seqtrans.config import RunConfig
 from seqtrans.errors import CheckpointError, UsageError
-from seqtrans.inference.ensemble import Ensemble
-from seqtrans.inference.evaluation import decode_sources, read_split, score_examples
+from seqtrans.inference.evaluation import read_split, score_examples
+from seqtrans.inference.loaded import Loaded as Loaded  # where the public API has always named it
+from seqtrans.inference.simultaneous import score_stream
 from seqtrans.model import Transformer, build_model
 from seqtrans.quantize import int8_only
 from seqtrans.system import release_freed_memory
-from seqtrans.tasks.protocol import Codec, Metric, Task, check_split
+from seqtrans.tasks.protocol import Metric, check_split
 from seqtrans.training import checkpoint
 from seqtrans.upgrade import upgrade_checkpoint
 
@@ -47,51 +44,6 @@ def select_device(name: str = "auto") -> torch.device:
     if name not in ("cpu", "cuda"):
         raise UsageError(f"--device must be auto, cpu or cuda, got {name!r}")
     return torch.device(name)
-
-
-@dataclass
-class Loaded:
-    """A trained model with its task and codec, ready to decode; with ``others``, an
-    ensemble of models of one vocabulary (:mod:`seqtrans.inference.ensemble`) whose task, codec
-    and decoding settings are the first's."""
-
-    config: RunConfig
-    task: Task[Any, Any, Any]
-    codec: Codec[Any, Any, Any]
-    model: Transformer
-    device: torch.device
-    others: list[Transformer] = field(default_factory=list)  # further members of an ensemble
-    vocabulary_digest: str = ""  # sha256 of the vocabulary files the model was trained with
-
-    @property
-    def models(self) -> list[Transformer]:
-        return [self.model, *self.others]
-
-    @property
-    def searcher(self) -> Transformer | Ensemble:
-        """What decodes: the model, or the ensemble of all models."""
-        return Ensemble(self.models) if self.others else self.model
-
-    def decode(self, sources: Sequence[Any], *, decode: DecodeConfig | None = None,
-               progress: bool = False, positions: Sequence[int] | None = None,
-               prefixes: Sequence[list[int]] | None = None, required: Sequence[Phrases] | None = None,
-               banned: Sequence[Phrases] | None = None, cancelled: Cancelled | None = None,
-               ) -> tuple[list[Any], list[list[Hypothesis]]]:
-        """Predictions (task objects) and the n-best hypotheses (or samples) of ``sources``,
-        in order; ``positions`` seed the sampling streams, ``prefixes`` are forced target
-        ids and ``required`` and ``banned`` phrases per source (target ids) that the outputs
-        must and must not contain, besides the phrases of ``decode.banned``, and
-        ``cancelled(i)`` whether source i's output is no longer wanted, asked between
-        decoding steps (see :func:`decode_sources`)."""
-        from seqtrans.inference.lexical import banned_ids
-
-        decode = decode or self.config.decode
-        common = banned_ids(self.task, self.codec, decode)
-        if common:
-            banned = [[*common, *own] for own in (banned or [[] for _ in sources])]
-        return decode_sources(self.searcher, self.codec, sources, decode, device=self.device,
-                              progress=progress, positions=positions, prefixes=prefixes, required=required,
-                              banned=banned, cancelled=cancelled)
 
 
 def find_checkpoint(path: str | Path) -> Path:
@@ -212,8 +164,6 @@ def evaluate(path: str | Path | Sequence[str | Path], *, split: str = "test", ov
     paths = [path] if isinstance(path, (str, Path)) else list(path)
     loaded = load_ensemble(paths, overrides=overrides, device=device)
     if stream:
-        from seqtrans.inference.simultaneous import score_stream
-
         return score_stream(loaded, read_split(loaded.task, split), instances=instances)[1]
     _, metrics = score_examples(loaded.searcher, loaded.task, loaded.codec, read_split(loaded.task, split),
                                 loaded.config.decode, device=loaded.device, progress=progress)

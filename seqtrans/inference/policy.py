@@ -107,7 +107,7 @@ def policy_report(model: Transformer, batches: Iterable[tuple[Tensor, Tensor]]) 
 
 
 def split_report(loaded: Any, split: str = "dev", *, batch: int = 64) -> list[LayerPolicy]:
-    """:func:`policy_report` of a loaded run (:class:`seqtrans.inference.loading.Loaded`)
+    """:func:`policy_report` of a loaded run (:class:`seqtrans.inference.loaded.Loaded`)
     on a split of its task, teacher-forced with the references."""
     from seqtrans.data import pad_batch
     from seqtrans.encoding import source_ids, target_ids

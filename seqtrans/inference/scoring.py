@@ -19,12 +19,12 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm import tqdm
 
-from seqtrans.attention import waiting
+from seqtrans.attention import reading
 from seqtrans.data import pad_batch, source_ids, target_ids, too_long
+from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import length_batches
 from seqtrans.decoding.search import length_penalty
 from seqtrans.errors import DataError, UsageError
-from seqtrans.inference.ensemble import Ensemble
 from seqtrans.inference.loading import Loaded
 from seqtrans.model import Transformer
 from seqtrans.precision import autocast
@@ -166,7 +166,7 @@ def score_files(loaded: Loaded, src_path: str | Path, tgt_path: str | Path, *,
     ensemble, batched by ``decode.batch_tokens`` at ``decode.precision``."""
     sources, targets = read_pairs(loaded, src_path, tgt_path)
     decode = loaded.config.decode
-    with waiting(decode.wait_k or None):
+    with reading(decode):
         return score_ids(loaded.searcher, sources, targets, batch_tokens=decode.batch_tokens,
                          device=loaded.device, precision=decode.precision, progress=progress)
 

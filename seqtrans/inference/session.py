@@ -47,10 +47,10 @@ from typing import Any
 
 from seqtrans.config import DecodeConfig
 from seqtrans.data import prediction, source_ids
+from seqtrans.decoding.ensemble import position_limit
 from seqtrans.decoding.streaming import Emission, StreamDecoder, check_streamable
 from seqtrans.errors import DataError, SeqtransError, UsageError
-from seqtrans.inference.ensemble import position_limit
-from seqtrans.inference.loading import Loaded
+from seqtrans.inference.loaded import Loaded
 from seqtrans.tasks.protocol import stream_unit
 
 

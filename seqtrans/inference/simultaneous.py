@@ -37,7 +37,7 @@ from seqtrans.data import check_sources, prediction
 from seqtrans.decoding.latency import REFERENCE, corpus_latency, reference_words, sentence_latency
 from seqtrans.errors import UsageError
 from seqtrans.inference.evaluation import Split
-from seqtrans.inference.loading import Loaded
+from seqtrans.inference.loaded import Loaded
 from seqtrans.inference.session import StreamSession, check_streaming, output_units, split_units
 from seqtrans.tasks.protocol import Example, Metric, SourceFormatting, stream_unit
 

@@ -1,7 +1,7 @@
 """Native CPU kernels for decoding, built from C on the machine that uses them.
 
 - :func:`beam_attention`: decoder self-attention over a key/value cache that the beam
-  never copies (:class:`seqtrans.attention.scaled_dot.BeamKVCache`). PyTorch has no
+  never copies (:class:`seqtrans.attention.cache.BeamKVCache`). PyTorch has no
   operator that attends through per-position row indices without first gathering the
   keys and values into a new tensor, which costs as much as the copy it replaces.
 - :func:`quantize_rows` and :func:`dequantize`: the float passes around an int8 product

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from importlib import resources
 from typing import Any
 
@@ -25,13 +25,13 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from torch import Tensor
 
-from seqtrans.attention import waiting
+from seqtrans.attention import reading
 from seqtrans.data import source_ids
 from seqtrans.decoding import generate
+from seqtrans.decoding.ensemble import position_limit
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.errors import SeqtransError
 from seqtrans.inference.details import attention_weights
-from seqtrans.inference.ensemble import position_limit
 from seqtrans.inference.scoring import score_ids
 from seqtrans.serving import validation
 from seqtrans.serving.batching import Batcher, Deadline, Expired, QueueFull, Stopped
@@ -48,10 +48,12 @@ from seqtrans.serving.models import (
 )
 from seqtrans.serving.openapi import schema
 from seqtrans.serving.settings import ServeSettings
+from seqtrans.serving.streaming import StreamSlots, stream
+from seqtrans.serving.workers import Workers, current_worker, decoding_workers
 from seqtrans.vocab import EOS
 
 log = logging.getLogger(__name__)
-#: What the decoding thread gets of a request: its model, the checked request, its deadline.
+#: What a decoding worker gets of a request: its model, the checked request, its deadline.
 Work = tuple[Served, Prediction | Scoring, Deadline]
 
 
@@ -59,24 +61,25 @@ class Server:
     """The state the routes share: the models, the batcher, the metrics and readiness."""
 
     def __init__(self, models: Mapping[str, Served], settings: ServeSettings,
-                 executor: ThreadPoolExecutor | None = None) -> None:
+                 workers: Workers | None = None) -> None:
         self.models = dict(models)
         self.settings = settings
-        self.executor = executor
+        self.workers = workers
         self.metrics = Metrics()
         self.batcher: Batcher | None = None
         self.ready = False
-        self.streams = 0
+        self.slots = StreamSlots(limit=settings.max_streams, gauge=self.metrics.streams)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """The batcher for the app's lifetime; the models warm up in its thread meanwhile."""
+        """The batcher for the app's lifetime; the models warm up in each of its workers meanwhile."""
+        workers = self.workers if self.workers is not None else decoding_workers(self.settings.workers)
         batcher = Batcher(self.decode, max_tokens=self.settings.max_batch_tokens,
                           max_wait_s=self.settings.max_wait_ms / 1000, max_queue=self.settings.max_queue,
-                          executor=self.executor)
+                          workers=workers)
         self.batcher = batcher
         batcher.start()
-        warming = asyncio.get_running_loop().run_in_executor(batcher.executor, self.warm)
+        warming = asyncio.ensure_future(self._warm_workers(workers))
         warming.add_done_callback(lambda f: _warmed(self, f))
         try:
             yield
@@ -137,6 +140,12 @@ class Server:
                 future.cancel()
             self.metrics.queued.set(self.batcher.depth)
 
+    def decoding_thread(self) -> Executor:
+        """The decoding worker for a new streaming session (the workers in turn; once the
+        app has started)."""
+        assert self.batcher is not None, "the app's lifespan starts the batcher"
+        return self.batcher.workers.next()
+
     def model(self, name: str) -> Served:
         served = self.models.get(name)
         if served is None:
@@ -145,7 +154,7 @@ class Server:
 
     def decode(self, works: Sequence[Work]) -> list[list[dict[str, Any]] | Expired]:
         """The outputs of requests of one model and one kind (predictions of one decoding
-        setting, or scores), decoded together in the worker thread; :class:`Expired` for
+        setting, or scores), decoded together in a decoding worker; :class:`Expired` for
         each request whose deadline passed meanwhile (its decoding stopped there)."""
         if isinstance(works[0][1], Scoring):
             return self.score(works)
@@ -177,7 +186,8 @@ class Server:
                 out.append(outputs(served, p, hyps[start:end], own if p.attention else None))
             start = end
         tokens = sum(len(h[0].tokens) for h in hyps if h)
-        self.metrics.batch(len(works), len(sources), tokens, time.monotonic() - started)
+        self.metrics.batch(len(works), len(sources), tokens, time.monotonic() - started,
+                           worker=current_worker())
         return out
 
     @staticmethod
@@ -207,7 +217,7 @@ class Server:
         expired = [d.passed for _, _, d in works]
         requests = [p for (_, p, _), gone in zip(works, expired) if isinstance(p, Scoring) and not gone]
         decode = served.loaded.config.decode
-        with waiting(decode.wait_k or None):
+        with reading(decode):
             scores = score_ids(served.loaded.searcher, [s for r in requests for s in r.sources],
                                [t for r in requests for t in r.targets], batch_tokens=decode.batch_tokens,
                                device=served.loaded.device, precision=decode.precision)
@@ -221,6 +231,13 @@ class Server:
         done = iter(out)
         return [Expired() if gone else next(done) for gone in expired]
 
+    async def _warm_workers(self, workers: Workers) -> None:
+        """:meth:`warm` in each worker in turn (the first makes the int8 or oneDNN copies
+        that the others then share)."""
+        loop = asyncio.get_running_loop()
+        for executor in workers:
+            await loop.run_in_executor(executor, self.warm)
+
     def warm(self) -> None:
         """Decode one empty source with each model, so that the first request does not pay
         for the first call's set-up (allocations, int8 or oneDNN copies)."""
@@ -231,13 +248,12 @@ class Server:
 
 
 def build_app(models: Mapping[str, Served], settings: ServeSettings, *,
-              token: str | None = None, executor: ThreadPoolExecutor | None = None) -> Starlette:
+              token: str | None = None, workers: Workers | None = None) -> Starlette:
     """The ASGI app serving ``models`` by name; with ``token``, every route but the page
-    and the probes needs ``Authorization: Bearer TOKEN``. ``executor``: the decoding
-    thread (:func:`~seqtrans.serving.batching.decoding_thread`) the models were loaded in."""
-    from seqtrans.serving.streaming import stream
-
-    server = Server(models, settings, executor)
+    and the probes needs ``Authorization: Bearer TOKEN``. ``workers``: the decoding
+    workers (the first of which loaded the models); by default ``settings.workers`` of
+    the app's own (:func:`~seqtrans.serving.workers.decoding_workers`)."""
+    server = Server(models, settings, workers)
 
     async def page(request: Request) -> Response:
         return HTMLResponse(resources.files("seqtrans.serving").joinpath("page.html").read_text("utf-8"))

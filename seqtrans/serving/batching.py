@@ -3,7 +3,9 @@
 Requests wait in a bounded queue. The dispatcher takes the oldest, waits at most
 ``max_wait_ms`` from its arrival for more requests with the same model and decoding
 settings (or until ``max_batch_tokens`` source tokens have arrived), and hands that batch
-to one worker thread, so the event loop keeps answering while the model decodes. Each
+to a free decoding worker (:mod:`seqtrans.serving.workers`), so the event loop keeps
+answering while the model decodes; with several workers, several batches decode at once,
+and the dispatcher takes the next batch when a worker is free. Each
 request gets its own outputs back, in its own order. A batch that fails is decoded again
 request by request, so one bad request fails alone. A request carries its
 :class:`Deadline`, which the decoder asks between decoding steps: a request past its
@@ -18,9 +20,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+
+from seqtrans.serving.workers import Workers, decoding_workers
 
 log = logging.getLogger(__name__)
 
@@ -93,46 +96,45 @@ def take_batch(pending: deque[Job], max_tokens: int) -> list[Job]:
 Decoder = Callable[[Sequence[Any]], Sequence[Any]]
 
 
-def decoding_thread() -> ThreadPoolExecutor:
-    """The one thread that runs the server's PyTorch work. PyTorch's CPU operators run on
-    a team of OpenMP threads per calling thread; once a second thread has run them, both
-    decode far slower on a machine with few cores (docs/serving.md), so the models are
-    loaded, warmed and decoded in this one."""
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="seqtrans-decode")
-
-
 class Batcher:
-    """The queue, its dispatcher task and the one decoding thread (``executor``; by
-    default a :func:`decoding_thread` of its own)."""
+    """The queue, its dispatcher task and the decoding workers (``workers``; by default
+    one of its own, :func:`~seqtrans.serving.workers.decoding_workers`)."""
 
     def __init__(self, decoder: Decoder, *, max_tokens: int, max_wait_s: float, max_queue: int,
-                 executor: ThreadPoolExecutor | None = None) -> None:
+                 workers: Workers | None = None) -> None:
         self.decoder = decoder
         self.max_tokens = max_tokens
         self.max_wait_s = max_wait_s
         self.max_queue = max_queue
         self.pending: deque[Job] = deque()
-        self.executor = executor if executor is not None else decoding_thread()
+        self.workers = workers if workers is not None else decoding_workers()
         self._arrived = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._free: asyncio.LifoQueue[int] | None = None
+        self._running: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
+        # the worker freed last goes first: at low load one worker decodes, its caches warm
+        self._free = asyncio.LifoQueue()
+        for index in reversed(range(len(self.workers))):
+            self._free.put_nowait(index)
         self._task = asyncio.get_running_loop().create_task(self._dispatch(), name="seqtrans-batcher")
 
     async def stop(self) -> None:
-        """Stop taking batches (the requests still queued are answered with an error) and
-        let the thread finish the batch it is decoding."""
+        """Stop taking batches (the requests still queued are answered with an error), let
+        the workers finish the batches they are decoding and answer those."""
         if self._task is not None:
             self._task.cancel()
             try:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        await asyncio.gather(*self._running, return_exceptions=True)
         while self.pending:
             job = self.pending.popleft()
             if not job.future.done():
                 job.future.set_exception(Stopped())
-        self.executor.shutdown(wait=True)
+        self.workers.shutdown(wait=True)
 
     @property
     def depth(self) -> int:
@@ -159,27 +161,41 @@ class Batcher:
             self.pending.remove(job)
 
     async def _dispatch(self) -> None:
-        loop = asyncio.get_running_loop()
+        assert self._free is not None
         while True:
             while not self.pending:
                 self._arrived.clear()
                 await self._arrived.wait()
-            await self._gather(self.pending[0])
-            batch = take_batch(self.pending, self.max_tokens)
+            worker = await self._free.get()  # requests gather meanwhile, when all are busy
+            batch: list[Job] = []
+            if self.pending:
+                await self._gather(self.pending[0])
+                batch = take_batch(self.pending, self.max_tokens)
             if not batch:
+                self._free.put_nowait(worker)
                 continue
-            try:
-                results = await loop.run_in_executor(self.executor, self._decode, [j.work for j in batch])
-            except Exception as exc:  # the decoder's own failure; it never reaches here by design
-                log.exception("decoding a batch failed")
-                results = [exc] * len(batch)
-            for job, result in zip(batch, results):
-                if job.future.done():  # withdrawn while decoding
-                    continue
-                if isinstance(result, BaseException):
-                    job.future.set_exception(result)
-                else:
-                    job.future.set_result(result)
+            task = asyncio.get_running_loop().create_task(self._run(worker, batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run(self, worker: int, batch: list[Job]) -> None:
+        """Decode ``batch`` on the worker ``worker``, free it, and answer each request."""
+        assert self._free is not None
+        loop = asyncio.get_running_loop()
+        try:
+            results = await loop.run_in_executor(self.workers[worker], self._decode, [j.work for j in batch])
+        except Exception as exc:  # the decoder's own failure; it never reaches here by design
+            log.exception("decoding a batch failed")
+            results = [exc] * len(batch)
+        finally:
+            self._free.put_nowait(worker)
+        for job, result in zip(batch, results):
+            if job.future.done():  # withdrawn while decoding
+                continue
+            if isinstance(result, BaseException):
+                job.future.set_exception(result)
+            else:
+                job.future.set_result(result)
 
     async def _gather(self, first: Job) -> None:
         """Wait until ``first`` has waited ``max_wait_s``, or enough of its key has arrived."""

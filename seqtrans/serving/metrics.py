@@ -41,9 +41,14 @@ class Metrics:
             "seqtrans_expired_inputs", "Inputs whose request passed its time limit or went away while their "
             "batch decoded; their decoding stopped at the next step.", registry=r)
         self.streams = Gauge("seqtrans_streams", "Simultaneous-translation sessions open.", registry=r)
+        self.worker_batches = Counter("seqtrans_worker_batches", "Batches decoded, by decoding worker.",
+                                      ["worker"], registry=r)
 
-    def batch(self, requests: int, inputs: int, output_tokens: int, seconds: float) -> None:
+    def batch(self, requests: int, inputs: int, output_tokens: int, seconds: float, *,
+              worker: str | None = None) -> None:
         self.batch_requests.observe(requests)
+        if worker is not None:
+            self.worker_batches.labels(worker=worker).inc()
         self.batch_inputs.observe(inputs)
         self.output_tokens.inc(output_tokens)
         self.decode_seconds.inc(seconds)

@@ -39,24 +39,25 @@ def check_installed() -> None:
 
 
 def serve(paths: Sequence[str], settings: ServeSettings, *, device: str = "auto",
-          token: str | None = None) -> None:
+          token: str | None = None, threads: int | None = None) -> None:
     """Serve the runs ``paths`` (``NAME=RUN_DIR``, ``RUN_DIR`` or an ensemble
-    ``NAME=RUN_A,RUN_B``) until SIGINT or SIGTERM;
+    ``NAME=RUN_A,RUN_B``) until SIGINT or SIGTERM, decoding on ``settings.workers``
+    workers of ``threads`` threads each (see :func:`seqtrans.threads.worker_threads`);
     then stop accepting connections, answer the requests in flight (for at most
     ``settings.timeout_s``) and return."""
     check_installed()
     import uvicorn
 
     from seqtrans.serving.app import build_app
-    from seqtrans.serving.batching import decoding_thread
     from seqtrans.serving.models import load_served, model_names
+    from seqtrans.serving.workers import decoding_workers
 
     models = {}
-    executor = decoding_thread()
+    workers = decoding_workers(settings.workers, threads=threads)
     for name, path in model_names(paths).items():
-        models[name] = executor.submit(load_served, name, path, device=device).result()
+        models[name] = workers[0].submit(load_served, name, path, device=device).result()
         log.info("model %s: %s (task %s)", name, path, models[name].loaded.config.task)
-    app = build_app(models, settings, token=token, executor=executor)
+    app = build_app(models, settings, token=token, workers=workers)
     config = uvicorn_config(app, settings)
     # uvicorn drains on SIGTERM and then raises the signal again under the handler it found;
     # a handler of ours turns that into the normal end of serving (exit status 0)

@@ -23,6 +23,10 @@ class ServeSettings:
         "decodes what has arrived at once.")
     max_queue: int = option(
         64, "Requests waiting to be decoded, at most; one more is refused with 503 and Retry-After.")
+    workers: int = option(
+        1, "Decoding workers: threads that each decode one batch (or a streaming session's step) at a "
+        "time, side by side, each computing with --threads threads (default: the process's threads "
+        "shared among them). 1 decodes one batch at a time.")
     max_inputs: int = option(64, "Inputs in one predict or score request, at most (413 beyond).")
     max_input_tokens: int = option(
         256, "Source tokens of one input (without the end symbol), at most (422 beyond).")
@@ -30,7 +34,7 @@ class ServeSettings:
     max_beam: int = option(16, "The largest beam a request may ask for (422 beyond).")
     max_streams: int = option(
         4, "Simultaneous-translation WebSocket sessions at once, at most; they decode on the server's "
-        "decoding thread. One more is closed with code 1013 (try again later).")
+        "decoding workers, each session on one. One more is closed with code 1013 (try again later).")
     stream_idle_s: float = option(
         60.0, "A WebSocket session that sends no message for this long, in seconds, gets an "
         "idle_timeout error and is closed, which frees its slot.")
@@ -49,6 +53,8 @@ class ServeSettings:
             if f.name == "max_wait_ms":
                 if value < 0:
                     raise ConfigError(f.name, f"must not be negative, got {value}")
+            elif f.name == "workers" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f.name, f"must be a whole number of workers, 1 or more, got {value!r}")
             elif f.name == "port":
                 if not 0 <= value < 65536:
                     raise ConfigError(f.name, f"must be a TCP port (0 to 65535), got {value}")

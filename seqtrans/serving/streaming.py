@@ -21,9 +21,9 @@ sentence; ``{"end": true}`` ends it (both may come in one message). Server messa
 For a task whose ``stream_unit`` is "characters", ``words`` holds characters instead
 (each one a unit, white space included) and the delays count characters.
 
-A session then goes on with the next sentence. Decoding runs on the server's decoding
-thread, the one the batches of predict requests use, a step of work per message: a
-session holds no thread while it waits for words.
+A session then goes on with the next sentence. Decoding runs on one of the server's
+decoding workers, those the batches of predict requests use, a step of work per message:
+a session holds no thread while it waits for words.
 """
 
 from __future__ import annotations
@@ -32,49 +32,77 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import Executor
+from typing import Any, Protocol
 
+from prometheus_client import Gauge
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from seqtrans.errors import SeqtransError
 from seqtrans.inference.session import StreamSession, Update, split_units
 from seqtrans.serving import validation
 from seqtrans.serving.models import RequestError, Served
+from seqtrans.serving.settings import ServeSettings
 from seqtrans.tasks.protocol import stream_unit
-
-if TYPE_CHECKING:
-    from seqtrans.serving.app import Server
 
 #: What sending to, or closing, a connection the client has already closed raises.
 GONE = (WebSocketDisconnect, RuntimeError, OSError)
 log = logging.getLogger(__name__)
 
 
-async def stream(server: Server, ws: WebSocket) -> None:
+class StreamSlots:
+    """The sessions open now, at most ``limit``, shown on the ``gauge`` of the metrics."""
+
+    def __init__(self, *, limit: int, gauge: Gauge) -> None:
+        self.limit = limit
+        self.gauge = gauge
+        self.open = 0
+
+    def take(self) -> None:
+        """Count a new session in; a 503 :class:`RequestError` when all slots are taken."""
+        if self.open >= self.limit:
+            raise RequestError(503, "too_many_streams", f"{self.limit} sessions are open already; try "
+                               "again shortly", limit="max_streams")
+        self.open += 1
+        self.gauge.set(self.open)
+
+    def give_back(self) -> None:
+        self.open -= 1
+        self.gauge.set(self.open)
+
+
+class StreamHost(Protocol):
+    """What a streaming session needs of the server (:class:`~seqtrans.serving.app.Server`)."""
+
+    settings: ServeSettings
+    slots: StreamSlots
+
+    def model(self, name: str) -> Served: ...
+
+    def decoding_thread(self) -> Executor: ...
+
+
+async def stream(host: StreamHost, ws: WebSocket) -> None:
+    """Serve one WebSocket connection's sentences until the client leaves or errs."""
     name = ws.path_params["name"]
     await ws.accept()
     try:
-        served = server.model(name)
+        served = host.model(name)
         if not served.streams:
             raise RequestError(422, "cannot_stream", f"model {name!r} cannot decode a stream (it needs a "
                                "causal encoder and attention that decides when to read: monotonic, milk or "
                                "wait-k)")
-        if server.streams >= server.settings.max_streams:
-            raise RequestError(503, "too_many_streams", f"{server.settings.max_streams} sessions are open "
-                               "already; try again shortly", limit="max_streams")
+        host.slots.take()
     except RequestError as exc:
         await _send(ws, exc.body())
         await ws.close(code=1013 if exc.status == 503 else 1008)
         return
-    server.streams += 1
-    server.metrics.streams.set(server.streams)
     try:
-        await _Session(server, served, ws).run()
+        await _Session(host, served, ws).run()
     except RequestError as exc:
         await _send(ws, exc.body())
     finally:
-        server.streams -= 1
-        server.metrics.streams.set(server.streams)
+        host.slots.give_back()
         with contextlib.suppress(*GONE):
             await ws.close()
 
@@ -87,10 +115,9 @@ async def _send(ws: WebSocket, message: dict[str, Any]) -> None:
 class _Session:
     """One client's sentences, one after the other."""
 
-    def __init__(self, server: Server, served: Served, ws: WebSocket) -> None:
-        assert server.batcher is not None
-        self.executor = server.batcher.executor
-        self.settings = server.settings
+    def __init__(self, host: StreamHost, served: Served, ws: WebSocket) -> None:
+        self.executor = host.decoding_thread()  # the session's steps all decode on one worker
+        self.settings = host.settings
         self.served = served
         self.ws = ws
         config = served.loaded.config
@@ -159,7 +186,7 @@ class _Session:
                                   "token_delays": session.token_delays})
 
     def _step(self, words: list[str], end: bool) -> Update:
-        """On the decoding thread: push the words, end the sentence if told."""
+        """On the session's decoding worker: push the words, end the sentence if told."""
         if self.session is None:
             self.session = StreamSession(self.served.loaded, decode=self.decode, origin="stream")
         update = self.session.push(words)

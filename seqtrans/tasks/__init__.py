@@ -1,8 +1,9 @@
-"""Task plugins: the contract they keep (:mod:`.protocol`) and their discovery through
-entry points (:mod:`.discovery`). With :mod:`.contract` (``check_task``, for a plugin's
-tests), this is the API a plugin is written against. Importing this package imports no
-torch."""
+"""Task plugins: the contract they keep (:mod:`.protocol`), their discovery through
+entry points (:mod:`.discovery`) and a task's run configuration (:mod:`.configuration`).
+With :mod:`.contract` (``check_task``, for a plugin's tests), this is the API a plugin
+is written against. Importing this package imports no torch."""
 
+from seqtrans.tasks.configuration import resolve_config
 from seqtrans.tasks.discovery import GROUP, TaskEntry, find, installed, load
 from seqtrans.tasks.protocol import (
     METRIC_MODES,
@@ -29,4 +30,4 @@ from seqtrans.tasks.protocol import (
 __all__ = ["GROUP", "METRIC_MODES", "SPLITS", "STREAM_UNITS", "Codec", "Constraining", "DataDigest",
            "Example", "ModelExtending", "SegmentationSampling", "Skipped", "SourceFormatting",
            "TargetParsing", "Task", "TaskClass", "TaskEntry", "TokenWords", "Upgrading",
-           "check_split", "find", "installed", "load", "metric_mode", "stream_unit"]
+           "check_split", "find", "installed", "load", "metric_mode", "resolve_config", "stream_unit"]

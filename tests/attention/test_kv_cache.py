@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from seqtrans.attention.scaled_dot import KVCache
+from seqtrans.attention.cache import KVCache
 
 
 def test_appends_reorders_drops_and_grows_like_per_row_lists() -> None:

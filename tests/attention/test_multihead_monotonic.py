@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from decoding.test_policies import check_soft_decisions
+from decoding.test_policies import check_soft_decisions, check_steps_match_teacher_forcing, streamed
 
 from conftest import tiny_model
 from seqtrans.attention.multihead_monotonic import (
@@ -23,7 +23,7 @@ from seqtrans.attention.multihead_monotonic import (
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding import generate
-from seqtrans.decoding.streaming import check_streamable, stream_greedy
+from seqtrans.decoding.streaming import check_streamable
 from seqtrans.model import Transformer
 from seqtrans.training.loss import latency_losses
 from seqtrans.training.step import LossModule
@@ -115,37 +115,12 @@ def mma_model(name: str, seed: int, r: float) -> Transformer:
 @pytest.mark.parametrize("seed, r", [(0, 0.0), (1, 1.0), (2, -1.0)])
 def test_step_by_step_decoding_equals_teacher_forcing_with_hard_decisions(name: str, seed: int,
                                                                           r: float) -> None:
-    model = mma_model(name, seed, r)
-    src = pad_batch([s + [EOS] for s in SOURCES])
-    tgt = torch.randint(4, 11, (4, 6))
-    tgt[:, 0] = BOS
-    whole = model(src, tgt)
-    state = model.start(model.encode(src), beam=1)
-    steps = torch.cat([model.decode(tgt[:, i : i + 1], state=state) for i in range(tgt.size(1))], dim=1)
-    assert torch.allclose(whole, steps, atol=1e-5)
+    check_steps_match_teacher_forcing(mma_model(name, seed, r), SOURCES)
 
 
 @pytest.mark.parametrize("name", MECHANISMS)
 def test_soft_decisions_decode_step_by_step_as_training_computes(name: str) -> None:
     check_soft_decisions(mma_model(name, 1, 0.5), SOURCES)  # noise 0 (mma_model), no dropout
-
-
-def offline(model: Transformer, sources: list[list[int]], config: DecodeConfig) -> list[list[int]]:
-    hyps = generate(model, [s + [EOS] for s in sources], config, device=CPU)
-    return [h[0].tokens if h else [] for h in hyps]
-
-
-class Counting:
-    """A source that records how many tokens were taken from it."""
-
-    def __init__(self, tokens: list[int]) -> None:
-        self.tokens = tokens
-        self.taken = 0
-
-    def __iter__(self):  # noqa: ANN204
-        for token in self.tokens:
-            self.taken += 1
-            yield token
 
 
 def slowest_heads(model: Transformer, source: list[int], output: list[int]) -> list[int]:
@@ -167,11 +142,7 @@ def test_streaming_writes_what_offline_greedy_decoding_writes_once_every_head_st
     model = mma_model(name, seed, r)
     check_streamable(model)
     early = 0
-    for source, expected in zip(SOURCES, offline(model, SOURCES, CONFIG)):
-        counting = Counting(source)
-        emitted = list(stream_greedy(model, counting, CONFIG))
-        assert [e.token for e in emitted] == expected
-        delays = [e.delay for e in emitted]
+    for source, expected, counting, delays in streamed(model, SOURCES, CONFIG):
         # a step writes when its slowest head has stopped (the output bound a|x| + b aside)
         needed = slowest_heads(model, source, expected)
         bound = [max(d, i + 1 - CONFIG.max_len_b) for i, d in enumerate(needed)]

@@ -11,10 +11,10 @@ from conftest import tiny_model
 from seqtrans.attention.maps import MemoryWeights, MonotonicWeights
 from seqtrans.config import DecodeConfig
 from seqtrans.decoding.alignment import layer_weights, pharaoh, source_weights, word_alignment
+from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import generate
 from seqtrans.errors import UsageError
 from seqtrans.inference.details import attention_weights, with_token_log_probs
-from seqtrans.inference.ensemble import Ensemble
 from seqtrans.vocab import EOS
 
 pytestmark = pytest.mark.usefixtures("no_grad")

@@ -13,7 +13,7 @@ from test_search import BODY, VOCAB, assert_decodes_alone_as_among_longer_ones, 
 from conftest import tiny_model
 from seqtrans.data import pad_batch
 from seqtrans.decoding import beam_search, greedy_search
-from seqtrans.inference.ensemble import Ensemble
+from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.model import Transformer
 from seqtrans.vocab import BOS, EOS, PAD
 

@@ -16,9 +16,9 @@ from conftest import tiny_model
 from seqtrans.config import DecodeConfig
 from seqtrans.data import pad_batch
 from seqtrans.decoding import beam_search, lexical
+from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import generate
 from seqtrans.decoding.lexical import advance, allocate, bank_sizes, met_tokens, phrase_set, required_problem
-from seqtrans.inference.ensemble import Ensemble
 from seqtrans.vocab import EOS, UNK
 
 pytestmark = pytest.mark.usefixtures("no_grad")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from seqtrans import config as cfg
+from seqtrans import tasks
 from seqtrans.attention import waiting
 from seqtrans.attention.lookback import LookbackAttention, lookback_weights, preserve_mass
 from seqtrans.attention.monotonic import expected_alignment
@@ -44,9 +44,31 @@ class Counting:
             yield token
 
 
+def check_steps_match_teacher_forcing(model: Transformer, sources: list[list[int]]) -> None:
+    """Decoding a random target one token at a time gives the scores of decoding it at once."""
+    src = pad_batch([s + [EOS] for s in sources])
+    tgt = torch.randint(4, 11, (len(sources), 6))
+    tgt[:, 0] = BOS
+    whole = model(src, tgt)
+    state = model.start(model.encode(src), beam=1)
+    steps = torch.cat([model.decode(tgt[:, i : i + 1], state=state) for i in range(tgt.size(1))], dim=1)
+    assert torch.allclose(whole, steps, atol=1e-5)
+
+
 def offline(model: Transformer, sources: list[list[int]], config: DecodeConfig) -> list[list[int]]:
     hyps = generate(model, [s + [EOS] for s in sources], config, device=CPU)
     return [h[0].tokens if h else [] for h in hyps]
+
+
+def streamed(model: Transformer, sources: list[list[int]],
+             config: DecodeConfig) -> Iterator[tuple[list[int], list[int], Counting, list[int]]]:
+    """Each source decoded as a stream (:func:`stream_greedy`), checked to write what offline
+    greedy decoding writes: the source, that output, the counted source and each token's delay."""
+    for source, expected in zip(sources, offline(model, sources, config)):
+        counting = Counting(source)
+        emitted = list(stream_greedy(model, counting, config))
+        assert [e.token for e in emitted] == expected
+        yield source, expected, counting, [e.delay for e in emitted]
 
 
 # ------------------------------------------------------------------ wait-k
@@ -75,14 +97,7 @@ def test_the_wait_k_mask_shows_target_position_i_the_first_i_plus_k_source_posit
 
 @pytest.mark.parametrize("k", [1, 2, 4])
 def test_wait_k_step_by_step_decoding_equals_teacher_forcing(k: int) -> None:
-    model = tiny_model(seed=3, wait_k=k, causal_encoder=True)
-    src = pad_batch([s + [EOS] for s in SOURCES[:4]])
-    tgt = torch.randint(4, 11, (4, 6))
-    tgt[:, 0] = BOS
-    whole = model(src, tgt)
-    state = model.start(model.encode(src))
-    steps = torch.cat([model.decode(tgt[:, i : i + 1], state=state) for i in range(tgt.size(1))], dim=1)
-    assert torch.allclose(whole, steps, atol=1e-5)
+    check_steps_match_teacher_forcing(tiny_model(seed=3, wait_k=k, causal_encoder=True), SOURCES[:4])
 
 
 @pytest.mark.parametrize("seed, trained_k, k", [(0, 3, 0), (1, 3, 1), (2, 0, 2), (3, 2, 5), (4, 1, 30)])
@@ -91,15 +106,12 @@ def test_streaming_wait_k_writes_what_offline_wait_k_decoding_writes(seed: int, 
     model = tiny_model(seed=seed, wait_k=trained_k, causal_encoder=True)
     config = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3, wait_k=k)
     lag = k or trained_k
-    for source, expected in zip(SOURCES, offline(model, SOURCES, config)):
-        counting = Counting(source)
-        emitted = list(stream_greedy(model, counting, config))
-        assert [e.token for e in emitted] == expected
+    for source, _, _, delays in streamed(model, SOURCES, config):
         # step i has read min(i + k, |x|) tokens (the bound a|x| + b may make it read more)
-        for i, e in enumerate(emitted):
-            assert e.delay >= min(i + lag, len(source)) if lag else e.delay == len(source)
-        if emitted and lag:
-            assert emitted[0].delay == min(lag, len(source))
+        for i, delay in enumerate(delays):
+            assert delay >= min(i + lag, len(source)) if lag else delay == len(source)
+        if delays and lag:
+            assert delays[0] == min(lag, len(source))
 
 
 def test_wait_k_reads_k_tokens_before_the_first_write() -> None:
@@ -149,7 +161,7 @@ def test_multi_k_training_masks_each_batch_at_its_drawn_lag(monkeypatch: pytest.
 def test_a_lag_that_is_not_a_count_is_a_config_error_naming_its_key(key: str, value: str,
                                                                     message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        cfg.resolve_config("copy", overrides=[f"{key}={value}"])
+        tasks.resolve_config("copy", overrides=[f"{key}={value}"])
 
 
 def test_wait_k_needs_scaled_dot_encoder_decoder_attention() -> None:
@@ -223,14 +235,7 @@ def milk_model(seed: int, r: float) -> Transformer:
 
 @pytest.mark.parametrize("seed, r", [(0, 0.0), (1, 0.5), (2, -0.5), (3, 3.0)])
 def test_milk_step_by_step_decoding_equals_teacher_forcing_with_hard_decisions(seed: int, r: float) -> None:
-    model = milk_model(seed, r)
-    src = pad_batch([s + [EOS] for s in SOURCES[:4]])
-    tgt = torch.randint(4, 11, (4, 6))
-    tgt[:, 0] = BOS
-    whole = model(src, tgt)
-    state = model.start(model.encode(src), beam=1)
-    steps = torch.cat([model.decode(tgt[:, i : i + 1], state=state) for i in range(tgt.size(1))], dim=1)
-    assert torch.allclose(whole, steps, atol=1e-5)
+    check_steps_match_teacher_forcing(milk_model(seed, r), SOURCES[:4])
 
 
 @pytest.mark.parametrize("seed, r", [(0, 0.0), (2, -0.5)])
@@ -268,11 +273,7 @@ def test_streaming_milk_writes_what_offline_greedy_decoding_writes(seed: int, r:
     model = milk_model(seed, r)
     config = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3)
     early = 0
-    for source, expected in zip(SOURCES, offline(model, SOURCES, config)):
-        counting = Counting(source)
-        emitted = list(stream_greedy(model, counting, config))
-        assert [e.token for e in emitted] == expected
-        delays = [e.delay for e in emitted]
+    for source, _, _, delays in streamed(model, SOURCES, config):
         assert delays == sorted(delays) and all(d <= len(source) for d in delays)
         early += sum(d < len(source) for d in delays)
     assert (early > 0) == writes_early  # tokens written before the source had ended

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from test_policies import Counting
 
 from conftest import tiny_model
 from seqtrans import pipeline, tasks
@@ -19,7 +20,7 @@ from seqtrans.decoding.generate import max_output_length
 from seqtrans.decoding.streaming import check_streamable, stream_greedy
 from seqtrans.errors import DataError, UsageError
 from seqtrans.extension import ExtensionError
-from seqtrans.inference import loading, online
+from seqtrans.inference import loading, streaming
 from seqtrans.model import Transformer
 from seqtrans.vocab import EOS, Vocab, Vocabularies
 from seqtrans_copy import CopyCodec
@@ -36,19 +37,6 @@ def streaming_model(seed: int, *, g: float, r: float) -> Transformer:
         attn.g.data.fill_(g)
         attn.r.data.fill_(r)
     return model
-
-
-class Counting:
-    """A source that records how many tokens were taken from it."""
-
-    def __init__(self, tokens: list[int]) -> None:
-        self.tokens = tokens
-        self.taken = 0
-
-    def __iter__(self) -> Iterator[int]:
-        for token in self.tokens:
-            self.taken += 1
-            yield token
 
 
 # (seed 0 happens to read each source to its end before writing: the same output all the same)
@@ -126,7 +114,7 @@ class Arrivals:
     """Words of the input given one at a time, recording what was written after each."""
 
     def __init__(self, text: str) -> None:
-        self.events = list(online.words_of([text]))
+        self.events = list(streaming.words_of([text]))
         self.pulled = 0
         self.log: list[tuple[int, str]] = []  # (events pulled, text written)
 
@@ -140,16 +128,16 @@ class Arrivals:
 
 
 def test_words_arrive_as_soon_as_the_whitespace_after_them_does() -> None:
-    assert list(online.words_of(["1 2", "3  4", "\n", "\n5\t6\n7"])) == [
+    assert list(streaming.words_of(["1 2", "3  4", "\n", "\n5\t6\n7"])) == [
         "1", "23", "4", None, None, "5", "6", None, "7", None]
-    assert list(online.words_of(["1 \n"])) == ["1", None]
-    assert list(online.words_of([""])) == []
+    assert list(streaming.words_of(["1 \n"])) == ["1", None]
+    assert list(streaming.words_of([""])) == []
 
 
 def test_the_cli_stream_writes_each_token_before_the_rest_of_its_input_arrives() -> None:
     model = streaming_model(0, g=0.1, r=20.0)  # every layer selects the first position it sees
     arrivals = Arrivals("4 5 6 1 2\n3 3\n")
-    online.stream(loaded_copy(model, max_len_b=0), arrivals, arrivals.write)
+    streaming.stream(loaded_copy(model, max_len_b=0), arrivals, arrivals.write)
     # the bound a * |x| + b with b = 0 makes each token wait for one more word, and no longer
     assert [pulled for pulled, _ in arrivals.log[:5]] == [1, 2, 3, 4, 5]
     assert "\t" not in "".join(text for _, text in arrivals.log[:5])
@@ -169,7 +157,7 @@ def test_the_cli_stream_writes_what_offline_greedy_decoding_writes(seed: int, g:
     model = streaming_model(seed, g=g, r=r)
     text = "".join(" ".join(str(i - 4) for i in s) + "\n" for s in SOURCES)
     arrivals = Arrivals(text)
-    online.stream(loaded_copy(model), arrivals, arrivals.write)
+    streaming.stream(loaded_copy(model), arrivals, arrivals.write)
     lines = "".join(t for _, t in arrivals.log).splitlines()
     src = pad_batch([s + [EOS] for s in SOURCES])
     max_len = torch.tensor([max_output_length(len(s), CONFIG) for s in SOURCES])
@@ -194,7 +182,7 @@ def test_the_cli_stream_skips_the_rest_of_an_input_whose_output_has_ended(monkey
 
     monkeypatch.setattr(model, "decode", eos_at_the_second_step)
     arrivals = Arrivals("4 5 6 1 2\n3 3 3\n6\n")
-    online.stream(loaded_copy(model), arrivals, arrivals.write)
+    streaming.stream(loaded_copy(model), arrivals, arrivals.write)
     lines = "".join(t for _, t in arrivals.log).splitlines()
     assert [line.split("\t")[1] for line in lines] == ["1", "1", "1"]
     fresh = streaming_model(0, g=0.1, r=20.0)
@@ -214,4 +202,4 @@ def test_the_cli_stream_refuses_a_tokenisation_that_changes_earlier_tokens() -> 
     loaded = dataclasses.replace(loaded, codec=Reversing(loaded.codec.vocabularies))
     arrivals = Arrivals("4 5 6\n")
     with pytest.raises(DataError, match="<stdin>:1: .*cannot be streamed word by word"):
-        online.stream(loaded, arrivals, arrivals.write)
+        streaming.stream(loaded, arrivals, arrivals.write)

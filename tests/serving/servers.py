@@ -25,7 +25,7 @@ import uvicorn
 from seqtrans.data import prediction
 from seqtrans.decoding.search import length_penalty
 from seqtrans.inference.loading import Loaded
-from seqtrans.inference.online import stream
+from seqtrans.inference.streaming import stream
 from seqtrans.serving.app import build_app
 from seqtrans.serving.models import Served
 from seqtrans.serving.server import uvicorn_config

@@ -1,9 +1,10 @@
 """The batcher on its own, with a recording decoder: which requests go together, in what
-order, and a failing request failing alone."""
+order, a failing request failing alone, and batches decoding side by side on several workers."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from seqtrans.serving.batching import Batcher, Job, QueueFull, Stopped, take_batch
+from seqtrans.serving.workers import Workers, current_worker
 
 
 def _jobs(loop: asyncio.AbstractEventLoop, specs: list[tuple[str, int]]) -> deque[Job]:
@@ -74,3 +76,73 @@ def test_a_full_queue_refuses_a_withdrawn_request_frees_its_place_and_stopping_a
         assert isinstance(last.exception(), Stopped)  # answered, not left waiting
 
     asyncio.run(scenario())
+
+
+class Meeting:
+    """A decoder whose batches wait for each other: a batch returns only once ``parties``
+    batches are decoding at the same time (else it fails after ``timeout`` seconds);
+    it records the worker, and the worker's threads, of each."""
+
+    def __init__(self, parties: int, *, timeout: float = 20) -> None:
+        self.barrier = threading.Barrier(parties, timeout=timeout)
+        self.seen: list[tuple[str | None, int]] = []
+
+    def __call__(self, works: Sequence[int]) -> list[int]:
+        import torch
+
+        self.seen.append((current_worker(), torch.get_num_threads()))
+        self.barrier.wait()
+        return [w * 10 for w in works]
+
+
+def test_two_workers_decode_two_batches_at_once_each_with_its_own_threads() -> None:
+    decoder = Meeting(2)
+
+    async def scenario() -> list[Any]:
+        batcher = Batcher(decoder, max_tokens=100, max_wait_s=0, max_queue=8, workers=Workers(2, threads=1))
+        batcher.start()
+        futures = [batcher.submit("a", 1, 1), batcher.submit("b", 1, 2)]  # two keys: two batches
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        await batcher.stop()
+        return results
+
+    assert asyncio.run(scenario()) == [10, 20]  # one worker alone would have broken the barrier
+    assert sorted(decoder.seen) == [("0", 1), ("1", 1)]
+
+
+def test_one_worker_decodes_one_batch_at_a_time() -> None:
+    decoder = Meeting(2, timeout=0.5)
+
+    async def scenario() -> list[Any]:
+        batcher = Batcher(decoder, max_tokens=100, max_wait_s=0, max_queue=8, workers=Workers(1))
+        batcher.start()
+        results = await asyncio.gather(batcher.submit("a", 1, 1), batcher.submit("b", 1, 2),
+                                       return_exceptions=True)
+        await batcher.stop()
+        return results
+
+    results = asyncio.run(scenario())
+    assert all(isinstance(r, threading.BrokenBarrierError) for r in results)  # never two at once
+    assert [worker for worker, _ in decoder.seen] == ["0", "0"]
+
+
+def test_stopping_answers_the_batches_the_workers_are_decoding() -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def slow(works: Sequence[int]) -> list[int]:
+        started.set()
+        release.wait(20)
+        return [w + 1 for w in works]
+
+    async def scenario() -> tuple[Any, Any]:
+        batcher = Batcher(slow, max_tokens=1, max_wait_s=0, max_queue=8, workers=Workers(2))
+        batcher.start()
+        decoding = batcher.submit("k", 1, 1)
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        asyncio.get_running_loop().call_later(0.2, release.set)
+        await batcher.stop()
+        queued_after = batcher.submit("k", 1, 5)  # nobody takes it any more
+        return decoding.result(), queued_after.done()
+
+    assert asyncio.run(scenario()) == (2, False)

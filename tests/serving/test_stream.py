@@ -1,5 +1,5 @@
 """Simultaneous translation over a real WebSocket: the tokens and delays of
-``predict --stream`` (:func:`seqtrans.inference.online.stream`) decoding the same words,
+``predict --stream`` (:func:`seqtrans.inference.streaming.stream`) decoding the same words,
 tokens sent before the sentence has ended, and bad messages or models refused."""
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from fake_plugins import install
-from seqtrans import config as cfg
 from seqtrans.pipeline import run
+from seqtrans.tasks import resolve_config
 from seqtrans.training import checkpoint
 
 TINY = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16", "model.d_ff=32",
@@ -30,7 +30,7 @@ def test_an_error_rate_stops_training_and_chooses_the_best_checkpoint(tmp_path: 
     data = tmp_path / "data.tsv"
     data.write_text("".join(f"{w} {v}\t{v} {w}\n" for w in "abcd" for v in "abcd"), encoding="utf-8")
     files = [f"data.{split}={data}" for split in ("train", "dev", "test")]
-    config = cfg.resolve_config("errors", overrides=[*TINY, *files])
+    config = resolve_config("errors", overrides=[*TINY, *files])
     from error_rate_task import ErrorRateTask
 
     # dev WER at updates 2, 4, 6, 8: higher-is-better would keep 40 and stop at 6

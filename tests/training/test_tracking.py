@@ -15,11 +15,12 @@ import pytest
 import torch
 
 from seqtrans.cli import _progress, build_parser
-from seqtrans.config import ModelConfig, RunConfig, TrainConfig, resolve_config
+from seqtrans.config import ModelConfig, RunConfig, TrainConfig
 from seqtrans.data import Pairs
 from seqtrans.errors import ConfigError
 from seqtrans.model import Transformer
 from seqtrans.pipeline import run
+from seqtrans.tasks import resolve_config
 from seqtrans.training.loop import Trainer
 from seqtrans.training.tracking import require_tensorboard, seconds_left, time_binds
 

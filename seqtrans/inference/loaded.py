@@ -1,0 +1,65 @@
+"""A trained model loaded for decoding (:class:`Loaded`), apart from how it is loaded
+(:mod:`.loading`): the modules that decode with one (:mod:`.lexical`, :mod:`.session`,
+:mod:`.simultaneous`, :mod:`.online`) import this, and loading imports them, without a
+cycle."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from seqtrans.config import DecodeConfig, RunConfig
+from seqtrans.decoding.beam import Cancelled
+from seqtrans.decoding.ensemble import Ensemble
+from seqtrans.decoding.lexical import Phrases
+from seqtrans.decoding.search import Hypothesis
+from seqtrans.inference.evaluation import decode_sources
+from seqtrans.inference.phrases import banned_ids
+from seqtrans.model import Transformer
+from seqtrans.tasks.protocol import Codec, Task
+
+
+@dataclass
+class Loaded:
+    """A trained model with its task and codec, ready to decode; with ``others``, an
+    ensemble of models of one vocabulary (:mod:`seqtrans.decoding.ensemble`) whose task, codec
+    and decoding settings are the first's."""
+
+    config: RunConfig
+    task: Task[Any, Any, Any]
+    codec: Codec[Any, Any, Any]
+    model: Transformer
+    device: torch.device
+    others: list[Transformer] = field(default_factory=list)  # further members of an ensemble
+    vocabulary_digest: str = ""  # sha256 of the vocabulary files the model was trained with
+
+    @property
+    def models(self) -> list[Transformer]:
+        return [self.model, *self.others]
+
+    @property
+    def searcher(self) -> Transformer | Ensemble:
+        """What decodes: the model, or the ensemble of all models."""
+        return Ensemble(self.models) if self.others else self.model
+
+    def decode(self, sources: Sequence[Any], *, decode: DecodeConfig | None = None,
+               progress: bool = False, positions: Sequence[int] | None = None,
+               prefixes: Sequence[list[int]] | None = None, required: Sequence[Phrases] | None = None,
+               banned: Sequence[Phrases] | None = None, cancelled: Cancelled | None = None,
+               ) -> tuple[list[Any], list[list[Hypothesis]]]:
+        """Predictions (task objects) and the n-best hypotheses (or samples) of ``sources``,
+        in order; ``positions`` seed the sampling streams, ``prefixes`` are forced target
+        ids and ``required`` and ``banned`` phrases per source (target ids) that the outputs
+        must and must not contain, besides the phrases of ``decode.banned``, and
+        ``cancelled(i)`` whether source i's output is no longer wanted, asked between
+        decoding steps (see :func:`decode_sources`)."""
+        decode = decode or self.config.decode
+        common = banned_ids(self.task, self.codec, decode)
+        if common:
+            banned = [[*common, *own] for own in (banned or [[] for _ in sources])]
+        return decode_sources(self.searcher, self.codec, sources, decode, device=self.device,
+                              progress=progress, positions=positions, prefixes=prefixes, required=required,
+                              banned=banned, cancelled=cancelled)
