@@ -150,6 +150,15 @@ def _serve_fields() -> tuple[Any, ...]:
 SUBCOMMANDS = (
     Command("tasks", "List installed tasks with their distribution, version and load status.",
             "List the tasks registered under the 'seqtrans.tasks' entry-point group."),
+    Command("new-task", "Write a new task plugin package to start from.",
+            "Write DIR (default: ./seqtrans-NAME): pyproject.toml registering the task under the "
+            "'seqtrans.tasks' entry point, the task module (a toy that reverses the letters of short "
+            "words, with built-in data, scored by the character error rate), its tests, a README "
+            "and py.typed. As written it passes its own pytest and mypy, and after 'pip install -e "
+            "DIR' 'seqtrans run NAME' trains it in seconds. See docs/plugins.md.",
+            (arg("name", metavar="NAME", help="The task's name: a lower-case Python identifier that no "
+                                              "installed task has."),
+             arg("--dir", type=Path, help="Where to write the package (must not exist, or be empty)."))),
     Command("run", "Train a task end to end and score its test split.",
             "Prepare data, build the vocabulary, train, average the last checkpoints, decode "
             "the test split with the task's decoding settings and score it. Writes "
@@ -194,7 +203,8 @@ SUBCOMMANDS = (
             "line typed at a terminal is answered at once.",
             (MODELS, BEAM,
              arg("--stream", action="store_true",
-                 help="Simultaneous decoding: read each input word by word as it arrives on "
+                 help="Simultaneous decoding: read each input word by word (character by "
+                      "character for a task whose stream_unit is characters) as it arrives on "
                       "stdin, write each target token as soon as it is decided, and end each "
                       "output with a tab and the delays (the source tokens read when each target "
                       "token was written). Greedy; needs model.causal_encoder=true and a model that "
@@ -447,6 +457,14 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_new_task(args: argparse.Namespace) -> int:
+    from seqtrans.scaffold import new_task
+
+    for path in new_task(args.name, directory=args.dir):
+        print(f"wrote {path}")
+    return 0
+
+
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from seqtrans import tasks
     from seqtrans.prepare import prepare
@@ -536,6 +554,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from seqtrans.inference.online import line_batches, predict, predict_batches
     from seqtrans.inference.output import OutputOptions
     from seqtrans.inference.streaming import stream, words_of
+    from seqtrans.tasks.protocol import stream_unit
 
     overrides = _decode_overrides(args)
     loaded = load_ensemble(args.models, overrides=overrides, device=args.device)
@@ -544,7 +563,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                 or args.alignments):
             raise UsageError("--stream writes text only: it takes no --prefixes, --constraints, --format "
                              "jsonl, --token-scores or --alignments")
-        stream(loaded, words_of(_stdin_chunks()), _write_now)
+        stream(loaded, words_of(_stdin_chunks(), unit=stream_unit(loaded.task)), _write_now)
         return 0
     if args.alignment_layer is not None and not args.alignments:
         raise UsageError("--alignment-layer needs --alignments")
@@ -732,7 +751,7 @@ COMMANDS = {"tasks": _cmd_tasks, "config": _cmd_config, "prepare": _cmd_prepare,
             "predict": _cmd_predict, "evaluate": _cmd_evaluate, "score": _cmd_score, "average": _cmd_average,
             "plot": _cmd_plot, "import": _cmd_import, "export": _cmd_export, "attention": _cmd_attention,
             "upgrade": _cmd_upgrade, "serve": _cmd_serve, "shortlist": _cmd_shortlist,
-            "distill": _cmd_distill}
+            "distill": _cmd_distill, "new-task": _cmd_new_task}
 
 
 def _run_plugin_command(argv: list[str]) -> int | None:

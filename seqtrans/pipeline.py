@@ -3,7 +3,7 @@ score the test split) and ``average``. Loading, decoding and scoring a trained r
 :mod:`seqtrans.inference`, which this module uses and which never uses it.
 
 A run directory holds ``config.json``, ``vocab/`` (the task's files),
-``checkpoints/`` (step checkpoints and ``average.pt``), ``predictions/test.txt``,
+``checkpoints/`` (step checkpoints, ``average.pt`` and ``best.pt``), ``predictions/test.txt``,
 ``metrics.json`` and ``train.jsonl`` (log records).
 """
 

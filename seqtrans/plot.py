@@ -5,18 +5,21 @@ Each panel holds one quantity for every run: training loss, learning rate and
 tokens/s (logged every ``train.log_every`` updates), dev loss and the task's dev
 metrics (every validation); the left column against updates, the right against
 training minutes (validation excluded). A run that was resumed logged some updates
-twice; the later record of an update is the one kept.
+twice; the later record of an update is the one kept. The validation metric of each
+run's task is marked at its best validation, by the task's direction (``metric_mode``:
+higher is better, or lower for an error rate), which its panel's title says.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from seqtrans import atomic
-from seqtrans.errors import DataError, UsageError
+from seqtrans import atomic, tasks
+from seqtrans.errors import DataError, SeqtransError, UsageError
+from seqtrans.tasks.protocol import metric_mode
 
 #: (event, key, title) of the panels, top to bottom; dev metrics follow dev loss.
 _PANELS = [("train", "loss", "training loss"), ("validation", "dev_loss", "dev loss")]
@@ -43,6 +46,27 @@ def curves(run_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
     return {event: [records[s] for s in sorted(records)] for event, records in by_event.items()}
 
 
+def task_metric(run_dir: str | Path) -> tuple[str, str] | None:
+    """The key of the run's validation metric in its log (``dev_METRIC``) and its direction
+    ("max" or "min"), from the task its ``config.json`` names; None when the run has no
+    config or its task is not installed (its curves are drawn all the same)."""
+    try:
+        task_cls = tasks.load(json.loads((Path(run_dir) / "config.json").read_text(encoding="utf-8"))["task"])
+        return f"dev_{task_cls.metric}", metric_mode(task_cls)
+    except (OSError, ValueError, KeyError, TypeError, SeqtransError):
+        return None
+
+
+def best_validation(records: Sequence[dict[str, Any]], key: str, mode: str) -> dict[str, Any] | None:
+    """The first validation record with the best ``key`` (highest for ``mode`` "max",
+    lowest for "min"), as early stopping counts it; None when no record has it."""
+    scored = [r for r in records if key in r]
+    if not scored:
+        return None
+    sign = 1.0 if mode == "max" else -1.0
+    return max(scored, key=lambda r: sign * float(r[key]))  # max() keeps the first of equals
+
+
 def labels(run_dirs: Sequence[str | Path]) -> list[str]:
     """The runs' names in the legend: their directories' names, or their paths where
     two share a name."""
@@ -60,9 +84,10 @@ def plot(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     runs = {name: curves(d) for name, d in zip(labels(run_dirs), run_dirs, strict=True)}
+    watched = {name: task_metric(d) for name, d in zip(runs, run_dirs, strict=True)}
     metrics = sorted({k for c in runs.values() for r in c.get("validation", [])
                       for k in r if k.startswith("dev_") and k not in ("dev_loss", "dev_ppl")})
-    panels = _PANELS + [("validation", m, f"dev {m[4:].replace('_', ' ')}") for m in metrics] + _AFTER
+    panels = _PANELS + [("validation", m, _title(m, watched.values())) for m in metrics] + _AFTER
     fig, axes = plt.subplots(len(panels), 2, figsize=(11, 2.4 * len(panels)), squeeze=False)
     for row, (event, key, title) in enumerate(panels):
         for col, x_key in enumerate(("step", "seconds")):
@@ -70,8 +95,13 @@ def plot(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
             for name, c in runs.items():
                 records = [r for r in c.get(event, []) if key in r and x_key in r]
                 xs = [r[x_key] / 60 if x_key == "seconds" else r[x_key] for r in records]
-                ax.plot(xs, [r[key] for r in records], marker="." if event == "validation" else None,
-                        label=name)
+                line, = ax.plot(xs, [r[key] for r in records], marker="." if event == "validation" else None,
+                                label=name)
+                found = watched[name]
+                best = best_validation(records, key, found[1]) if found and found[0] == key else None
+                if best is not None:
+                    ax.plot([best[x_key] / 60 if x_key == "seconds" else best[x_key]], [best[key]],
+                            marker="*", markersize=11, color=line.get_color())
             ax.set_title(title, fontsize=10)
             ax.set_xlabel("updates" if x_key == "step" else "training minutes", fontsize=9)
             ax.grid(alpha=0.3)
@@ -84,3 +114,10 @@ def plot(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
         fig.savefig(f, format="png", dpi=90)
     plt.close(fig)
     return out
+
+
+def _title(key: str, watched: Iterable[tuple[str, str] | None]) -> str:
+    """A dev metric's panel title, with the direction of the runs' tasks that validate on it."""
+    modes = {found[1] for found in watched if found is not None and found[0] == key}
+    words = {"max": " (higher is better)", "min": " (lower is better)"}
+    return f"dev {key[4:].replace('_', ' ')}{words[modes.pop()] if len(modes) == 1 else ''}"

@@ -43,7 +43,7 @@ def test_run_writes_the_documented_files(run_dir: Path) -> None:
     assert config["train"]["adam_betas"] == [0.9, 0.98] and config["data"]["test_size"] == 30
     assert len((run_dir / "predictions" / "test.txt").read_text().splitlines()) == 30
     names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    assert names == ["average.pt", "checkpoint_00000004.pt", "checkpoint_00000008.pt",
+    assert names == ["average.pt", "best.pt", "checkpoint_00000004.pt", "checkpoint_00000008.pt",
                      "checkpoint_00000012.pt"]
 
 

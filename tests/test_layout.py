@@ -32,7 +32,7 @@ PACKAGE = Path(seqtrans.__file__).parent
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("seqtrans.errors", "seqtrans.environment", "seqtrans.atomic", "seqtrans.assets", "seqtrans.system",
      "seqtrans.precision", "seqtrans.masks", "seqtrans.dropout", "seqtrans.world", "seqtrans.threads",
-     "seqtrans.testing", "seqtrans.plot", "seqtrans.binarized", "seqtrans.download"),
+     "seqtrans.testing", "seqtrans.binarized", "seqtrans.download"),
     ("seqtrans.config", "seqtrans.vocab", "seqtrans.shortlist"),
     ("seqtrans.native", "seqtrans.linear", "seqtrans.distributed"),
     ("seqtrans.attention", "seqtrans.extension"),
@@ -42,10 +42,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("seqtrans.model", "seqtrans.quantize", "seqtrans.tasks.contract"),
     ("seqtrans.decoding",),
     ("seqtrans.training", "seqtrans.upgrade", "seqtrans.prepare"),
-    ("seqtrans.inference", "seqtrans.formats", "seqtrans.simuleval", "seqtrans.distill"),
+    ("seqtrans.inference", "seqtrans.formats", "seqtrans.simuleval", "seqtrans.distill", "seqtrans.plot"),
     ("seqtrans.serving",),
     ("seqtrans.pipeline",),
-    ("seqtrans.cli", "seqtrans.__main__", "seqtrans"),
+    ("seqtrans.cli", "seqtrans.__main__", "seqtrans.scaffold", "seqtrans"),
 )
 
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from fake_plugins import install
 from seqtrans.errors import DataError, UsageError
-from seqtrans.plot import curves, labels, plot
+from seqtrans.plot import _title, best_validation, curves, labels, plot, task_metric
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -47,6 +48,9 @@ def test_several_runs_are_drawn_into_one_png(tmp_path: Path) -> None:
         {"event": "train", "step": s, "loss": 5.0 / s, "lr": 1e-4 * s, "tokens_per_s": 1000.0, "seconds": s}
         for s in range(1, 6)] + [{"event": "validation", "step": 5, "dev_loss": 1.0, "dev_f1": 50.0,
                                   "seconds": 5.0}]) for name in ("a", "b")]
+    (runs[0] / "config.json").write_text('{"task": "copy"}')  # its dev metric marked at its best
+    with (runs[0] / "train.jsonl").open("a") as f:
+        f.write(json.dumps({"event": "validation", "step": 6, "dev_exact_match": 0.5, "seconds": 6.0}) + "\n")
     out = plot(runs, tmp_path / "figures" / "curves.png")
     assert out.read_bytes().startswith(PNG) and out.stat().st_size > 10_000
     assert [p.name for p in out.parent.iterdir()] == ["curves.png"]  # no temporary file left
@@ -56,3 +60,27 @@ def test_runs_of_the_same_name_are_told_apart_by_their_paths(tmp_path: Path) -> 
     assert labels([tmp_path / "x" / "one", tmp_path / "y" / "two"]) == ["one", "two"]
     same = [tmp_path / "a" / "run", tmp_path / "b" / "run"]
     assert labels(same) == [str(p) for p in same]
+
+
+def test_the_best_validation_follows_the_direction_of_the_metric() -> None:
+    records = [{"step": 2, "dev_wer": 40.0}, {"step": 4, "dev_wer": 30.0}, {"step": 5},
+               {"step": 6, "dev_wer": 30.0}, {"step": 8, "dev_wer": 45.0}]
+    best_min = best_validation(records, "dev_wer", "min")
+    best_max = best_validation(records, "dev_wer", "max")
+    assert best_min is not None and best_min["step"] == 4  # the first of equals, as early stopping counts
+    assert best_max is not None and best_max["step"] == 8
+    assert best_validation(records, "dev_bleu", "max") is None
+
+
+def test_a_runs_task_says_which_metric_to_mark_and_its_direction(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    install(tmp_path / "site", "seqtrans-errors", "0.1", {"errors": "error_rate_task:ErrorRateTask"})
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    for name, task in (("copy", "copy"), ("errors", "errors"), ("gone", "not_installed")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"task": task}))
+    assert task_metric(tmp_path / "errors") == ("dev_wer", "min")
+    assert task_metric(tmp_path / "copy") == ("dev_exact_match", "max")
+    assert task_metric(tmp_path / "gone") is None and task_metric(tmp_path / "nothing") is None
+    assert _title("dev_wer", [("dev_wer", "min"), None]) == "dev wer (lower is better)"
+    assert _title("dev_exact_match", [("dev_wer", "min")]) == "dev exact match"

@@ -5,12 +5,13 @@ its refusals. The SimulEval agent's refusal of a model that cannot stream."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from argparse import Namespace
 from pathlib import Path
 
 import pytest
-from decoding.test_streaming import loaded_copy, streaming_model
+from decoding.test_streaming import Arrivals, loaded_copy, streaming_model
 from test_inference import copy_run
 
 import seqtrans
@@ -18,7 +19,11 @@ from seqtrans.config import DecodeConfig
 from seqtrans.decoding import streaming
 from seqtrans.decoding.streaming import StreamDecoder, stream_greedy
 from seqtrans.errors import UsageError
+from seqtrans.inference import loading
+from seqtrans.inference import streaming as streaming_input
 from seqtrans.inference.session import StreamSession
+from seqtrans.model import Transformer
+from seqtrans_copy import CopyCodec
 
 SOURCES = [[0, 1, 2, 3, 4, 5], [6, 5, 4], [2, 2, 2, 2, 2, 2, 2, 2], [3]]
 
@@ -117,3 +122,60 @@ def test_words_the_task_cannot_read_are_a_data_error_naming_the_input(
     session = StreamSession(loaded, origin="<stdin>", line=3)
     with pytest.raises(DataError, match=r"<stdin>:3.*cannot read these words \(ValueError: no symbol '1'\)"):
         session.push("1")
+
+
+class Letters:
+    """A character-level task around the copy task's symbols: ``"0123"`` is four tokens,
+    streamed one character at a time."""
+
+    stream_unit = "characters"
+
+    def parse_source(self, line: str) -> str:
+        return line
+
+    def format(self, prediction: str) -> str:
+        return prediction
+
+
+class LettersCodec(CopyCodec):
+    def source_tokens(self, source: str) -> list[str]:  # type: ignore[override]
+        return list(source)
+
+    def prediction(self, tokens: list[str], source: str) -> str:  # type: ignore[override]
+        return "".join(tokens)
+
+
+def _letters(model: Transformer) -> loading.Loaded:
+    words = loaded_copy(model)
+    return dataclasses.replace(words, task=Letters(), codec=LettersCodec(words.codec.vocabularies))
+
+
+def test_a_task_that_streams_characters_reads_them_as_words_are_read() -> None:
+    model = streaming_model(3, g=1.0, r=3.0)
+    by_word = seqtrans.stream(loaded_copy(model))
+    for word in "0 1 2 3 4 5 6 5".split():
+        by_word.push(word)
+    by_word.finish()
+    letters = _letters(model)
+    by_char = seqtrans.stream(letters)
+    updates = [by_char.push(c) for c in "0123"] + [by_char.push("4565"), by_char.finish()]
+    assert by_char.words == list("01234565") and by_char.source == "01234565"  # no spaces to type
+    assert [(t.id, t.delay, t.word_delay) for t in by_char.tokens] == [
+        (t.id, t.delay, t.word_delay) for t in by_word.tokens]  # the same tokens at the same points
+    assert by_char.output == "".join(by_word.output.split())
+    assert [w.text for u in updates for w in u.words] == list(by_char.output)  # its units: characters
+    assert by_char.word_delays == by_word.word_delays
+    with pytest.raises(UsageError, match="streams characters: push one character"):
+        seqtrans.stream(letters).push(["01"])
+
+
+def test_stdin_arrives_character_by_character_for_such_a_task() -> None:
+    assert list(streaming_input.words_of(["0 1\r\n", "2", "3\n4"], unit="characters")) == [
+        "0", " ", "1", None, "2", "3", None, "4", None]
+    assert list(streaming_input.words_of(["0 1\n4"])) == ["0", "1", None, "4", None]
+    model = streaming_model(3, g=1.0, r=3.0)
+    by_word, by_char = Arrivals("0 1 2 3\n"), Arrivals("")
+    by_char.events = list(streaming_input.words_of(["0123\n"], unit="characters"))
+    streaming_input.stream(loaded_copy(model), by_word, by_word.write)
+    streaming_input.stream(_letters(model), by_char, by_char.write)
+    assert by_char.log == by_word.log  # the same tokens written after the same units read

@@ -94,9 +94,9 @@ def read_split(task: Task[Any, Any, Any], split: str) -> Split:
             first.setdefault(item.reason, item.origin)
         else:
             out.examples.append(item)
-    for reason, count in out.skipped.items():
-        log.warning("%s: left out %d of %d inputs: %s (first: %s)", split, count,
-                    len(out.examples) + sum(out.skipped.values()), reason, first[reason])
+    for reason, count in out.skipped.items():  # the task's own choice (a filter): news, not a problem
+        log.info("%s: left out %d of %d inputs: %s (first: %s)", split, count,
+                 len(out.examples) + sum(out.skipped.values()), reason, first[reason])
     return out
 
 
@@ -123,7 +123,7 @@ def score_examples(model: Transformer | Ensemble, task: Task[Any, Any, Any], cod
     seconds = time.perf_counter() - started
     metrics = _metrics(task.score(preds, examples)) if main else {}
     metrics["decode_sentences_per_s"] = round(len(examples) / max(seconds, 1e-9), 2)
-    metrics["skipped"] = float(sum(split.skipped.values()))
+    metrics["skipped"] = sum(split.skipped.values())
     if decode.compare_unconstrained and decode.constrained and isinstance(codec, Constraining):
         free = dataclasses.replace(decode, constrained=False)
         free_preds, _ = decode_sources(model, codec, sources, free, device=device, spread=True, banned=banned,

@@ -29,6 +29,12 @@ complete. The output's words are those of the task's output line
 (:meth:`~seqtrans.tasks.Task.format`) split on whitespace, taken from the line of the
 tokens decided so far: for tasks whose line of a prefix is a prefix of the final line
 (sentencepiece and whitespace tokens) the words written equal the final output's.
+
+A task whose ``stream_unit`` is "characters" (:func:`~seqtrans.tasks.protocol.stream_unit`)
+streams characters instead: a pushed string is split into its characters (white space
+included, line breaks left out), the source line is their concatenation, delays count
+characters read, and the output's units are its characters other than white space.
+Everything said of words above holds of these units.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from seqtrans.decoding.ensemble import position_limit
 from seqtrans.decoding.streaming import Emission, StreamDecoder, check_streamable
 from seqtrans.errors import DataError, SeqtransError, UsageError
 from seqtrans.inference.loaded import Loaded
+from seqtrans.tasks.protocol import stream_unit
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,22 @@ class Update:
     tokens: list[Token]
     words: list[Word]  # output words now complete, in order
     done: bool  # the output has ended (words pushed later are only counted)
+
+
+def split_units(text: str, unit: str) -> list[str]:
+    """A source text as the units of a stream: its words (``unit`` "words"), or its
+    characters, line breaks left out ("characters")."""
+    return text.split() if unit == "words" else [ch for ch in text if ch not in "\r\n"]
+
+
+def join_units(units: Iterable[str], unit: str) -> str:
+    """The source line of a stream's units: words separated by a space, characters side by side."""
+    return (" " if unit == "words" else "").join(units)
+
+
+def output_units(line: str, unit: str) -> list[str]:
+    """An output line's units: its words, or its characters other than white space."""
+    return line.split() if unit == "words" else [ch for ch in line if not ch.isspace()]
 
 
 def check_streaming(loaded: Loaded) -> None:
@@ -108,7 +131,8 @@ class StreamSession:
         self._decoder = StreamDecoder(loaded.model, loaded.config.decode,
                                       position_limit=position_limit(loaded.model))
         self._source_limit = loaded.model.config.position_limit
-        self.words: list[str] = []  # the source words pushed
+        self.unit = stream_unit(loaded.task)  # "words", or "characters" for a task that says so
+        self.words: list[str] = []  # the source words (or characters) pushed
         self._ends: list[int] = []  # source tokens of the first k words, at k - 1
         self._fed: list[int] = []  # the source ids of the words pushed
         self._given = 0  # of which the decoder has been given these
@@ -120,13 +144,13 @@ class StreamSession:
     # ------------------------------------------------------------------ input
 
     def push(self, words: str | Iterable[str]) -> Update:
-        """Add source words (a string is split on whitespace); what is now decided."""
+        """Add source words (a string is split on whitespace), or characters (a string is
+        split into them) for a task that streams characters; what is now decided."""
         if self.finished:
             raise UsageError("this stream's source has ended (finish() was called): start a new session "
                              "for the next sentence")
-        for word in words.split() if isinstance(words, str) else words:
-            if not word or any(ch.isspace() for ch in word):
-                raise UsageError(f"a pushed word must be non-empty and hold no whitespace: {word!r}")
+        for word in split_units(words, self.unit) if isinstance(words, str) else words:
+            self._check_unit(word)
             self.words.append(word)
             if not self._decoder.done:  # an output that has ended reads nothing more
                 self._ends.append(len(self._feed()))
@@ -134,6 +158,13 @@ class StreamSession:
             return self._decide([])
         new, self._given = self._fed[self._given:], len(self._fed)
         return self._decide(self._decoder.push(new))
+
+    def _check_unit(self, unit: str) -> None:
+        if self.unit == "words" and (not unit or any(ch.isspace() for ch in unit)):
+            raise UsageError(f"a pushed word must be non-empty and hold no whitespace: {unit!r}")
+        if self.unit == "characters" and (len(unit) != 1 or unit in "\r\n"):
+            raise UsageError(f"this task streams characters: push one character (not a line break) at a "
+                             f"time, or a string, got {unit!r}")
 
     def finish(self) -> Update:
         """End the source; the rest of the output."""
@@ -145,7 +176,7 @@ class StreamSession:
 
     def _feed(self) -> list[int]:
         try:
-            ids = source_ids(self.loaded.codec, self.loaded.task.parse_source(" ".join(self.words)))[:-1]
+            ids = source_ids(self.loaded.codec, self.source)[:-1]
         except SeqtransError:
             raise
         except Exception as exc:  # the task's own failure on what it was given: still bad input
@@ -153,8 +184,9 @@ class StreamSession:
                                                     f"({type(exc).__name__}: {exc})") from exc
         if ids[: len(self._fed)] != self._fed:
             raise DataError(self.origin, self.line,
-                            "the task's tokens of the words read so far are not a prefix of those of more "
-                            "words: this task cannot be streamed word by word")
+                            f"the task's tokens of the {self.unit} read so far are not a prefix of those of "
+                            f"more {self.unit}: this task cannot be streamed {self.unit[:-1]} by "
+                            f"{self.unit[:-1]}")
         if self._source_limit is not None and len(ids) + 1 > self._source_limit:
             raise DataError(self.origin, self.line,
                             f"{len(ids) + 1} source tokens (with the end symbol), more than the "
@@ -174,7 +206,7 @@ class StreamSession:
         return bisect.bisect_left(self._ends, delay) + 1
 
     def _line_words(self) -> list[str]:
-        return self.output.split()
+        return output_units(self.output, self.unit)
 
     def _decide(self, emissions: list[Emission]) -> Update:
         target = self.loaded.codec.vocabularies.target
@@ -210,8 +242,8 @@ class StreamSession:
 
     @property
     def source(self) -> Any:
-        """The task's source of the words pushed so far."""
-        return self.loaded.task.parse_source(" ".join(self.words))
+        """The task's source of the words (or characters) pushed so far."""
+        return self.loaded.task.parse_source(join_units(self.words, self.unit))
 
     @property
     def source_tokens(self) -> int:

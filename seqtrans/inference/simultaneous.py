@@ -38,8 +38,8 @@ from seqtrans.decoding.latency import REFERENCE, corpus_latency, reference_words
 from seqtrans.errors import UsageError
 from seqtrans.inference.evaluation import Split
 from seqtrans.inference.loaded import Loaded
-from seqtrans.inference.session import StreamSession, check_streaming
-from seqtrans.tasks.protocol import Example, Metric, SourceFormatting
+from seqtrans.inference.session import StreamSession, check_streaming, output_units, split_units
+from seqtrans.tasks.protocol import Example, Metric, SourceFormatting, stream_unit
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def source_words(loaded: Loaded, example: Example[Any, Any]) -> list[str]:
     if not isinstance(task, SourceFormatting):
         raise UsageError(f"task '{loaded.config.task}' cannot write its sources as input lines "
                          "(format_source), which streaming a split word by word needs")
-    return task.format_source(example.source).split()
+    return split_units(task.format_source(example.source), stream_unit(task))
 
 
 def stream_example(loaded: Loaded, example: Example[Any, Any]) -> StreamedExample:
@@ -86,8 +86,13 @@ def reference_text(loaded: Loaded, example: Example[Any, Any]) -> str:
 
 
 def reference_length(loaded: Loaded, example: Example[Any, Any]) -> int:
-    """The reference's length in words, as SimulEval counts it."""
-    return reference_words(reference_text(loaded, example))
+    """The reference's length in words, as SimulEval counts it (in characters other than
+    white space for a task that streams characters)."""
+    return _length(reference_text(loaded, example), stream_unit(loaded.task))
+
+
+def _length(reference: str, unit: str) -> int:
+    return reference_words(reference) if unit == "words" else len(output_units(reference, unit))
 
 
 def _latency(outputs: Sequence[StreamedExample], lengths: Sequence[int], field: str) -> dict[str, float]:
@@ -112,17 +117,18 @@ def score_stream(loaded: Loaded, split: Split, *,
     scores = loaded.task.score([o.prediction for o in outputs], examples)
     metrics: dict[str, Metric] = {k: v if isinstance(v, str) else float(v) for k, v in scores.items()}
     references = [reference_text(loaded, e) for e in examples]
-    lengths = [reference_words(r) for r in references]
+    unit = stream_unit(loaded.task)
+    lengths = [_length(r, unit) for r in references]
     # no sentence with a latency (every output empty): SimulEval fails; we leave the keys out
     for prefix, field in (("stream", "word_delays"), ("stream_piece", "piece_delays")):
         latency = _latency(outputs, lengths, field)
         metrics.update({f"{prefix}_{name}": value for name, value in latency.items()
                         if not math.isnan(value)})
     metrics["stream_source_words"] = sum(o.source_words for o in outputs) / max(len(outputs), 1)
-    metrics["latency_unit"] = "word"
+    metrics["latency_unit"] = "word" if unit == "words" else "character"
     metrics["latency_reference"] = REFERENCE
     metrics["decode_sentences_per_s"] = round(len(examples) / max(seconds, 1e-9), 2)
-    metrics["skipped"] = float(sum(split.skipped.values()))
+    metrics["skipped"] = sum(split.skipped.values())
     if instances is not None:
         write_instances(instances, loaded, outputs, examples, references)
     return outputs, metrics

@@ -1,4 +1,5 @@
-"""``seqtrans predict --stream``: inputs that arrive word by word, decoded simultaneously
+"""``seqtrans predict --stream``: inputs that arrive word by word (or character by
+character, for a task whose ``stream_unit`` says so), decoded simultaneously
 through a :class:`~seqtrans.inference.session.StreamSession` per input line, each
 target token written as soon as it is decided."""
 
@@ -56,9 +57,14 @@ def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], N
                  scores["ap"], scores["al"], scores["laal"], scores["dal"])
 
 
-def words_of(chunks: Iterable[str]) -> Iterator[str | None]:
+def words_of(chunks: Iterable[str], *, unit: str = "words") -> Iterator[str | None]:
     """The words of text arriving in chunks, each as soon as the whitespace after it has
-    arrived, and ``None`` at each line break (and at the end of an unterminated last line)."""
+    arrived, and ``None`` at each line break (and at the end of an unterminated last line).
+    With ``unit`` "characters" (a task that streams characters), each character as it
+    arrives instead, white space included."""
+    if unit == "characters":
+        yield from _characters_of(chunks)
+        return
     word: list[str] = []
     pending_line = False
     for chunk in chunks:
@@ -76,5 +82,21 @@ def words_of(chunks: Iterable[str]) -> Iterator[str | None]:
                 pending_line = True
     if word:
         yield "".join(word)
+    if pending_line:
+        yield None
+
+
+def _characters_of(chunks: Iterable[str]) -> Iterator[str | None]:
+    """Each character of text arriving in chunks, and ``None`` at each line break (and at
+    the end of an unterminated last line); carriage returns are left out."""
+    pending_line = False
+    for chunk in chunks:
+        for ch in chunk:
+            if ch == "\n":
+                yield None
+                pending_line = False
+            elif ch != "\r":
+                yield ch
+                pending_line = True
     if pending_line:
         yield None

@@ -18,6 +18,9 @@ sentence; ``{"end": true}`` ends it (both may come in one message). Server messa
 - ``{"error": {...}}`` before closing on a bad message, or after ``stream_idle_s``
   seconds without one (``idle_timeout``).
 
+For a task whose ``stream_unit`` is "characters", ``words`` holds characters instead
+(each one a unit, white space included) and the delays count characters.
+
 A session then goes on with the next sentence. Decoding runs on one of the server's
 decoding workers, those the batches of predict requests use, a step of work per message:
 a session holds no thread while it waits for words.
@@ -36,10 +39,11 @@ from prometheus_client import Gauge
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from seqtrans.errors import SeqtransError
-from seqtrans.inference.session import StreamSession, Update
+from seqtrans.inference.session import StreamSession, Update, split_units
 from seqtrans.serving import validation
 from seqtrans.serving.models import RequestError, Served
 from seqtrans.serving.settings import ServeSettings
+from seqtrans.tasks.protocol import stream_unit
 
 #: What sending to, or closing, a connection the client has already closed raises.
 GONE = (WebSocketDisconnect, RuntimeError, OSError)
@@ -119,6 +123,7 @@ class _Session:
         config = served.loaded.config
         self.decode = dataclasses.replace(config.decode, nbest=1, sample=0)
         self.session: StreamSession | None = None
+        self.unit = stream_unit(served.loaded.task)  # what "words" holds: words, or characters
         self.words = 0  # of the current sentence
         self.done = False  # the current sentence's output is complete
 
@@ -132,7 +137,7 @@ class _Session:
                 self.words += 1
                 if self.words > self.settings.max_input_tokens:  # a word is at least one source token
                     raise RequestError(422, "input_too_long", f"more than {self.settings.max_input_tokens} "
-                                       "words in one sentence", limit="max_input_tokens")
+                                       f"{self.unit} in one sentence", limit="max_input_tokens")
             if not self.done and (words or end):
                 await self._decode(words, end)
             if end:
@@ -157,7 +162,7 @@ class _Session:
         text = message.get("words")
         if text is not None and not isinstance(text, str):
             raise RequestError(422, "invalid_message", "'words' must be a string")
-        return (text or "").split(), message.get("end") is True
+        return split_units(text or "", self.unit), message.get("end") is True
 
     async def _decode(self, words: list[str], end: bool) -> None:
         loop = asyncio.get_running_loop()

@@ -23,12 +23,14 @@ from seqtrans.errors import UsageError
 from seqtrans.tasks.protocol import (
     METRIC_MODES,
     SPLITS,
+    STREAM_UNITS,
     Codec,
     Constraining,
     Example,
     Metric,
     ModelExtending,
     SegmentationSampling,
+    Skipped,
     Task,
     TaskClass,
     missing_members,
@@ -54,6 +56,8 @@ def check_class(task_cls: TaskClass[Any, Any, Any]) -> None:
     _require(isinstance(task_cls.metric, str), "metric must be a string")
     _require(getattr(task_cls, "metric_mode", "max") in METRIC_MODES,
              f"metric_mode must be one of {', '.join(METRIC_MODES)} (higher or lower is better)")
+    _require(getattr(task_cls, "stream_unit", "words") in STREAM_UNITS,
+             f"stream_unit must be one of {', '.join(STREAM_UNITS)}")
     _require(isinstance(task_cls.defaults, Mapping) and "decode" in task_cls.defaults,
              "defaults must set the decode section")
     for preset in [None, *task_cls.presets]:
@@ -64,14 +68,12 @@ def check_class(task_cls: TaskClass[Any, Any, Any]) -> None:
 
 def check_task(task: Task[Any, Any, Any], directory: Path, *, examples: int = 50) -> dict[str, Metric]:
     """Run the contract checks on a configured task instance; returns the metrics of the
-    references scored against themselves."""
+    references scored against themselves. It reads at most ``examples`` of each split, and
+    each split must give at least one: a fixture of one example, the same file for all
+    three splits, is enough."""
     task_cls = cast(TaskClass[Any, Any, Any], type(task))
     check_class(task_cls)
-    samples: dict[str, list[Example[Any, Any]]] = {}
-    for split in SPLITS:
-        read = itertools.islice(task.read(split), examples)
-        samples[split] = [ex for ex in read if isinstance(ex, Example)]
-        _require(bool(samples[split]), f"split '{split}' yields no examples")
+    samples = {split: _sample(task, split, examples) for split in SPLITS}
     try:
         next(iter(task.read("validation")))
     except UsageError:
@@ -112,6 +114,27 @@ def check_task(task: Task[Any, Any, Any], directory: Path, *, examples: int = 50
                                                        "nor a string")
     _check_abilities(codec, refs)
     return dict(scores)
+
+
+def _sample(task: Task[Any, Any, Any], split: str, examples: int) -> list[Example[Any, Any]]:
+    """Up to ``examples`` examples of ``split``; an error that names the split and what to
+    do when it cannot be read or yields none (every split needs one: the vocabulary is
+    built from train, the references come from test, validation reads dev)."""
+    todo = ("check_task reads every split: configure the task with a small fixture for each "
+            "(one file of a few examples may serve all three)")
+    try:
+        read = list(itertools.islice(task.read(split), examples))
+    except UsageError:
+        raise
+    except Exception as exc:  # the task's own failure: say which split, keep the cause
+        raise ContractError(f"split '{split}' cannot be read ({type(exc).__name__}: {exc}); {todo}") from exc
+    found = [ex for ex in read if isinstance(ex, Example)]
+    if not found:
+        left_out = sorted({item.reason for item in read if isinstance(item, Skipped)})
+        why = (f"the task left out all {len(read)} it read ({'; '.join(left_out)})" if left_out
+               else "it is empty")
+        raise ContractError(f"split '{split}' yields no examples: {why}; {todo}")
+    return found
 
 
 def _check_abilities(codec: Codec[Any, Any, Any], refs: list[Example[Any, Any]]) -> None:

@@ -13,6 +13,7 @@ register a plugin.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
 from collections.abc import Sequence
@@ -57,11 +58,12 @@ def installed(path: Sequence[str] | None = None, *, group: str = GROUP) -> dict[
     ``path`` defaults to :func:`search_path`; tests pass their own.
     """
     found: dict[str, list[TaskEntry]] = {}
-    for ep in entrypoints.get_group_all(group, path=list(path) if path is not None else search_path()):
+    folders = list(path) if path is not None else search_path()
+    for ep in entrypoints.get_group_all(group, path=folders):
         distro = ep.distro
         entry = TaskEntry(
             name=ep.name,
-            distribution=getattr(distro, "name", None) or "<unknown distribution>",
+            distribution=_project_name(getattr(distro, "name", None), folders) or "<unknown distribution>",
             version=getattr(distro, "version", None) or "?",
             target=f"{ep.module_name}:{ep.object_name}" if ep.object_name else ep.module_name,
         )
@@ -69,6 +71,17 @@ def installed(path: Sequence[str] | None = None, *, group: str = GROUP) -> dict[
         if entry not in entries:  # the same distribution seen twice on the path
             entries.append(entry)
     return found
+
+
+def _project_name(folder_name: str | None, path: list[str]) -> str | None:
+    """The distribution's name as its metadata spells it (``seqtrans-copy``): ``entrypoints``
+    gives the name of its ``.dist-info`` folder, which packaging tools normalise
+    (``seqtrans_copy``)."""
+    if not folder_name:
+        return None
+    for dist in importlib.metadata.distributions(path=path, name=folder_name):
+        return str(dist.metadata["Name"] or folder_name)
+    return folder_name
 
 
 def find(name: str, path: Sequence[str] | None = None) -> TaskEntry:

@@ -157,7 +157,9 @@ class Task(Protocol[SourceT, TargetT, PredictionT]):
 
 class TaskClass(Protocol[SourceT, TargetT, PredictionT]):
     """What the entry point names: a class (usually) with these attributes, whose
-    instances are :class:`Task` objects. Plain class attributes satisfy it."""
+    instances are :class:`Task` objects. Plain class attributes satisfy it. Two more are
+    optional: ``metric_mode`` ("max" or "min", :func:`metric_mode`) and ``stream_unit``
+    ("words" or "characters", :func:`stream_unit`)."""
 
     @property
     def name(self) -> str:
@@ -327,6 +329,22 @@ def metric_mode(task_cls: object) -> str:
     if mode not in METRIC_MODES:
         raise ValueError(f"metric_mode must be 'max' (higher is better) or 'min' (lower is), got {mode!r}")
     return str(mode)
+
+
+#: What a stream of a task's source is made of (``--stream``, the session API, the
+#: WebSocket): "words", separated by white space (the default), or "characters", each
+#: one a unit, for a task that reads letters (grapheme-to-phoneme, transliteration).
+STREAM_UNITS = ("words", "characters")
+
+
+def stream_unit(task: object) -> str:
+    """The streaming unit of a task class or instance: its optional ``stream_unit`` class
+    attribute, "words" (the default) or "characters". A value other than those raises
+    :class:`ValueError`."""
+    unit = getattr(task, "stream_unit", "words")
+    if unit not in STREAM_UNITS:
+        raise ValueError(f"stream_unit must be 'words' or 'characters', got {unit!r}")
+    return str(unit)
 
 
 #: Members the engine requires of a task class (:class:`TaskClass`) and of its

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 FORMAT = 1
 _NAME = re.compile(r"^checkpoint_(\d+)\.pt$")
+#: The model of the best validation so far (by the task's metric and its direction), in
+#: a run's ``checkpoints/``: a model-only checkpoint, never pruned nor averaged.
+BEST = "best.pt"
 #: The suffix a damaged checkpoint is renamed with: kept for inspection, never loaded.
 DAMAGED = ".damaged"
 

@@ -1,8 +1,8 @@
 """Saving and resuming a training run: what a training checkpoint holds (the run's
 config and vocabulary files, the model, optimizer and fp16 loss scale, the progress
-with its data position, every rank's random state) and the checks before resuming
-from one. The files themselves (atomic writes, digests, pruning) are
-:mod:`seqtrans.training.checkpoint`'s."""
+with its data position, every rank's random state), the model of the best validation
+(``best.pt``), and the checks before resuming from one. The files themselves (atomic
+writes, digests, pruning) are :mod:`seqtrans.training.checkpoint`'s."""
 
 from __future__ import annotations
 
@@ -82,6 +82,15 @@ class Checkpointer:
             checkpoint.prune(self.directory, self.config.train.keep_checkpoints)
         distributed.barrier()
         return path
+
+    def save_best(self, progress: Progress) -> None:
+        """Rank 0 writes the model as :data:`checkpoint.BEST`: the validation just made is the
+        best so far (``progress.best_metric``, at ``progress.best_step``)."""
+        if self.world.main:
+            checkpoint.save_atomic({"format": checkpoint.FORMAT, "config": to_dict(self.config),
+                                    "assets": self.assets, "model": self.model.state_dict(),
+                                    "step": progress.best_step, "best_metric": progress.best_metric},
+                                   self.directory / checkpoint.BEST)
 
     def resume(self) -> Progress | None:
         """Restore the newest usable checkpoint in the directory and return its progress,

@@ -165,7 +165,8 @@ class Trainer:
         if self.validate is not None:
             record.update({f"dev_{k}": float(v) for k, v in self.validate(self.model).items()})
         record = distributed.broadcast(record)  # early stopping decides alike on every rank
-        stopping.observe(self.state, record, self.metric, mode=self.metric_mode)
+        if stopping.observe(self.state, record, self.metric, mode=self.metric_mode):
+            self.checkpointer.save_best(self.state)
         self.runlog.validation(record, self.state.seconds)
         return record
 

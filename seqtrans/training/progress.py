@@ -18,6 +18,7 @@ class Progress:
     epoch: int = 1
     batch_in_epoch: int = 0  # batches of this epoch already used
     best_metric: float | None = None
+    best_step: int = 0  # the update of best_metric's validation (0: none yet)
     bad_validations: int = 0
     target_tokens: int = 0
     seconds: float = 0.0  # training wall time, validation excluded (the slowest rank's)

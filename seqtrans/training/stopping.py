@@ -27,19 +27,21 @@ def budget_spent(progress: Progress, *, max_steps: int, max_minutes: float) -> s
 
 
 def observe(progress: Progress, record: Mapping[str, float], metric: str | None, *,
-            mode: str = "max") -> None:
+            mode: str = "max") -> bool:
     """Count a validation as the best so far (``mode`` "max": higher is better; "min":
     lower is, an error rate) or as one without gain; a record without ``dev_METRIC``
-    counts as neither."""
+    counts as neither. True when it is the best so far."""
     key = f"dev_{metric}"
-    if metric and key in record:
-        value = record[key]
-        best = progress.best_metric
-        if best is None or (value > best if mode == "max" else value < best):
-            progress.best_metric = value
-            progress.bad_validations = 0
-        else:
-            progress.bad_validations += 1
+    if not metric or key not in record:
+        return False
+    value = record[key]
+    best = progress.best_metric
+    if best is None or (value > best if mode == "max" else value < best):
+        progress.best_metric, progress.best_step = value, progress.step
+        progress.bad_validations = 0
+        return True
+    progress.bad_validations += 1
+    return False
 
 
 def patience_spent(progress: Progress, *, patience: int, metric: str | None) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fake_plugins.lines_task import LinesCodec, LinesConfig, LinesTask
-from seqtrans.tasks import Example
+from seqtrans.tasks import Example, Skipped
 from seqtrans.tasks.contract import ContractError, check_task
 
 
@@ -79,3 +79,31 @@ def test_a_broken_task_is_named_by_its_problem(tmp_path: Path, data: LinesConfig
                                                problem: str) -> None:
     with pytest.raises(ContractError, match=problem):
         check_task(task_cls(data), tmp_path / "vocab")
+
+
+class SkipsAll(LinesTask):
+    def read(self, split: str) -> Iterator[Example[str, str] | Skipped]:
+        for ex in super().read(split):
+            yield Skipped(ex.origin, "too short") if split == "test" else ex
+
+
+def test_an_empty_split_is_named_with_what_to_do(tmp_path: Path, data: LinesConfig) -> None:
+    with pytest.raises(ContractError, match=r"split 'test' yields no examples: the task left out all 3 it "
+                                            r"read \(too short\)"):
+        check_task(SkipsAll(data), tmp_path / "vocab")
+    Path(data.dev).write_text("")
+    with pytest.raises(ContractError, match="split 'dev' yields no examples: it is empty; check_task reads "
+                                            "every split: configure the task with a small fixture for each"):
+        check_task(LinesTask(data), tmp_path / "vocab")
+
+
+def test_a_split_that_cannot_be_read_is_named(tmp_path: Path, data: LinesConfig) -> None:
+    missing = dataclasses.replace(data, test=str(tmp_path / "nowhere.tsv"))
+    with pytest.raises(ContractError, match=r"split 'test' cannot be read \(FileNotFoundError: .*nowhere"):
+        check_task(LinesTask(missing), tmp_path / "vocab")
+
+
+def test_one_small_fixture_may_serve_every_split(tmp_path: Path) -> None:
+    (tmp_path / "all.tsv").write_text("a\ta\n")
+    one = LinesConfig(**{split: str(tmp_path / "all.tsv") for split in ("train", "dev", "test")})
+    assert check_task(LinesTask(one), tmp_path / "vocab") == {"exact_match": 1.0}

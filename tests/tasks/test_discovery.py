@@ -60,7 +60,15 @@ def test_a_duplicate_name_is_an_error_not_a_shadow(tmp_path: Path, plugin_path: 
     assert tasks.load("lines", plugin_path).name == "lines"  # alone it still loads
 
 
+def test_the_distribution_is_named_as_its_metadata_spells_it(tmp_path: Path) -> None:
+    install(tmp_path, "Dashed.Plugin-Name", "2.0", {"lines": "lines_task:LinesTask"})
+    # packaging tools name the folder by the normalised name; the metadata keeps the real one
+    (tmp_path / "Dashed.Plugin-Name-2.0.dist-info").rename(tmp_path / "dashed_plugin_name-2.0.dist-info")
+    entry = tasks.find("lines", [str(tmp_path)])
+    assert (entry.distribution, entry.version) == ("Dashed.Plugin-Name", "2.0")
+
+
 def test_the_builtin_copy_task_comes_through_its_entry_point() -> None:
     entry = tasks.find("copy")
-    assert entry.distribution.replace("_", "-") == "seqtrans-copy"
+    assert entry.distribution == "seqtrans-copy"
     assert entry.target == "seqtrans_copy:CopyTask"

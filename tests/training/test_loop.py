@@ -149,6 +149,23 @@ def test_early_stopping_on_an_error_rate(tmp_path: Path) -> None:
     assert result.progress.best_metric == 30.0 and "no better dev wer in 2" in result.progress.stop_reason
 
 
+@pytest.mark.parametrize("mode, best_step", [("min", 4), ("max", 2)])
+def test_the_best_checkpoint_follows_the_direction_of_the_metric(tmp_path: Path, mode: str,
+                                                                 best_step: int) -> None:
+    t = trainer(tmp_path, data=copy_pairs(20), max_steps=8, eval_every=2, checkpoint_every=2)
+    values = iter([40.0, 30.0, 35.0, 31.0])  # validations at updates 2, 4, 6, 8
+    t.validate = lambda model: {"wer": next(values)}
+    t.metric, t.metric_mode = "wer", mode
+    t.fit()
+    best = checkpoint.load(tmp_path / checkpoint.BEST)
+    assert (best["step"], best["best_metric"]) == (best_step, 30.0 if mode == "min" else 40.0)
+    same = checkpoint.load(tmp_path / checkpoint.checkpoint_name(best_step))["model"]
+    last = checkpoint.load(tmp_path / checkpoint.checkpoint_name(8))["model"]
+    assert all(torch.equal(best["model"][name], same[name]) for name in same)
+    assert not all(torch.equal(best["model"][name], last[name]) for name in last)
+    assert checkpoint.list_checkpoints(tmp_path)[-1].name == checkpoint.checkpoint_name(8)  # not a step
+
+
 def test_bf16_precision_trains_under_autocast_with_fp32_weights(tmp_path: Path) -> None:
     data = copy_pairs(8)
     losses: dict[str, float] = {}
