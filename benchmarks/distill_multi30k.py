@@ -32,7 +32,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import statistics
 import sys
 import time
@@ -50,7 +49,7 @@ from seqtrans.shortlist import FILE as SHORTLIST
 from seqtrans.threads import set_threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_results  # noqa: E402
+from common import cpu_info, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "distill_multi30k.json"
@@ -144,13 +143,7 @@ def ctranslate2_teacher(teacher: Path, args: argparse.Namespace) -> dict[str, An
 
 
 def machine(args: argparse.Namespace) -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"processor": cpu, "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
+    return {"processor": cpu_info()["model"], "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
             "torch": torch.__version__}
 
 

@@ -42,7 +42,6 @@ import json
 import logging
 import multiprocessing
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -59,7 +58,7 @@ from seqtrans.inference import evaluation, loading
 from seqtrans.model import Transformer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_results  # noqa: E402
+from common import cpu_info, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
@@ -380,14 +379,8 @@ def plot(data: dict[str, Any], picture: Path) -> None:
 
 
 def _machine(args: argparse.Namespace) -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"processor": cpu, "cpus": os.cpu_count(), "torch": torch.__version__, "threads": args.threads,
-            "jobs": args.jobs}
+    return {"processor": cpu_info()["model"], "cpus": os.cpu_count(), "torch": torch.__version__,
+            "threads": args.threads, "jobs": args.jobs}
 
 
 def model_job(name: str, overrides: list[str], lags: list[int] | None,
