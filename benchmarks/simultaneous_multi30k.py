@@ -84,6 +84,11 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
         "mma-il": [*CAUSAL, "model.cross_attention=mma_il", "train.latency_weight=0.1"],
         "mma-h": [*CAUSAL, "model.cross_attention=mma_hard", "train.latency_weight_var=0.1"],
         "mma-il-init": [*CAUSAL, "model.cross_attention=mma_il", "train.latency_weight=0.1"],
+        # the seed's hard monotonic attention started the same way (its attention new, the rest taken)
+        "monotonic-init": [*CAUSAL, "model.cross_attention=monotonic"],
+        # their control: multi-k wait-k fine-tuned from the full-sentence model for the same updates,
+        # so that a policy started from ``full`` is compared with a wait-k curve of the same training
+        "multi-k-init": [*CAUSAL, "model.multi_k=true"],
         **{f"memory-{k}": [*CAUSAL, "model.cross_attention=memory", f"model.memory_slots={k}",
                            "model.memory_positions=true"] for k in MEMORY_SLOTS},
     }
@@ -91,12 +96,12 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
 
 #: Models fine-tuned from another of the benchmark's models (``run --init``), which must be
 #: trained first; the same number of updates as from scratch.
-INIT = {"mma-il-init": "full"}
+INIT = {"mma-il-init": "full", "monotonic-init": "full", "multi-k-init": "full"}
 
 
 def learned_policy(name: str) -> bool:
     """Whether the model's encoder-decoder attention decides when to read (monotonic, MILk, MMA)."""
-    return name == "monotonic" or name.startswith(("milk-", "mma-"))
+    return name.startswith(("monotonic", "milk-", "mma-"))
 
 
 def budget(steps: int) -> list[str]:
@@ -138,7 +143,8 @@ def train(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str
             init = pipeline.initial(start)
             config = pipeline.with_initial_model(config, init, overrides)
         pipeline.run(config, out, device="cpu", init=init)
-    return {"settings": overrides, **json.loads(done.read_text())}
+    start = {"init": INIT[name]} if name in INIT else {}
+    return {"settings": overrides, **start, **json.loads(done.read_text())}
 
 
 # ---------------------------------------------------------------------- simultaneous
@@ -345,7 +351,9 @@ def plot(data: dict[str, Any], picture: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     names = {"full": "full sentence (causal encoder)", "wait-3": "wait-3 (single k)",
              "monotonic": "hard monotonic", "mma-il": "MMA-IL", "mma-h": "MMA-H",
-             "mma-il-init": "MMA-IL from the full model", "multi-k": "multi-k wait-k"}
+             "mma-il-init": "MMA-IL from the full model", "multi-k": "multi-k wait-k",
+             "multi-k-init": "multi-k wait-k from the full model",
+             "monotonic-init": "hard monotonic from the full model"}
 
     def label(name: str) -> str:
         return "MILk λ=" + name.removeprefix("milk-") if name.startswith("milk-") else names.get(name, name)
@@ -464,7 +472,7 @@ def main() -> None:
     settings = models(args.latency_weights)
     # scaled-dot attention in the memory comparison is the full-sentence model
     memory_names = ["full", *(name for name in settings if name.startswith("memory"))]
-    lags = {name: {"multi-k": args.ks, "wait-3": [3]}.get(name, [0])
+    lags = {name: {"multi-k": args.ks, "multi-k-init": args.ks, "wait-3": [3]}.get(name, [0])
             for name in settings if name not in memory_names[1:]}
     chosen = [name for name in settings
               if args.part == "all" or name == "full"
@@ -485,6 +493,8 @@ def main() -> None:
             raise SystemExit(f"{args.out} holds results of another budget ({results.get('budget')}): "
                              "choose --out or --steps to match")
         results.setdefault("simultaneous", [])
+    for name, start in INIT.items():  # entries written before they recorded where they started
+        results["training"].get(name, {}).setdefault("init", start)
     results["command"] = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
     todo = [name for name in chosen if name not in results["training"]]
     context = multiprocessing.get_context("spawn")

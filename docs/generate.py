@@ -288,18 +288,31 @@ def streaming_copy() -> str:
 
 
 _POLICY = {"full": "full sentence (reads the whole source first)", "multi-k": "multi-k wait-k",
+           "multi-k-init": "multi-k wait-k, fine-tuned from the full-sentence model",
            "wait-3": "wait-3 (trained at k = 3)", "monotonic": "hard monotonic (Raffel et al.)",
            "mma-il": "MMA-IL, λ_avg = 0.1", "mma-h": "MMA-H, λ_var = 0.1",
-           "mma-il-init": "MMA-IL, λ_avg = 0.1, fine-tuned from the full-sentence model"}
+           "mma-il-init": "MMA-IL, λ_avg = 0.1, fine-tuned from the full-sentence model",
+           "monotonic-init": "hard monotonic, fine-tuned from the full-sentence model"}
 
 
 def _policy(row: dict[str, Any]) -> str:
+    """The row's model, with its lag or its learned policy's stopping threshold."""
     name = row["model"]
-    if name.startswith("milk-"):
-        threshold = f", τ = {row['threshold']:g}" if row.get("threshold") not in (None, 0.5) else ""
-        return f"MILk, λ = {name.removeprefix('milk-')}" + threshold
-    threshold = f", τ = {row['threshold']:g}" if row.get("threshold") not in (None, 0.5) else ""
-    return _POLICY.get(name, name) + (f", k = {row['wait_k']}" if name == "multi-k" else "") + threshold
+    label = f"MILk, λ = {name.removeprefix('milk-')}" if name.startswith("milk-") else _POLICY.get(name, name)
+    if row.get("wait_k") and name.startswith("multi-k"):
+        label += f", k = {row['wait_k']}"
+    if row.get("threshold") is not None:
+        label += f", τ = {row['threshold']:g}"
+    return label
+
+
+def _updates(training: dict[str, Any], name: str) -> str:
+    """A model's training updates, those of the model it was fine-tuned from included."""
+    entry = training[name]
+    start = entry.get("init")
+    if start is None:
+        return f"{entry['train_steps']:,}"
+    return f"{training[start]['train_steps'] + entry['train_steps']:,} ({start} + {entry['train_steps']:,})"
 
 
 def simultaneous_multi30k() -> str:
@@ -308,8 +321,10 @@ def simultaneous_multi30k() -> str:
     rows = [[_policy(r), f"{r['bleu']:.2f}", f"{r['chrf']:.2f}", f"{r['stream_ap']:.3f}",
              f"{r['stream_al']:.2f}",
              f"{r['stream_laal']:.2f}", f"{r['stream_dal']:.2f}", f"{r['same_as_offline']:.3f}",
-             _num(training[r["model"]]["train_minutes"])] for r in data["simultaneous"]]
-    header = ["policy", "BLEU", "chrF", "AP", "AL", "LAAL", "DAL", "same as offline", "training minutes"]
+             _updates(training, r["model"]), _num(training[r["model"]]["train_minutes"])]
+            for r in data["simultaneous"]]
+    header = ["policy", "BLEU", "chrF", "AP", "AL", "LAAL", "DAL", "same as offline", "updates",
+              "training minutes"]
     machines = sorted({_cpu(t["machine"]) for t in training.values()})
     gap = ""
     if data.get("policy_gap"):

@@ -38,7 +38,7 @@ WITHOUT_PROVENANCE = {
     "parsing_sweep-gpu-3850-b.json", "parsing_sweep-gpu-3850-c.json", "parsing_sweep-gpu-3850-d.json",
     "pretrained_marian-cpu.json", "serve_load-one-thread.json", "serve_load.json",
     # measured by runs that started before the record existed
-    "serve_fuzz.json", "simultaneous_multi30k.json", "simultaneous_multi30k-previous.json",
+    "serve_fuzz.json", "simultaneous_multi30k-previous.json",
     "streaming_copy.json", "train_speed-base-25000tok-cuda.json",
     "train_speed-base-cpu.json", "train_speed-base-cuda.json", "train_speed-base-dropout0.1-cpu.json",
     "translation_multi30k.json",
