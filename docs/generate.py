@@ -337,7 +337,41 @@ def simultaneous_multi30k() -> str:
                           f"{r['expected_bleu']:.2f}", f"{r['expected_bleu_length_ratio']:.3f}",
                           " / ".join(_pct(u) for u in r["undecided"])]
                          for r in data["policy_gap"]]))
-    return _table(header, rows) + gap + _source("simultaneous_multi30k.json", machine="; ".join(machines))
+    return (_table(header, rows) + gap + _against_wait_k(data)
+            + _source("simultaneous_multi30k.json", machine="; ".join(machines)))
+
+
+def _wait_k_at(curve: list[tuple[float, float]], al: float) -> float | None:
+    """The BLEU of a wait-k curve ((AL, BLEU) points) interpolated linearly at ``al``;
+    None outside the ALs it covers."""
+    points = sorted(curve)
+    for (a0, b0), (a1, b1) in zip(points, points[1:]):
+        if a0 <= al <= a1:
+            return b0 + (b1 - b0) * (al - a0) / (a1 - a0) if a1 > a0 else max(b0, b1)
+    return None
+
+
+def _against_wait_k(data: dict[str, Any]) -> str:
+    """Each learned policy's BLEU against the wait-k curve of the same training (multi-k
+    from scratch, or fine-tuned from the same model as the policy), at the policy's AL."""
+    rows = data["simultaneous"]
+    training = data["training"]
+    curves = {name: [(r["stream_al"], r["bleu"]) for r in rows if r["model"] == name]
+              for name in ("multi-k", "multi-k-init")}
+    out = []
+    for r in rows:
+        if r.get("threshold") is None:
+            continue
+        control = "multi-k-init" if training[r["model"]].get("init") else "multi-k"
+        wait_k = _wait_k_at(curves[control], r["stream_al"]) if curves[control] else None
+        if wait_k is not None:
+            out.append([_policy(r), f"{r['stream_al']:.2f}", f"{r['bleu']:.2f}", control, f"{wait_k:.2f}",
+                        f"{r['bleu'] - wait_k:+.2f}"])
+    if not out:
+        return ""
+    return ("\nEach learned policy against the wait-k curve of the same training, interpolated "
+            "linearly at the policy's AL (rows outside the curve's ALs left out):\n"
+            + _table(["policy", "AL", "BLEU", "wait-k curve", "its BLEU at that AL", "difference"], out))
 
 
 def _cpu(m: dict[str, Any]) -> str:
