@@ -44,6 +44,7 @@ def environment(policy: str, threads: str) -> dict[str, str]:
     """This process's environment with the wait policy and thread count of one combination."""
     env = {k: v for k, v in os.environ.items() if k not in CLEARED}
     env.update({k: v for k, v in wait_policy_environment(policy).items() if v is not None})
+    env["SEQTRANS_WAIT_POLICY"] = policy  # so that 'default' is libgomp's own, not seqtrans's passive
     if threads != "default":
         env["SEQTRANS_THREADS"] = env["OMP_NUM_THREADS"] = threads
     return env

@@ -114,8 +114,9 @@ GLOBAL_ARGS = (
     arg("--wait-policy", type=_wait_policy, metavar="POLICY",
         help="How OpenMP's idle threads wait for work: active (spin), passive (sleep at once), a spin "
              "count N (spin about N times, then sleep), or default (OpenMP's own, or what "
-             "$OMP_WAIT_POLICY and $GOMP_SPINCOUNT say). Default: $SEQTRANS_WAIT_POLICY, else default. "
-             "Spinning threads hold cores that other busy processes want. See docs/speed.md."),
+             "$OMP_WAIT_POLICY and $GOMP_SPINCOUNT say). Default: $SEQTRANS_WAIT_POLICY, else what "
+             "$OMP_WAIT_POLICY or $GOMP_SPINCOUNT say, else passive: spinning threads hold cores that "
+             "other busy processes want (measured: docs/speed.md)."),
     arg("--progress", choices=["auto", "on", "off"], default="auto",
         help="Progress bars (training's shows updates or minutes, loss, lr, tokens/s and "
              "the time left, in place of the per-update log lines on the console, which "

@@ -229,15 +229,20 @@ def wait_policy_environment(policy: str) -> dict[str, str | None]:
 def set_wait_policy(policy: str | None = None) -> str | None:
     """Have OpenMP's idle threads wait as ``policy`` says (see
     :func:`wait_policy_environment`), else as ``$SEQTRANS_WAIT_POLICY`` says; the policy
-    set, or None when neither says (the environment's ``OMP_WAIT_POLICY`` and
-    ``GOMP_SPINCOUNT``, if any, then decide). It holds for this process only when PyTorch
-    has not been imported yet (a warning says so otherwise), and for the processes it starts."""
+    set. Where neither says, ``passive``, unless ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``
+    is set (then they decide, and None is returned): idle threads that spin hold cores
+    that other busy processes need, which slowed decoding beside two CPU-burning
+    processes ninefold, while sleeping at once cost nothing measurable on a quiet machine
+    (docs/speed.md). It holds for this process only when PyTorch has not been imported
+    yet (a warning says so otherwise), and for the processes it starts."""
     if policy is not None:
         policy = parse_wait_policy(policy, name="wait policy")
     elif environment.wait_policy():
         policy = parse_wait_policy(environment.wait_policy(), name=environment.WAIT_POLICY)
-    else:
+    elif os.environ.get(environment.OMP_WAIT_POLICY) or os.environ.get(environment.GOMP_SPINCOUNT):
         return None
+    else:
+        return _default_wait_policy()
     settings = wait_policy_environment(policy)
     for name, value in settings.items():
         if value is None:
@@ -249,3 +254,10 @@ def set_wait_policy(policy: str | None = None) -> str | None:
         log.warning("the OpenMP wait policy %s holds for the processes this one starts, not for this one: "
                     "PyTorch (and its OpenMP) is loaded already", policy)
     return policy
+
+
+def _default_wait_policy() -> str:
+    """``passive`` said to OpenMP where nobody chose: for this process if PyTorch is not
+    loaded yet (quietly, since nobody asked), and for the processes it starts."""
+    environment.export(environment.OMP_WAIT_POLICY, "PASSIVE")
+    return "passive"

@@ -197,6 +197,17 @@ def test_without_a_policy_the_environment_decides(monkeypatch: pytest.MonkeyPatc
     assert threads.set_wait_policy() == "passive" and os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
 
 
+def test_where_nobody_chose_idle_threads_sleep_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SEQTRANS_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "")  # unset for the policy, put back after the test
+    monkeypatch.setenv("GOMP_SPINCOUNT", "")
+    assert threads.set_wait_policy() == "passive" and os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert "SEQTRANS_WAIT_POLICY" not in os.environ  # a started process decides the same way
+    monkeypatch.setenv("OMP_WAIT_POLICY", "")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "20000")  # the user's spin count wins
+    assert threads.set_wait_policy() is None and os.environ["OMP_WAIT_POLICY"] == ""
+
+
 @pytest.mark.parametrize("value", ["sleepy", "-5", "1.5", ""])
 def test_a_bad_wait_policy_is_a_usage_error_naming_the_flag(value: str,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
