@@ -359,7 +359,7 @@ def plot(data: dict[str, Any], picture: Path) -> None:
         return "MILk λ=" + name.removeprefix("milk-") if name.startswith("milk-") else names.get(name, name)
 
     by_model: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
+    for r in (r for r in rows if r["stream_al"] >= 0):  # a runaway policy's negative AL is left out
         by_model.setdefault(r["model"], []).append(r)
     for name, curve in by_model.items():
         curve = sorted(curve, key=lambda r: r["stream_al"])
@@ -374,7 +374,6 @@ def plot(data: dict[str, Any], picture: Path) -> None:
     ax.set_xlabel("AL (source words, SimulEval: each word once complete)")
     ax.set_ylabel("sacreBLEU, test2016")
     ax.set_title("Multi30k en→de, greedy streams (updates: see the table)")
-    # a runaway policy writing long outputs before reading has a negative AL: off the chart
     ax.set_xlim(0, max(r["stream_al"] for r in rows) + 0.8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
