@@ -159,8 +159,8 @@ def simultaneous(name: str, ks: list[int], args: argparse.Namespace, *,
     torch.set_num_threads(args.threads)
     out = Path(args.work) / name
     rows = []
-    policy = learned_policy(name)
-    for k, threshold in [(k, t) for k in ks for t in (thresholds or args.thresholds if policy else [None])]:
+    levels = (thresholds or args.thresholds) if learned_policy(name) else [None]
+    for k, threshold in [(k, t) for k in ks for t in levels]:
         overrides = (["decode.beam=1"] + ([f"decode.wait_k={k}"] if k else [])
                      + ([f"decode.monotonic_threshold={threshold:g}"] if threshold is not None else []))
         loaded = loading.load(out, overrides=overrides, device="cpu")
