@@ -60,12 +60,31 @@ def test_the_readme_lists_every_command() -> None:
 # --- numbers in the docs trace to benchmarks/results/ ----------------------------------------
 
 #: A measured number: a figure with a unit, a percentage or a ratio ("1.35x", "45 %",
-#: "3,080 MiB", "14-15 ms", "151.5 tokens/s", "35.34 BLEU"). Settings ("beam 4", "alpha
-#: 0.6"), counts ("6 layers", "three 4s") and shapes ("512 x 2,048") are not checked.
+#: "3,080 MiB", "14-15 ms", "151.5 tokens/s", "35.34 BLEU", "71.62 test F1"). Settings
+#: ("beam 4", "alpha 0.6"), counts ("6 layers", "three 4s") and shapes ("512 x 2,048") are
+#: not checked.
 NUMBER = r"\d+(?:,\d{3})*(?:\.\d+)?"
 MEASURED = re.compile(rf"(?<![\w.-]){NUMBER}(?:\s*(?:-|–|to)\s*\d+(?:\.\d+)?)?\s*"
                       r"(?:(?:x|×)(?!\s*\d)|%|MiB|GiB|MB|GB|ms|µs|(?<=\s)s|minutes|sentences/s|tokens/s|tok/s|"
-                      r"BLEU|F1)(?![\w])")
+                      r"(?:(?:greedy\s+)?(?:dev|test)\s+)?(?:BLEU|chrF|F1))(?![\w])")
+#: The metrics whose names the docs write before a score ("test2016 BLEU 34.5", "AL 7.99
+#: of 10.7", "test F1 32.86 to 33.05", "p95 12.5"), the names matched as written.
+METRICS = (r"BLEU|chrF|F1|AL|LAAL|DAL|AP|p50|p95|p99|exact match|complete match|"
+           r"token accuracy|tag accuracy|accuracy")
+#: A measured number written after its metric: a decimal right after the metric's name
+#: (or after "of", "is", "was", "from", "=" or ":"). An integer after a name is a count or
+#: a setting and not checked; a version ("sacreBLEU 2.6.0") is not a decimal.
+METRIC_FIRST = re.compile(rf"(?<![\w-])(?:{METRICS})\s*(?:(?:of|is|was|from)\s+|[=:]\s*)?"
+                          r"\d+\.\d+(?![\w.])")
+#: A hand-written table's header that names a measured quantity: a metric, a unit of
+#: time, memory or throughput, a ratio, a speed-up or a loss. In such a table a cell that
+#: begins with a decimal ("34.5", "**77.99**, 78.20", "12.2 (diverged)") is a measured
+#: number, except in the first column, which names the rows ("dropout 0.1").
+MEASURED_HEADER = re.compile(rf"(?<![\w-])(?:{METRICS}|ms|µs|seconds|minutes|MiB|GiB|MB|GB|"
+                             r"tokens/s|tok/s|sentences/s|sent/s|ratio|speed-?up|slowdown|"
+                             r"loss|perplexity|latency)(?![\w-])|%|×|\(s\)")
+DECIMAL_CELL = re.compile(r"^\**\d+(?:,\d{3})*\.\d+")
+TABLE_RULE = re.compile(r"^\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?$")
 #: Not measurements either: a bound ("at most 2 GB", "at least 40 BLEU": a target or a
 #: limit), a default ("default 30 s", "the default of 5 ms") and a training budget
 #: ("30 minutes of training", "trained for 9 minutes").
@@ -92,8 +111,8 @@ def named_results(paragraph: str) -> tuple[set[str], set[str]]:
 
 
 def paragraphs(text: str) -> list[str]:
-    """The blank-line separated paragraphs of a markdown ``text``, each on one line,
-    without generated blocks, fenced code and headings."""
+    """The blank-line separated paragraphs of a markdown ``text``, their lines joined by
+    newlines, without generated blocks, fenced code and headings."""
     out: list[list[str]] = [[]]
     generated = fenced = False
     for line in text.splitlines():
@@ -107,19 +126,35 @@ def paragraphs(text: str) -> list[str]:
             out.append([])
         else:
             out[-1].append(line)
-    return [" ".join(p) for p in out if p]
+    return ["\n".join(p) for p in out if p]
+
+
+def table_numbers(paragraph: str) -> list[str]:
+    """The measured numbers of a hand-written markdown table: when its header names a
+    measured quantity, the decimal cells of its rows but for the first column's."""
+    lines = [re.sub(r"`[^`]*`", "", line) for line in paragraph.splitlines()]
+    if len(lines) < 3 or not lines[0].startswith("|") or not TABLE_RULE.match(lines[1].strip()):
+        return []
+    if not MEASURED_HEADER.search(lines[0]):
+        return []
+    cells = [cell.strip() for row in lines[2:] for cell in row.strip().strip("|").split("|")[1:]]
+    return [cell for cell in cells if DECIMAL_CELL.match(cell)]
 
 
 def unsourced_paragraphs(page: str, text: str) -> dict[tuple[str, str], list[str]]:
     """The paragraphs of ``text`` outside generated blocks and code that hold measured
     numbers but name no ``.json`` file of ``benchmarks/results/`` (a table may name it in
     the paragraph just before or after it, its caption), or name one that is not there:
-    (page, first six words) -> the numbers, and each missing file as ``"missing NAME"``."""
+    (page, first six words) -> the numbers, and each missing file as ``"missing NAME"``.
+    A measured number is one of :data:`MEASURED`, :data:`METRIC_FIRST` or a decimal cell of a
+    table whose header names a measured quantity (:func:`table_numbers`)."""
     joined = paragraphs(text)
     found: dict[tuple[str, str], list[str]] = {}
     for i, paragraph in enumerate(joined):
-        prose = re.sub(r"\]\([^)]*\)", "]", re.sub(r"`[^`]*`", "", paragraph))  # no code, no link targets
-        numbers = MEASURED.findall(SETTING.sub("", prose))
+        line = " ".join(paragraph.splitlines())
+        prose = re.sub(r"\]\([^)]*\)", "]", re.sub(r"`[^`]*`", "", line))  # no code, no link targets
+        prose = SETTING.sub("", prose)
+        numbers = MEASURED.findall(prose) + METRIC_FIRST.findall(prose) + table_numbers(paragraph)
         if not numbers:
             continue
         around = joined[max(i - 1, 0): i + 2] if paragraph.startswith("|") else [paragraph]
@@ -143,14 +178,26 @@ def test_unsourced_paragraphs_are_found() -> None:
             "Unsourced: 20 minutes of decoding, about 39 BLEU.\n\n"
             "From `benchmarks/results/no_such_run.json`: 4 ms.\n\n"
             "From `serve_load.json` and a run's `metrics.json`: 5 ms.\n\n"
-            "From a run's `metrics.json` alone: 6 ms.\n")
+            "From a run's `metrics.json` alone: 6 ms.\n\n"
+            "Metric first: test2016 BLEU 34.5, AL 7.99 of 10.7, test F1 from 32.86 to 33.05.\n\n"
+            "After a split: 71.62 test F1 and 47.8 greedy dev F1.\n\n"
+            "Settings: beam 4, alpha 0.6, d_model 256, λ = 0.1, dropout 0.1, AL 3 words,\n"
+            "F1 at 500 updates, sacreBLEU 2.6.0, exact match on every sequence.\n\n"
+            "| run, dropout 0.1 | updates | dev F1 | test BLEU |\n|---|---:|---:|---:|\n"
+            "| a, dropout 0.1 | 886 | **55.2**, 55.9 | 12.2 (diverged) |\n\n"
+            "| key | alpha | beam |\n|---|---|---|\n| decode | 0.6 | 4 |\n\n"
+            "| run | chrF |\n|---|---|\n| a | 58.5 |\n\n"
+            "From `translation_multi30k.json`.\n")
     assert unsourced_paragraphs("p.md", text) == {
         ("p.md", "Fast: 1.35x the peer."): ["1.35x"],
         ("p.md", "| b | 8 ms |"): ["8 ms"],
         ("p.md", "Rows of 512 x 2,048, three"): ["0.5 s", "2x"],
         ("p.md", "Unsourced: 20 minutes of decoding, about"): ["20 minutes", "39 BLEU"],
         ("p.md", "From `benchmarks/results/no_such_run.json`: 4 ms."): ["4 ms", "missing no_such_run.json"],
-        ("p.md", "From a run's `metrics.json` alone: 6"): ["6 ms"]}
+        ("p.md", "From a run's `metrics.json` alone: 6"): ["6 ms"],
+        ("p.md", "Metric first: test2016 BLEU 34.5, AL"): ["BLEU 34.5", "AL 7.99", "F1 from 32.86"],
+        ("p.md", "After a split: 71.62 test F1"): ["71.62 test F1", "47.8 greedy dev F1"],
+        ("p.md", "| run, dropout 0.1 | updates"): ["**55.2**, 55.9", "12.2 (diverged)"]}
 
 
 def test_numbers_in_the_docs_name_their_results() -> None:
