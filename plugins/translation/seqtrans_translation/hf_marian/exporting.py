@@ -122,24 +122,21 @@ def weights(state: dict[str, Tensor], c: ModelConfig) -> dict[str, Tensor]:
         out[f"{theirs}.fc1.bias"] = state[f"{ours}.ffn.inner.bias"].contiguous()
         linear_out(f"{ours}.ffn.outer", f"{theirs}.fc2")
 
-    for i in range(c.encoder_layers):
-        ours, theirs = f"encoder.{i}", f"model.encoder.layers.{i}"
-        attention(f"{ours}.self_attn", f"{theirs}.self_attn", ("q", "k", "v"), "qkv")
-        linear_out(f"{ours}.self_attn.out", f"{theirs}.self_attn.out_proj")
-        norm(f"{ours}.r1.norm", f"{theirs}.self_attn_layer_norm")
-        ffn(ours, theirs)
-        norm(f"{ours}.r2.norm", f"{theirs}.final_layer_norm")
-    for i in range(c.decoder_layers):
-        ours, theirs = f"decoder.{i}", f"model.decoder.layers.{i}"
-        attention(f"{ours}.self_attn", f"{theirs}.self_attn", ("q", "k", "v"), "qkv")
-        linear_out(f"{ours}.self_attn.out", f"{theirs}.self_attn.out_proj")
-        norm(f"{ours}.r1.norm", f"{theirs}.self_attn_layer_norm")
-        attention(f"{ours}.cross_attn", f"{theirs}.encoder_attn", ("q",), "q")
-        attention(f"{ours}.cross_attn", f"{theirs}.encoder_attn", ("k", "v"), "kv")
-        linear_out(f"{ours}.cross_attn.out", f"{theirs}.encoder_attn.out_proj")
-        norm(f"{ours}.r2.norm", f"{theirs}.encoder_attn_layer_norm")
-        ffn(ours, theirs)
-        norm(f"{ours}.r3.norm", f"{theirs}.final_layer_norm")
+    for side, layers in (("encoder", c.encoder_layers), ("decoder", c.decoder_layers)):
+        for i in range(layers):
+            ours, theirs = f"{side}.{i}", f"model.{side}.layers.{i}"
+            attention(f"{ours}.self_attn", f"{theirs}.self_attn", ("q", "k", "v"), "qkv")
+            linear_out(f"{ours}.self_attn.out", f"{theirs}.self_attn.out_proj")
+            norm(f"{ours}.r1.norm", f"{theirs}.self_attn_layer_norm")
+            last = "r2"
+            if side == "decoder":  # the encoder-decoder attention sits between the two
+                attention(f"{ours}.cross_attn", f"{theirs}.encoder_attn", ("q",), "q")
+                attention(f"{ours}.cross_attn", f"{theirs}.encoder_attn", ("k", "v"), "kv")
+                linear_out(f"{ours}.cross_attn.out", f"{theirs}.encoder_attn.out_proj")
+                norm(f"{ours}.r2.norm", f"{theirs}.encoder_attn_layer_norm")
+                last = "r3"
+            ffn(ours, theirs)
+            norm(f"{ours}.{last}.norm", f"{theirs}.final_layer_norm")
     return {name: t.detach().float().cpu() for name, t in out.items()}
 
 

@@ -283,26 +283,22 @@ def weights(
         out[f"{ours}.weight"] = torch.cat([w.take(f"{theirs}.{p}_proj.weight", (d, d)) for p in parts])
         out[f"{ours}.bias"] = torch.cat([w.take(f"{theirs}.{p}_proj.bias", (d,)) for p in parts])
 
-    for i in range(c.encoder_layers):
-        ours, theirs = f"encoder.{i}", f"model.encoder.layers.{i}"
-        fused(f"{ours}.self_attn.qkv", f"{theirs}.self_attn", ("q", "k", "v"))
-        linear(f"{ours}.self_attn.out", f"{theirs}.self_attn.out_proj", d, d)
-        norm(f"{ours}.r1.norm", f"{theirs}.self_attn_layer_norm")
-        linear(f"{ours}.ffn.inner", f"{theirs}.fc1", f, d)
-        linear(f"{ours}.ffn.outer", f"{theirs}.fc2", d, f)
-        norm(f"{ours}.r2.norm", f"{theirs}.final_layer_norm")
-    for i in range(c.decoder_layers):
-        ours, theirs = f"decoder.{i}", f"model.decoder.layers.{i}"
-        fused(f"{ours}.self_attn.qkv", f"{theirs}.self_attn", ("q", "k", "v"))
-        linear(f"{ours}.self_attn.out", f"{theirs}.self_attn.out_proj", d, d)
-        norm(f"{ours}.r1.norm", f"{theirs}.self_attn_layer_norm")
-        linear(f"{ours}.cross_attn.q", f"{theirs}.encoder_attn.q_proj", d, d)
-        fused(f"{ours}.cross_attn.kv", f"{theirs}.encoder_attn", ("k", "v"))
-        linear(f"{ours}.cross_attn.out", f"{theirs}.encoder_attn.out_proj", d, d)
-        norm(f"{ours}.r2.norm", f"{theirs}.encoder_attn_layer_norm")
-        linear(f"{ours}.ffn.inner", f"{theirs}.fc1", f, d)
-        linear(f"{ours}.ffn.outer", f"{theirs}.fc2", d, f)
-        norm(f"{ours}.r3.norm", f"{theirs}.final_layer_norm")
+    for side, layers in (("encoder", c.encoder_layers), ("decoder", c.decoder_layers)):
+        for i in range(layers):
+            ours, theirs = f"{side}.{i}", f"model.{side}.layers.{i}"
+            fused(f"{ours}.self_attn.qkv", f"{theirs}.self_attn", ("q", "k", "v"))
+            linear(f"{ours}.self_attn.out", f"{theirs}.self_attn.out_proj", d, d)
+            norm(f"{ours}.r1.norm", f"{theirs}.self_attn_layer_norm")
+            last = "r2"
+            if side == "decoder":  # the encoder-decoder attention sits between the two
+                linear(f"{ours}.cross_attn.q", f"{theirs}.encoder_attn.q_proj", d, d)
+                fused(f"{ours}.cross_attn.kv", f"{theirs}.encoder_attn", ("k", "v"))
+                linear(f"{ours}.cross_attn.out", f"{theirs}.encoder_attn.out_proj", d, d)
+                norm(f"{ours}.r2.norm", f"{theirs}.encoder_attn_layer_norm")
+                last = "r3"
+            linear(f"{ours}.ffn.inner", f"{theirs}.fc1", f, d)
+            linear(f"{ours}.ffn.outer", f"{theirs}.fc2", d, f)
+            norm(f"{ours}.{last}.norm", f"{theirs}.final_layer_norm")
     return out
 
 
