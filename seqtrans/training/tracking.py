@@ -36,15 +36,18 @@ def time_binds(step: int, seconds: float, *, max_steps: int, max_minutes: float)
     return bool(max_minutes) and seconds / (max_minutes * 60) > step / max_steps
 
 
-def seconds_left(step: int, seconds: float, *, max_steps: int, max_minutes: float) -> float | None:
+def seconds_left(step: int, seconds: float, *, max_steps: int, max_minutes: float,
+                 since: tuple[int, float] = (0, 0.0)) -> float | None:
     """Training seconds until the budget is spent: what is left of the time budget, or
-    the updates left at the rate so far, whichever ends first (None before a rate is known
-    and without a time budget)."""
+    the updates left at the rate since update ``since[0]`` (reached after ``since[1]``
+    seconds: where this process resumed, as an earlier one may have run on a busier
+    machine), whichever ends first (None before a rate is known and without a time budget)."""
     left = []
     if max_minutes:
         left.append(max(max_minutes * 60 - seconds, 0.0))
-    if step > 0 and seconds > 0:
-        left.append(max(max_steps - step, 0) * seconds / step)
+    first, then = since
+    if step > first and seconds > then:
+        left.append(max(max_steps - step, 0) * (seconds - then) / (step - first))
     return min(left) if left else None
 
 
@@ -68,6 +71,7 @@ class TrainingBar:
                                     "[{elapsed}{postfix}]")
         self._shown = 0.0
         self._line: Mapping[str, float] | None = None
+        self._since = (step, seconds)
         self.advance(step, seconds)
 
     def advance(self, step: int, seconds: float) -> None:
@@ -77,7 +81,8 @@ class TrainingBar:
             bar.n, bar.total, bar.unit = round(seconds / 60, 1), self.max_minutes, "min"
         else:
             bar.n, bar.total, bar.unit = step, self.max_steps, "updates"
-        self._left = seconds_left(step, seconds, max_steps=self.max_steps, max_minutes=self.max_minutes)
+        self._left = seconds_left(step, seconds, max_steps=self.max_steps, max_minutes=self.max_minutes,
+                                  since=self._since)
         bar.set_postfix(postfix(self._line, self._left), refresh=False)
         self._redraw()
 

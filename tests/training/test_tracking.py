@@ -71,6 +71,9 @@ def test_the_budget_that_binds_and_the_time_left() -> None:
     assert not time_binds(10, 20.0, max_steps=100, max_minutes=10)
     assert seconds_left(0, 0.0, max_steps=100, max_minutes=0) is None
     assert seconds_left(0, 0.0, max_steps=100, max_minutes=2) == 120.0
+    # resumed at update 10 after 200 s (a slow earlier process); 10 more in 20 s: 2 s an update
+    assert seconds_left(20, 220.0, max_steps=100, max_minutes=0, since=(10, 200.0)) == 160.0
+    assert seconds_left(10, 200.0, max_steps=100, max_minutes=0, since=(10, 200.0)) is None
 
 
 def test_off_a_terminal_training_logs_plain_lines(tmp_path: Path, console: io.StringIO,
