@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from test_inference import TINY_COPY_RUN
 
 from conftest import src_batch, tiny_model
 from seqtrans.cli import main
@@ -16,10 +17,7 @@ from seqtrans.inference.loading import load
 from seqtrans.vocab import BOS
 
 PNG = b"\x89PNG\r\n\x1a\n"
-TINY = ["model.encoder_layers=1", "model.decoder_layers=2", "model.d_model=32", "model.d_ff=64",
-        "model.heads=2", "data.train_size=200", "data.dev_size=10", "data.test_size=10",
-        "data.max_length=6", "train.max_steps=4", "train.eval_every=4", "train.checkpoint_every=4",
-        "train.max_tokens=256", "train.max_minutes=0"]
+TINY = [*TINY_COPY_RUN, "model.decoder_layers=2"]  # a grid of more than one layer
 
 
 @pytest.fixture(scope="module")

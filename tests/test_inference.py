@@ -30,6 +30,13 @@ SMALL = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16",
          "model.heads=2"]
 
 
+#: ``seqtrans run copy --set ...`` of a model trained for four updates: a real run directory in seconds.
+TINY_COPY_RUN = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64",
+                 "model.heads=2", "data.train_size=200", "data.dev_size=4", "data.test_size=6",
+                 "data.max_length=6", "train.max_steps=4", "train.eval_every=4", "train.checkpoint_every=4",
+                 "train.max_tokens=256", "train.max_minutes=0"]
+
+
 def copy_run(directory: Path, *, seed: int, vocab_size: int = 10, model: tuple[str, ...] = (),
              change: Callable[[dict[str, torch.Tensor]], None] | None = None) -> Path:
     """A run directory holding an untrained (seeded) copy model over symbols 0 .. vocab_size-1

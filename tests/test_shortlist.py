@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_inference import TINY_COPY_RUN
 
 from seqtrans.cli import main
 from seqtrans.config import DecodeConfig, ModelConfig
@@ -130,17 +131,11 @@ def test_without_a_shortlist_decode_shortlist_is_a_config_error() -> None:
         generate(tiny_model(0), [[5, EOS]], DecodeConfig(shortlist=True), device=torch.device("cpu"))
 
 
-TINY_RUN = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64",
-            "model.heads=2", "data.train_size=200", "data.dev_size=4", "data.test_size=6",
-            "data.max_length=6", "train.max_steps=4", "train.eval_every=4", "train.checkpoint_every=4",
-            "train.max_tokens=256", "train.max_minutes=0"]
-
-
 @pytest.fixture(scope="module")
 def copy_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("shortlist") / "run"
     done = subprocess.run([sys.executable, "-m", "seqtrans", "-q", "run", "copy", "--out", str(run),
-                           "--device", "cpu", "--set", *TINY_RUN],
+                           "--device", "cpu", "--set", *TINY_COPY_RUN],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return run
@@ -194,7 +189,7 @@ def test_a_run_with_decode_shortlist_builds_its_shortlist_and_decodes_its_test_s
         tmp_path: Path) -> None:
     run = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "seqtrans", "-q", "run", "copy", "--out", str(run),
-                           "--device", "cpu", "--set", *TINY_RUN, "decode.shortlist=true"],
+                           "--device", "cpu", "--set", *TINY_COPY_RUN, "decode.shortlist=true"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     loaded = load(run, device="cpu")
