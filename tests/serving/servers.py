@@ -21,10 +21,11 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from test_inference import copy_run
 
 from seqtrans.data import prediction
 from seqtrans.decoding.search import length_penalty
-from seqtrans.inference.loading import Loaded
+from seqtrans.inference.loading import Loaded, load
 from seqtrans.inference.streaming import stream
 from seqtrans.serving.app import build_app
 from seqtrans.serving.models import Served
@@ -32,6 +33,11 @@ from seqtrans.serving.server import uvicorn_config
 from seqtrans.serving.settings import ServeSettings
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def served_copy(directory: Path) -> Served:
+    """The copy task's tiny model most serving tests share (trained in ``directory``), served as "copy"."""
+    return Served("copy", load(copy_run(directory / "copy", seed=3, vocab_size=30), device="cpu"))
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from servers import post_all, reference, running, wait_ready
+from servers import post_all, reference, running, served_copy, wait_ready
 from test_inference import copy_run, hand_scores
 
 from seqtrans.data import source_ids, target_ids
@@ -30,8 +30,7 @@ INPUTS = ["1 2 3", "4 5", "6 7 8 9 1", "2", "3 3 3", "9 8 7 6", "5 1", "4 4 2 2"
 
 @pytest.fixture(scope="module")
 def copy_model(tmp_path_factory: pytest.TempPathFactory) -> Served:
-    run = copy_run(tmp_path_factory.mktemp("serve") / "copy", seed=3, vocab_size=30)
-    return Served("copy", load(run, device="cpu"))
+    return served_copy(tmp_path_factory.mktemp("serve"))
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,8 @@ import httpx
 import pytest
 from fuzzing import Request, problem, requests, send
 from hypothesis import HealthCheck, given, settings
-from servers import reference, running
-from test_inference import copy_run
+from servers import reference, running, served_copy
 
-from seqtrans.inference.loading import load
-from seqtrans.serving.models import Served
 from seqtrans.serving.settings import ServeSettings
 
 COUNT = int(os.environ.get("SEQTRANS_FUZZ_REQUESTS", "1000"))
@@ -25,8 +22,7 @@ LIMITS = ServeSettings(max_wait_ms=0, max_inputs=4, max_input_tokens=8, max_beam
 
 
 def test_no_generated_request_gets_a_5xx(tmp_path_factory: pytest.TempPathFactory) -> None:
-    run = copy_run(tmp_path_factory.mktemp("fuzz") / "copy", seed=3, vocab_size=30)
-    served = Served("copy", load(run, device="cpu"))
+    served = served_copy(tmp_path_factory.mktemp("fuzz"))
     statuses: dict[int, int] = {}
     with running({"copy": served}, LIMITS) as url, httpx.Client(base_url=url, timeout=30) as client:
         schema = client.get("/openapi.json").json()

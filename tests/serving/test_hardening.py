@@ -16,11 +16,10 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from servers import reference, running
-from test_inference import copy_run
+from servers import reference, running, served_copy
 
 from seqtrans.decoding.generate import decoding_model
-from seqtrans.inference.loading import Loaded, load
+from seqtrans.inference.loading import Loaded
 from seqtrans.serving.models import Served
 from seqtrans.serving.settings import ServeSettings
 from seqtrans.serving.validation import MAX_DEPTH, check, read
@@ -28,8 +27,7 @@ from seqtrans.serving.validation import MAX_DEPTH, check, read
 
 @pytest.fixture(scope="module")
 def copy_model(tmp_path_factory: pytest.TempPathFactory) -> Served:
-    run = copy_run(tmp_path_factory.mktemp("hardening") / "copy", seed=3, vocab_size=30)
-    return Served("copy", load(run, device="cpu"))
+    return served_copy(tmp_path_factory.mktemp("hardening"))
 
 
 @pytest.fixture(scope="module")
