@@ -5,9 +5,10 @@ students and vocabulary shortlists, against CTranslate2 int8 decoding the teache
    a run trained before, reused as it is);
 2. distillation: the teacher's outputs for its training sources (``seqtrans distill``,
    beam 4, batched, int8), written once into ``--work``;
-3. students: the ``student`` (6 encoder / 2 decoder layers) and ``student-tiny`` (6 / 1,
-   narrower) presets trained on the distilled corpus with the teacher's vocabulary, the
-   same budget each, and each run's shortlist (``seqtrans shortlist``);
+3. students: the ``student`` preset (6 encoder / 2 decoder layers) and the teacher's
+   shape with one decoder layer (``cpu-1-decoder``), with the teacher's causal encoder or
+   not, trained on the distilled corpus with the teacher's vocabulary, the same budget
+   each, and each run's shortlist (``seqtrans shortlist``);
 4. decoding test2016 at int8 with each model as ``predict`` decodes a file (batches of
    ``decode.batch_tokens`` sorted by length, the run's beam), the students with and
    without their shortlist: test BLEU, target tokens/s (output pieces without the end
@@ -19,6 +20,10 @@ Results go to ``benchmarks/results/distill_multi30k.json`` through ``write_resul
 docs/speed.md. Runs already in ``--work`` are reused.
 
     python benchmarks/distill_multi30k.py --steps 3000 --threads 1 --mirror ../shared/data/multi30k
+
+``--train-only`` stops after the training, so that the trainings can share the machine
+with other work and the same command without it measures later, on a machine doing nothing
+else. Decoding that is timed runs at ``--threads``; training uses every core.
 
 A check that the steps fit together, on a few sentences (its numbers mean nothing):
 
@@ -53,11 +58,26 @@ from common import cpu_info, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "distill_multi30k.json"
-STUDENTS = ("student", "student-tiny")
+#: The students: name -> (preset, settings beyond it): the ``student`` preset, and the
+#: teacher's own shape with one decoder layer instead of three, a shallow decoder whose
+#: encoder trains as the teacher's does within a short budget. Each takes the teacher's
+#: ``model.causal_encoder`` (:func:`teacher_settings`): at this budget's learning rate the
+#: post-norm encoder without it collapsed (every position the same output), and the student
+#: learned a language model of the distilled targets (docs/speed.md).
+STUDENTS: dict[str, tuple[str, list[str]]] = {
+    "student": ("student", []),
+    "cpu-1-decoder": ("cpu", ["model.decoder_layers=1"]),
+}
 TINY = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64",
         "model.heads=2", "data.vocab_size=600", "data.max_train_examples=300", "train.max_tokens=1000",
         "train.valid_max_examples=4", "decode.max_len_b=10"]
 LATENCY_SENTENCES = 100
+
+
+def teacher_settings(teacher: Path) -> list[str]:
+    """The teacher's model settings a student keeps: whether its encoder is causal."""
+    saved = json.loads((teacher / "config.json").read_text(encoding="utf-8"))
+    return [f"model.causal_encoder={str(bool(saved['model'].get('causal_encoder'))).lower()}"]
 
 
 def budget(steps: int) -> list[str]:
@@ -160,22 +180,30 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="Threads of every decoding (default 1).")
     parser.add_argument("--tiny", action="store_true", help="Tiny models on 300 pairs: checks the steps fit.")
     parser.add_argument("--out", type=Path, default=RESULTS, help="The results JSON.")
+    parser.add_argument("--train-only", action="store_true",
+                        help="Train the teacher, the corpus and the students and stop: a later run "
+                             "reuses them and measures, on a machine doing nothing else.")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     teacher = args.teacher or train("teacher", "cpu", [], args)
-    set_threads(args.threads)
     corpus = distill(teacher, work / "distilled", overrides=["decode.beam=4", "decode.precision=int8"],
                      progress=True)
+    # Training uses every core; only the decoding that is timed runs at --threads.
+    runs = {name: train(name, preset, [*corpus.overrides, *teacher_settings(teacher), *more], args,
+                        vocabulary=teacher)
+            for name, (preset, more) in STUDENTS.items()}
+    if args.train_only:
+        return
+    set_threads(args.threads)
     students = []
-    for preset in STUDENTS:
-        run = train(preset, preset, corpus.overrides, args, vocabulary=teacher)
+    for name, run in runs.items():
         if not (run / SHORTLIST).is_file():
             build_shortlist(run)
         for shortlist in (False, True):
             measured = measure(run, args, shortlist=shortlist)
-            students.append({"name": preset, "shortlist": shortlist, **measured})
+            students.append({"name": name, "shortlist": shortlist, **measured})
     results = {"teacher": measure(teacher, args, shortlist=False),
                "students": students, "steps": args.steps, "distilled_pairs": corpus.pairs,
                "machine": machine(args)}

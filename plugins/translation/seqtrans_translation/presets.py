@@ -11,7 +11,7 @@
   shallow decoder (Kasai et al. 2021), whose cost is paid once per sentence while the
   decoder's is paid at every output token. ``student`` has 6 encoder and 2 decoder layers
   at the ``cpu`` model's width, the shape of Bergamot's "tiny" students; ``student-tiny``
-  6 and 1, narrower. Their decoders use the standard self-attention (no SSRU).
+  6 and 1, narrower; both pre-norm. Their decoders use the standard self-attention (no SSRU).
 """
 
 from __future__ import annotations
@@ -51,12 +51,17 @@ CPU: dict[str, Any] = {
     "decode": {"alpha": 1.4},
 }
 
+# Pre-norm: a six-layer post-norm encoder at the cpu preset's learning rate collapsed (every
+# position's output the same vector, the decoder a language model: 1.0 test BLEU after 650
+# updates on the distilled corpus); pre-norm is what lets deep encoders train (Wang et al. 2019).
 STUDENT: dict[str, Any] = merge(CPU, {
-    "model": {"encoder_layers": 6, "decoder_layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4},
+    "model": {"encoder_layers": 6, "decoder_layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4,
+              "norm": "pre"},
 })
 
 STUDENT_TINY: dict[str, Any] = merge(CPU, {
-    "model": {"encoder_layers": 6, "decoder_layers": 1, "d_model": 192, "d_ff": 768, "heads": 4},
+    "model": {"encoder_layers": 6, "decoder_layers": 1, "d_model": 192, "d_ff": 768, "heads": 4,
+              "norm": "pre"},
 })
 
 PRESETS: dict[str, dict[str, Any]] = {
