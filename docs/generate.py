@@ -515,15 +515,16 @@ def distill_multi30k() -> str:
 
     def row(name: str, shortlist: str, r: dict[str, Any]) -> list[str]:
         speed = r["int8_tokens_per_s"]
-        return [name, shortlist, f"{r['bleu']:.2f}", _num(speed),
-                _ratio(speed / teacher["int8_tokens_per_s"]), _ratio(speed / ct2),
-                f"{r['latency_ms']:.1f} ms"]
+        against_ct2 = "not run" if ct2 is None else _ratio(speed / ct2)
+        return [name, shortlist, f"{r['bleu']:.2f}", _num(speed), _ratio(speed / teacher["int8_tokens_per_s"]),
+                against_ct2, f"{r['latency_ms']:.1f} ms"]
 
     rows = [row("teacher (`cpu` preset)", "", teacher)]
     rows += [row(f"`{s['name']}`", "yes" if s["shortlist"] else "no", s) for s in data["students"]]
     ct2_bleu = data.get("ct2_int8_teacher", {}).get("bleu")
-    rows.append(["CTranslate2, the teacher", "", "" if ct2_bleu is None else f"{ct2_bleu:.2f}", _num(ct2),
-                 _ratio(ct2 / teacher["int8_tokens_per_s"]), "1.00", ""])
+    if ct2 is not None:
+        rows.append(["CTranslate2, the teacher", "", "" if ct2_bleu is None else f"{ct2_bleu:.2f}", _num(ct2),
+                     _ratio(ct2 / teacher["int8_tokens_per_s"]), "1.00", ""])
     header = ["model (int8)", "shortlist", "test2016 BLEU", "target tokens/s", "against the teacher",
               "against CTranslate2", "one sentence"]
     m = data["machine"]
@@ -546,7 +547,7 @@ def draw_distill_picture() -> Path | None:
     points += [(s["name"] + (" + shortlist" if s["shortlist"] else ""), s["int8_tokens_per_s"], s["bleu"])
                for s in data["students"]]
     ct2 = data.get("ct2_int8_teacher", {})
-    if "bleu" in ct2:
+    if ct2.get("bleu") is not None:
         points.append(("CTranslate2, teacher", ct2["int8_tokens_per_s"], ct2["bleu"]))
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     for name, speed, bleu in points:

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def served_copy(directory: Path) -> Served:
-    """The copy task's tiny model most serving tests share (trained in ``directory``), served as "copy"."""
+    """The tiny seeded copy model most serving tests share (its run made in ``directory``)."""
     return Served("copy", load(copy_run(directory / "copy", seed=3, vocab_size=30), device="cpu"))
 
 
