@@ -105,7 +105,8 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
 
 #: Models fine-tuned from another of the benchmark's models (``run --init``), which must be
 #: trained first; the same number of updates as from scratch.
-INIT = {"mma-il-init": "full", "monotonic-init": "full", "monotonic-init-t0.2": "full", "multi-k-init": "full"}
+INIT = {"mma-il-init": "full", "monotonic-init": "full", "monotonic-init-t0.2": "full",
+        "multi-k-init": "full"}
 
 
 def learned_policy(name: str) -> bool:
