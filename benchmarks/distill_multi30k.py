@@ -60,8 +60,8 @@ from common import cpu_info, write_results  # noqa: E402
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "distill_multi30k.json"
 #: The students: name -> (preset, settings beyond it): the ``student`` preset, and the
-#: teacher's own shape with one decoder layer instead of three, a shallow decoder whose
-#: encoder trains as the teacher's does within a short budget. Each takes the teacher's
+#: teacher's own shape with one decoder layer instead of three (its encoder as the
+#: teacher's, only the decoder shallower). Each takes the teacher's
 #: ``model.causal_encoder`` (:func:`teacher_settings`): at this budget's learning rate the
 #: post-norm encoder without it collapsed (every position the same output), and the student
 #: learned a language model of the distilled targets (docs/speed.md).
