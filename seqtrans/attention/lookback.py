@@ -41,7 +41,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqtrans.attention.common import SENTENCE, copy_linear, fold, unfold
-from seqtrans.attention.monotonic import MonotonicAttention, MonotonicState, SourceStream, expected_alignment
+from seqtrans.attention.monotonic import (
+    MonotonicAttention,
+    MonotonicState,
+    SourceStream,
+    expected_alignment,
+    expected_delays,
+)
 from seqtrans.attention.scaled_dot import merge_heads, split_heads
 
 # the soft scores at padding: finite, so that the log-space sums have finite gradients
@@ -89,7 +95,6 @@ class LookbackAttention(MonotonicAttention):
         for lin in (self.soft_q, self.soft_kv):
             nn.init.xavier_uniform_(lin.weight, gain=1 / math.sqrt(2))
             nn.init.zeros_(lin.bias)
-        self._delays: Tensor | None = None
 
     def _soft(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         k, v = self.soft_kv(memory).chunk(2, dim=-1)  # 2 x [B, S, D]
@@ -117,11 +122,6 @@ class LookbackAttention(MonotonicAttention):
         projections become the soft heads', its output projection this one's; the
         monotonic head, the read policy, starts new."""
         return copy_linear(self, weights, {"soft_q": "q", "soft_kv": "kv", "out": "out"})
-
-    def take_delays(self) -> Tensor | None:
-        """The expected delays [N, T] of the last training forward pass (then forgotten)."""
-        delays, self._delays = self._delays, None
-        return delays
 
     def forward(self, x: Tensor, state: MonotonicState) -> Tensor:
         assert isinstance(state, LookbackState)
@@ -158,9 +158,7 @@ class LookbackAttention(MonotonicAttention):
             return query.new_zeros(n, 0, self.out.in_features)
         state.alpha = previous
         alpha = torch.stack(steps, dim=1)  # [N, T, S]
-        read = torch.minimum(torch.arange(1, s + 1, device=alpha.device).unsqueeze(0),
-                             (lengths - 1).clamp(min=0).unsqueeze(1))  # [N, S]: source tokens read
-        self._delays = (alpha * read.unsqueeze(1)).sum(-1)  # [N, T]
+        self._delays = expected_delays(alpha, lengths)  # [N, T]
         scores = q.view(b, k, self.heads, t, -1).transpose(1, 2).reshape(b, self.heads, k * t, -1)
         scores = scores @ state.soft_k.transpose(-1, -2) * scores.size(-1) ** -0.5  # [B, H, K*T, S]
         scores = scores.view(b, self.heads, k, t, s).transpose(1, 2).reshape(n, self.heads, t, s)

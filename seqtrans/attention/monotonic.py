@@ -157,6 +157,17 @@ def hard_alignment(energy: Tensor, lengths: Tensor) -> Tensor:
     return torch.stack(steps, dim=1) if steps else lengths.new_zeros(r, 0)
 
 
+def expected_delays(alpha: Tensor, lengths: Tensor) -> Tensor:
+    """The expected delay of each output step: the source words read (the end symbol not
+    counted) when it attends, under the expected alignment; the mass that selects nothing
+    reads the whole source.  alpha [R, T, S], lengths [R] (>= 1) -> [R, T]"""
+    words = (lengths - 1).clamp(min=0).unsqueeze(1)  # [R, 1]
+    positions = torch.arange(1, alpha.size(-1) + 1, device=alpha.device).unsqueeze(0)  # [1, S]
+    read = torch.minimum(positions, words)  # [R, S]
+    rest = (1 - alpha.sum(-1)).clamp(min=0)  # [R, T]
+    return (alpha * read.unsqueeze(1)).sum(-1) + rest * words.to(alpha.dtype)
+
+
 class SourceStream(Protocol):
     """A source that arrives while decoding (one sentence)."""
 
@@ -211,6 +222,7 @@ class MonotonicAttention(nn.Module):
         self.g = nn.Parameter(torch.tensor(1 / math.sqrt(dim)))
         self.r = nn.Parameter(torch.tensor(float(r_init)))
         self.out = nn.Linear(d_model, d_model)
+        self._delays: Tensor | None = None
         nn.init.xavier_uniform_(self.query.weight)
         nn.init.xavier_uniform_(self.key.weight)
         nn.init.zeros_(self.key.bias)
@@ -246,6 +258,12 @@ class MonotonicAttention(nn.Module):
         state.mask = torch.cat([state.mask, state.mask.new_ones(memory.shape[:2])], dim=1)
         state.lengths = state.lengths + memory.size(1)
 
+    def take_delays(self) -> Tensor | None:
+        """The expected delays [N, T] of the last training forward pass (then forgotten),
+        for ``train.latency_weight``."""
+        delays, self._delays = self._delays, None
+        return delays
+
     def forward(self, x: Tensor, state: MonotonicState) -> Tensor:
         query = self.query(x)  # [N, T, A]
         expected = self.training or self.soft_decisions
@@ -271,6 +289,7 @@ class MonotonicAttention(nn.Module):
         alpha = expected_alignments(energy, mask, initial=state.alpha)  # [N, T, S]
         if t:
             state.alpha = alpha[:, -1]
+        self._delays = expected_delays(alpha, state.lengths.repeat_interleave(n // b, dim=0))
         weights = fold(alpha.to(state.values.dtype), b)  # [B, K*T, S]
         return unfold(weights @ state.values, n)  # [N, T, D]
 

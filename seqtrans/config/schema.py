@@ -217,7 +217,7 @@ class TrainConfig:
     adam_eps: float = option(1e-9, "Adam epsilon.")
     label_smoothing: float = option(0.1, "epsilon_ls of label-smoothed cross-entropy.")
     latency_weight: float = option(
-        0.0, "lambda of the latency loss of a learned read policy (model.cross_attention=milk, "
+        0.0, "lambda of the latency loss of a learned read policy (model.cross_attention=monotonic; milk, "
         "Arivazhagan et al. 2019; mma_hard and mma_il, Ma et al. 2020's lambda_avg): lambda times each "
         "sentence's differentiable average lagging under the expected alignments, in source positions "
         "(per layer, its monotonic heads' delays combined by a softmax-weighted average), averaged over "

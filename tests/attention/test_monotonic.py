@@ -11,7 +11,7 @@ import torch
 
 from conftest import tiny_model
 from seqtrans.attention import monotonic
-from seqtrans.attention.monotonic import MonotonicAttention, expected_alignment, expected_alignments
+from seqtrans.attention.monotonic import MonotonicAttention, expected_alignment, expected_alignments, expected_delays
 from seqtrans.config import ModelConfig
 from seqtrans.vocab import BOS, EOS, PAD
 
@@ -65,6 +65,48 @@ def test_the_parallel_expectation_equals_the_sequential_recurrence() -> None:
     # starting from another step's alignment (incremental decoding) continues the recurrence
     later = expected_alignments(energy[:, 3:], mask, initial=expected[:, 2].clone())
     torch.testing.assert_close(later, expected[:, 3:], atol=1e-12, rtol=1e-9)
+
+
+def enumerated_delays(energy: torch.Tensor, length: int) -> list[float]:
+    """The expected delay of each step of one sentence by enumerating every path of the hard
+    process: from the last position attended, each position is selected with probability
+    p_ij, a step that selects none attends nothing from then on, and a step that attends
+    position j has read min(j + 1, length - 1) source words (the end symbol not counted);
+    attending nothing has read them all."""
+    t = energy.size(0)
+    p = torch.sigmoid(energy.double())
+    words = length - 1
+    delays = [0.0] * t
+    # (probability, position attended at the previous step or None once nothing is attended)
+    paths: list[tuple[float, int | None]] = [(1.0, 0)]
+    for i in range(t):
+        following: list[tuple[float, int | None]] = []
+        for chance, start in paths:
+            if start is None:
+                delays[i] += chance * words
+                following.append((chance, None))
+                continue
+            unselected = chance
+            for j in range(start, length):
+                picked = unselected * float(p[i, j])
+                delays[i] += picked * min(j + 1, words)
+                following.append((picked, j))
+                unselected *= 1 - float(p[i, j])
+            delays[i] += unselected * words
+            following.append((unselected, None))
+        paths = following
+    return delays
+
+
+def test_the_expected_delays_are_those_of_the_hard_process_enumerated() -> None:
+    gen = torch.Generator().manual_seed(3)
+    energy = torch.randn(2, 4, 5, generator=gen, dtype=torch.float64) * 2
+    lengths = torch.tensor([5, 3])
+    mask = torch.arange(5).unsqueeze(0) < lengths.unsqueeze(1)
+    got = expected_delays(expected_alignments(energy, mask), lengths)
+    for row in range(2):
+        want = enumerated_delays(energy[row, :, : int(lengths[row])], int(lengths[row]))
+        assert got[row].tolist() == pytest.approx(want, abs=1e-9)
 
 
 def test_the_expectation_stays_exact_where_probabilities_saturate() -> None:

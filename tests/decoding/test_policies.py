@@ -307,8 +307,9 @@ def test_the_latency_loss_is_differentiable_average_lagging_per_sentence() -> No
         assert float(got[b]) == pytest.approx(dal(delays[b, :length].tolist(), int(sources[b])), abs=1e-12)
 
 
-def test_the_latency_weight_adds_the_expected_lagging_and_its_gradient_reaches_the_policy() -> None:
-    model = tiny_model(seed=0, cross_attention="milk", causal_encoder=True, monotonic_noise=0.0).train()
+@pytest.mark.parametrize("attention", ["milk", "monotonic"])
+def test_the_latency_weight_adds_the_expected_lagging_and_its_gradient_reaches_the_policy(attention: str) -> None:
+    model = tiny_model(seed=0, cross_attention=attention, causal_encoder=True, monotonic_noise=0.0).train()
     src = pad_batch([s + [EOS] for s in SOURCES[:4]])
     tgt = pad_batch([[BOS, 4, 5, 6, 7], [BOS, 4], [BOS, 6, 7, 8], [BOS, 9, 9]])
     out = torch.where(tgt.roll(-1, 1) == PAD, torch.full_like(tgt, PAD), tgt.roll(-1, 1))
