@@ -94,6 +94,10 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
         # nearer the hard decisions of decoding
         "monotonic-init-t0.2": [*CAUSAL, "model.cross_attention=monotonic", "model.monotonic_temperature=0.2",
                                 "model.monotonic_r_init=-0.5"],
+        # and with a latency loss as well (MMA-IL's lambda), which the single head had none of
+        "monotonic-init-latency": [*CAUSAL, "model.cross_attention=monotonic",
+                                   "model.monotonic_temperature=0.2", "model.monotonic_r_init=-0.5",
+                                   "train.latency_weight=0.1"],
         # their control: multi-k wait-k fine-tuned from the full-sentence model for the same updates,
         # so that a policy started from ``full`` is compared with a wait-k curve of the same training
         "multi-k-init": [*CAUSAL, "model.multi_k=true"],
@@ -106,7 +110,7 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
 #: Models fine-tuned from another of the benchmark's models (``run --init``), which must be
 #: trained first; the same number of updates as from scratch.
 INIT = {"mma-il-init": "full", "monotonic-init": "full", "monotonic-init-t0.2": "full",
-        "multi-k-init": "full"}
+        "monotonic-init-latency": "full", "multi-k-init": "full"}
 
 
 def learned_policy(name: str) -> bool:
@@ -363,7 +367,8 @@ def plot(data: dict[str, Any], picture: Path) -> None:
              "monotonic": "hard monotonic", "mma-il": "MMA-IL", "mma-h": "MMA-H",
              "mma-il-init": "MMA-IL from the full model", "multi-k": "multi-k wait-k",
              "multi-k-init": "multi-k wait-k from the full model",
-             "monotonic-init": "hard monotonic from the full model"}
+             "monotonic-init": "hard monotonic from the full model",
+             "monotonic-init-latency": "hard monotonic from the full model, latency loss"}
 
     def label(name: str) -> str:
         return "MILk λ=" + name.removeprefix("milk-") if name.startswith("milk-") else names.get(name, name)

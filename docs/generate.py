@@ -293,7 +293,9 @@ _POLICY = {"full": "full sentence (reads the whole source first)", "multi-k": "m
            "mma-il": "MMA-IL, λ_avg = 0.1", "mma-h": "MMA-H, λ_var = 0.1",
            "mma-il-init": "MMA-IL, λ_avg = 0.1, fine-tuned from the full-sentence model",
            "monotonic-init": "hard monotonic, fine-tuned from the full-sentence model",
-           "monotonic-init-t0.2": "hard monotonic, T = 0.2, fine-tuned from the full-sentence model"}
+           "monotonic-init-t0.2": "hard monotonic, T = 0.2, fine-tuned from the full-sentence model",
+           "monotonic-init-latency": ("hard monotonic, T = 0.2, λ = 0.1, fine-tuned from the "
+                                      "full-sentence model")}
 
 
 def _policy(row: dict[str, Any]) -> str:
@@ -516,17 +518,18 @@ def distill_multi30k() -> str:
     def row(name: str, shortlist: str, r: dict[str, Any]) -> list[str]:
         speed = r["int8_tokens_per_s"]
         against_ct2 = "not run" if ct2 is None else _ratio(speed / ct2)
-        return [name, shortlist, f"{r['bleu']:.2f}", _num(speed), _ratio(speed / teacher["int8_tokens_per_s"]),
-                against_ct2, f"{r['latency_ms']:.1f} ms"]
+        alpha = f"{r['alpha']:g}" if "alpha" in r else ""  # chosen on dev, in runs that chose it
+        return [name, shortlist, alpha, f"{r['bleu']:.2f}", _num(speed),
+                _ratio(speed / teacher["int8_tokens_per_s"]), against_ct2, f"{r['latency_ms']:.1f} ms"]
 
     rows = [row("teacher (`cpu` preset)", "", teacher)]
     rows += [row(f"`{s['name']}`", "yes" if s["shortlist"] else "no", s) for s in data["students"]]
     ct2_bleu = data.get("ct2_int8_teacher", {}).get("bleu")
     if ct2 is not None:
-        rows.append(["CTranslate2, the teacher", "", "" if ct2_bleu is None else f"{ct2_bleu:.2f}", _num(ct2),
-                     _ratio(ct2 / teacher["int8_tokens_per_s"]), "1.00", ""])
-    header = ["model (int8)", "shortlist", "test2016 BLEU", "target tokens/s", "against the teacher",
-              "against CTranslate2", "one sentence"]
+        rows.append(["CTranslate2, the teacher", "", "", "" if ct2_bleu is None else f"{ct2_bleu:.2f}",
+                     _num(ct2), _ratio(ct2 / teacher["int8_tokens_per_s"]), "1.00", ""])
+    header = ["model (int8)", "shortlist", "α (best on dev)", "test2016 BLEU", "target tokens/s",
+              "against the teacher", "against CTranslate2", "one sentence"]
     m = data["machine"]
     machine = f"{m['processor']}, {m['threads']} thread(s), PyTorch {m['torch']}"
     return (_table(header, rows) + f"\n![test2016 BLEU against int8 target tokens/s]"
