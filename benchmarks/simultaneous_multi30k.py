@@ -98,6 +98,11 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
         "monotonic-init-latency": [*CAUSAL, "model.cross_attention=monotonic",
                                    "model.monotonic_temperature=0.2", "model.monotonic_r_init=-0.5",
                                    "train.latency_weight=0.1"],
+        # and with twice the paper's pre-sigmoid noise, which is what should push the
+        # selection probabilities to 0 or 1 (the learned gain cannot rescale it away)
+        "monotonic-init-latency-noise2": [*CAUSAL, "model.cross_attention=monotonic",
+                                          "model.monotonic_temperature=0.2", "model.monotonic_r_init=-0.5",
+                                          "train.latency_weight=0.1", "model.monotonic_noise=2"],
         # their control: multi-k wait-k fine-tuned from the full-sentence model for the same updates,
         # so that a policy started from ``full`` is compared with a wait-k curve of the same training
         "multi-k-init": [*CAUSAL, "model.multi_k=true"],
@@ -110,7 +115,7 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
 #: Models fine-tuned from another of the benchmark's models (``run --init``), which must be
 #: trained first; the same number of updates as from scratch.
 INIT = {"mma-il-init": "full", "monotonic-init": "full", "monotonic-init-t0.2": "full",
-        "monotonic-init-latency": "full", "multi-k-init": "full"}
+        "monotonic-init-latency": "full", "monotonic-init-latency-noise2": "full", "multi-k-init": "full"}
 
 
 def learned_policy(name: str) -> bool:
@@ -368,7 +373,8 @@ def plot(data: dict[str, Any], picture: Path) -> None:
              "mma-il-init": "MMA-IL from the full model", "multi-k": "multi-k wait-k",
              "multi-k-init": "multi-k wait-k from the full model",
              "monotonic-init": "hard monotonic from the full model",
-             "monotonic-init-latency": "hard monotonic from the full model, latency loss"}
+             "monotonic-init-latency": "hard monotonic from the full model, latency loss",
+             "monotonic-init-latency-noise2": "the same, noise 2"}
 
     def label(name: str) -> str:
         return "MILk λ=" + name.removeprefix("milk-") if name.startswith("milk-") else names.get(name, name)

@@ -295,7 +295,9 @@ _POLICY = {"full": "full sentence (reads the whole source first)", "multi-k": "m
            "monotonic-init": "hard monotonic, fine-tuned from the full-sentence model",
            "monotonic-init-t0.2": "hard monotonic, T = 0.2, fine-tuned from the full-sentence model",
            "monotonic-init-latency": ("hard monotonic, T = 0.2, λ = 0.1, fine-tuned from the "
-                                      "full-sentence model")}
+                                      "full-sentence model"),
+           "monotonic-init-latency-noise2": ("hard monotonic, T = 0.2, λ = 0.1, noise 2, fine-tuned "
+                                             "from the full-sentence model")}
 
 
 def _policy(row: dict[str, Any]) -> str:
