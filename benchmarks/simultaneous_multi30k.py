@@ -65,6 +65,9 @@ RESULTS = ROOT / "results"
 PICTURE = ROOT.parent / "docs" / "images" / "simultaneous-multi30k.png"
 
 CAUSAL = ["model.causal_encoder=true"]
+# hard monotonic attention with its energies divided by T = 0.2 and r starting at -0.5, as
+# SeamlessStreaming's monotonic decoder has them
+SHARP = ["model.cross_attention=monotonic", "model.monotonic_temperature=0.2", "model.monotonic_r_init=-0.5"]
 # The K sweep of memory attention whose decoder scores the contexts by their content (the
 # contexts are the input-dependent memory; beta then depends on them too). Multi30k's sources
 # are 15 tokens on average, so K = 32 exceeds nearly all of them (docs/streaming.md). The
@@ -89,20 +92,15 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
         "mma-il-init": [*CAUSAL, "model.cross_attention=mma_il", "train.latency_weight=0.1"],
         # the seed's hard monotonic attention started the same way (its attention new, the rest taken)
         "monotonic-init": [*CAUSAL, "model.cross_attention=monotonic"],
-        # and with its energies sharpened (divided by T = 0.2, r starting at -0.5, as
-        # SeamlessStreaming's monotonic decoder), so that training's expected alignment is
+        # and with its energies sharpened (SHARP), so that training's expected alignment is
         # nearer the hard decisions of decoding
-        "monotonic-init-t0.2": [*CAUSAL, "model.cross_attention=monotonic", "model.monotonic_temperature=0.2",
-                                "model.monotonic_r_init=-0.5"],
+        "monotonic-init-t0.2": [*CAUSAL, *SHARP],
         # and with a latency loss as well (MMA-IL's lambda), which the single head had none of
-        "monotonic-init-latency": [*CAUSAL, "model.cross_attention=monotonic",
-                                   "model.monotonic_temperature=0.2", "model.monotonic_r_init=-0.5",
-                                   "train.latency_weight=0.1"],
+        "monotonic-init-latency": [*CAUSAL, *SHARP, "train.latency_weight=0.1"],
         # and with twice the paper's pre-sigmoid noise, which is what should push the
         # selection probabilities to 0 or 1 (the learned gain cannot rescale it away)
-        "monotonic-init-latency-noise2": [*CAUSAL, "model.cross_attention=monotonic",
-                                          "model.monotonic_temperature=0.2", "model.monotonic_r_init=-0.5",
-                                          "train.latency_weight=0.1", "model.monotonic_noise=2"],
+        "monotonic-init-latency-noise2": [*CAUSAL, *SHARP, "train.latency_weight=0.1",
+                                          "model.monotonic_noise=2"],
         # their control: multi-k wait-k fine-tuned from the full-sentence model for the same updates,
         # so that a policy started from ``full`` is compared with a wait-k curve of the same training
         "multi-k-init": [*CAUSAL, "model.multi_k=true"],
@@ -373,8 +371,9 @@ def plot(data: dict[str, Any], picture: Path) -> None:
              "mma-il-init": "MMA-IL from the full model", "multi-k": "multi-k wait-k",
              "multi-k-init": "multi-k wait-k from the full model",
              "monotonic-init": "hard monotonic from the full model",
+             "monotonic-init-t0.2": "hard monotonic from the full model, T = 0.2",
              "monotonic-init-latency": "hard monotonic from the full model, latency loss",
-             "monotonic-init-latency-noise2": "the same, noise 2"}
+             "monotonic-init-latency-noise2": "hard monotonic from the full model, latency loss, noise 2"}
 
     def label(name: str) -> str:
         return "MILk λ=" + name.removeprefix("milk-") if name.startswith("milk-") else names.get(name, name)
