@@ -18,13 +18,17 @@ from test_inference import TINY_COPY_RUN
 
 from seqtrans.cli import main
 from seqtrans.config import DecodeConfig, ModelConfig
+from seqtrans.data import pad_batch
 from seqtrans.decoding import generate
+from seqtrans.decoding.beam import beam_search, greedy_search, sample_search
+from seqtrans.decoding.sampling import Truncation, input_uniforms
+from seqtrans.decoding.shortlist import Shortlisted
 from seqtrans.errors import CheckpointError, ConfigError
 from seqtrans.inference.loading import load
 from seqtrans.model import Transformer
 from seqtrans.shortlist import FILE, Shortlist, ShortlistSettings, build
 from seqtrans.shortlist import load as load_shortlist
-from seqtrans.vocab import EOS, UNK
+from seqtrans.vocab import BOS, EOS, PAD, UNK
 
 V = 40
 
@@ -124,6 +128,47 @@ def test_every_output_keeps_to_its_sources_candidates(search: str) -> None:
         assert hyps and all(set(tokens) <= allowed for tokens, _ in hyps)
     outside = [t for hyps in free for tokens, _ in hyps for t in tokens]
     assert outside and restricted != free  # the random model does go outside them
+
+
+RULES = {"plain": {}, "min length": dict(min_len=3), "no repeated bigram": dict(no_repeat_ngram_size=2),
+         "prefixes": dict(prefixes=[[7, 9], [], [5]]), "banned": dict(banned=[[[4]], [], [[9, 4], [11]]])}
+
+
+@pytest.mark.parametrize("rules", list(RULES))
+@pytest.mark.parametrize("search", ["greedy", "beam", "sampling"])
+def test_searching_the_shortlists_columns_equals_searching_the_whole_vocabulary(search: str,
+                                                                                rules: str) -> None:
+    """The search ranks the shortlist's columns only (what decode.shortlist runs); the
+    reference is the same model's logits spread over the whole vocabulary, -inf outside."""
+    model = tiny_model(4)
+    # padding and the start symbol among its columns, which the search must still never emit
+    shortlist = dataclasses.replace(small_shortlist(5), frequent=np.array([PAD, BOS, 4], dtype=np.int32))
+    sources = pairs(6, count=3)[0]
+    settings: dict[str, object] = dict(RULES[rules])
+    prefixes = settings.pop("prefixes", None)
+    extra = prefixes if isinstance(prefixes, list) else None
+    src = pad_batch(sources)
+    max_len = torch.full((3,), 7)
+    if prefixes is not None:
+        settings["prefixes"] = pad_batch(prefixes) if any(prefixes) else None
+    outputs = []
+    for compact in (True, False):
+        searcher = Shortlisted(model, shortlist, extra=extra, compact=compact)
+        if search == "greedy":
+            out = greedy_search(searcher, src, max_len=max_len, **settings)  # type: ignore[arg-type]
+        elif search == "beam":
+            out = beam_search(searcher, src, beam=3, alpha=0.6, max_len=max_len, nbest=2,
+                              **settings)  # type: ignore[arg-type]
+        else:
+            uniforms = input_uniforms(1, range(3), samples=1, steps=[8, 8, 8])
+            out = sample_search(searcher, src, max_len=max_len, uniforms=uniforms,
+                                truncation=Truncation(top_k=3), **settings)  # type: ignore[arg-type]
+        outputs.append([[(h.tokens, h.log_prob) for h in hyps] for hyps in out])
+    compact_out, whole_out = outputs
+    assert [[t for t, _ in hyps] for hyps in compact_out] == [[t for t, _ in hyps] for hyps in whole_out]
+    assert all(hyps for hyps in compact_out)
+    for a, b in zip(compact_out, whole_out):
+        assert [lp for _, lp in a] == pytest.approx([lp for _, lp in b], abs=1e-5)
 
 
 def test_without_a_shortlist_decode_shortlist_is_a_config_error() -> None:

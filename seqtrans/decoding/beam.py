@@ -27,7 +27,9 @@ from seqtrans.decoding.lexical import (
 from seqtrans.decoding.protocol import SearchModel, SearchState
 from seqtrans.decoding.sampling import Truncation, sample
 from seqtrans.decoding.search import (
+    ALL,
     NEG_INF,
+    Columns,
     Hypothesis,
     banned_phrase_tokens,
     cannot_improve,
@@ -71,30 +73,38 @@ class Rules:
 def _extended_scores(model: SearchModel, generated: Tensor, step: int, state: SearchState, *,
                      prefix: Tensor, limit: Tensor, rules: Rules, constraint: ConstraintState | None,
                      forced: Tensor | None, sources: Tensor | None,
-                     required: RequiredState | None = None) -> Tensor:
+                     required: RequiredState | None = None, columns: Columns = ALL) -> Tensor:
     """``prefix`` [N] plus the log-probability of each next token of each hypothesis
     after its ``generated`` tokens [N, t] (the start symbol first), -inf where the token
     is not allowed; ``limit`` [N]: the most tokens each may have before its end symbol;
     ``forced`` [N]: the token each must take (a target prefix), PAD where free;
     ``sources`` [N]: the source of each (an index into ``rules.banned``; None without banned phrases);
     ``required``: the hypotheses' progress on their required phrases, which must all be met
-    before the end symbol. -> [N, V] (float32)"""
-    logits = model.decode(generated[:, -1:], state=state)[:, -1]  # [N, V]
+    before the end symbol (only over the whole vocabulary). -> [N, V] (float32), or over
+    the target ids ``columns`` [N, V'] where the model's scores cover those only"""
+    logits = model.decode(generated[:, -1:], state=state)[:, -1]  # [N, V] (or V')
     log_probs = extend(logits, prefix)
     remaining = limit - step  # tokens still allowed before the end symbol
-    log_probs = mask_log_probs(log_probs, force_eos=remaining <= 0, forbid_eos=step < rules.min_len)
+    log_probs = mask_log_probs(log_probs, force_eos=remaining <= 0, forbid_eos=step < rules.min_len,
+                               columns=columns)
+    vocab = columns.vocabulary(log_probs)
     if rules.no_repeat_ngram_size:
-        banned = repeated_ngrams(generated[:, 1:], rules.no_repeat_ngram_size, log_probs.size(1))  # [N, V]
-        log_probs = log_probs.masked_fill(banned, NEG_INF)
+        banned = repeated_ngrams(generated[:, 1:], rules.no_repeat_ngram_size, vocab)  # [N, V]
+        log_probs = log_probs.masked_fill(columns.select(banned), NEG_INF)
     if rules.banned and sources is not None:
         own = [rules.banned[b] for b in sources.tolist()]
-        banned = banned_phrase_tokens(generated[:, 1:], own, log_probs.size(1))  # [N, V]
-        log_probs = log_probs.masked_fill(banned, NEG_INF)
+        banned = banned_phrase_tokens(generated[:, 1:], own, vocab)  # [N, V]
+        log_probs = log_probs.masked_fill(columns.select(banned), NEG_INF)
     if constraint is not None:
-        log_probs = mask_disallowed(log_probs, constraint.allowed(remaining=remaining + 1), by=constraint)
+        allowed = constraint.allowed(remaining=remaining + 1)  # [N, V]
+        if columns.ids is not None and allowed.shape == (log_probs.size(0), vocab):
+            allowed = columns.select(allowed)
+        log_probs = mask_disallowed(log_probs, allowed, by=constraint)
     if required is not None:
+        if columns.ids is not None:
+            raise ValueError("required phrases are searched over the whole vocabulary")
         log_probs[:, EOS] = log_probs[:, EOS].masked_fill(~required.can_end(), NEG_INF)
-    return log_probs if forced is None else force_tokens(log_probs, forced)
+    return log_probs if forced is None else force_tokens(log_probs, forced, columns=columns)
 
 
 def _forced_at(prefixes: Tensor | None, step: int, sentences: Tensor, per_sentence: int) -> Tensor | None:
@@ -158,13 +168,15 @@ def _going_on(go_on: Tensor, cand: Tensor, ends: Tensor, rows: Tensor,
     return scores, rows.gather(1, go_on), token.gather(1, go_on)
 
 
-def _candidates(total: Tensor, k: int, required: RequiredState | None
+def _candidates(total: Tensor, k: int, required: RequiredState | None, columns: Columns = ALL
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The candidates of a step, best first: their scores, source beams and tokens, which
-    end, and the K that go on (indices into them); with required phrases, chosen by
-    dynamic beam allocation (:mod:`seqtrans.decoding.lexical`).  total [B, K, V] -> [B, C] x 4, [B, K]"""
+    """The candidates of a step, best first: their scores, source beams and tokens (target
+    ids: total's last dimension holds ``columns``), which end, and the K that go on
+    (indices into them); with required phrases, chosen by dynamic beam allocation
+    (:mod:`seqtrans.decoding.lexical`).  total [B, K, V] -> [B, C] x 4, [B, K]"""
     if required is None:
-        cand, src_beam, token = top_candidates(total)
+        cand, src_beam, column = top_candidates(total)
+        token = columns.tokens(column)
         ends, go_on = split_finished(cand, token, k)
         return cand, src_beam, token, ends, go_on
     constrained = torch.tensor([banks > 1 for banks in required.banks], device=total.device)  # [B]
@@ -224,6 +236,7 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     max_len, prefixes = max_len.to(device), (None if prefixes is None else prefixes.to(device))
     longest = int(max_len.max())
     state = model.start(model.encode(src), beam=k, capacity=longest + 1)
+    columns = columns_of(state)
     sent_of_row = torch.arange(b0, device=device).repeat_interleave(k)  # [N]
     limit = max_len[sent_of_row]  # [N]
     constrained = start_constraint(constraint, sent_of_row) if constraint is not None else None
@@ -237,8 +250,9 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
                                  rules=rules, constraint=constrained,
                                  forced=_forced_at(prefixes, step, active, k),
                                  sources=active.repeat_interleave(k) if rules.banned else None,
-                                 required=lexical)
-        cand, src_beam, token, ends, go_on = _candidates(total.view(len(active), k, -1), k, lexical)  # [B, C]
+                                 required=lexical, columns=columns)
+        cand, src_beam, token, ends, go_on = _candidates(total.view(len(active), k, -1), k, lexical,
+                                                         columns)  # [B, C]
         rows_c = torch.arange(len(active), device=device).unsqueeze(1) * k + src_beam  # [B, C] row in history
         kept = kept.merged(cand, _within_beam(ends, k) if end_in_beam else ends, rows_c, history, step, alpha,
                            length_penalty)
@@ -255,6 +269,13 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
             limit = max_len[active].repeat_interleave(k)
         history = _follow(history, rows, next_tok, keep, state, followers)
     return results
+
+
+def columns_of(state: SearchState) -> Columns:
+    """Which target ids the columns of the model's scores are: a state may cover only some
+    (``columns``, ``vocabulary_size``: a vocabulary shortlist), else the whole vocabulary."""
+    ids = getattr(state, "columns", None)
+    return ALL if ids is None else Columns(ids, size=state.vocabulary_size)  # type: ignore[attr-defined]
 
 
 def _start_beams(b: int, k: int, nbest: int, device: torch.device) -> tuple[Tensor, Tensor, _Kept, Tensor]:
@@ -340,13 +361,14 @@ def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, rules: Rules,
               constraint: Constraint | None, choose: Choose,
               prefixes: Tensor | None, cancelled: Cancelled | None) -> list[list[Hypothesis]]:
     """One hypothesis per source, extended at every step by the token ``choose``
-    (log_probs [B', V], step, rows [B']: each row's source in ``src``) picks: its
-    log-probability and the token, each [B']."""
+    (log_probs [B', V] or over the model's columns, step, rows [B']: each row's source in
+    ``src``) picks: its log-probability and its column, each [B']."""
     model.eval()
     b0, device = src.size(0), src.device
     max_len, prefixes = max_len.to(device), (None if prefixes is None else prefixes.to(device))
     longest = int(max_len.max())
     state = model.start(model.encode(src), beam=1, capacity=longest + 1)
+    columns = columns_of(state)
     history = torch.full((b0, longest + 2), PAD, dtype=torch.long, device=device)  # [B, L+2]
     history[:, 0] = BOS
     total = torch.zeros(b0, device=device)
@@ -359,8 +381,9 @@ def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, rules: Rules,
         log_probs = _extended_scores(model, history[:, : step + 1], step, state,
                                      prefix=zeros[: active.numel()], limit=limit, rules=rules,
                                      constraint=constrained, forced=_forced_at(prefixes, step, active, 1),
-                                     sources=active)
-        best, token = choose(log_probs, step, active)  # [B]
+                                     sources=active, columns=columns)
+        best, column = choose(log_probs, step, active)  # [B]
+        token = columns.tokens(column)
         total = total + best
         history[:, step + 1] = token
         if constrained is not None:

@@ -125,19 +125,22 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
                          cancelled=cancelled)
 
 
-def _shortlisted(model: SearchModel, shortlist: Shortlist | None,
-                 config: DecodeConfig) -> Callable[[Sequence[Sequence[int]] | None], SearchModel]:
-    """What decodes a batch whose sources may also produce the ``extra`` target ids:
+Searcher = Callable[[Sequence[Sequence[int]] | None, bool], SearchModel]
+
+
+def _shortlisted(model: SearchModel, shortlist: Shortlist | None, config: DecodeConfig) -> Searcher:
+    """What decodes a batch whose sources may also produce the ``extra`` target ids (and
+    whose search needs scores over the whole vocabulary, ``whole``: required phrases):
     ``model``, or with ``decode.shortlist`` the model restricted to ``shortlist``."""
     if not config.shortlist:
-        return lambda extra: model
+        return lambda extra, whole: model
     if shortlist is None:
         raise ConfigError("decode.shortlist", "this run has no shortlist loaded; build it with "
                           "'seqtrans shortlist RUN_DIR'")
     if not isinstance(model, Transformer):
         raise ConfigError("decode.shortlist", f"restricts one model's output projection, not a "
                           f"{type(model).__name__} (an ensemble)")
-    return lambda extra: Shortlisted(model, shortlist, extra=extra)
+    return lambda extra, whole: Shortlisted(model, shortlist, extra=extra, compact=not whole)
 
 
 def _check_required(sources: Sequence[list[int]], required: Sequence[Phrases], config: DecodeConfig, *,
@@ -169,7 +172,7 @@ class _Lexical:
         return (required if any(required) else [], banned if any(banned) else [])
 
 
-def _generate(searcher: Callable[[Sequence[Sequence[int]] | None], SearchModel],
+def _generate(searcher: Searcher,
               sources: Sequence[list[int]], config: DecodeConfig, *,
               device: torch.device, constraints: ConstraintFactory | None,
               position_limit: int | None, positions: Sequence[int], prefixes: Sequence[list[int]] | None,
@@ -189,11 +192,13 @@ def _generate(searcher: Callable[[Sequence[Sequence[int]] | None], SearchModel],
             lengths = [max(length, len(prefixes[i])) for length, i in zip(lengths, idx)]
             forced = [prefixes[i] for i in idx]
         wanted = _wanted(idx, forced, lexical)  # each sample decodes as a source of its own
-        model = searcher([w for w in wanted for _ in range(config.sample)] if config.sample else wanted)
+        required, banned = lexical.of(idx)
+        model = searcher([w for w in wanted for _ in range(config.sample)] if config.sample else wanted,
+                         bool(required))
         if config.sample:
             results_of = _sample(model, sources, idx, lengths, config, device=device,
                                  constraints=constraints, positions=positions, forced=forced,
-                                 banned=lexical.of(idx)[1], cancelled=rows_cancelled)
+                                 banned=banned, cancelled=rows_cancelled)
             for i, hyps in zip(idx, results_of):
                 results[i] = hyps
             bar.update(len(batch))
@@ -201,7 +206,6 @@ def _generate(searcher: Callable[[Sequence[Sequence[int]] | None], SearchModel],
         src = pad_batch([sources[i] for i in idx]).to(device)
         max_len = torch.tensor(lengths)
         constraint = constraints(idx) if constraints is not None and config.constrained else None
-        required, banned = lexical.of(idx)
         with autocast(device, config.precision):
             if config.beam == 1 and not required:
                 out = greedy_search(model, src, max_len=max_len, min_len=config.min_len,

@@ -39,20 +39,59 @@ def length_penalty(length: Tensor | float, alpha: float, *, kind: str = "gnmt") 
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def mask_log_probs(log_probs: Tensor, *, force_eos: Tensor, forbid_eos: bool = False) -> Tensor:
+class Columns:
+    """The target ids that the columns of a step's scores stand for: the whole vocabulary
+    in order (``ids`` None), or the ids ``ids`` [V'] of a vocabulary of ``size`` (a
+    vocabulary shortlist's, :mod:`seqtrans.decoding.shortlist`), which must include the end
+    symbol. The search then ranks those columns only, and maps the columns it picks back
+    to target ids; the rules, which speak of target ids, are read at those columns."""
+
+    def __init__(self, ids: Tensor | None = None, *, size: int | None = None) -> None:
+        self.ids = ids
+        self.size = size
+        self.eos = EOS
+        self.never: Tensor | list[int] = [PAD, BOS]
+        if ids is not None:
+            if size is None:
+                raise ValueError("columns of a part of the vocabulary need the vocabulary's size")
+            found = ids.eq(EOS).nonzero().flatten()
+            if found.numel() == 0:
+                raise ValueError("the columns must include the end symbol")
+            self.eos = int(found[0])
+            self.never = ids.eq(PAD) | ids.eq(BOS)  # [V']
+
+    def vocabulary(self, scores: Tensor) -> int:
+        """The size of the whole vocabulary, of which ``scores`` [N, V'] hold these columns."""
+        return scores.size(-1) if self.size is None else self.size
+
+    def select(self, mask: Tensor) -> Tensor:
+        """A mask over the whole vocabulary, at these columns.  [N, V] -> [N, V']"""
+        return mask if self.ids is None else mask.index_select(1, self.ids.to(mask.device))
+
+    def tokens(self, columns: Tensor) -> Tensor:
+        """The target ids of ``columns`` (any shape)."""
+        return columns if self.ids is None else self.ids[columns]
+
+
+#: The columns of scores over the whole vocabulary.
+ALL = Columns()
+
+
+def mask_log_probs(log_probs: Tensor, *, force_eos: Tensor, forbid_eos: bool = False,
+                   columns: Columns = ALL) -> Tensor:
     """Never emit padding or the start symbol; rows in ``force_eos`` [N] may only end;
     with ``forbid_eos`` (shorter than the minimum length) no row may end.
 
-    [N, V] -> [N, V]
+    [N, V] -> [N, V] (or over ``columns``' ids [N, V'])
     """
-    log_probs[:, PAD] = NEG_INF
-    log_probs[:, BOS] = NEG_INF
+    log_probs[:, columns.never] = NEG_INF
+    eos = columns.eos
     if forbid_eos:
-        log_probs[:, EOS] = NEG_INF
+        log_probs[:, eos] = NEG_INF
     if bool(force_eos.any()):
-        eos = log_probs[:, EOS].clone()
+        kept = log_probs[:, eos].clone()
         log_probs[force_eos] = NEG_INF
-        log_probs[:, EOS] = eos
+        log_probs[:, eos] = kept
     return log_probs
 
 
@@ -94,12 +133,15 @@ def banned_phrase_tokens(generated: Tensor, phrases: Sequence[Sequence[Sequence[
     return banned.to(generated.device)
 
 
-def force_tokens(log_probs: Tensor, forced: Tensor) -> Tensor:
+def force_tokens(log_probs: Tensor, forced: Tensor, *, columns: Columns = ALL) -> Tensor:
     """Rows with a forced token (a target prefix) keep only that token's score; rows
     whose ``forced`` entry is PAD are left as they are.
 
-    log_probs [N, V], forced [N] -> [N, V]
+    log_probs [N, V] (or over ``columns``' ids [N, V']), forced [N] target ids -> the same shape
     """
+    if columns.ids is not None:
+        allowed = forced.eq(PAD).unsqueeze(1) | columns.ids.unsqueeze(0).eq(forced.unsqueeze(1))  # [N, V']
+        return log_probs.masked_fill(~allowed, NEG_INF)
     allowed = forced.eq(PAD).unsqueeze(1).expand_as(log_probs).clone()  # [N, V]: free rows allow all
     allowed.scatter_(1, forced.unsqueeze(1), True)  # [N, 1] -> [N, V]
     return log_probs.masked_fill(~allowed, NEG_INF)

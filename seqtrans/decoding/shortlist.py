@@ -4,13 +4,20 @@ computed only over the target tokens that some source of the batch may produce
 its own source.
 
 :class:`Shortlisted` offers the search loops what a model does
-(:class:`~seqtrans.decoding.protocol.SearchModel`): its ``decode`` returns logits over the
-whole vocabulary, -inf outside the source's shortlist, so beam search, greedy search,
-sampling, n-best lists, prefixes and the length rules run unchanged. What it saves is the
-product with the vocabulary-sized weight, the largest one of a small decoder's step. The
-tokens a sentence may produce do not depend on the other sentences of its batch; the
-softmax is taken over them (as Marian's and CTranslate2's shortlists do), so scores are
-log-probabilities renormalised over the shortlist.
+(:class:`~seqtrans.decoding.protocol.SearchModel`). Its ``decode`` returns logits over
+the batch's shortlist only (-inf outside each source's own), and its state names the
+target ids of those columns (``columns``), so that beam search, greedy search and
+sampling rank, normalise and choose among them alone and map the columns they pick back
+to target ids (:class:`~seqtrans.decoding.search.Columns`); the length rules, prefixes,
+banned phrases and a task's constraint are read at those columns. What it saves is the
+product with the vocabulary-sized weight, the largest one of a small decoder's step, and
+the search's passes over the whole vocabulary (the softmax, the top-k): on a 256-wide
+student with 8,000 pieces these cost more than the product (docs/speed.md). Required
+phrases, whose search follows them over the whole vocabulary, get logits over the whole
+vocabulary (``compact=False``), -inf outside the shortlist. The tokens a sentence may
+produce do not depend on the other sentences of its batch; the softmax is taken over them
+(as Marian's and CTranslate2's shortlists do), so scores are log-probabilities
+renormalised over the shortlist.
 
 Shapes: B sentences, K hypotheses per sentence, N = B*K rows, T tokens of this step,
 D d_model, V vocabulary, V' the tokens the batch's projection computes.
@@ -53,6 +60,13 @@ class ShortlistState:
     project: Callable[[Tensor], Tensor]
     ids: Tensor  # [V']
     allowed: Tensor  # [N, V']
+    vocabulary_size: int  # V
+    compact: bool  # decode's logits over the V' columns, not the whole vocabulary
+
+    @property
+    def columns(self) -> Tensor | None:
+        """The target ids of decode's columns [V']; None where they are the whole vocabulary."""
+        return self.ids if self.compact else None
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep hypotheses ``rows`` [N'] and sentences ``sentences`` [B']."""
@@ -63,16 +77,18 @@ class ShortlistState:
 class Shortlisted:
     """``model`` (a Transformer or its decoding copy) searching with ``shortlist``; the
     sources it encodes are the batch whose ``extra`` target ids (per source, e.g. the tokens
-    of a forced prefix or of required phrases) are allowed besides the shortlist's."""
+    of a forced prefix or of required phrases) are allowed besides the shortlist's. Its
+    logits cover the batch's shortlist only, or with ``compact`` False the whole vocabulary."""
 
     def __init__(self, model: Transformer, shortlist: Shortlist, *,
-                 extra: Sequence[Sequence[int]] | None = None) -> None:
+                 extra: Sequence[Sequence[int]] | None = None, compact: bool = True) -> None:
         if not isinstance(model, Transformer):
             raise TypeError(f"a shortlist restricts one Transformer's projection, not a "
                             f"{type(model).__name__}")
         self.model = model
         self.shortlist = shortlist
         self.extra = extra
+        self.compact = compact
 
     def eval(self) -> Shortlisted:
         self.model.eval()
@@ -88,16 +104,20 @@ class Shortlisted:
     def start(self, encoded: ShortlistEncoded, *, beam: int = 1, capacity: int = 64) -> ShortlistState:
         inner = self.model.start(encoded.inner, beam=beam, capacity=capacity)
         allowed = encoded.allowed.repeat_interleave(beam, dim=0)  # [B, V'] -> [N, V']
-        return ShortlistState(inner, output_rows(self.model, encoded.ids), encoded.ids, allowed)
+        return ShortlistState(inner, output_rows(self.model, encoded.ids), encoded.ids, allowed,
+                              vocabulary_size=self.shortlist.target_size, compact=self.compact)
 
     def decode(self, tokens: Tensor, encoded: Any = None, *, state: ShortlistState | None = None) -> Tensor:
-        """Next-token logits over the whole vocabulary, -inf outside each hypothesis's
-        shortlist.  tokens [N, T] -> [N, T, V]"""
+        """Next-token logits over the batch's shortlist (the state's ``columns``), or with
+        ``compact`` False over the whole vocabulary; -inf outside each hypothesis's
+        shortlist.  tokens [N, T] -> [N, T, V'] (or [N, T, V])"""
         if state is None:
             raise ValueError("a shortlisted model decodes step by step, with a decoding state")
         hidden = self.model.decode_hidden(tokens, state=state.inner)  # [N, T, D]
         logits = state.project(hidden)  # [N, T, V']
         logits = logits.masked_fill(~state.allowed.unsqueeze(1), float("-inf"))
+        if state.compact:
+            return logits
         size = self.shortlist.target_size
         full = logits.new_full((*logits.shape[:-1], size), float("-inf"))  # [N, T, V]
         # the padding rows repeat a token no hypothesis may produce: each writes -inf there
