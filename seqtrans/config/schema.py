@@ -388,7 +388,7 @@ class DecodeConfig:
         "decoded with it."
     )
     shortlist: bool = option(
-        False, "Compute the output projection only over the run's vocabulary shortlist (RUN_DIR/"
+        False, "Compute the output projection, and search, only over the run's vocabulary shortlist (RUN_DIR/"
         "shortlist.npz: the likely target tokens of each source token, from the training data, and the "
         "most frequent ones; built by 'seqtrans shortlist RUN_DIR', or by run when this is set): each "
         "output keeps to its source's tokens. Faster where the projection is a large part of a step "
