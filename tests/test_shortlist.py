@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from test_inference import TINY_COPY_RUN
+from torch import Tensor
 
 from seqtrans.cli import main
 from seqtrans.config import DecodeConfig, ModelConfig
@@ -130,8 +131,22 @@ def test_every_output_keeps_to_its_sources_candidates(search: str) -> None:
     assert outside and restricted != free  # the random model does go outside them
 
 
+class NoTwiceInARow:
+    """A task's constraint that reads the prefix: no token right after itself, and an
+    odd token only in the rows of odd sources (the end symbol always)."""
+
+    def allowed(self, prefix: Tensor, *, rows: Tensor, remaining: Tensor) -> Tensor:
+        ids = torch.arange(V)
+        even, own = ids.unsqueeze(0) % 2 == 0, rows.unsqueeze(1) % 2 == 1
+        mask = even | own | (ids.unsqueeze(0) == EOS)  # [N, V]
+        if prefix.size(1):
+            mask &= ids.unsqueeze(0) != prefix[:, -1:]
+        return mask
+
+
 RULES = {"plain": {}, "min length": dict(min_len=3), "no repeated bigram": dict(no_repeat_ngram_size=2),
-         "prefixes": dict(prefixes=[[7, 9], [], [5]]), "banned": dict(banned=[[[4]], [], [[9, 4], [11]]])}
+         "prefixes": dict(prefixes=[[7, 9], [], [5]]), "banned": dict(banned=[[[4]], [], [[9, 4], [11]]]),
+         "constraint": dict(constraint=NoTwiceInARow())}
 
 
 @pytest.mark.parametrize("rules", list(RULES))

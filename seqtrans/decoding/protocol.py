@@ -12,7 +12,10 @@ from torch import Tensor
 
 
 class SearchState(Protocol):
-    """The decoding state a search step updates and a search reorders."""
+    """The decoding state a search step updates and a search reorders. A state whose
+    model scores only some target ids (a vocabulary shortlist) also has ``columns``, the
+    ids of decode's columns [V'], and ``vocabulary_size``; the search then works in those
+    columns (:class:`~seqtrans.decoding.search.Columns`)."""
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep hypotheses ``rows`` [N'] and sentences ``sentences`` [B']."""
