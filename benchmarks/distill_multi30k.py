@@ -15,7 +15,9 @@ students and vocabulary shortlists, against CTranslate2 int8 decoding the teache
    ``decode.batch_tokens`` sorted by length, the run's beam), the students with and
    without their shortlist: test BLEU, target tokens/s (output pieces without the end
    symbol, over the whole decoding) and the median latency of one sentence decoded alone;
-   CTranslate2 int8 decoding the exported teacher (beam 4, the same batches) in the same run.
+   CTranslate2 int8 decoding the exported teacher (beam 4, the same batches) in the same run;
+   a teacher CTranslate2 cannot run (a causal encoder) is replaced there by ``--ct2-teacher``,
+   a stand-in that seqtrans decodes too.
 
 Results go to ``benchmarks/results/distill_multi30k.json`` through ``write_results``;
 ``python docs/generate.py`` then makes the table and the BLEU-against-speed picture of
@@ -166,7 +168,7 @@ def ctranslate2_teacher(teacher: Path, args: argparse.Namespace) -> dict[str, An
     batches of the run's decode.batch_tokens (source tokens) sorted by length."""
     import ctranslate2
 
-    exported = Path(args.work) / "teacher-ct2"
+    exported = Path(args.work) / f"{teacher.name}-ct2"
     if not exported.is_dir():
         export(teacher, to="ctranslate2", out=exported, quantization="int8")
     loaded = loading.load(teacher, device="cpu", overrides=data_settings(args))
@@ -208,6 +210,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS, help="The results JSON.")
     parser.add_argument("--students", nargs="+", choices=sorted(STUDENTS), default=list(STUDENTS),
                         help="Train and measure only these students (default: all).")
+    parser.add_argument("--ct2-teacher", type=Path, metavar="RUN",
+                        help="Where the teacher cannot be exported (a causal encoder: CTranslate2's is "
+                             "bidirectional), the run CTranslate2 decodes instead: one of the teacher's "
+                             "shape, budget and vocabulary with a bidirectional encoder. seqtrans int8 "
+                             "decodes it too, in the same run, for the ratio.")
     parser.add_argument("--train-only", action="store_true",
                         help="Train the teacher, the corpus and the students and stop: a later run "
                              "reuses them and measures, on a machine doing nothing else.")
@@ -239,9 +246,14 @@ def main() -> None:
                "students": students, "steps": args.steps, "distilled_pairs": corpus.pairs,
                "machine": machine(args)}
     try:
-        ct2 = ctranslate2_teacher(teacher, args)
+        ct2 = ctranslate2_teacher(args.ct2_teacher or teacher, args)
     except ConfigError as exc:  # a model CTranslate2 cannot run (a causal encoder): said, not hidden
         ct2 = {"int8_tokens_per_s": None, "not_run": str(exc)}
+    if args.ct2_teacher is not None:  # the stand-in, as seqtrans decodes it
+        alpha, dev = tune_alpha(args.ct2_teacher, args)
+        ct2["run"] = args.ct2_teacher.name
+        ct2["seqtrans_int8"] = {**measure(args.ct2_teacher, args, shortlist=False, alpha=alpha),
+                                "dev_bleu_by_alpha": dev}
     results["ct2_int8_teacher_tokens_per_s"] = ct2["int8_tokens_per_s"]
     results["ct2_int8_teacher"] = ct2
     print(json.dumps(results, indent=2))
