@@ -73,6 +73,9 @@ SHARP = ["model.cross_attention=monotonic", "model.monotonic_temperature=0.2", "
 # are 15 tokens on average, so K = 32 exceeds nearly all of them (docs/streaming.md). The
 # paper's scoring (beta from the decoder state alone) at K = 16 is in the previous run's results.
 MEMORY_SLOTS = (8, 32)
+# The pre-sigmoid noise scales tried on the single monotonic head (the paper's is 1), and
+# with the largest, half the latency weight.
+MONOTONIC_NOISE = (2, 3, 3.5, 4)
 
 
 def models(latency_weights: list[float]) -> dict[str, list[str]]:
@@ -99,8 +102,10 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
         "monotonic-init-latency": [*CAUSAL, *SHARP, "train.latency_weight=0.1"],
         # and with twice the paper's pre-sigmoid noise, which is what should push the
         # selection probabilities to 0 or 1 (the learned gain cannot rescale it away)
-        "monotonic-init-latency-noise2": [*CAUSAL, *SHARP, "train.latency_weight=0.1",
-                                          "model.monotonic_noise=2"],
+        **{f"monotonic-init-latency-noise{n:g}": [*CAUSAL, *SHARP, "train.latency_weight=0.1",
+                                                   f"model.monotonic_noise={n:g}"] for n in MONOTONIC_NOISE},
+        "monotonic-init-latency0.05-noise4": [*CAUSAL, *SHARP, "train.latency_weight=0.05",
+                                              "model.monotonic_noise=4"],
         # their control: multi-k wait-k fine-tuned from the full-sentence model for the same updates,
         # so that a policy started from ``full`` is compared with a wait-k curve of the same training
         "multi-k-init": [*CAUSAL, "model.multi_k=true"],
@@ -113,7 +118,9 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
 #: Models fine-tuned from another of the benchmark's models (``run --init``), which must be
 #: trained first; the same number of updates as from scratch.
 INIT = {"mma-il-init": "full", "monotonic-init": "full", "monotonic-init-t0.2": "full",
-        "monotonic-init-latency": "full", "monotonic-init-latency-noise2": "full", "multi-k-init": "full"}
+        "monotonic-init-latency": "full", "multi-k-init": "full",
+        "monotonic-init-latency0.05-noise4": "full",
+        **{f"monotonic-init-latency-noise{n:g}": "full" for n in MONOTONIC_NOISE}}
 
 
 def learned_policy(name: str) -> bool:
@@ -373,7 +380,10 @@ def plot(data: dict[str, Any], picture: Path) -> None:
              "monotonic-init": "hard monotonic from the full model",
              "monotonic-init-t0.2": "hard monotonic from the full model, T = 0.2",
              "monotonic-init-latency": "hard monotonic from the full model, latency loss",
-             "monotonic-init-latency-noise2": "hard monotonic from the full model, latency loss, noise 2"}
+             "monotonic-init-latency0.05-noise4":
+                "hard monotonic from the full model, latency loss 0.05, noise 4",
+             **{f"monotonic-init-latency-noise{n:g}":
+                f"hard monotonic from the full model, latency loss, noise {n:g}" for n in MONOTONIC_NOISE}}
 
     def label(name: str) -> str:
         return "MILk λ=" + name.removeprefix("milk-") if name.startswith("milk-") else names.get(name, name)

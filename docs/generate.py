@@ -296,8 +296,8 @@ _POLICY = {"full": "full sentence (reads the whole source first)", "multi-k": "m
            "monotonic-init-t0.2": "hard monotonic, T = 0.2, fine-tuned from the full-sentence model",
            "monotonic-init-latency": ("hard monotonic, T = 0.2, λ = 0.1, fine-tuned from the "
                                       "full-sentence model"),
-           **{f"monotonic-init-latency{w}-noise{n}": (f"hard monotonic, T = 0.2, λ = {w or '0.1'}, noise {n}, "
-                                                    "fine-tuned from the full-sentence model")
+           **{f"monotonic-init-latency{w}-noise{n}":
+              f"hard monotonic, T = 0.2, λ = {w or '0.1'}, noise {n}, fine-tuned from the full-sentence model"
               for w, n in (("", "2"), ("", "3"), ("", "3.5"), ("", "4"), ("0.05", "4"))}}
 
 
@@ -530,7 +530,8 @@ def distill_multi30k() -> str:
     measured = data.get("ct2_int8_teacher", {})
     ct2_bleu = measured.get("bleu")
     if "run" in measured:  # the teacher cannot export: CTranslate2 ran a bidirectional stand-in
-        rows.append(row("stand-in: the teacher's settings, bidirectional encoder", "", measured["seqtrans_int8"]))
+        stand_in = measured["seqtrans_int8"]
+        rows.append(row("stand-in: the teacher's settings, bidirectional encoder", "", stand_in))
     if ct2 is not None:
         name = "CTranslate2, the " + ("stand-in" if "run" in measured else "teacher")
         rows.append([name, "", "", "" if ct2_bleu is None else f"{ct2_bleu:.2f}",
