@@ -11,7 +11,12 @@ import torch
 
 from conftest import tiny_model
 from seqtrans.attention import monotonic
-from seqtrans.attention.monotonic import MonotonicAttention, expected_alignment, expected_alignments, expected_delays
+from seqtrans.attention.monotonic import (
+    MonotonicAttention,
+    expected_alignment,
+    expected_alignments,
+    expected_delays,
+)
 from seqtrans.config import ModelConfig
 from seqtrans.vocab import BOS, EOS, PAD
 

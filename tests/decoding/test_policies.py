@@ -308,7 +308,8 @@ def test_the_latency_loss_is_differentiable_average_lagging_per_sentence() -> No
 
 
 @pytest.mark.parametrize("attention", ["milk", "monotonic"])
-def test_the_latency_weight_adds_the_expected_lagging_and_its_gradient_reaches_the_policy(attention: str) -> None:
+def test_the_latency_weight_adds_the_expected_lagging_and_its_gradient_reaches_the_policy(
+        attention: str) -> None:
     model = tiny_model(seed=0, cross_attention=attention, causal_encoder=True, monotonic_noise=0.0).train()
     src = pad_batch([s + [EOS] for s in SOURCES[:4]])
     tgt = pad_batch([[BOS, 4, 5, 6, 7], [BOS, 4], [BOS, 6, 7, 8], [BOS, 9, 9]])
