@@ -170,19 +170,21 @@ def _going_on(go_on: Tensor, cand: Tensor, ends: Tensor, rows: Tensor,
 
 def _candidates(total: Tensor, k: int, required: RequiredState | None, columns: Columns = ALL
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The candidates of a step, best first: their scores, source beams and tokens (target
-    ids: total's last dimension holds ``columns``), which end, and the K that go on
-    (indices into them); with required phrases, chosen by dynamic beam allocation
-    (:mod:`seqtrans.decoding.lexical`).  total [B, K, V] -> [B, C] x 4, [B, K]"""
+    """The candidates of a step, best first: their scores, the hypotheses they extend (rows
+    of total's first two dimensions flattened), their tokens (target ids: total's last
+    dimension holds ``columns``), which end, and the K that go on (indices into them); with
+    required phrases, chosen by dynamic beam allocation (:mod:`seqtrans.decoding.lexical`).
+    total [B, K, V] -> [B, C] x 4, [B, K]"""
+    sentence = torch.arange(total.size(0), device=total.device).unsqueeze(1) * k  # [B, 1]
     if required is None:
         cand, src_beam, column = top_candidates(total)
         token = columns.tokens(column)
         ends, go_on = split_finished(cand, token, k)
-        return cand, src_beam, token, ends, go_on
+        return cand, sentence + src_beam, token, ends, go_on
     constrained = torch.tensor([banks > 1 for banks in required.banks], device=total.device)  # [B]
     cand, src_beam, token, met = constrained_candidates(total, required, constrained=constrained)
     ends = token.eq(EOS) & torch.isfinite(cand)
-    return cand, src_beam, token, ends, dynamic_beam(cand, ends, met, required.banks, k)
+    return cand, sentence + src_beam, token, ends, dynamic_beam(cand, ends, met, required.banks, k)
 
 
 def _start_required(required: Sequence[Phrases], rows: Tensor, *, beam: int,
@@ -244,16 +246,13 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     followers = [f for f in (constrained, lexical) if f is not None]  # they follow the beam as the state does
     history, scores, kept, active = _start_beams(b0, k, nbest, device)
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
-
     for step in range(longest + 1):
         total = _extended_scores(model, history, step, state, prefix=scores.view(-1), limit=limit,
                                  rules=rules, constraint=constrained,
                                  forced=_forced_at(prefixes, step, active, k),
                                  sources=active.repeat_interleave(k) if rules.banned else None,
                                  required=lexical, columns=columns)
-        cand, src_beam, token, ends, go_on = _candidates(total.view(len(active), k, -1), k, lexical,
-                                                         columns)  # [B, C]
-        rows_c = torch.arange(len(active), device=device).unsqueeze(1) * k + src_beam  # [B, C] row in history
+        cand, rows_c, token, ends, go_on = _candidates(total.view(len(active), k, -1), k, lexical, columns)
         kept = kept.merged(cand, _within_beam(ends, k) if end_in_beam else ends, rows_c, history, step, alpha,
                            length_penalty)
         scores, rows, next_tok = _going_on(go_on, cand, ends, rows_c, token)  # [B, K] each
