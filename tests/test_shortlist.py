@@ -186,6 +186,25 @@ def test_searching_the_shortlists_columns_equals_searching_the_whole_vocabulary(
         assert [lp for _, lp in a] == pytest.approx([lp for _, lp in b], abs=1e-5)
 
 
+@pytest.mark.parametrize("search", ["greedy", "beam 4", "int8 beam"])
+def test_a_sentence_gets_the_same_bits_alone_as_in_its_batch_with_a_shortlist(search: str) -> None:
+    """Its batch-mates change the batch's columns, not where its own tokens sit in the
+    softmax: the scores are equal to the last bit."""
+    model = Transformer(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
+                                    dropout=0.0), source_vocab_size=300, target_vocab_size=300,
+                        shared_vocab=True).eval()
+    rng = np.random.default_rng(7)
+    candidates = np.stack([rng.choice(np.arange(4, 300), size=40, replace=False) for _ in range(300)])
+    shortlist = Shortlist(candidates.astype(np.int32), np.arange(4, 30, dtype=np.int32), 300, "x",
+                          ShortlistSettings())
+    sources = [rng.integers(4, 300, size=rng.integers(1, 9)).tolist() + [EOS] for _ in range(8)]
+    config = DecodeConfig(max_len_a=0, max_len_b=6, shortlist=True, **SEARCHES[search])  # type: ignore[arg-type]
+    batch = generate(model, sources, config, device=torch.device("cpu"), shortlist=shortlist)
+    for source, hyps in zip(sources, batch):
+        alone = generate(model, [source], config, device=torch.device("cpu"), shortlist=shortlist)[0]
+        assert [(h.tokens, h.score) for h in alone] == [(h.tokens, h.score) for h in hyps]
+
+
 def test_without_a_shortlist_decode_shortlist_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="decode.shortlist"):
         generate(tiny_model(0), [[5, EOS]], DecodeConfig(shortlist=True), device=torch.device("cpu"))

@@ -83,7 +83,7 @@ def _extended_scores(model: SearchModel, generated: Tensor, step: int, state: Se
     before the end symbol (only over the whole vocabulary). -> [N, V] (float32), or over
     the target ids ``columns`` [N, V'] where the model's scores cover those only"""
     logits = model.decode(generated[:, -1:], state=state)[:, -1]  # [N, V] (or V')
-    log_probs = extend(logits, prefix)
+    log_probs = logits.float() + prefix.unsqueeze(1) if columns.normalized else extend(logits, prefix)
     remaining = limit - step  # tokens still allowed before the end symbol
     log_probs = mask_log_probs(log_probs, force_eos=remaining <= 0, forbid_eos=step < rules.min_len,
                                columns=columns)
@@ -274,7 +274,9 @@ def columns_of(state: SearchState) -> Columns:
     """Which target ids the columns of the model's scores are: a state may cover only some
     (``columns``, ``vocabulary_size``: a vocabulary shortlist), else the whole vocabulary."""
     ids = getattr(state, "columns", None)
-    return ALL if ids is None else Columns(ids, size=state.vocabulary_size)  # type: ignore[attr-defined]
+    if ids is None:
+        return ALL
+    return Columns(ids, size=state.vocabulary_size, normalized=state.normalized)  # type: ignore[attr-defined]
 
 
 def _start_beams(b: int, k: int, nbest: int, device: torch.device) -> tuple[Tensor, Tensor, _Kept, Tensor]:

@@ -44,11 +44,15 @@ class Columns:
     in order (``ids`` None), or the ids ``ids`` [V'] of a vocabulary of ``size`` (a
     vocabulary shortlist's, :mod:`seqtrans.decoding.shortlist`), which must include the end
     symbol. The search then ranks those columns only, and maps the columns it picks back
-    to target ids; the rules, which speak of target ids, are read at those columns."""
+    to target ids; the rules, which speak of target ids, are read at those columns.
+    ``normalized``: the model's scores over them are log-probabilities already (a
+    shortlist's, normalised over each source's own tokens)."""
 
-    def __init__(self, ids: Tensor | None = None, *, size: int | None = None) -> None:
+    def __init__(self, ids: Tensor | None = None, *, size: int | None = None,
+                 normalized: bool = False) -> None:
         self.ids = ids
         self.size = size
+        self.normalized = normalized  # the scores are log-probabilities already
         self.eos = EOS
         self.never: Tensor | list[int] = [PAD, BOS]
         if ids is not None:

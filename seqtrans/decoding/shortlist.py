@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from seqtrans.linear import RowSelecting, output_projection
@@ -49,6 +50,7 @@ class ShortlistEncoded:
     inner: Any
     ids: Tensor  # [V'] target ids the projection computes
     allowed: Tensor  # [B, V'] which of them each source may produce
+    own: Tensor  # [B, W] each source's allowed columns in order, then V' (see own_columns)
 
 
 @dataclass
@@ -60,18 +62,25 @@ class ShortlistState:
     project: Callable[[Tensor], Tensor]
     ids: Tensor  # [V']
     allowed: Tensor  # [N, V']
+    own: Tensor  # [N, W]
     vocabulary_size: int  # V
-    compact: bool  # decode's logits over the V' columns, not the whole vocabulary
+    compact: bool  # decode's log-probabilities over the V' columns, not logits over the whole vocabulary
 
     @property
     def columns(self) -> Tensor | None:
         """The target ids of decode's columns [V']; None where they are the whole vocabulary."""
         return self.ids if self.compact else None
 
+    @property
+    def normalized(self) -> bool:
+        """Whether decode's scores are log-probabilities already (over the columns)."""
+        return self.compact
+
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep hypotheses ``rows`` [N'] and sentences ``sentences`` [B']."""
         self.inner.reorder(rows, sentences)
         self.allowed = self.allowed.index_select(0, rows)
+        self.own = self.own.index_select(0, rows)
 
 
 class Shortlisted:
@@ -98,30 +107,61 @@ class Shortlisted:
         """src [B, S] -> the encoder output with the batch's shortlist."""
         ids, allowed = batch_rows(self.shortlist, src.tolist(), extra=self.extra)
         device = src.device
+        own = own_columns(allowed, self.shortlist.target_size)
         return ShortlistEncoded(self.model.encode(src), torch.from_numpy(ids).to(device),
-                                torch.from_numpy(allowed).to(device))
+                                torch.from_numpy(allowed).to(device), torch.from_numpy(own).to(device))
 
     def start(self, encoded: ShortlistEncoded, *, beam: int = 1, capacity: int = 64) -> ShortlistState:
         inner = self.model.start(encoded.inner, beam=beam, capacity=capacity)
         allowed = encoded.allowed.repeat_interleave(beam, dim=0)  # [B, V'] -> [N, V']
-        return ShortlistState(inner, output_rows(self.model, encoded.ids), encoded.ids, allowed,
+        own = encoded.own.repeat_interleave(beam, dim=0)  # [B, W] -> [N, W]
+        return ShortlistState(inner, output_rows(self.model, encoded.ids), encoded.ids, allowed, own,
                               vocabulary_size=self.shortlist.target_size, compact=self.compact)
 
     def decode(self, tokens: Tensor, encoded: Any = None, *, state: ShortlistState | None = None) -> Tensor:
-        """Next-token logits over the batch's shortlist (the state's ``columns``), or with
-        ``compact`` False over the whole vocabulary; -inf outside each hypothesis's
-        shortlist.  tokens [N, T] -> [N, T, V'] (or [N, T, V])"""
+        """Next-token log-probabilities over the batch's shortlist (the state's ``columns``),
+        or with ``compact`` False logits over the whole vocabulary; -inf outside each
+        hypothesis's shortlist.  tokens [N, T] -> [N, T, V'] (or [N, T, V])"""
         if state is None:
             raise ValueError("a shortlisted model decodes step by step, with a decoding state")
         hidden = self.model.decode_hidden(tokens, state=state.inner)  # [N, T, D]
         logits = state.project(hidden)  # [N, T, V']
         logits = logits.masked_fill(~state.allowed.unsqueeze(1), float("-inf"))
         if state.compact:
-            return logits
+            return own_log_softmax(logits, state.own)
         size = self.shortlist.target_size
         full = logits.new_full((*logits.shape[:-1], size), float("-inf"))  # [N, T, V]
         # the padding rows repeat a token no hypothesis may produce: each writes -inf there
         return full.index_copy_(-1, state.ids, logits)
+
+
+def own_columns(allowed: np.ndarray, vocabulary: int) -> np.ndarray:
+    """Each source's allowed columns in order, left-aligned, then the column V' (one past
+    the last) to a common width W: the longest row rounded up to :data:`ROWS_MULTIPLE`,
+    at most ``vocabulary``. A source's own columns then sit at the same positions
+    whatever its batch, and the padding at positions past them, so that its softmax sees
+    the same values at the same places alone as in any batch (the same bits: float sums
+    and vectorized functions depend on positions).  allowed [B, V'] bool -> [B, W] int64"""
+    counts = allowed.sum(axis=1)
+    longest = int(counts.max()) if len(counts) else 0
+    width = max(1, min(-(-longest // ROWS_MULTIPLE) * ROWS_MULTIPLE, vocabulary))
+    own = np.full((allowed.shape[0], width), allowed.shape[1], dtype=np.int64)
+    for b, row in enumerate(allowed):
+        cols = np.flatnonzero(row)
+        own[b, : len(cols)] = cols
+    return own
+
+
+def own_log_softmax(logits: Tensor, own: Tensor) -> Tensor:
+    """The log-softmax of each row over its own columns ``own`` [N, W] (from
+    :func:`own_columns`), taken in that left-aligned layout and put back in the batch's
+    columns; -inf elsewhere.  logits [N, T, V'] -> [N, T, V'] float32"""
+    n, t, width = logits.shape
+    index = own.unsqueeze(1).expand(n, t, own.size(1))  # [N, T, W]
+    padded = F.pad(logits.float(), (0, 1), value=float("-inf"))  # [N, T, V'+1]: column V' is -inf
+    normalized = torch.log_softmax(padded.gather(-1, index), dim=-1)  # [N, T, W]
+    out = torch.full_like(padded, float("-inf")).scatter_(-1, index, normalized)
+    return out[..., :width]
 
 
 def output_rows(model: Transformer, ids: Tensor) -> Callable[[Tensor], Tensor]:
