@@ -4,12 +4,14 @@ computed only over the target tokens that some source of the batch may produce
 its own source.
 
 :class:`Shortlisted` offers the search loops what a model does
-(:class:`~seqtrans.decoding.protocol.SearchModel`). Its ``decode`` returns logits over
-the batch's shortlist only (-inf outside each source's own), and its state names the
-target ids of those columns (``columns``), so that beam search, greedy search and
-sampling rank, normalise and choose among them alone and map the columns they pick back
-to target ids (:class:`~seqtrans.decoding.search.Columns`); the length rules, prefixes,
-banned phrases and a task's constraint are read at those columns. What it saves is the
+(:class:`~seqtrans.decoding.protocol.SearchModel`). Its ``decode`` returns
+log-probabilities over the batch's shortlist only (-inf outside each source's own, each
+source's softmax taken over its own tokens at positions that do not depend on its batch:
+:func:`own_log_softmax`), and its state names the target ids of those columns
+(``columns``), so that beam search, greedy search and sampling rank and choose among
+them alone and map the columns they pick back to target ids
+(:class:`~seqtrans.decoding.search.Columns`); the length rules, prefixes, banned phrases
+and a task's constraint are read at those columns. What it saves is the
 product with the vocabulary-sized weight, the largest one of a small decoder's step, and
 the search's passes over the whole vocabulary (the softmax, the top-k): on a 256-wide
 student with 8,000 pieces these cost more than the product (docs/speed.md). Required
@@ -87,7 +89,8 @@ class Shortlisted:
     """``model`` (a Transformer or its decoding copy) searching with ``shortlist``; the
     sources it encodes are the batch whose ``extra`` target ids (per source, e.g. the tokens
     of a forced prefix or of required phrases) are allowed besides the shortlist's. Its
-    logits cover the batch's shortlist only, or with ``compact`` False the whole vocabulary."""
+    scores cover the batch's shortlist only (log-probabilities), or with ``compact`` False
+    the whole vocabulary (logits)."""
 
     def __init__(self, model: Transformer, shortlist: Shortlist, *,
                  extra: Sequence[Sequence[int]] | None = None, compact: bool = True) -> None:
