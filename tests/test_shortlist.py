@@ -186,7 +186,7 @@ def test_searching_the_shortlists_columns_equals_searching_the_whole_vocabulary(
         assert [lp for _, lp in a] == pytest.approx([lp for _, lp in b], abs=1e-5)
 
 
-@pytest.mark.parametrize("search", ["greedy", "beam 4", "int8 beam"])
+@pytest.mark.parametrize("search", ["greedy", "beam 4", "int8 beam", "sampling"])
 def test_a_sentence_gets_the_same_bits_alone_as_in_its_batch_with_a_shortlist(search: str) -> None:
     """Its batch-mates change the batch's columns, not where its own tokens sit in the
     softmax: the scores are equal to the last bit."""
@@ -200,8 +200,9 @@ def test_a_sentence_gets_the_same_bits_alone_as_in_its_batch_with_a_shortlist(se
     sources = [rng.integers(4, 300, size=rng.integers(1, 9)).tolist() + [EOS] for _ in range(8)]
     config = DecodeConfig(max_len_a=0, max_len_b=6, shortlist=True, **SEARCHES[search])  # type: ignore[arg-type]
     batch = generate(model, sources, config, device=torch.device("cpu"), shortlist=shortlist)
-    for source, hyps in zip(sources, batch):
-        alone = generate(model, [source], config, device=torch.device("cpu"), shortlist=shortlist)[0]
+    for i, (source, hyps) in enumerate(zip(sources, batch)):
+        alone = generate(model, [source], config, device=torch.device("cpu"), shortlist=shortlist,
+                         positions=[i])[0]
         assert [(h.tokens, h.score) for h in alone] == [(h.tokens, h.score) for h in hyps]
 
 

@@ -193,8 +193,10 @@ def _generate(searcher: Searcher,
             forced = [prefixes[i] for i in idx]
         wanted = _wanted(idx, forced, lexical)  # each sample decodes as a source of its own
         required, banned = lexical.of(idx)
+        # required phrases are searched, and samples drawn, over the whole vocabulary: the
+        # draw's float sums follow its columns, which a shortlist's batch would move
         model = searcher([w for w in wanted for _ in range(config.sample)] if config.sample else wanted,
-                         bool(required))
+                         bool(required) or bool(config.sample))
         if config.sample:
             results_of = _sample(model, sources, idx, lengths, config, device=device,
                                  constraints=constraints, positions=positions, forced=forced,

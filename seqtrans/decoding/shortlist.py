@@ -8,15 +8,16 @@ its own source.
 log-probabilities over the batch's shortlist only (-inf outside each source's own, each
 source's softmax taken over its own tokens at positions that do not depend on its batch:
 :func:`own_log_softmax`), and its state names the target ids of those columns
-(``columns``), so that beam search, greedy search and sampling rank and choose among
-them alone and map the columns they pick back to target ids
+(``columns``), so that beam search and greedy search rank and choose among them alone
+and map the columns they pick back to target ids
 (:class:`~seqtrans.decoding.search.Columns`); the length rules, prefixes, banned phrases
 and a task's constraint are read at those columns. What it saves is the
 product with the vocabulary-sized weight, the largest one of a small decoder's step, and
 the search's passes over the whole vocabulary (the softmax, the top-k): on a 256-wide
 student with 8,000 pieces these cost more than the product (docs/speed.md). Required
-phrases, whose search follows them over the whole vocabulary, get logits over the whole
-vocabulary (``compact=False``), -inf outside the shortlist. The tokens a sentence may
+phrases, whose search follows them over the whole vocabulary, and sampling, whose draw
+sums probabilities in column order (so a batch's columns could move its bits), get
+logits over the whole vocabulary (``compact=False``), -inf outside the shortlist. The tokens a sentence may
 produce do not depend on the other sentences of its batch; the softmax is taken over them
 (as Marian's and CTranslate2's shortlists do), so scores are log-probabilities
 renormalised over the shortlist.
