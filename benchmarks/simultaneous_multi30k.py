@@ -100,8 +100,9 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
         "monotonic-init-t0.2": [*CAUSAL, *SHARP],
         # and with a latency loss as well (MMA-IL's lambda), which the single head had none of
         "monotonic-init-latency": [*CAUSAL, *SHARP, "train.latency_weight=0.1"],
-        # and with twice the paper's pre-sigmoid noise, which is what should push the
-        # selection probabilities to 0 or 1 (the learned gain cannot rescale it away)
+        # and with more than the paper's pre-sigmoid noise (MONOTONIC_NOISE), which is what
+        # should push the selection probabilities to 0 or 1 (the learned gain cannot rescale
+        # it away); the largest also with half the latency weight
         **{f"monotonic-init-latency-noise{n:g}": [*CAUSAL, *SHARP, "train.latency_weight=0.1",
                                                    f"model.monotonic_noise={n:g}"] for n in MONOTONIC_NOISE},
         "monotonic-init-latency0.05-noise4": [*CAUSAL, *SHARP, "train.latency_weight=0.05",

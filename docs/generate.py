@@ -295,16 +295,26 @@ _POLICY = {"full": "full sentence (reads the whole source first)", "multi-k": "m
            "monotonic-init": "hard monotonic, fine-tuned from the full-sentence model",
            "monotonic-init-t0.2": "hard monotonic, T = 0.2, fine-tuned from the full-sentence model",
            "monotonic-init-latency": ("hard monotonic, T = 0.2, λ = 0.1, fine-tuned from the "
-                                      "full-sentence model"),
-           **{f"monotonic-init-latency{w}-noise{n}":
-              f"hard monotonic, T = 0.2, λ = {w or '0.1'}, noise {n}, fine-tuned from the full-sentence model"
-              for w, n in (("", "2"), ("", "3"), ("", "3.5"), ("", "4"), ("0.05", "4"))}}
+                                      "full-sentence model")}
+#: The noise variants of the sharpened monotonic head: monotonic-init-latency[WEIGHT]-noiseN
+#: (the weight 0.1 where none is named).
+_NOISE_VARIANT = re.compile(r"monotonic-init-latency(?P<weight>[\d.]*)-noise(?P<noise>[\d.]+)")
+
+
+def _model_label(name: str) -> str:
+    if name.startswith("milk-"):
+        return f"MILk, λ = {name.removeprefix('milk-')}"
+    variant = _NOISE_VARIANT.fullmatch(name)
+    if variant:
+        return (f"hard monotonic, T = 0.2, λ = {variant['weight'] or '0.1'}, noise {variant['noise']}, "
+                "fine-tuned from the full-sentence model")
+    return _POLICY.get(name, name)
 
 
 def _policy(row: dict[str, Any]) -> str:
     """The row's model, with its lag or its learned policy's stopping threshold."""
     name = row["model"]
-    label = f"MILk, λ = {name.removeprefix('milk-')}" if name.startswith("milk-") else _POLICY.get(name, name)
+    label = _model_label(name)
     if row.get("wait_k") and name.startswith("multi-k"):
         label += f", k = {row['wait_k']}"
     if row.get("threshold") is not None:
