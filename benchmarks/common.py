@@ -216,7 +216,10 @@ def provenance() -> dict[str, Any]:
     it), the CPU, the torch version and threads, the load average when it was written."""
     status = _git("status", "--porcelain", "--untracked-files=no")
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"commit": _git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status),
+    # a copy of the tree without its .git (a machine the tree was sent to) names its commit
+    # in SEQTRANS_SOURCE_COMMIT; whether it was dirty is then unknown (None)
+    commit = _git("rev-parse", "HEAD") or os.environ.get("SEQTRANS_SOURCE_COMMIT")
+    return {"commit": commit, "dirty": None if status is None else bool(status),
             "cpu": cpu_info(), "torch": torch.__version__, "threads": torch.get_num_threads(),
             "load_average": None if load is None else [round(x, 2) for x in load],
             "python": platform.python_version(), "platform": platform.platform(),
