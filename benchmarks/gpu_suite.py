@@ -3,6 +3,7 @@
     python benchmarks/gpu_suite.py                  # on a CUDA machine: meant for <= 40 minutes
     python benchmarks/gpu_suite.py --smoke          # every part on the CPU, tiny sizes, seconds
     python benchmarks/gpu_suite.py --parts decode_speed step_graphs
+    python benchmarks/gpu_suite.py --merge A.json B.json --out gpu_suite-h100.json --note "..."
 
 Parts, each recorded with its device, dtype, torch version and processor or GPU name:
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib.metadata
+import json
 import platform
 import subprocess
 import sys
@@ -266,6 +268,33 @@ def run_part(name: str, device: torch.device, sizes: Sizes, work: Path, *, smoke
     return result
 
 
+def merge(paths: list[Path], out: Path, note: str | None) -> int:
+    """One results file from the parts of several runs (a lease too short for one command,
+    or a failed part rerun): each part keeps the provenance of the file it came from, and a
+    part in a later file replaces the same part in an earlier one."""
+    parts: dict[str, Any] = {}
+    sources = []
+    for path in paths:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("benchmark") != "gpu_suite":
+            raise SystemExit(f"{path}: not a gpu_suite results file")
+        sources.append({"file": path.name, "command": data["command"], "time": data["time"],
+                        "minutes": data.get("minutes")})
+        for name, part in data["parts"].items():
+            parts[name] = {**part, "provenance": data.get("provenance")}
+    first = json.loads(paths[0].read_text(encoding="utf-8"))
+    results = {"benchmark": "gpu_suite", "smoke": first["smoke"], "merged_from": sources,
+               "time": max(s["time"] for s in sources), "platform": first["platform"],
+               "device": first["device"], "device_name": first["device_name"], "torch": first["torch"],
+               "cuda": first["cuda"], "parts": dict(sorted(parts.items(), key=lambda p: PARTS.index(p[0]))),
+               "failed_parts": [n for n, p in parts.items() if p["status"] != "ok"]}
+    if note:
+        results["note"] = note
+    write_results(out, results, sort_keys=False)
+    print(f"wrote {out}")
+    return 1 if results["failed_parts"] else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = arguments(__doc__)
     parser.add_argument("--smoke", action="store_true",
@@ -281,7 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path,
                         help="Where the Multi30k run and the test report go (default: a temporary "
                         "directory).")
+    parser.add_argument("--merge", nargs="+", type=Path, metavar="RESULTS",
+                        help="Run nothing: write --out from these results files' parts.")
+    parser.add_argument("--note", help="With --merge: what a reader of the merged file should know.")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out or RESULTS / "gpu_suite.json", args.note)
     device = torch.device("cpu") if args.smoke else pick_device(args.device)
     sizes = SMOKE if args.smoke else FULL
     if args.multi30k_set:

@@ -228,6 +228,30 @@ def decode_cuda() -> str:
             + _source("decode_speed-cuda.json", machine=_machine(data)))
 
 
+def gpu_suite() -> str:
+    name = "gpu_suite-h100.json"
+    data = _result(name)
+    parts = data["parts"]
+    tests, train, m30k = parts["gpu_tests"], parts["train_mfu"], parts["multi30k"]
+    failed = ", ".join(f"`{t.split('::')[-1]}`" for t in tests["failed_tests"]) or "none"
+    rows = [["`gpu_tests`", f"{tests['passed']} passed, {tests['failed']} failed ({failed}), "
+             f"{tests['skipped']} skipped"],
+            ["`train_mfu`", f"{_num(train['tokens_per_s'], 0)} target tokens/s, "
+             f"{train['model_gflop'] / 1e3 / train['step_seconds']:.1f} TFLOP/s of model arithmetic in bf16 "
+             f"({_pct(train['mfu_bf16'])} of the suite's measured peak, "
+             f"{train['gemm_peak_bf16_flops'] / 1e12:.0f} TFLOP/s)"],
+            ["`multi30k`", f"test2016 BLEU {m30k['bleu']:.2f} (chrF {m30k['chrf']:.1f}) after "
+             f"{m30k['train_minutes']:g} minutes, {m30k['train_steps']:,} updates, "
+             f"{_num(m30k['train_tokens_per_s'], 0)} tokens/s"]]
+    decode = parts["decode_speed"]
+    cases = [[_case(r["case"]), _num(r["seqtrans_tok_s"]), _num(r["seqtrans_bf16_tok_s"]),
+              _num(r["hf_tok_s"]), _num(r["hf_bf16_tok_s"]), _ratio(r["ratio"])] for r in decode["rows"]]
+    return (_table(["part", "result"], rows)
+            + _table(["case", "seqtrans fp32 tok/s", "seqtrans bf16", "HF fp32", "HF bf16",
+                      "seqtrans / HF (fp32)"], cases)
+            + _source(name, machine=f"{data['device_name']}, PyTorch {data['torch']}, {data['time'][:10]}"))
+
+
 def train_cpu() -> str:
     names = ["train_speed-base-cpu.json", "train_speed-base-dropout0.1-cpu.json"]
     rows = []
@@ -613,7 +637,7 @@ BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
                         "decode_ct2_cpu": decode_ct2_cpu, "decode_ct2_targets": decode_ct2_targets,
                         "decode_memory_cpu": decode_memory_cpu,
                         "parsing_decode_cpu": parsing_decode_cpu,
-                        "decode_cuda": decode_cuda, "train_cuda": train_cuda,
+                        "decode_cuda": decode_cuda, "train_cuda": train_cuda, "gpu_suite": gpu_suite,
                         "distributed_cpu": distributed_cpu, "matmul_decoding": matmul_decoding,
                         "distill_multi30k": distill_multi30k},
     DOCS / "streaming.md": {"streaming_copy": streaming_copy, "simultaneous_multi30k": simultaneous_multi30k,

@@ -95,6 +95,29 @@ def test_a_failing_part_is_recorded_and_the_others_still_run(tmp_path: Path,
     assert "train_mfu: failed in" in capsys.readouterr().out
 
 
+def test_parts_of_several_runs_merge_into_one_file(tmp_path: Path) -> None:
+    suite = runpy.run_path(str(SUITE))
+    runs = {"first": {"train_mfu": 1.0, "multi30k": 2.0}, "rerun": {"train_mfu": 3.0}}
+    for name, bleus in runs.items():
+        for part, bleu in bleus.items():
+            suite["RUNNERS"][part] = lambda *args, bleu=bleu, **kwargs: {
+                **suite["machine"](torch.device("cpu"), "fp32"), "bleu": bleu}
+        suite["main"](["--smoke", "--parts", *bleus, "--out", str(tmp_path / f"{name}.json")])
+    out = tmp_path / "merged.json"
+    code = suite["main"](["--merge", str(tmp_path / "first.json"), str(tmp_path / "rerun.json"),
+                          "--out", str(out), "--note", "two leases"])
+    assert code == 0
+    merged = json.loads(out.read_text())
+    assert list(merged["parts"]) == ["train_mfu", "multi30k"]  # in the suite's order
+    assert merged["parts"]["train_mfu"]["bleu"] == 3.0 and merged["parts"]["multi30k"]["bleu"] == 2.0
+    assert merged["parts"]["multi30k"]["provenance"]["commit"] == merged["provenance"]["commit"]
+    assert [s["file"] for s in merged["merged_from"]] == ["first.json", "rerun.json"]
+    assert merged["note"] == "two leases" and merged["failed_parts"] == []
+    (tmp_path / "other.json").write_text(json.dumps({"benchmark": "decode_speed"}))
+    with pytest.raises(SystemExit, match="other.json: not a gpu_suite results file"):
+        suite["main"](["--merge", str(tmp_path / "other.json"), "--out", str(out)])
+
+
 @pytest.mark.parametrize("options", [
     {},
     {"norm": "pre", "positions": "learned", "embedding_norm": True, "output_bias": True, "tie_output": False},
