@@ -14,7 +14,8 @@ students and vocabulary shortlists, against CTranslate2 int8 decoding the teache
    test2016 at int8 with each model as ``predict`` decodes a file (batches of
    ``decode.batch_tokens`` sorted by length, the run's beam), the students with and
    without their shortlist: test BLEU, target tokens/s (output pieces without the end
-   symbol, over the whole decoding) and the median latency of one sentence decoded alone;
+   symbol, over the whole decoding) and the median latency of one sentence decoded alone,
+   with freed memory kept for reuse as the ``seqtrans`` command keeps it;
    CTranslate2 int8 decoding the exported teacher (beam 4, the same batches) in the same run;
    a teacher CTranslate2 cannot run (a causal encoder) is replaced there by ``--ct2-teacher``,
    a stand-in that seqtrans decodes too.
@@ -49,13 +50,14 @@ from typing import Any
 
 import torch
 
-from seqtrans import pipeline
+from seqtrans import environment, pipeline
 from seqtrans.distill import distill
 from seqtrans.errors import ConfigError
 from seqtrans.inference import evaluation, loading
 from seqtrans.inference.export import export
 from seqtrans.inference.shortlists import build_shortlist
 from seqtrans.shortlist import FILE as SHORTLIST
+from seqtrans.system import keep_freed_memory
 from seqtrans.threads import set_threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -233,6 +235,9 @@ def main() -> None:
     if args.train_only:
         return
     set_threads(args.threads)
+    # as the seqtrans command keeps freed memory (SEQTRANS_MALLOC), so that the timings are
+    # predict's; CTranslate2 has an allocator of its own
+    kept = environment.malloc() == "keep" and keep_freed_memory()
     students = []
     for name, run in runs.items():
         if not (run / SHORTLIST).is_file():
@@ -244,7 +249,7 @@ def main() -> None:
     alpha, dev = tune_alpha(teacher, args)
     results = {"teacher": {**measure(teacher, args, shortlist=False, alpha=alpha), "dev_bleu_by_alpha": dev},
                "students": students, "steps": args.steps, "distilled_pairs": corpus.pairs,
-               "machine": machine(args)}
+               "machine": machine(args), "freed_memory_kept": kept}
     try:
         ct2 = ctranslate2_teacher(args.ct2_teacher or teacher, args)
     except ConfigError as exc:  # a model CTranslate2 cannot run (a causal encoder): said, not hidden

@@ -28,6 +28,7 @@ from seqtrans import __version__, atomic, environment
 from seqtrans.errors import Interrupted, SeqtransError, UsageError
 from seqtrans.inference.export import FORMATS as EXPORT_FORMATS
 from seqtrans.inference.export import QUANTIZATIONS as EXPORT_QUANTIZATIONS
+from seqtrans.system import keep_freed_memory
 from seqtrans.tasks.discovery import COMMAND_GROUP, TaskEntry, installed, load_object
 from seqtrans.threads import parse_threads, parse_wait_policy, set_threads, set_wait_policy
 
@@ -794,8 +795,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         set_wait_policy(args.wait_policy)  # before anything loads torch, whose OpenMP reads it once
         set_threads(args.threads)
+        if environment.malloc() == "keep":
+            keep_freed_memory()
     except UsageError as exc:
         return _failed("seqtrans", exc)
+    except ValueError as exc:  # the environment's
+        return _failed("seqtrans", UsageError(str(exc)))
     try:
         world = world_from_env()
     except UsageError:

@@ -18,6 +18,9 @@ one page lists what the environment can change. Imports no torch.
 - ``SEQTRANS_WAIT_POLICY``: how OpenMP's idle threads wait (``active``, ``passive``, a
   spin count or ``default``), said to OpenMP as ``OMP_WAIT_POLICY`` / ``GOMP_SPINCOUNT``,
   which a user may also set themselves (:func:`seqtrans.threads.set_wait_policy`).
+- ``SEQTRANS_MALLOC``: ``keep`` (the default) has the ``seqtrans`` command keep freed
+  memory for reuse, ``system`` leaves the C library's own policy
+  (:func:`seqtrans.system.keep_freed_memory`).
 
 :func:`setting` sets one for the processes seqtrans starts, inside a block; :func:`export`
 for the rest of this process and those it starts (the thread count, before PyTorch
@@ -40,6 +43,8 @@ OMP_THREADS = "OMP_NUM_THREADS"
 WAIT_POLICY = "SEQTRANS_WAIT_POLICY"
 OMP_WAIT_POLICY = "OMP_WAIT_POLICY"
 GOMP_SPINCOUNT = "GOMP_SPINCOUNT"
+MALLOC = "SEQTRANS_MALLOC"
+MALLOC_POLICIES = ("keep", "system")
 
 
 def threads() -> str:
@@ -55,6 +60,15 @@ def omp_threads() -> str:
 def wait_policy() -> str:
     """``$SEQTRANS_WAIT_POLICY``, or an empty string."""
     return os.environ.get(WAIT_POLICY, "").strip()
+
+
+def malloc() -> str:
+    """``$SEQTRANS_MALLOC``: ``keep`` (also when unset) or ``system``, else a ValueError
+    naming the variable."""
+    value = os.environ.get(MALLOC, "").strip().lower() or "keep"
+    if value not in MALLOC_POLICIES:
+        raise ValueError(f"{MALLOC} must be keep or system, got {os.environ[MALLOC]!r}")
+    return value
 
 
 def export(name: str, value: str) -> None:

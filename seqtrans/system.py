@@ -7,6 +7,8 @@ to work through these fallbacks, untested):
   created exclusively (``O_EXCL``);
 - :func:`release_freed_memory`: ``malloc_trim`` where the C library has it (glibc),
   else only a garbage collection;
+- :func:`keep_freed_memory`: glibc's ``mallopt``, so that freed blocks are reused rather
+  than handed back and faulted in again (elsewhere it does nothing);
 - :func:`cpu_features`: the processor's feature flags from ``/proc/cpuinfo``, else its
   name from :mod:`platform`.
 """
@@ -122,6 +124,34 @@ def _malloc_trim() -> Callable[[int], int] | None:
                 found = getattr(ctypes.CDLL(name), "malloc_trim", None)
         _trim = found
     return _trim if callable(_trim) else None
+
+
+_mallopt: Callable[[int, int], int] | None | bool = False  # False: not looked up yet
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
+#: Freed memory at the top of the heap that glibc keeps rather than returns (1 GiB).
+KEEP_AT_TOP = 1 << 30
+
+
+def keep_freed_memory() -> bool:
+    """Have the C library keep the memory of freed blocks for the next allocation of
+    their size (glibc: no blocks of their own mapping, and up to :data:`KEEP_AT_TOP`
+    freed at the top of the heap kept). With glibc's defaults every block over its
+    mapping threshold, 32 MiB at most, is a mapping of its own, given back when freed and
+    faulted in page by page when the next one is written: a decoding batch's tensors pay
+    that at every layer (a ReLU over 296 x 27 x 1024 floats took 11.7 ms instead of 2.5 on
+    an AMD EPYC). :func:`release_freed_memory` still gives everything back. Returns whether
+    it applied (False where the C library has no ``mallopt`` or refused)."""
+    global _mallopt
+    if _mallopt is False:
+        found = None
+        name = ctypes.util.find_library("c")
+        if name:
+            with contextlib.suppress(OSError):
+                found = getattr(ctypes.CDLL(name), "mallopt", None)
+        _mallopt = found
+    if not callable(_mallopt):
+        return False
+    return bool(_mallopt(M_MMAP_MAX, 0)) and bool(_mallopt(M_TRIM_THRESHOLD, KEEP_AT_TOP))
 
 
 def release_freed_memory() -> None:

@@ -141,3 +141,48 @@ def test_with_proc_cpuinfo_the_flags_line_is_read(monkeypatch: Any, tmp_path: Pa
     fake.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse2 avx2\n")
     monkeypatch.setattr(system, "CPUINFO", fake)
     assert system.cpu_features() == "flags\t\t: fpu sse2 avx2\n"
+
+
+FAULTS = """
+import resource, sys
+import torch
+from seqtrans import system
+if sys.argv[1] == "keep":
+    assert system.keep_freed_memory()
+for _ in range(10):  # 64 MiB each: over glibc's largest mapping threshold; the heap settles
+    torch.relu(torch.ones(64 << 18))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+    torch.relu(torch.ones(64 << 18))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(system._malloc_trim() is None, reason="needs glibc")
+def test_kept_memory_is_reused_instead_of_faulted_in_again() -> None:
+    """Each 64 MiB tensor is a mapping of its own under glibc's defaults, faulted in page by
+    page every time (16,384 pages of 4 KiB each); kept, once the heap has grown to hold
+    them, later ones reuse its pages. Run apart: the policy holds for the rest of a process."""
+    faults = {policy: int(subprocess.run([sys.executable, "-c", FAULTS, policy], capture_output=True,
+                                         text=True, check=True).stdout.split()[-1])
+              for policy in ("system", "keep")}
+    assert faults["system"] > 20 * 16384 * 0.9  # two tensors (input and output) per round, at least one new
+    assert faults["keep"] < faults["system"] / 5, faults  # a round now and then still grows the heap
+
+
+def test_the_command_keeps_freed_memory_unless_told_not_to(monkeypatch: Any) -> None:
+    from seqtrans import cli
+
+    calls: list[int] = []
+    monkeypatch.setattr(cli, "keep_freed_memory", lambda: calls.append(1) or True)
+    assert cli.main(["tasks"]) == 0 and calls == [1]
+    monkeypatch.setenv("SEQTRANS_MALLOC", "system")
+    assert cli.main(["tasks"]) == 0 and calls == [1]
+    monkeypatch.setenv("SEQTRANS_MALLOC", "mmap")
+    assert cli.main(["tasks"]) == 2 and calls == [1]
+
+
+def test_without_mallopt_nothing_is_kept(monkeypatch: Any) -> None:
+    monkeypatch.setattr(system, "_mallopt", False)
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    assert system.keep_freed_memory() is False
