@@ -130,9 +130,9 @@ class Shortlisted:
             raise ValueError("a shortlisted model decodes step by step, with a decoding state")
         hidden = self.model.decode_hidden(tokens, state=state.inner)  # [N, T, D]
         logits = state.project(hidden)  # [N, T, V']
-        logits = logits.masked_fill(~state.allowed.unsqueeze(1), float("-inf"))
-        if state.compact:
+        if state.compact:  # a row's own columns are its allowed ones: the rest come back -inf
             return own_log_softmax(logits, state.own)
+        logits = logits.masked_fill(~state.allowed.unsqueeze(1), float("-inf"))
         size = self.shortlist.target_size
         full = logits.new_full((*logits.shape[:-1], size), float("-inf"))  # [N, T, V]
         # the padding rows repeat a token no hypothesis may produce: each writes -inf there
