@@ -138,9 +138,9 @@ def keep_freed_memory() -> bool:
     freed at the top of the heap kept). With glibc's defaults every block over its
     mapping threshold, 32 MiB at most, is a mapping of its own, given back when freed and
     faulted in page by page when the next one is written: a decoding batch's tensors pay
-    that at every layer (a ReLU over 296 x 27 x 1024 floats took 11.7 ms instead of 2.5 on
-    an AMD EPYC). :func:`release_freed_memory` still gives everything back. Returns whether
-    it applied (False where the C library has no ``mallopt`` or refused)."""
+    that at every layer (docs/speed.md, "Freed memory"). :func:`release_freed_memory`
+    still gives everything back. Returns whether it applied (False where the C library
+    has no ``mallopt`` or refused)."""
     global _mallopt
     if _mallopt is False:
         found = None
