@@ -110,23 +110,27 @@ def _holder_is_gone(held: Path) -> bool:
     return False
 
 
-_trim: Callable[[int], int] | None | bool = False  # False: not looked up yet
+_libc: dict[str, Callable[..., int] | None] = {}  # each function looked up once
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none (macOS, Windows, musl)."""
-    global _trim
-    if _trim is False:
+def _libc_function(name: str) -> Callable[..., int] | None:
+    """The C library's function ``name``, or None where no C library is found (Windows)
+    or it has no such function (``malloc_trim`` and ``mallopt`` are glibc's)."""
+    if name not in _libc:
         found = None
-        name = ctypes.util.find_library("c")
-        if name:
+        library = ctypes.util.find_library("c")
+        if library:
             with contextlib.suppress(OSError):
-                found = getattr(ctypes.CDLL(name), "malloc_trim", None)
-        _trim = found
-    return _trim if callable(_trim) else None
+                found = getattr(ctypes.CDLL(library), name, None)
+        _libc[name] = found if callable(found) else None
+    return _libc[name]
 
 
-_mallopt: Callable[[int, int], int] | None | bool = False  # False: not looked up yet
+def _malloc_trim() -> Callable[..., int] | None:
+    """glibc's ``malloc_trim``, or None where the C library has none (macOS, Windows, musl)."""
+    return _libc_function("malloc_trim")
+
+
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
 #: Freed memory at the top of the heap that glibc keeps rather than returns (1 GiB).
 KEEP_AT_TOP = 1 << 30
@@ -141,17 +145,10 @@ def keep_freed_memory() -> bool:
     that at every layer (docs/speed.md, "Freed memory"). :func:`release_freed_memory`
     still gives everything back. Returns whether it applied (False where the C library
     has no ``mallopt`` or refused)."""
-    global _mallopt
-    if _mallopt is False:
-        found = None
-        name = ctypes.util.find_library("c")
-        if name:
-            with contextlib.suppress(OSError):
-                found = getattr(ctypes.CDLL(name), "mallopt", None)
-        _mallopt = found
-    if not callable(_mallopt):
+    mallopt = _libc_function("mallopt")
+    if mallopt is None:
         return False
-    return bool(_mallopt(M_MMAP_MAX, 0)) and bool(_mallopt(M_TRIM_THRESHOLD, KEEP_AT_TOP))
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, KEEP_AT_TOP))
 
 
 def release_freed_memory() -> None:

@@ -97,11 +97,11 @@ def test_on_windows_the_lock_is_msvcrt_locking(monkeypatch: Any, tmp_path: Path)
 
 
 def test_without_malloc_trim_freed_memory_is_only_collected(monkeypatch: Any) -> None:
-    monkeypatch.setattr(system, "_trim", False)
+    monkeypatch.setattr(system, "_libc", {})
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)  # no C library found (Windows)
     system.release_freed_memory()
     assert system._malloc_trim() is None
-    monkeypatch.setattr(system, "_trim", False)
+    monkeypatch.setattr(system, "_libc", {})
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: "libc-without-trim")
 
     class NoTrim:  # a C library without malloc_trim (macOS, musl)
@@ -115,10 +115,10 @@ def test_without_malloc_trim_freed_memory_is_only_collected(monkeypatch: Any) ->
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc")
 def test_with_glibc_malloc_trim_is_called(monkeypatch: Any) -> None:
-    monkeypatch.setattr(system, "_trim", False)
+    monkeypatch.setattr(system, "_libc", {})
     assert system._malloc_trim() is not None
     calls: list[int] = []
-    monkeypatch.setattr(system, "_trim", calls.append)
+    monkeypatch.setattr(system, "_libc", {"malloc_trim": calls.append})
     system.release_freed_memory()
     assert calls == [0]
 
@@ -183,6 +183,6 @@ def test_the_command_keeps_freed_memory_unless_told_not_to(monkeypatch: Any) -> 
 
 
 def test_without_mallopt_nothing_is_kept(monkeypatch: Any) -> None:
-    monkeypatch.setattr(system, "_mallopt", False)
+    monkeypatch.setattr(system, "_libc", {})
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
     assert system.keep_freed_memory() is False
