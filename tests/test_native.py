@@ -323,3 +323,34 @@ def test_the_kernel_tests_fail_where_a_compiler_is_found_but_the_build_fails(
     monkeypatch.setattr(native, "_failed", None)
     with pytest.raises(pytest.skip.Exception, match="no C compiler"):
         require_native_kernels()
+
+
+@pytest.mark.parametrize(("rows", "width", "k"),
+                         [(32, 32000, 8), (5, 130, 1), (3, 7, 7), (4, 64, 6), (1, 65, 3)])
+def test_topk_rows_equals_torch_topk(rows: int, width: int, k: int) -> None:
+    require_native_kernels()
+    generator = torch.Generator().manual_seed(rows * width + k)
+    x = torch.randn(rows, width, generator=generator) * 3
+    x[0, : (width - k) // 2] = float("-inf")  # as beam search's first step has (no tie among the k)
+    found = native.topk_rows(x, k)
+    assert found is not None
+    values, index = found
+    expected = x.topk(k, dim=1)
+    assert torch.equal(values, expected.values) and torch.equal(index, expected.indices)
+    strided = torch.randn(rows, width + 3, generator=generator)[:, :width]  # rows further apart
+    found = native.topk_rows(strided, k)
+    assert found is not None and torch.equal(found[1], strided.topk(k, dim=1).indices)
+
+
+def test_topk_rows_breaks_ties_by_the_lower_index_and_leaves_nan_to_torch() -> None:
+    require_native_kernels()
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0], [float("-inf")] * 5])
+    found = native.topk_rows(x, 3)
+    assert found is not None
+    assert found[1].tolist() == [[1, 2, 4], [0, 1, 2]] and found[0][0].tolist() == [3.0, 3.0, 3.0]
+    x[1, 2] = float("nan")
+    assert native.topk_rows(x, 2) is None
+    with pytest.raises(ValueError, match="k = 6 for rows of 5"):
+        native.topk_rows(x, 6)
+    with pytest.raises(ValueError, match="float32 CPU matrix"):
+        native.topk_rows(x.double(), 2)

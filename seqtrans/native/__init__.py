@@ -169,6 +169,9 @@ def _load() -> ctypes.CDLL | None:
                                                    integer, integer]
         library.seqtrans_dequantize.restype = None
         library.seqtrans_dequantize.argtypes = [pointer] * 6 + [integer] * 3
+        library.seqtrans_topk_rows.restype = ctypes.c_int
+        library.seqtrans_topk_rows.argtypes = [pointer, integer, integer, integer, integer, pointer, pointer,
+                                               integer]
         _library = library
         return library
 
@@ -256,3 +259,21 @@ def dequantize(acc: Tensor, row_scale: Tensor, col_scale: Tensor, *, compensatio
                                 None if bias is None else bias.data_ptr(), out.data_ptr(), m, o,
                                 torch.get_num_threads())
     return out
+
+
+def topk_rows(x: Tensor, k: int) -> tuple[Tensor, Tensor] | None:
+    """``x.topk(k, dim=1)`` for a float32 matrix with contiguous rows, in one pass over
+    each row: (values [M, k], indices [M, k] int64), largest first, of equal values the
+    lower index first (``torch.topk`` leaves their order unspecified). None where a row
+    holds a NaN, which the caller ranks with ``torch.topk``. Only when :func:`available`."""
+    library = _library_or_raise()
+    if x.dtype != torch.float32 or x.dim() != 2 or x.stride(1) != 1 or x.device.type != "cpu":
+        raise ValueError("topk_rows takes a float32 CPU matrix with contiguous rows")
+    m, n = x.shape
+    if not 1 <= k <= n:
+        raise ValueError(f"topk_rows: k = {k} for rows of {n}")
+    values = torch.empty(m, k, dtype=torch.float32)
+    index = torch.empty(m, k, dtype=torch.int64)
+    nan = library.seqtrans_topk_rows(x.data_ptr(), m, n, x.stride(0), k, values.data_ptr(), index.data_ptr(),
+                                     torch.get_num_threads())
+    return None if nan else (values, index)

@@ -326,3 +326,67 @@ void seqtrans_dequantize(const int32_t *acc, const int32_t *compensation, const 
     Dequantize c = {acc, compensation, row_scale, col_scale, bias, out, cols};
     parallel(dequantize, &c, m, m * cols < SMALL_WORK ? 1 : threads);
 }
+
+typedef struct {
+    const float *x;
+    int64_t n, stride, k;
+    float *values;
+    int64_t *index;
+    int found_nan;
+} TopK;
+
+#define TOPK_BLOCK 64 /* elements checked against the k-th best at once */
+
+/* Puts x[i] into the row's sorted k best (descending; of equal values the earlier index
+ * first) when it belongs there; `filled` of them so far. */
+static inline void topk_insert(float *v, int64_t *ix, int64_t *filled, int64_t k, float value, int64_t i) {
+    int64_t p = *filled < k ? *filled : k - 1;
+    if (*filled == k && !(value > v[k - 1])) return;
+    while (p > 0 && v[p - 1] < value) {
+        v[p] = v[p - 1];
+        ix[p] = ix[p - 1];
+        p--;
+    }
+    v[p] = value;
+    ix[p] = i;
+    if (*filled < k) (*filled)++;
+}
+
+static void topk(void *context, int64_t begin, int64_t end) {
+    TopK *c = (TopK *)context;
+    const int64_t n = c->n, k = c->k;
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = c->x + r * c->stride;
+        float *v = c->values + r * k;
+        int64_t *ix = c->index + r * k, filled = 0;
+        for (int64_t i = 0; i < n; i += TOPK_BLOCK) {
+            const int64_t stop = i + TOPK_BLOCK < n ? i + TOPK_BLOCK : n;
+            if (filled == k) { /* most blocks hold nothing better than the k-th best: one vector pass */
+                const float least = v[k - 1];
+                int more = 0;
+                for (int64_t j = i; j < stop; j++) more |= !(x[j] <= least); /* NaN too */
+                if (!more) continue;
+            }
+            for (int64_t j = i; j < stop; j++) {
+                if (x[j] != x[j]) {
+                    c->found_nan = 1;
+                    return;
+                }
+                topk_insert(v, ix, &filled, k, x[j], j);
+            }
+        }
+    }
+}
+
+/* The k largest of each row of x [m, n] (rows `stride` apart), largest first, of equal
+ * values the one at the lower index first: values [m, k], index [m, k] (int64). 1 <= k <= n.
+ * Returns 1, with the outputs unfinished, where a row holds a NaN (the caller ranks those
+ * itself), else 0. One pass over each row, comparing a block of elements with the k-th
+ * best so far at once: for the small k of beam search (twice the beam) over rows of tens
+ * of thousands, few blocks hold a new candidate. */
+int seqtrans_topk_rows(const float *x, int64_t m, int64_t n, int64_t stride, int64_t k, float *values,
+                       int64_t *index, int64_t threads) {
+    TopK c = {x, n, stride, k, values, index, 0};
+    parallel(topk, &c, m, m * n < SMALL_WORK ? 1 : threads);
+    return c.found_nan;
+}
