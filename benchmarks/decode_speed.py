@@ -20,7 +20,8 @@ weights are the same), with ``intra_threads`` = torch's threads, in each compute
 a shared machine; the JSON records N. At batch 1, where every step reads every decoder
 weight once, each row also reports the weight bandwidth each system achieves (fp32 and
 int8 bytes per step times steps per second) against the fastest read of memory measured
-in the same run.
+in the same run. The process keeps freed memory as the ``seqtrans`` command does
+(``SEQTRANS_MALLOC=system`` for glibc's own policy; the JSON records which).
 
     python benchmarks/decode_speed.py                 # all cases, CPU or CUDA
     python benchmarks/decode_speed.py --cases base-beam4-b32 --repeats 5
@@ -54,12 +55,14 @@ from common import (  # noqa: E402
     write_json,
 )
 
+from seqtrans import environment  # noqa: E402
 from seqtrans.config import ModelConfig  # noqa: E402
 from seqtrans.decoding import beam_search, greedy_search  # noqa: E402
 from seqtrans.decoding.generate import decoding_model  # noqa: E402
 from seqtrans.inference.export import export_ctranslate2  # noqa: E402
 from seqtrans.model import Transformer  # noqa: E402
 from seqtrans.quantize import int8_only  # noqa: E402
+from seqtrans.system import keep_freed_memory  # noqa: E402
 from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies  # noqa: E402
 
 SHAPES = {
@@ -371,6 +374,9 @@ def main(argv: list[str] | None = None) -> None:
     precisions = tuple(p for p in dict.fromkeys(chosen) if p not in ("fp32", "bf16"))
     device = pick_device(args.device)
     torch.set_grad_enabled(False)
+    # as the seqtrans command does (SEQTRANS_MALLOC=system: glibc's own policy); the peers in
+    # this process get it too, and CTranslate2 has an allocator of its own
+    kept = environment.malloc() == "keep" and keep_freed_memory()
     peak32 = gemm_peak(device, torch.float32)
     peak16 = gemm_peak(device, torch.bfloat16)
     bf16 = args.bf16 == "yes" or (args.bf16 == "auto" and peak16 > peak32) or "bf16" in chosen
@@ -410,7 +416,7 @@ def main(argv: list[str] | None = None) -> None:
     path = write_json(name, {"gemm_peak_fp32_flops": peak32, "gemm_peak_bf16_flops": peak16,
                              "bf16_timed": bf16, "memory_bandwidth": bandwidth,
                              "memory_read_bandwidth": read, "weight_bandwidth_bound": read_bound,
-                             "background_load": args.background_load,
+                             "background_load": args.background_load, "freed_memory_kept": kept,
                              "ct2_compute_types": ct2_types,
                              "ct2_intra_threads": torch.get_num_threads(),
                              "rows": rows}, device)
