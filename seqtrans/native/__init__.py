@@ -7,6 +7,9 @@
 - :func:`quantize_rows` and :func:`dequantize`: the float passes around an int8 product
   (:class:`seqtrans.linear.int8.Int8Linear`), one pass each instead of PyTorch's five or
   six operators, giving the same bits as those.
+- :func:`topk_rows`: the few largest of each long row (beam search's candidates), in one
+  pass that compares a block of elements with the k-th best so far at once, where
+  ``torch.topk`` took a fifth of a small model's beam search.
 
 The source ships with the package (``kernels.c``) and is compiled the first time
 a process needs it, with ``$CC`` (else ``cc``; ``$CC`` may carry arguments, split as a

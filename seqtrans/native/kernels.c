@@ -23,6 +23,9 @@
  * or six, with the same arithmetic in the same order, so that they give the same bits as
  * the PyTorch operators (checked by tests/test_native.py).
  *
+ * seqtrans_topk_rows: the k largest of each row, for beam search's candidates (twice the
+ * beam among the beam's hypotheses times the vocabulary), in one pass over each row.
+ *
  * The library is built without reassociating float arithmetic or contracting a * b + c
  * into one rounding unless the code asks (seqtrans.native.FLAGS). With AVX-512 (built with
  * -march=native where the processor has it) the inner loops use its intrinsics; elsewhere
