@@ -269,7 +269,7 @@ def run_part(name: str, device: torch.device, sizes: Sizes, work: Path, *, smoke
 
 
 def merge(paths: list[Path], out: Path, note: str | None) -> int:
-    """One results file from the parts of several runs (a lease too short for one command,
+    """One results file from the parts of several runs (a GPU's time too short for one command,
     or a failed part rerun): each part keeps the provenance of the file it came from, and a
     part in a later file replaces the same part in an earlier one."""
     parts: dict[str, Any] = {}
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                         "or gpu_suite-smoke.json with --smoke).")
     parser.add_argument("--multi30k-set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="Settings for the Multi30k run after the suite's own, e.g. "
-                        "train.max_minutes=5 to fit a shorter lease.")
+                        "train.max_minutes=5 to fit less time on the GPU.")
     parser.add_argument("--work", type=Path,
                         help="Where the Multi30k run and the test report go (default: a temporary "
                         "directory).")

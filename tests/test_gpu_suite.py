@@ -105,14 +105,14 @@ def test_parts_of_several_runs_merge_into_one_file(tmp_path: Path) -> None:
         suite["main"](["--smoke", "--parts", *bleus, "--out", str(tmp_path / f"{name}.json")])
     out = tmp_path / "merged.json"
     code = suite["main"](["--merge", str(tmp_path / "first.json"), str(tmp_path / "rerun.json"),
-                          "--out", str(out), "--note", "two leases"])
+                          "--out", str(out), "--note", "two GPU runs"])
     assert code == 0
     merged = json.loads(out.read_text())
     assert list(merged["parts"]) == ["train_mfu", "multi30k"]  # in the suite's order
     assert merged["parts"]["train_mfu"]["bleu"] == 3.0 and merged["parts"]["multi30k"]["bleu"] == 2.0
     assert merged["parts"]["multi30k"]["provenance"]["commit"] == merged["provenance"]["commit"]
     assert [s["file"] for s in merged["merged_from"]] == ["first.json", "rerun.json"]
-    assert merged["note"] == "two leases" and merged["failed_parts"] == []
+    assert merged["note"] == "two GPU runs" and merged["failed_parts"] == []
     (tmp_path / "other.json").write_text(json.dumps({"benchmark": "decode_speed"}))
     with pytest.raises(SystemExit, match="other.json: not a gpu_suite results file"):
         suite["main"](["--merge", str(tmp_path / "other.json"), "--out", str(out)])

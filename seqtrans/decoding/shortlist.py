@@ -64,8 +64,10 @@ class ShortlistState:
     inner: Any
     project: Callable[[Tensor], Tensor]
     ids: Tensor  # [V']
-    allowed: Tensor  # [N, V']
-    own: Tensor  # [N, W]
+    # each hypothesis's columns, reordered with the beam: as a mask [N, V'] for logits over
+    # the whole vocabulary, else as its own columns [N, W] (own_columns); only the one used
+    allowed: Tensor | None
+    own: Tensor | None
     vocabulary_size: int  # V
     compact: bool  # decode's log-probabilities over the V' columns, not logits over the whole vocabulary
 
@@ -82,8 +84,10 @@ class ShortlistState:
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep hypotheses ``rows`` [N'] and sentences ``sentences`` [B']."""
         self.inner.reorder(rows, sentences)
-        self.allowed = self.allowed.index_select(0, rows)
-        self.own = self.own.index_select(0, rows)
+        if self.allowed is not None:
+            self.allowed = self.allowed.index_select(0, rows)
+        if self.own is not None:
+            self.own = self.own.index_select(0, rows)
 
 
 class Shortlisted:
@@ -117,8 +121,9 @@ class Shortlisted:
 
     def start(self, encoded: ShortlistEncoded, *, beam: int = 1, capacity: int = 64) -> ShortlistState:
         inner = self.model.start(encoded.inner, beam=beam, capacity=capacity)
-        allowed = encoded.allowed.repeat_interleave(beam, dim=0)  # [B, V'] -> [N, V']
-        own = encoded.own.repeat_interleave(beam, dim=0)  # [B, W] -> [N, W]
+        # [B, V'] -> [N, V'], [B, W] -> [N, W]
+        allowed = None if self.compact else encoded.allowed.repeat_interleave(beam, dim=0)
+        own = encoded.own.repeat_interleave(beam, dim=0) if self.compact else None
         return ShortlistState(inner, output_rows(self.model, encoded.ids), encoded.ids, allowed, own,
                               vocabulary_size=self.shortlist.target_size, compact=self.compact)
 
@@ -130,8 +135,9 @@ class Shortlisted:
             raise ValueError("a shortlisted model decodes step by step, with a decoding state")
         hidden = self.model.decode_hidden(tokens, state=state.inner)  # [N, T, D]
         logits = state.project(hidden)  # [N, T, V']
-        if state.compact:  # a row's own columns are its allowed ones: the rest come back -inf
+        if state.own is not None:  # compact: a row's own columns are its allowed ones, the rest -inf
             return own_log_softmax(logits, state.own)
+        assert state.allowed is not None
         logits = logits.masked_fill(~state.allowed.unsqueeze(1), float("-inf"))
         size = self.shortlist.target_size
         full = logits.new_full((*logits.shape[:-1], size), float("-inf"))  # [N, T, V]
