@@ -123,6 +123,11 @@ class ModelConfig:
         "(not in the paper) scores each context by what it holds, beta = softmax_k((W_q h) . (W_k C_k) "
         "/ sqrt(d_model)), as Luna's unpack attention reads its packed memory; still O(K d_model) a step."
     )
+    memory_heads: int = option(
+        1, "memory with content scores: H heads, each scoring the K contexts with its own slice of "
+        "the query and key projections and mixing its own values (W_v C_k), as multi-head attention "
+        "does over source positions; O(H K d_model) a step. 1 is one score over d_model."
+    )
     memory_positions: bool = option(
         False, "memory: multiply the encoder scores by the position encodings "
         "L_ks = (1 - k/K)(1 - s/S) + (k/K)(s/S), with S each source's own length."
@@ -149,7 +154,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for key in ("encoder_layers", "decoder_layers", "d_model", "d_ff", "heads", "max_positions",
-                    "restricted_radius", "local_window", "memory_slots"):
+                    "restricted_radius", "local_window", "memory_slots", "memory_heads"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"model.{key}", f"must be at least 1, got {getattr(self, key)}")
         for key in ("location_max_length", "monotonic_dim", "monotonic_noise", "wait_k"):
@@ -183,6 +188,11 @@ class ModelConfig:
             raise ConfigError(
                 "model.heads", f"d_model {self.d_model} is not divisible by {self.heads} heads"
             )
+        content = self.memory_decoder_score == "content"
+        if self.memory_heads > 1 and (self.d_model % self.memory_heads or not content):
+            raise ConfigError("model.memory_heads",
+                              f"{self.memory_heads} heads need model.memory_decoder_score=content (got "
+                              f"{self.memory_decoder_score}) and must divide d_model {self.d_model}")
         if not (math.isfinite(self.monotonic_temperature) and self.monotonic_temperature > 0):
             raise ConfigError("model.monotonic_temperature",
                               f"must be positive, got {self.monotonic_temperature}")

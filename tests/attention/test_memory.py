@@ -42,6 +42,20 @@ def direct(attn: MemoryAttention, memory: torch.Tensor, lengths: list[int], x: t
                     alpha[t][k] = 1 / (1 + math.exp(-raw[t][k]))
         contexts = [sum(alpha[t][k] * memory[sent, t].double() for t in range(S)) for k in range(k_slots)]
         for i in range(x.shape[1]):
+            if attn.heads > 1:  # per head h: softmax_k((W_q h)_h . (W_k C_k)_h / sqrt(D/H)), values W_v C_k
+                assert attn.w_q is not None and attn.w_k is not None and attn.w_v is not None
+                q = attn.w_q.weight.double() @ x[n, i].double()
+                keys = [attn.w_k.weight.double() @ contexts[k] for k in range(k_slots)]
+                values = [attn.w_v.weight.double() @ contexts[k] for k in range(k_slots)]
+                dh = d // attn.heads
+                mixed = torch.zeros(d, dtype=torch.float64)
+                for h in range(attn.heads):
+                    part = slice(h * dh, (h + 1) * dh)
+                    e = [float(q[part] @ keys[k][part]) / math.sqrt(dh) for k in range(k_slots)]
+                    beta = [math.exp(v) / sum(math.exp(u) for u in e) for v in e]
+                    mixed[part] = sum(beta[k] * values[k][part] for k in range(k_slots))
+                out[n, i] = attn.out.weight.double() @ mixed + attn.out.bias.double()
+                continue
             if attn.decoder_score == "content":  # (W_q h) . (W_k C_k) / sqrt(D)
                 assert attn.w_q is not None and attn.w_k is not None
                 q = attn.w_q.weight.double() @ x[n, i].double()
@@ -76,6 +90,34 @@ def test_memory_attention_computes_the_papers_equations(encoder_score: str, deco
     torch.testing.assert_close(got.double(), direct(attn, memory, lengths, x), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("positions", [False, True])
+def test_multi_head_memory_attention_computes_each_heads_mix(positions: bool) -> None:
+    torch.manual_seed(1)
+    attn = MemoryAttention(8, slots=3, decoder_score="content", positions=positions, heads=4)
+    memory = torch.randn(2, 5, 8)
+    lengths = [5, 2]
+    mask = torch.arange(5)[None] < torch.tensor(lengths)[:, None]
+    memory[1, 2:] = 1e3
+    x = torch.randn(6, 2, 8)  # three hypotheses per sentence, two steps
+    with torch.no_grad():
+        got = attn(x, attn.prepare(memory, mask))
+        maps = attn.weights(x[::3], memory, mask)
+    torch.testing.assert_close(got.double(), direct(attn, memory, lengths, x), atol=1e-5, rtol=1e-5)
+    assert maps.contexts.shape == (2, 2, 3)  # the heads' mean over the contexts, each row sums to 1
+    torch.testing.assert_close(maps.contexts.sum(-1), torch.ones(2, 2))
+
+
+def test_memory_heads_need_content_scores() -> None:
+    from seqtrans.config import ModelConfig
+    from seqtrans.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.memory_heads.*memory_decoder_score=content"):
+        ModelConfig(cross_attention="memory", memory_heads=4)
+    with pytest.raises(ConfigError, match="model.memory_heads.*divide d_model"):
+        ModelConfig(d_model=30, heads=2, cross_attention="memory", memory_decoder_score="content",
+                    memory_heads=4)
+
+
 def test_position_encodings_by_hand() -> None:
     # K = 2, S = 4 (one sentence padded to 5): L_ks = (1 - k/2)(1 - s/4) + (k/2)(s/4)
     enc = position_encodings(torch.tensor([[True, True, True, True, False]]), 2)[0]
@@ -95,9 +137,10 @@ def test_the_decoder_keeps_nothing_of_the_source_length() -> None:
     assert [getattr(state, f.name).shape for f in dataclasses.fields(state)] == [(2, 3, 8), (2, 3, 8)]
 
 
-@pytest.mark.parametrize("decoder_score", ["softmax", "content"])
-def test_decoding_never_reads_the_encoder_states(decoder_score: str) -> None:
-    model = tiny_model(cross_attention="memory", memory_slots=3, seed=2, memory_decoder_score=decoder_score)
+@pytest.mark.parametrize(("decoder_score", "heads"), [("softmax", 1), ("content", 1), ("content", 2)])
+def test_decoding_never_reads_the_encoder_states(decoder_score: str, heads: int) -> None:
+    model = tiny_model(cross_attention="memory", memory_slots=3, seed=2, memory_decoder_score=decoder_score,
+                       memory_heads=heads)
     src = torch.tensor([[5, 6, 7, 8, EOS], [9, 4, EOS, PAD, PAD]])
     tgt = torch.tensor([[BOS, 4, 5, 6, 7], [BOS, 8, 9, 10, 4]])
     with torch.no_grad():
