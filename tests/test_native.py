@@ -146,9 +146,13 @@ def test_the_int8_passes_give_pytorchs_bits(m: int, k: int, o: int, unsigned: bo
     w, b = torch.randn(o, k, generator=gen) * 0.05, torch.randn(o, generator=gen)
     layers = [Int8Linear(w, b, unsigned=unsigned), Int8Linear(w, None, unsigned=unsigned)]
     fused = [layer(x) for layer in layers]
+    fused_relu = [layer(x, relu=True) for layer in layers]
+    assert (fused_relu[0] == 0).any() and (fused_relu[0] > 0).any()
     monkeypatch.setenv("SEQTRANS_NATIVE", "0")
-    for layer, got in zip(layers, fused):
+    for layer, got, got_relu in zip(layers, fused, fused_relu):
         assert torch.equal(got, layer(x))
+        assert torch.equal(got_relu, torch.relu(layer(x)))
+        assert torch.equal(got_relu, layer(x, relu=True))
 
 
 def _step(cache: KVCache, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

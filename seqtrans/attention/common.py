@@ -99,15 +99,25 @@ def each_sentence(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], *, causal
     """Attention of each sentence over its first ``lengths[i]`` keys, its real queries in
     the call a batch of that sentence alone makes (no mask, so the same bits), its padded
     queries in a call of their own (over the real keys, as a key mask has them).
+    Sentences of one length share a call: the kernel computes each (sentence, head) on its
+    own, with blocks set by the lengths alone, so the bits are those of a call per sentence
+    (tests/decoding/test_batch_invariance.py), at a call per length rather than per sentence.
     q, k, v [N, H, T, d] -> [N, H, T, d]"""
     out = torch.empty_like(q)
+    groups: dict[int, list[int]] = {}
     for i, length in enumerate(lengths):
+        groups.setdefault(length, []).append(i)
+    for length, rows in groups.items():
         if not length:
-            out[i] = 0.0
+            out[rows] = 0.0
             continue
-        real = slice(i, i + 1), slice(None), slice(0, length)  # the sentence's queries and keys
-        out[real] = F.scaled_dot_product_attention(q[real], k[real], v[real], is_causal=causal)
+        first, last = rows[0], rows[-1] + 1
+        # a run of neighbours (a batch sorted by length) is a view; others are gathered
+        index: slice | Tensor = (slice(first, last) if last - first == len(rows)
+                                 else torch.tensor(rows, device=q.device))
+        kr, vr = k[index, :, :length], v[index, :, :length]
+        out[index, :, :length] = F.scaled_dot_product_attention(q[index, :, :length], kr, vr,
+                                                                is_causal=causal)
         if length < q.size(2):
-            padded = slice(i, i + 1), slice(None), slice(length, None)
-            out[padded] = F.scaled_dot_product_attention(q[padded], k[real], v[real])
+            out[index, :, length:] = F.scaled_dot_product_attention(q[index, :, length:], kr, vr)
     return out

@@ -72,6 +72,8 @@ class Int8Linear(nn.Module):
     qweight: Tensor
     scale: Tensor
     compensation: Tensor
+    #: ``forward(x, relu=True)`` applies max(0, .) itself (seqtrans.model.FeedForward)
+    fuses_relu = True
 
     def __init__(self, weight: Tensor | None, bias: Tensor | None = None, *, unsigned: bool | None = None,
                  keep_float: bool = True, rows: tuple[Tensor, Tensor] | None = None) -> None:
@@ -106,7 +108,9 @@ class Int8Linear(nn.Module):
         return Int8Linear(None, bias, unsigned=self.unsigned, keep_float=False,
                           rows=(self.qweight[ids], self.scale[ids].unsqueeze(1)))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, *, relu: bool = False) -> Tensor:
+        """``relu``: max(0, y), in the same pass as the scales where the native kernels are
+        (a feed-forward layer's inner product)."""
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.size(-1))  # [M, K]
         # the float passes in one native pass each where they can be (the same bits)
@@ -118,14 +122,16 @@ class Int8Linear(nn.Module):
         acc = torch._int_mm(xq, self.qweight.t())  # [M, O] int32, exact
         if fused:
             compensation = self.compensation if self.unsigned else None
-            out = native.dequantize(acc, xs, self.scale, compensation=compensation, bias=self.bias)
+            out = native.dequantize(acc, xs, self.scale, compensation=compensation, bias=self.bias, relu=relu)
             return out.view(*lead, self.out_features)
         if self.unsigned:
             acc.sub_(self.compensation)
         out = acc.to(torch.float32).mul_(xs)
         if self.bias is None:
-            return out.mul_(self.scale).view(*lead, self.out_features)
-        return torch.addcmul(self.bias, out, self.scale, out=out).view(*lead, self.out_features)
+            out.mul_(self.scale)
+        else:
+            torch.addcmul(self.bias, out, self.scale, out=out)
+        return (out.relu_() if relu else out).view(*lead, self.out_features)
 
 
 class Int8Embedding(nn.Module):

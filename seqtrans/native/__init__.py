@@ -171,7 +171,7 @@ def _load() -> ctypes.CDLL | None:
         library.seqtrans_quantize_rows.argtypes = [pointer, integer, integer, integer, pointer, pointer,
                                                    integer, integer]
         library.seqtrans_dequantize.restype = None
-        library.seqtrans_dequantize.argtypes = [pointer] * 6 + [integer] * 3
+        library.seqtrans_dequantize.argtypes = [pointer] * 6 + [integer] * 4
         library.seqtrans_topk_rows.restype = ctypes.c_int
         library.seqtrans_topk_rows.argtypes = [pointer, integer, integer, integer, integer, pointer, pointer,
                                                integer]
@@ -239,12 +239,12 @@ def quantize_rows(x: Tensor, *, unsigned: bool) -> tuple[Tensor, Tensor]:
 
 
 def dequantize(acc: Tensor, row_scale: Tensor, col_scale: Tensor, *, compensation: Tensor | None = None,
-               bias: Tensor | None = None) -> Tensor:
+               bias: Tensor | None = None, relu: bool = False) -> Tensor:
     """((acc - compensation) * row_scale) * col_scale + bias (one fused multiply-add) in
-    one pass, the same bits as those PyTorch operators, written over ``acc`` (the same
-    size: no new tensor, whose fresh pages would cost more than the pass): acc [M, O]
-    int32, row_scale [M, 1], col_scale [O], compensation [O] int32, bias [O] float32 (all
-    contiguous) -> [M, O] float32, ``acc``'s storage."""
+    one pass, then ``relu`` if asked, the same bits as those PyTorch operators, written over
+    ``acc`` (the same size: no new tensor, whose fresh pages would cost more than the
+    pass): acc [M, O] int32, row_scale [M, 1], col_scale [O], compensation [O] int32, bias
+    [O] float32 (all contiguous) -> [M, O] float32, ``acc``'s storage."""
     library = _library_or_raise()
     m, o = acc.shape
     parts = [(acc, torch.int32), (row_scale, torch.float32), (col_scale, torch.float32),
@@ -260,7 +260,7 @@ def dequantize(acc: Tensor, row_scale: Tensor, col_scale: Tensor, *, compensatio
     library.seqtrans_dequantize(acc.data_ptr(), None if compensation is None else compensation.data_ptr(),
                                 row_scale.data_ptr(), col_scale.data_ptr(),
                                 None if bias is None else bias.data_ptr(), out.data_ptr(), m, o,
-                                torch.get_num_threads())
+                                int(relu), torch.get_num_threads())
     return out
 
 

@@ -288,6 +288,7 @@ typedef struct {
     const float *row_scale, *col_scale, *bias;
     float *out;
     int64_t cols;
+    int relu;
 } Dequantize;
 
 static void dequantize(void *context, int64_t begin, int64_t end) {
@@ -300,20 +301,24 @@ static void dequantize(void *context, int64_t begin, int64_t end) {
         int64_t i = 0;
 #if defined(__AVX512F__)
         const __m512 rows = _mm512_set1_ps(row);
+        const __m512 zero = _mm512_setzero_ps();
         for (; i + 16 <= cols; i += 16) {
             __m512i a = _mm512_loadu_si512(acc + i);
             if (c->compensation) a = _mm512_sub_epi32(a, _mm512_loadu_si512(c->compensation + i));
             const __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(a), rows);
             const __m512 scale = _mm512_loadu_ps(c->col_scale + i);
-            _mm512_storeu_ps(out + i, c->bias ? _mm512_fmadd_ps(y, scale, _mm512_loadu_ps(c->bias + i))
-                                              : _mm512_mul_ps(y, scale));
+            __m512 z = c->bias ? _mm512_fmadd_ps(y, scale, _mm512_loadu_ps(c->bias + i)) : _mm512_mul_ps(y, scale);
+            /* (0 > z) ? 0 : z, which keeps a NaN as PyTorch's relu does */
+            if (c->relu) z = _mm512_max_ps(zero, z);
+            _mm512_storeu_ps(out + i, z);
         }
 #endif
         for (; i < cols; i++) {
             const int32_t a = c->compensation ? acc[i] - c->compensation[i] : acc[i];
             const float y = (float)a * row;
             /* one rounding for the bias, as PyTorch's vectorized addcmul does */
-            out[i] = c->bias ? fmaf(y, c->col_scale[i], c->bias[i]) : y * c->col_scale[i];
+            const float z = c->bias ? fmaf(y, c->col_scale[i], c->bias[i]) : y * c->col_scale[i];
+            out[i] = c->relu && 0.0f > z ? 0.0f : z;
         }
     }
 }
@@ -321,12 +326,13 @@ static void dequantize(void *context, int64_t begin, int64_t end) {
 /* acc [m, cols] int32 -> out [m, cols] float32 (out may be acc itself: each element is
  * read before it is written):
  * ((acc - compensation[col]) * row_scale[row]) * col_scale[col] + bias[col], the last two
- * in one rounding (fused multiply-add);
+ * in one rounding (fused multiply-add), then max(0, .) where `relu` (a feed-forward
+ * layer's inner product: its activation without a pass of its own);
  * compensation and bias may be NULL. */
 void seqtrans_dequantize(const int32_t *acc, const int32_t *compensation, const float *row_scale,
                          const float *col_scale, const float *bias, float *out, int64_t m, int64_t cols,
-                         int64_t threads) {
-    Dequantize c = {acc, compensation, row_scale, col_scale, bias, out, cols};
+                         int64_t relu, int64_t threads) {
+    Dequantize c = {acc, compensation, row_scale, col_scale, bias, out, cols, (int)relu};
     parallel(dequantize, &c, m, m * cols < SMALL_WORK ? 1 : threads);
 }
 
