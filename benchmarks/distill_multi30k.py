@@ -5,15 +5,16 @@ students and vocabulary shortlists, against CTranslate2 int8 decoding the teache
    a run trained before, reused as it is);
 2. distillation: the teacher's outputs for its training sources (``seqtrans distill``,
    beam 4, batched, int8), written once into ``--work``;
-3. students: the ``student`` preset (6 encoder / 2 decoder layers) and the teacher's
-   shape with one decoder layer (``cpu-1-decoder``), each with the teacher's
+3. students: the ``student`` preset (6 encoder / 2 decoder layers), ``student-tiny``
+   (6 and 1, narrower) and the teacher's shape with one decoder layer
+   (``cpu-1-decoder``), each with the teacher's
    ``model.causal_encoder``, trained on the distilled corpus (less its run-on pairs,
    :data:`DISTILLED_FILTER`) with the teacher's vocabulary, the same budget each, and
    each run's shortlist (``seqtrans shortlist``);
 4. each model's length penalty chosen on the dev set (:data:`ALPHAS`), then decoding
    test2016 at int8 with each model as ``predict`` decodes a file (batches of
-   ``decode.batch_tokens`` sorted by length, the run's beam), the students with and
-   without their shortlist: test BLEU, target tokens/s (output pieces without the end
+   ``decode.batch_tokens`` sorted by length), with beam 4 and greedily (:data:`BEAMS`),
+   the students with and without their shortlist: test BLEU, target tokens/s (output pieces without the end
    symbol, over the whole decoding) and the median latency of one sentence decoded alone,
    with freed memory kept for reuse as the ``seqtrans`` command keeps it;
    CTranslate2 int8 decoding the exported teacher (beam 4, the same batches) in the same run;
@@ -74,6 +75,7 @@ RESULTS = ROOT / "results" / "distill_multi30k.json"
 #: learned a language model of the distilled targets (docs/speed.md).
 STUDENTS: dict[str, tuple[str, list[str]]] = {
     "student": ("student", []),
+    "student-tiny": ("student-tiny", []),
     "cpu-1-decoder": ("cpu", ["model.decoder_layers=1", "model.tie_output=false"]),
 }
 #: Students skip the distilled pairs one side of which has more than 2.5 times the words of
@@ -87,6 +89,10 @@ TINY = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", 
         "model.heads=2", "data.vocab_size=600", "data.max_train_examples=300", "train.max_tokens=1000",
         "train.valid_max_examples=4", "decode.max_len_b=10"]
 LATENCY_SENTENCES = 100
+#: Every student decodes with beam 4, as the teacher does, and greedily: a student trained on
+#: its teacher's beam outputs has learned the mode the beam finds, so greedy search loses it
+#: little (Kim and Rush 2016, section 6), which is how distilled students are deployed.
+BEAMS = (4, 1)
 
 
 def teacher_settings(teacher: Path) -> list[str]:
@@ -141,11 +147,12 @@ def tune_alpha(run: Path, args: argparse.Namespace) -> tuple[float, dict[str, fl
     return best, scores
 
 
-def measure(run: Path, args: argparse.Namespace, *, shortlist: bool, alpha: float) -> dict[str, Any]:
+def measure(run: Path, args: argparse.Namespace, *, shortlist: bool, alpha: float,
+            beam: int = 4) -> dict[str, Any]:
     """Test BLEU, target tokens/s over the whole test set and one sentence's median latency,
     decoding at int8 (with or without the run's shortlist) with length penalty ``alpha``."""
     decoding = ["decode.precision=int8", f"decode.shortlist={shortlist}", f"decode.alpha={alpha}",
-                *data_settings(args)]
+                f"decode.beam={beam}", *data_settings(args)]
     loaded = loading.load(run, device="cpu", overrides=decoding)
     examples = evaluation.read_split(loaded.task, "test").examples
     sources = [e.source for e in examples]
@@ -243,11 +250,14 @@ def main() -> None:
         if not (run / SHORTLIST).is_file():
             build_shortlist(run)
         alpha, dev = tune_alpha(run, args)
-        for shortlist in (False, True):
-            measured = measure(run, args, shortlist=shortlist, alpha=alpha)
-            students.append({"name": name, "shortlist": shortlist, **measured, "dev_bleu_by_alpha": dev})
+        for beam in BEAMS:
+            for shortlist in (False, True):
+                measured = measure(run, args, shortlist=shortlist, alpha=alpha, beam=beam)
+                students.append({"name": name, "shortlist": shortlist, **measured, "dev_bleu_by_alpha": dev})
     alpha, dev = tune_alpha(teacher, args)
     results = {"teacher": {**measure(teacher, args, shortlist=False, alpha=alpha), "dev_bleu_by_alpha": dev},
+               # what greedy search costs the teacher, beside what it costs the students
+               "teacher_greedy": measure(teacher, args, shortlist=False, alpha=alpha, beam=1),
                "students": students, "steps": args.steps, "distilled_pairs": corpus.pairs,
                "machine": machine(args), "freed_memory_kept": kept}
     try:

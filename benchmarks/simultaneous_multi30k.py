@@ -73,6 +73,9 @@ SHARP = ["model.cross_attention=monotonic", "model.monotonic_temperature=0.2", "
 # are 15 tokens on average, so K = 32 exceeds nearly all of them (docs/streaming.md). The
 # paper's scoring (beta from the decoder state alone) at K = 16 is in the previous run's results.
 MEMORY_SLOTS = (8, 32)
+# and with four heads (model.memory_heads), each scoring the contexts with its own query and
+# key slices and mixing its own values, as scaled-dot attention's four heads do over positions
+MEMORY_HEAD_SLOTS = (16, 32)
 # The pre-sigmoid noise scales tried on the single monotonic head (the paper's is 1), and
 # with the largest, half the latency weight.
 MONOTONIC_NOISE = (2, 3, 3.5, 4)
@@ -113,6 +116,10 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
         **{f"memory-content-{k}": [*CAUSAL, "model.cross_attention=memory", f"model.memory_slots={k}",
                                    "model.memory_positions=true", "model.memory_decoder_score=content"]
            for k in MEMORY_SLOTS},
+        **{f"memory-content-{k}-h4": [*CAUSAL, "model.cross_attention=memory", f"model.memory_slots={k}",
+                                      "model.memory_positions=true", "model.memory_decoder_score=content",
+                                      "model.memory_heads=4"]
+           for k in MEMORY_HEAD_SLOTS},
     }
 
 

@@ -556,10 +556,13 @@ def distill_multi30k() -> str:
         speed = r["int8_tokens_per_s"]
         against_ct2 = "not run" if ct2 is None else _ratio(speed / ct2)
         alpha = f"{r['alpha']:g}" if "alpha" in r else ""  # chosen on dev, in runs that chose it
-        return [name, shortlist, alpha, f"{r['bleu']:.2f}", _num(speed),
+        beam = str(r.get("beam", ""))
+        return [name, beam, shortlist, alpha, f"{r['bleu']:.2f}", _num(speed),
                 _ratio(speed / teacher["int8_tokens_per_s"]), against_ct2, f"{r['latency_ms']:.1f} ms"]
 
     rows = [row("teacher (`cpu` preset)", "", teacher)]
+    if "teacher_greedy" in data:
+        rows.append(row("teacher (`cpu` preset)", "", data["teacher_greedy"]))
     rows += [row(f"`{s['name']}`", "yes" if s["shortlist"] else "no", s) for s in data["students"]]
     measured = data.get("ct2_int8_teacher", {})
     ct2_bleu = measured.get("bleu")
@@ -568,9 +571,9 @@ def distill_multi30k() -> str:
         rows.append(row("stand-in: the teacher's settings, bidirectional encoder", "", stand_in))
     if ct2 is not None:
         name = "CTranslate2, the " + ("stand-in" if "run" in measured else "teacher")
-        rows.append([name, "", "", "" if ct2_bleu is None else f"{ct2_bleu:.2f}",
+        rows.append([name, "4", "", "", "" if ct2_bleu is None else f"{ct2_bleu:.2f}",
                      _num(ct2), _ratio(ct2 / teacher["int8_tokens_per_s"]), "1.00", ""])
-    header = ["model (int8)", "shortlist", "α (best on dev)", "test2016 BLEU", "target tokens/s",
+    header = ["model (int8)", "beam", "shortlist", "α (best on dev)", "test2016 BLEU", "target tokens/s",
               "against the teacher", "against CTranslate2", "one sentence"]
     m = data["machine"]
     machine = f"{m['processor']}, {m['threads']} thread(s), PyTorch {m['torch']}"
@@ -588,9 +591,14 @@ def draw_distill_picture() -> Path | None:
     import matplotlib.pyplot as plt
 
     data = _result(DISTILL)
-    points = [("teacher", data["teacher"]["int8_tokens_per_s"], data["teacher"]["bleu"])]
-    points += [(s["name"] + (" + shortlist" if s["shortlist"] else ""), s["int8_tokens_per_s"], s["bleu"])
-               for s in data["students"]]
+
+    def label(name: str, r: dict[str, Any]) -> str:
+        greedy = ", greedy" if r.get("beam") == 1 else ""
+        return name + greedy + (" + shortlist" if r.get("shortlist") else "")
+
+    teachers = [data["teacher"], *([data["teacher_greedy"]] if "teacher_greedy" in data else [])]
+    points = [(label("teacher", t), t["int8_tokens_per_s"], t["bleu"]) for t in teachers]
+    points += [(label(s["name"], s), s["int8_tokens_per_s"], s["bleu"]) for s in data["students"]]
     ct2 = data.get("ct2_int8_teacher", {})
     if ct2.get("bleu") is not None:
         points.append(("CTranslate2, teacher", ct2["int8_tokens_per_s"], ct2["bleu"]))
