@@ -76,6 +76,9 @@ MEMORY_SLOTS = (8, 32)
 # and with four heads (model.memory_heads), each scoring the contexts with its own query and
 # key slices and mixing its own values, as scaled-dot attention's four heads do over positions
 MEMORY_HEAD_SLOTS = (16, 32)
+# and K = 32 with four heads and the local prior (model.memory_local_width, one slot spacing),
+# so that each of a sentence's positions can have contexts of its own
+LOCAL = ["model.memory_heads=4", "model.memory_local_width=1"]
 # The pre-sigmoid noise scales tried on the single monotonic head (the paper's is 1), and
 # with the largest, half the latency weight.
 MONOTONIC_NOISE = (2, 3, 3.5, 4)
@@ -120,6 +123,9 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
                                       "model.memory_positions=true", "model.memory_decoder_score=content",
                                       "model.memory_heads=4"]
            for k in MEMORY_HEAD_SLOTS},
+        "memory-content-32-h4-local": [*CAUSAL, "model.cross_attention=memory", "model.memory_slots=32",
+                                       "model.memory_positions=true", "model.memory_decoder_score=content",
+                                       *LOCAL],
     }
 
 

@@ -144,7 +144,7 @@ CROSS_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
                                       alignment=c.local_alignment, dropout=c.attention_dropout),
     "memory": lambda c: MemoryAttention(c.d_model, slots=c.memory_slots, encoder_score=c.memory_encoder_score,
                                         decoder_score=c.memory_decoder_score, positions=c.memory_positions,
-                                        heads=c.memory_heads),
+                                        heads=c.memory_heads, local_width=c.memory_local_width),
     "monotonic": lambda c: MonotonicAttention(c.d_model, dim=c.monotonic_dim, noise=c.monotonic_noise,
                                               r_init=c.monotonic_r_init, temperature=c.monotonic_temperature),
     "milk": lambda c: LookbackAttention(c.d_model, c.heads, dim=c.monotonic_dim, noise=c.monotonic_noise,

@@ -29,7 +29,15 @@ O(H*K*D) per step: each head's values go through its slice of W_o once per sourc
 step is one product of the H*K weights with the H*K projected contexts. The optional
 position encodings L_ks = (1 - k/K)(1 - s/S) + (k/K)(s/S) (s, k counted from 1, S the
 source's own length) multiply the encoder scores before the score function; padded
-positions are masked out, so a softmax renormalises over the real ones.
+positions are masked out, so a softmax renormalises over the real ones. Those encodings
+are smooth: each favours the start or the end of the source, none a position in between.
+A local prior (not in the paper) adds to each score the log of a Gaussian around the
+slot's own point of the source,
+
+    - ((s - 1/2)/S - (k - 1/2)/K)^2 / (2 sigma^2),   sigma = width / K,
+
+so that with K at least the source's length each position can have contexts of its own
+and the memory loses little; with fewer slots they tile the source.
 
 The decoder step reads only C: decoding costs O(K*D) per step, O(K*D*(|S| + |T|)) in
 all, against O(D*|S|) per step for attention over the encoder states. The output
@@ -67,6 +75,18 @@ def position_encodings(mask: Tensor, slots: int) -> Tensor:
     return ((1 - k) * (1 - s) + k * s) * mask.unsqueeze(-1)
 
 
+def local_prior(mask: Tensor, slots: int, width: float) -> Tensor:
+    """-((s - 1/2)/S - (k - 1/2)/K)^2 / (2 (width/K)^2) with S each source's length.
+
+    mask [B, S] (True at real tokens) -> [B, S, M]
+    """
+    length = mask.sum(1, keepdim=True).clamp(min=1).to(torch.float32)  # [B, 1]
+    s = (torch.arange(mask.size(1), device=mask.device, dtype=torch.float32) + 0.5) / length  # [B, S]
+    k = (torch.arange(slots, device=mask.device, dtype=torch.float32) + 0.5) / slots  # [M]
+    sigma = width / slots
+    return -(s.unsqueeze(-1) - k[None, None]) ** 2 / (2 * sigma**2)
+
+
 @dataclass
 class MemoryState:
     """Everything the decoder reads: the K contexts of each source, already through W_o.
@@ -86,7 +106,8 @@ class MemoryAttention(nn.Module):
     ``forward(x [N, T, D], state) -> [N, T, D]``."""
 
     def __init__(self, d_model: int, *, slots: int, encoder_score: str = "softmax",
-                 decoder_score: str = "softmax", positions: bool = False, heads: int = 1) -> None:
+                 decoder_score: str = "softmax", positions: bool = False, heads: int = 1,
+                 local_width: float = 0.0) -> None:
         super().__init__()
         if encoder_score not in ("softmax", "sigmoid"):
             raise ValueError(f"encoder score must be 'softmax' or 'sigmoid', got {encoder_score!r}")
@@ -101,6 +122,7 @@ class MemoryAttention(nn.Module):
         self.encoder_score = encoder_score
         self.decoder_score = decoder_score
         self.positions = positions
+        self.local_width = local_width
         self.w_alpha = nn.Linear(d_model, slots, bias=False)
         self.w_beta = nn.Linear(d_model, slots, bias=False)
         content = decoder_score == "content"
@@ -123,6 +145,8 @@ class MemoryAttention(nn.Module):
         scores = self.w_alpha(memory)  # [B, S, M]
         if self.positions:
             scores = scores * position_encodings(mask, self.slots).to(scores.dtype)
+        if self.local_width:
+            scores = scores + local_prior(mask, self.slots, self.local_width).to(scores.dtype)
         keep = mask.unsqueeze(-1)  # [B, S, 1]
         if self.encoder_score == "softmax":
             return masked_softmax(scores, keep, dim=1)

@@ -128,6 +128,11 @@ class ModelConfig:
         "the query and key projections and mixing its own values (W_v C_k), as multi-head attention "
         "does over source positions; O(H K d_model) a step. 1 is one score over d_model."
     )
+    memory_local_width: float = option(
+        0.0, "memory (not in the paper): add to each encoder score the log of a Gaussian around the "
+        "slot's point of the source, -((s - 1/2)/S - (k - 1/2)/K)^2 / (2 sigma^2) with sigma = this / K, "
+        "so that slots can hold positions of their own; 0: none."
+    )
     memory_positions: bool = option(
         False, "memory: multiply the encoder scores by the position encodings "
         "L_ks = (1 - k/K)(1 - s/S) + (k/K)(s/S), with S each source's own length."
@@ -193,6 +198,9 @@ class ModelConfig:
             raise ConfigError("model.memory_heads",
                               f"{self.memory_heads} heads need model.memory_decoder_score=content (got "
                               f"{self.memory_decoder_score}) and must divide d_model {self.d_model}")
+        if not (math.isfinite(self.memory_local_width) and self.memory_local_width >= 0):
+            raise ConfigError("model.memory_local_width", f"must be finite and not negative, "
+                              f"got {self.memory_local_width}")
         if not (math.isfinite(self.monotonic_temperature) and self.monotonic_temperature > 0):
             raise ConfigError("model.monotonic_temperature",
                               f"must be positive, got {self.monotonic_temperature}")

@@ -31,6 +31,11 @@ def direct(attn: MemoryAttention, memory: torch.Tensor, lengths: list[int], x: t
                 for k in range(k_slots):
                     kk, ss = (k + 1) / k_slots, (t + 1) / S
                     raw[t][k] *= (1 - kk) * (1 - ss) + kk * ss
+        if attn.local_width:  # + log N((t + 1/2)/S; (k + 1/2)/K, (width/K)^2), less its constant
+            sigma = attn.local_width / k_slots
+            for t in range(S):
+                for k in range(k_slots):
+                    raw[t][k] -= ((t + 0.5) / S - (k + 0.5) / k_slots) ** 2 / (2 * sigma**2)
         alpha = [[0.0] * k_slots for _ in range(S)]
         for k in range(k_slots):
             if attn.encoder_score == "softmax":
@@ -90,10 +95,11 @@ def test_memory_attention_computes_the_papers_equations(encoder_score: str, deco
     torch.testing.assert_close(got.double(), direct(attn, memory, lengths, x), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("positions", [False, True])
-def test_multi_head_memory_attention_computes_each_heads_mix(positions: bool) -> None:
+@pytest.mark.parametrize(("positions", "local_width"), [(False, 0.0), (True, 0.0), (False, 1.5)])
+def test_multi_head_memory_attention_computes_each_heads_mix(positions: bool, local_width: float) -> None:
     torch.manual_seed(1)
-    attn = MemoryAttention(8, slots=3, decoder_score="content", positions=positions, heads=4)
+    attn = MemoryAttention(8, slots=3, decoder_score="content", positions=positions, heads=4,
+                           local_width=local_width)
     memory = torch.randn(2, 5, 8)
     lengths = [5, 2]
     mask = torch.arange(5)[None] < torch.tensor(lengths)[:, None]
@@ -105,6 +111,28 @@ def test_multi_head_memory_attention_computes_each_heads_mix(positions: bool) ->
     torch.testing.assert_close(got.double(), direct(attn, memory, lengths, x), atol=1e-5, rtol=1e-5)
     assert maps.contexts.shape == (2, 2, 3)  # the heads' mean over the contexts, each row sums to 1
     torch.testing.assert_close(maps.contexts.sum(-1), torch.ones(2, 2))
+
+
+def test_the_local_prior_gives_each_position_slots_of_its_own() -> None:
+    # K = S: with a narrow prior and no content scores, slot k is (nearly) position k alone
+    attn = MemoryAttention(4, slots=6, local_width=0.3)
+    torch.nn.init.zeros_(attn.w_alpha.weight)
+    mask = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])
+    alpha = attn.encoder_weights(torch.randn(2, 6, 4), mask)  # [B, S, M]
+    torch.testing.assert_close(alpha[0].argmax(0), torch.arange(6))
+    assert alpha[0].diagonal().min() > 0.99
+    # three positions over six slots: two slots each, in order, none on the padding
+    torch.testing.assert_close(alpha[1].argmax(0), torch.tensor([0, 0, 1, 1, 2, 2]))
+    assert alpha[1, 3:].abs().max() == 0
+
+
+@pytest.mark.parametrize("width", [-1.0, float("nan"), float("inf")])
+def test_a_bad_local_width_is_refused(width: float) -> None:
+    from seqtrans.config import ModelConfig
+    from seqtrans.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.memory_local_width"):
+        ModelConfig(cross_attention="memory", memory_local_width=width)
 
 
 def test_memory_heads_need_content_scores() -> None:
