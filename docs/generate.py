@@ -589,6 +589,7 @@ def draw_distill_picture() -> Path | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     data = _result(DISTILL)
 
@@ -601,14 +602,21 @@ def draw_distill_picture() -> Path | None:
     points += [(label(s["name"], s), s["int8_tokens_per_s"], s["bleu"]) for s in data["students"]]
     ct2 = data.get("ct2_int8_teacher", {})
     if ct2.get("bleu") is not None:
-        points.append(("CTranslate2, teacher", ct2["int8_tokens_per_s"], ct2["bleu"]))
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    for name, speed, bleu in points:
+        name = "CTranslate2, the " + ("stand-in" if "run" in ct2 else "teacher")
+        points.append((name, ct2["int8_tokens_per_s"], ct2["bleu"]))
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    for i, (name, speed, bleu) in enumerate(points):
         ax.scatter([speed], [bleu])
-        ax.annotate(name, (speed, bleu), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    ax.set_xlabel("int8 target tokens/s")
+        # labels above and below in turn, so that neighbours' do not overlap
+        ax.annotate(name, (speed, bleu), textcoords="offset points", xytext=(5, 5 if i % 2 else -11),
+                    fontsize=8)
+    ax.set_xlabel("int8 target tokens/s (one thread)")
     ax.set_ylabel("test2016 BLEU")
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:,.0f}"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xticks([1000, 2000, 5000, 10000, 20000])
+    ax.margins(x=0.15, y=0.1)
     fig.tight_layout()
     fig.savefig(DISTILL_PICTURE)
     plt.close(fig)
