@@ -215,12 +215,22 @@ def cpu_info() -> dict[str, Any]:
     return {"model": model, "flags": flags, "machine": platform.machine(), "cores": os.cpu_count()}
 
 
+#: What benchmarks write, which a run that writes more than once finds changed by its own
+#: earlier writes: not a change of the code it ran.
+OUTPUTS = ("benchmarks/results/", "docs/images/")
+
+
 def provenance() -> dict[str, Any]:
-    """Where a result comes from: the commit (``dirty``: the tracked files differed from
-    it), the CPU, the torch version and threads, the load average when it was written."""
+    """Where a result comes from: the commit (``dirty``: tracked files other than
+    :data:`OUTPUTS` differed from it), the CPU, the torch version and threads, the load
+    average when it was written."""
     status = _git("status", "--porcelain", "--untracked-files=no")
+    # "XY PATH" lines (the first one's leading space stripped with the output's)
+    changed = None if status is None else [path for line in status.splitlines()
+                                           for path in line.split(maxsplit=1)[1:]
+                                           if not path.startswith(OUTPUTS)]
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"commit": _git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status),
+    return {"commit": _git("rev-parse", "HEAD"), "dirty": None if changed is None else bool(changed),
             "cpu": cpu_info(), "torch": torch.__version__, "threads": torch.get_num_threads(),
             "load_average": None if load is None else [round(x, 2) for x in load],
             "python": platform.python_version(), "platform": platform.platform(),

@@ -65,6 +65,20 @@ def test_results_record_the_commit_cpu_torch_threads_and_load(common: dict[str, 
         assert len(record["load_average"]) == 3
 
 
+@pytest.mark.parametrize(("status", "dirty"), [
+    ("M benchmarks/results/x.json\n M docs/images/x.png", False),  # a run's own earlier writes
+    ("M benchmarks/results/x.json\n M seqtrans/model.py", True),
+    ("M seqtrans/model.py", True),  # the first line's leading space stripped with the output's
+    ("MM docs/speed.md", True),
+    ("", False),
+])
+def test_dirty_means_changed_code_not_a_benchmarks_own_outputs(status: str, dirty: bool) -> None:
+    module = runpy.run_path(str(BENCHMARKS / "common.py"))
+    provenance = module["provenance"]
+    provenance.__globals__["_git"] = lambda *args: status if args[0] == "status" else "abc"
+    assert provenance()["dirty"] is dirty
+
+
 def test_every_script_that_writes_results_goes_through_write_results() -> None:
     for script in sorted(BENCHMARKS.glob("*.py")):
         if script.name == "common.py":
