@@ -14,7 +14,8 @@ in ``--work`` with the same settings, then measures on test2016:
   2020) decoded at k in ``--ks``, a wait-3 model, the seed's hard monotonic attention
   (Raffel et al. 2017), and monotonic infinite lookback (MILk, Arivazhagan et al. 2019)
   at the latency weights ``--latency-weights``;
-- memory attention (Britz et al. 2017) against scaled-dot encoder-decoder attention,
+- memory attention (Britz et al. 2017; a K sweep, four heads, a local prior) against
+  scaled-dot encoder-decoder attention,
   both with the same causal encoder (so the full-sentence model above is the scaled-dot
   model of this comparison): BLEU and chrF (beam 4), the decoding time
   of the test set (beam 4 and greedy; in batches and one sentence at a time) and the
