@@ -155,6 +155,71 @@ def test_the_int8_passes_give_pytorchs_bits(m: int, k: int, o: int, unsigned: bo
         assert torch.equal(got_relu, layer(x, relu=True))
 
 
+@pytest.fixture
+def vnni_product(native_kernels: None) -> None:
+    """The native kernels, with their int8 product (built where the processor has AVX-512 VNNI)."""
+    if not native.int8_product_available():
+        pytest.skip("the native int8 product needs AVX-512 VNNI")
+
+
+needs_vnni_product = pytest.mark.usefixtures("vnni_product")
+
+
+@needs_vnni_product
+@pytest.mark.parametrize(("m", "k", "o"),
+                         [(1, 512, 512), (4, 512, 37), (5, 65, 7), (9, 2048, 13), (3, 1, 1), (16, 200, 130),
+                          (2, 63, 4), (7, 0, 5)])
+def test_the_native_int8_product_gives_pytorchs_integers(m: int, k: int, o: int) -> None:
+    gen = torch.Generator().manual_seed(m * k + o)
+    x = torch.randint(0, 256, (m, k), dtype=torch.uint8, generator=gen)
+    w = torch.randint(-128, 128, (o, k), dtype=torch.int8, generator=gen)
+    if k:  # the extremes, whose sums of four products are the largest an int32 lane takes
+        x[0], w[0] = 255, -128
+    expected = torch._int_mm(x, w.t()) if k else torch.zeros(m, o, dtype=torch.int32)
+    assert torch.equal(native.int8_product(x, w), expected)
+
+
+@needs_vnni_product
+def test_the_native_int8_product_refuses_what_it_cannot_read() -> None:
+    x, w = torch.zeros(2, 8, dtype=torch.uint8), torch.zeros(3, 8, dtype=torch.int8)
+    with pytest.raises(ValueError, match="rows of 8 against a weight of"):
+        native.int8_product(x, w[:, :4].contiguous())
+    with pytest.raises(ValueError, match="uint8 rows and an int8 weight"):
+        native.int8_product(x.to(torch.int8), w)
+    with pytest.raises(ValueError, match="uint8 rows and an int8 weight"):
+        native.int8_product(x, w.t())
+
+
+@needs_vnni_product
+def test_int8_layers_time_both_products_as_they_decode_then_keep_one(monkeypatch: Any) -> None:
+    from seqtrans.linear import int8
+
+    monkeypatch.setattr(int8, "_trials", {})
+    used = {"native": 0, "torch": 0}
+
+    def counted(name: str, fn: Any) -> Any:
+        def call(*args: Any) -> torch.Tensor:
+            used[name] += 1
+            return fn(*args)
+        return call
+
+    monkeypatch.setattr(native, "int8_product", counted("native", native.int8_product))
+    monkeypatch.setattr(int8, "_torch_product", counted("torch", int8._torch_product))
+    gen = torch.Generator().manual_seed(0)
+    layer = Int8Linear(torch.randn(70, 96, generator=gen), torch.randn(70, generator=gen), unsigned=True)
+    x = torch.randn(4, 96, generator=gen)
+    outs = [layer(x) for _ in range(2 * int8.CHOICE_TRIALS + 4)]
+    assert all(torch.equal(out, outs[0]) for out in outs)  # whichever product made them
+    key = (4, 96, 70, torch.get_num_threads())
+    assert set(int8.product_choices()) == {key}
+    assert min(used.values()) == int8.CHOICE_TRIALS  # each timed in turn, then one kept
+    assert sum(used.values()) == len(outs)
+    big = torch.randn(int8.NATIVE_ROWS + 1, 96, generator=gen)
+    before = used["native"]
+    layer(big)
+    assert used["native"] == before and key in int8.product_choices()  # many rows: PyTorch's alone
+
+
 def _step(cache: KVCache, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     if isinstance(cache, BeamKVCache):
         cache.store(k, v)

@@ -12,10 +12,24 @@ subtracted: the same integers either way, so the choice never changes a result.
 The CPU kernel takes any sizes (on CUDA it wants multiples of 8, and int8 decoding is
 CPU-only), so nothing is padded.
 
+For the few rows of a decoding step (up to :data:`NATIVE_ROWS`) with unsigned activations,
+:func:`int8_product` also has :func:`seqtrans.native.int8_product`, which reads each block
+of weight rows once for all the rows. Which of the two is faster depends on the
+processor, the rows and the matrix (at 4 rows on an AMD EPYC the native one took 0.4-0.7
+of PyTorch's time, at 1 row up to 1.4 times it: docs/speed.md), and a product timed
+alone, its weight hot in the cache, ranks them otherwise than one among a step's other
+weights. So the first :data:`CHOICE_TRIALS` products of each shape, as decoding makes
+them, are done by each in turn and timed, and the one with the lower median is kept for
+the process (:func:`product_choices`). Both give the same integers, so the choice never
+changes a result.
+
 Shapes: M rows, K inputs, O outputs.
 """
 
 from __future__ import annotations
+
+import threading
+import time
 
 import torch
 from torch import Tensor, nn
@@ -24,6 +38,71 @@ from seqtrans import native
 
 #: Largest magnitude of a quantized value; symmetric, so -128 is never used.
 QMAX = 127
+#: Most rows for which :func:`int8_product` considers the native product.
+NATIVE_ROWS = 16
+#: Calls of each product timed, in turn, before a shape's choice is made.
+CHOICE_TRIALS = 5
+
+
+class _Trial:
+    """The timings of one shape's products so far, and the choice once both have
+    :data:`CHOICE_TRIALS` of them."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[bool, list[float]] = {True: [], False: []}
+        self.native: bool | None = None
+
+    def next(self) -> bool:
+        """Which product to time next: the one with fewer timings."""
+        return len(self.seconds[True]) <= len(self.seconds[False])
+
+    def record(self, native_product: bool, seconds: float) -> None:
+        self.seconds[native_product].append(seconds)
+        if all(len(times) >= CHOICE_TRIALS for times in self.seconds.values()):
+            # medians: a call that another process's burst of work delayed says little
+            native_time, torch_time = (sorted(self.seconds[k])[CHOICE_TRIALS // 2] for k in (True, False))
+            self.native = native_time < torch_time
+
+
+# (rows, inputs, outputs, threads) -> its trial
+_trials: dict[tuple[int, int, int, int], _Trial] = {}
+_trials_lock = threading.Lock()
+
+
+def _torch_product(xq: Tensor, w: Tensor) -> Tensor:
+    # [K, O] as a transposed view: the layout _int_mm was fastest with for one row
+    return torch._int_mm(xq, w.t())
+
+
+def int8_product(xq: Tensor, w: Tensor) -> Tensor:
+    """``xq @ w.T``, exact in int32: xq [M, K] int8 or uint8 (contiguous), w [O, K] int8
+    -> [M, O] int32, by whichever of PyTorch's product and the native one was measured
+    faster for this shape and thread count in this process (see the module's notes)."""
+    m, k = xq.shape
+    if (m > NATIVE_ROWS or xq.dtype != torch.uint8 or not w.is_contiguous() or not xq.is_contiguous()
+            or not native.int8_product_available()):
+        return _torch_product(xq, w)
+    key = (m, k, w.size(0), torch.get_num_threads())
+    trial = _trials.get(key)
+    if trial is None:
+        with _trials_lock:
+            trial = _trials.setdefault(key, _Trial())
+    if trial.native is not None:
+        return native.int8_product(xq, w) if trial.native else _torch_product(xq, w)
+    # timed where it is used, as the model's other weights pass through the caches
+    use = trial.next()
+    start = time.perf_counter()
+    out = native.int8_product(xq, w) if use else _torch_product(xq, w)
+    with _trials_lock:
+        trial.record(use, time.perf_counter() - start)
+    return out
+
+
+def product_choices() -> dict[tuple[int, int, int, int], str]:
+    """The choices :func:`int8_product` has made in this process: (rows, inputs, outputs,
+    threads) -> ``"native"`` or ``"torch"`` (shapes still being timed are left out)."""
+    return {key: "native" if t.native else "torch" for key, t in sorted(_trials.items())
+            if t.native is not None}
 
 
 def quantize_rows(x: Tensor, *, unsigned: bool = False) -> tuple[Tensor, Tensor]:
@@ -118,8 +197,7 @@ class Int8Linear(nn.Module):
                  and native.available())
         quantize = native.quantize_rows if fused else quantize_rows
         xq, xs = quantize(x2, unsigned=self.unsigned)
-        # [K, O] as a transposed view: the layout _int_mm was fastest with for one row
-        acc = torch._int_mm(xq, self.qweight.t())  # [M, O] int32, exact
+        acc = int8_product(xq, self.qweight)  # [M, O] int32, exact
         if fused:
             compensation = self.compensation if self.unsigned else None
             out = native.dequantize(acc, xs, self.scale, compensation=compensation, bias=self.bias, relu=relu)

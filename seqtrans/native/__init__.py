@@ -7,6 +7,9 @@
 - :func:`quantize_rows` and :func:`dequantize`: the float passes around an int8 product
   (:class:`seqtrans.linear.int8.Int8Linear`), one pass each instead of PyTorch's five or
   six operators, giving the same bits as those.
+- :func:`int8_product`: the exact int32 product of a few rows of unsigned bytes with an
+  int8 weight in its own layout, each block of weight rows read once for all the rows
+  (AVX-512 VNNI only: :func:`int8_product_available`).
 - :func:`topk_rows`: the few largest of each long row (beam search's candidates), in one
   pass that compares a block of elements with the k-th best so far at once, where
   ``torch.topk`` took a fifth of a small model's beam search.
@@ -172,6 +175,10 @@ def _load() -> ctypes.CDLL | None:
                                                    integer, integer]
         library.seqtrans_dequantize.restype = None
         library.seqtrans_dequantize.argtypes = [pointer] * 6 + [integer] * 4
+        library.seqtrans_int8_product_available.restype = ctypes.c_int
+        library.seqtrans_int8_product_available.argtypes = []
+        library.seqtrans_int8_product.restype = None
+        library.seqtrans_int8_product.argtypes = [pointer] * 3 + [integer] * 4
         library.seqtrans_topk_rows.restype = ctypes.c_int
         library.seqtrans_topk_rows.argtypes = [pointer, integer, integer, integer, integer, pointer, pointer,
                                                integer]
@@ -261,6 +268,32 @@ def dequantize(acc: Tensor, row_scale: Tensor, col_scale: Tensor, *, compensatio
                                 row_scale.data_ptr(), col_scale.data_ptr(),
                                 None if bias is None else bias.data_ptr(), out.data_ptr(), m, o,
                                 int(relu), torch.get_num_threads())
+    return out
+
+
+def int8_product_available() -> bool:
+    """Whether :func:`int8_product` is built here (the processor has AVX-512 VNNI)."""
+    library = _load() if environment.native_kernels() else None
+    return library is not None and bool(library.seqtrans_int8_product_available())
+
+
+def int8_product(x: Tensor, w: Tensor) -> Tensor:
+    """``x @ w.T`` in int32, exact: x [M, K] uint8, w [O, K] int8 (rows contiguous, on the
+    CPU) -> [M, O] int32, as ``torch._int_mm(x, w.t())``. Only when
+    :func:`int8_product_available`."""
+    library = _library_or_raise()
+    if not library.seqtrans_int8_product_available():
+        raise RuntimeError("int8_product needs AVX-512 VNNI, which this build lacks")
+    if (x.dtype != torch.uint8 or w.dtype != torch.int8 or x.dim() != 2 or w.dim() != 2
+            or not x.is_contiguous() or not w.is_contiguous() or x.device.type != "cpu"
+            or w.device.type != "cpu"):
+        raise ValueError("int8_product takes contiguous uint8 rows and an int8 weight on the CPU")
+    if x.size(1) != w.size(1):
+        raise ValueError(f"int8_product: rows of {x.size(1)} against a weight of {tuple(w.shape)}")
+    out = torch.empty(x.size(0), w.size(0), dtype=torch.int32)
+    if out.numel():
+        library.seqtrans_int8_product(x.data_ptr(), w.data_ptr(), out.data_ptr(), x.size(0), x.size(1),
+                                      w.size(0), torch.get_num_threads())
     return out
 
 
