@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,21 @@ def timed(fn: Callable[[], Any], device: torch.device, *, repeats: int = 3, warm
         synchronize(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def timed_in_turn(fns: Mapping[str, Callable[[], Any]], device: torch.device, *,
+                  repeats: int = 3) -> dict[str, float]:
+    """Median wall-clock seconds of each of ``fns`` over ``repeats`` rounds in which each
+    runs once, in turn: where the machine's speed drifts (other processes' load, clock
+    changes), every system meets the same drift, not one system a slow spell of its own."""
+    times: dict[str, list[float]] = {key: [] for key in fns}
+    for _ in range(repeats):
+        for key, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            times[key].append(time.perf_counter() - start)
+    return {key: statistics.median(values) for key, values in times.items()}
 
 
 def _status_mib(field: str) -> float:

@@ -2,13 +2,15 @@
 
 The models have the same shape (layers, d_model, heads, d_ff, shared vocabulary) and
 random weights, decode the same source batch, and produce exactly ``--out-len`` tokens
-per output (minimum = maximum length), so they do the same work. Prints target tokens
-per second of each and the ratios, each system's model FLOP/s as a fraction of the
-machine's fp32 (and bf16) matrix-multiply peak, and each system's peak memory while it
-builds (or loads) its model and decodes (``*_peak_mib``: the peak resident set over the
-process's memory before, on a CPU; torch's peak of allocated memory on CUDA, where
-CTranslate2's own is not seen) and what it still holds after (``*_held_mib``); writes
-JSON under benchmarks/results/.
+per output (minimum = maximum length), so they do the same work. Each system is built
+and decodes once (its warm-up); then the systems decode in turn, ``--repeats`` rounds,
+and each one's median counts, so that a machine whose speed drifts during the run slows
+them alike. Prints target tokens per second of each and the ratios, each system's model
+FLOP/s as a fraction of the machine's fp32 (and bf16) matrix-multiply peak, and each
+system's peak memory while it builds (or loads) its model and decodes once
+(``*_peak_mib``: the peak resident set over the process's memory before, on a CPU;
+torch's peak of allocated memory on CUDA, where CTranslate2's own is not seen) and what
+it still holds after (``*_held_mib``); writes JSON under benchmarks/results/.
 ``--precision`` also times seqtrans in other ``decode.precision`` settings (int8 on CPU).
 
 CTranslate2 decodes the seqtrans model itself, exported by ``seqtrans.inference.export`` (so the
@@ -51,7 +53,8 @@ from common import (  # noqa: E402
     peak_memory,
     pick_device,
     read_bandwidth,
-    timed,
+    synchronize,
+    timed_in_turn,
     write_json,
 )
 
@@ -286,57 +289,62 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
     row["bound_tok_s"] = out_tokens / bound_seconds(shape, flops, out_len, peak=peak32,
                                                     bandwidth=bandwidth)
 
-    def measure(key: str, make: Callable[[], Callable[[], None]], *, torch_memory: bool = True) -> float:
-        """Seconds of the decoder ``make()`` builds. Its peak memory, the model's weights
-        included, as ``row[key + "_peak_mib"]``, and what it holds once it has decoded
-        (the model and what decoding keeps) as ``row[key + "_held_mib"]``; on CUDA only for
-        ``torch_memory``."""
+    decoders: dict[str, Callable[[], None]] = {}
+
+    def build(key: str, make: Callable[[], Callable[[], None]], *, torch_memory: bool = True) -> None:
+        """The decoder ``make()`` builds, decoding once (its warm-up), kept for the timed
+        rounds. Its peak memory over building and that decode, the model's weights
+        included, as ``row[key + "_peak_mib"]``, and what it holds then (the model and what
+        decoding keeps) as ``row[key + "_held_mib"]``; on CUDA only for ``torch_memory``."""
         with peak_memory(device) as memory:
             decode = make()
-            seconds = timed(decode, device, repeats=repeats)
+            decode()
+            synchronize(device)
         if "mib" in memory and (torch_memory or device.type != "cuda"):
             row[f"{key}_peak_mib"] = memory["mib"]
             row[f"{key}_held_mib"] = memory["end_mib"]
-        return seconds
+        decoders[key] = decode
 
-    seconds = measure("seqtrans", lambda: seqtrans_decoder(case, device, src, out_len, shapes=shapes))
-    row["seqtrans_tok_s"] = out_tokens / seconds
-    row["seqtrans_of_bound"] = row["seqtrans_tok_s"] / row["bound_tok_s"]
-    row["seqtrans_mfu_fp32"] = flops / seconds / peak32
+    build("seqtrans", lambda: seqtrans_decoder(case, device, src, out_len, shapes=shapes))
     for precision in ("bf16", *precisions) if bf16 else precisions:  # beyond fp32
-        seconds = measure(f"seqtrans_{precision}", partial(
+        build(f"seqtrans_{precision}", partial(
             seqtrans_decoder, case, device, src, out_len, precision=precision, shapes=shapes))
-        row[f"seqtrans_{precision}_tok_s"] = out_tokens / seconds
-    for precision in ("bf16", *precisions):
-        if f"seqtrans_{precision}_tok_s" in row:
-            row[f"seqtrans_{precision}_of_fp32"] = row[f"seqtrans_{precision}_tok_s"] / row["seqtrans_tok_s"]
     if peer:
-        seconds = measure("hf", lambda: hf_decoder(case, marian_model(shape, device), src, out_len))
-        row["hf_tok_s"] = out_tokens / seconds
+        build("hf", lambda: hf_decoder(case, marian_model(shape, device), src, out_len))
+
         def peer_in(dtype: torch.dtype) -> Callable[[], None]:
             return hf_decoder(case, marian_model(shape, device).to(dtype), src, out_len)
 
         for dtype in peer_dtypes:
-            seconds_half = measure(f"hf_{dtype}", partial(peer_in, HALF_DTYPES[dtype]))
-            row[f"hf_{dtype}_tok_s"] = out_tokens / seconds_half
-        row["hf_mfu_fp32"] = flops / seconds / peak32
+            build(f"hf_{dtype}", partial(peer_in, HALF_DTYPES[dtype]))
+    compute_types = list(ct2_types or CT2_COMPUTE_TYPES[device.type]) if ct2 is not None else []
+    for compute_type in compute_types:
+        assert ct2 is not None
+        build(f"ct2_{compute_type}", partial(ct2_decoder, case, device, src, out_len,
+                                             path=ct2.path(case.shape), compute_type=compute_type),
+              torch_memory=False)
+    seconds = timed_in_turn(decoders, device, repeats=repeats)
+    for key, value in seconds.items():
+        row[f"{key}_tok_s"] = out_tokens / value
+
+    row["seqtrans_of_bound"] = row["seqtrans_tok_s"] / row["bound_tok_s"]
+    row["seqtrans_mfu_fp32"] = flops / seconds["seqtrans"] / peak32
+    for precision in ("bf16", *precisions):
+        if f"seqtrans_{precision}_tok_s" in row:
+            row[f"seqtrans_{precision}_of_fp32"] = row[f"seqtrans_{precision}_tok_s"] / row["seqtrans_tok_s"]
+    if peer:
+        row["hf_mfu_fp32"] = flops / seconds["hf"] / peak32
         row["hf_of_bound"] = row["hf_tok_s"] / row["bound_tok_s"]
         row["ratio"] = row["seqtrans_tok_s"] / row["hf_tok_s"]
         if bf16:
             row["bf16_ratio_vs_hf_fp32"] = row["seqtrans_bf16_tok_s"] / row["hf_tok_s"]
-    if ct2 is not None:
-        path = ct2.path(case.shape)
-        for compute_type in ct2_types or CT2_COMPUTE_TYPES[device.type]:
-            seconds = measure(f"ct2_{compute_type}", partial(
-                ct2_decoder, case, device, src, out_len, path=path, compute_type=compute_type),
-                torch_memory=False)
-            row[f"ct2_{compute_type}_tok_s"] = out_tokens / seconds
-            row[f"ratio_vs_ct2_{compute_type}"] = row["seqtrans_tok_s"] / row[f"ct2_{compute_type}_tok_s"]
-            if bf16:
-                row[f"bf16_ratio_vs_ct2_{compute_type}"] = (row["seqtrans_bf16_tok_s"]
-                                                            / row[f"ct2_{compute_type}_tok_s"])
-        if "seqtrans_int8_tok_s" in row and "ct2_int8_tok_s" in row:
-            row["int8_ratio_vs_ct2_int8"] = row["seqtrans_int8_tok_s"] / row["ct2_int8_tok_s"]
+    for compute_type in compute_types:
+        row[f"ratio_vs_ct2_{compute_type}"] = row["seqtrans_tok_s"] / row[f"ct2_{compute_type}_tok_s"]
+        if bf16:
+            row[f"bf16_ratio_vs_ct2_{compute_type}"] = (row["seqtrans_bf16_tok_s"]
+                                                        / row[f"ct2_{compute_type}_tok_s"])
+    if "seqtrans_int8_tok_s" in row and "ct2_int8_tok_s" in row:
+        row["int8_ratio_vs_ct2_int8"] = row["seqtrans_int8_tok_s"] / row["ct2_int8_tok_s"]
     weight_bandwidth(row, shape, bandwidth=read_bound or bandwidth)
     return row
 
@@ -418,7 +426,7 @@ def main(argv: list[str] | None = None) -> None:
                              "memory_read_bandwidth": read, "weight_bandwidth_bound": read_bound,
                              "background_load": args.background_load, "freed_memory_kept": kept,
                              "ct2_compute_types": ct2_types,
-                             "ct2_intra_threads": torch.get_num_threads(),
+                             "ct2_intra_threads": torch.get_num_threads(), "timing": "in turn",
                              "rows": rows}, device)
     print(f"wrote {path}")
 
