@@ -3,6 +3,8 @@ one page lists what the environment can change. Imports no torch.
 
 - ``SEQTRANS_TUNE_MATMUL=0``: CPU decoding multiplies with ``F.linear`` only
   (:mod:`seqtrans.linear`).
+- ``SEQTRANS_STEP_TEAMS=0``: every decoding step computes with all the process's threads
+  (:mod:`seqtrans.decoding.teams`).
 - ``SEQTRANS_NATIVE=0``: CPU decoding builds and uses no native kernel
   (:mod:`seqtrans.native`); ``CC``: the C compiler that builds them (else ``cc``).
 - ``SEQTRANS_CACHE_DIR``, ``XDG_CACHE_HOME``: where downloads are cached
@@ -35,6 +37,7 @@ from contextlib import contextmanager
 
 TUNE_MATMUL = "SEQTRANS_TUNE_MATMUL"
 NATIVE = "SEQTRANS_NATIVE"
+STEP_TEAMS = "SEQTRANS_STEP_TEAMS"
 CACHE_DIR = "SEQTRANS_CACHE_DIR"
 MIRROR = "SEQTRANS_MIRROR"
 SERVE_TOKEN = "SEQTRANS_SERVE_TOKEN"
@@ -85,6 +88,12 @@ def tune_matmul() -> bool:
     """Whether CPU decoding may choose among equivalent matrix multiplies (on unless
     ``SEQTRANS_TUNE_MATMUL=0``)."""
     return os.environ.get(TUNE_MATMUL, "1") != "0"
+
+
+def step_teams() -> bool:
+    """Whether small decoding steps may compute with fewer threads where that was measured
+    faster (on unless ``SEQTRANS_STEP_TEAMS=0``)."""
+    return os.environ.get(STEP_TEAMS, "1") != "0"
 
 
 def native_kernels() -> bool:

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seqtrans.decoding import teams
 from seqtrans.decoding.constraints import Constraint, ConstraintState, mask_disallowed, start_constraint
 from seqtrans.decoding.lexical import (
     Phrases,
@@ -247,26 +248,28 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     history, scores, kept, active = _start_beams(b0, k, nbest, device)
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
     for step in range(longest + 1):
-        total = _extended_scores(model, history, step, state, prefix=scores.view(-1), limit=limit,
-                                 rules=rules, constraint=constrained,
-                                 forced=_forced_at(prefixes, step, active, k),
-                                 sources=active.repeat_interleave(k) if rules.banned else None,
-                                 required=lexical, columns=columns)
-        cand, rows_c, token, ends, go_on = _candidates(total.view(len(active), k, -1), k, lexical, columns)
-        kept = kept.merged(cand, _within_beam(ends, k) if end_in_beam else ends, rows_c, history, step, alpha,
-                           length_penalty)
-        scores, rows, next_tok = _going_on(go_on, cand, ends, rows_c, token)  # [B, K] each
-        best = scores.max(dim=1).values  # [B]
-        done = (cannot_improve(best, kept.norm[:, -1], max_len[active] + 1, alpha, kind=length_penalty)
-                | ~torch.isfinite(scores).any(dim=1) | _cancelled(cancelled, active))
-        keep = _retire(done, active, kept, results)
-        if keep is not None:
-            if keep.numel() == 0:
-                break
-            active, scores, rows, next_tok = (t[keep] for t in (active, scores, rows, next_tok))
-            kept = kept.select(keep)
-            limit = max_len[active].repeat_interleave(k)
-        history = _follow(history, rows, next_tok, keep, state, followers)
+        with teams.step(model, len(active) * k):  # a small step's team: speed only (seqtrans.decoding.teams)
+            total = _extended_scores(model, history, step, state, prefix=scores.view(-1), limit=limit,
+                                     rules=rules, constraint=constrained,
+                                     forced=_forced_at(prefixes, step, active, k),
+                                     sources=active.repeat_interleave(k) if rules.banned else None,
+                                     required=lexical, columns=columns)
+            cand, rows_c, token, ends, go_on = _candidates(total.view(len(active), k, -1), k, lexical,
+                                                           columns)
+            kept = kept.merged(cand, _within_beam(ends, k) if end_in_beam else ends, rows_c, history, step,
+                               alpha, length_penalty)
+            scores, rows, next_tok = _going_on(go_on, cand, ends, rows_c, token)  # [B, K] each
+            best = scores.max(dim=1).values  # [B]
+            done = (cannot_improve(best, kept.norm[:, -1], max_len[active] + 1, alpha, kind=length_penalty)
+                    | ~torch.isfinite(scores).any(dim=1) | _cancelled(cancelled, active))
+            keep = _retire(done, active, kept, results)
+            if keep is not None:
+                if keep.numel() == 0:
+                    break
+                active, scores, rows, next_tok = (t[keep] for t in (active, scores, rows, next_tok))
+                kept = kept.select(keep)
+                limit = max_len[active].repeat_interleave(k)
+            history = _follow(history, rows, next_tok, keep, state, followers)
     return results
 
 
@@ -379,29 +382,30 @@ def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, rules: Rules,
     constrained = start_constraint(constraint, active) if constraint is not None else None
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
     for step in range(longest + 1):
-        log_probs = _extended_scores(model, history[:, : step + 1], step, state,
-                                     prefix=zeros[: active.numel()], limit=limit, rules=rules,
-                                     constraint=constrained, forced=_forced_at(prefixes, step, active, 1),
-                                     sources=active, columns=columns)
-        best, column = choose(log_probs, step, active)  # [B]
-        token = columns.tokens(column)
-        total = total + best
-        history[:, step + 1] = token
-        if constrained is not None:
-            constrained.advance(token)
-        done = token.eq(EOS) | ~torch.isfinite(best) | _cancelled(cancelled, active)
-        if not bool(done.any()):
-            continue
-        for i in done.nonzero().flatten().tolist():
-            toks = history[i, 1 : step + 2].tolist()
-            ended = toks[-1] == EOS
-            score = float(total[i])
-            results[int(active[i])] = [Hypothesis(toks[:-1], score, score)] if ended else []
-        keep = (~done).nonzero().flatten()
-        if keep.numel() == 0:
-            break
-        active, history, total, limit = active[keep], history[keep], total[keep], limit[keep]
-        state.reorder(keep, keep)
-        if constrained is not None:
-            constrained.reorder(keep, keep)
+        with teams.step(model, active.numel()):
+            log_probs = _extended_scores(model, history[:, : step + 1], step, state,
+                                         prefix=zeros[: active.numel()], limit=limit, rules=rules,
+                                         constraint=constrained, forced=_forced_at(prefixes, step, active, 1),
+                                         sources=active, columns=columns)
+            best, column = choose(log_probs, step, active)  # [B]
+            token = columns.tokens(column)
+            total = total + best
+            history[:, step + 1] = token
+            if constrained is not None:
+                constrained.advance(token)
+            done = token.eq(EOS) | ~torch.isfinite(best) | _cancelled(cancelled, active)
+            if not bool(done.any()):
+                continue
+            for i in done.nonzero().flatten().tolist():
+                toks = history[i, 1 : step + 2].tolist()
+                ended = toks[-1] == EOS
+                score = float(total[i])
+                results[int(active[i])] = [Hypothesis(toks[:-1], score, score)] if ended else []
+            keep = (~done).nonzero().flatten()
+            if keep.numel() == 0:
+                break
+            active, history, total, limit = active[keep], history[keep], total[keep], limit[keep]
+            state.reorder(keep, keep)
+            if constrained is not None:
+                constrained.reorder(keep, keep)
     return results

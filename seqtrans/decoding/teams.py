@@ -1,0 +1,135 @@
+"""How many threads a small decoding step computes with: the process's count or one,
+whichever was measured faster for steps of its size, on this machine, now.
+
+A step of a few hypotheses (a sentence's beam) is a few hundred small operators, and
+each parallel one among them wakes the OpenMP team. With the passive wait policy (the
+default, :func:`seqtrans.threads.set_wait_policy`) a woken thread can cost more than
+splitting a small operator saves: on a 2-core virtual machine one thread decoded beam 4,
+batch 1, int8 1.5x as fast as two, quiet, and beside two CPU-burning processes, where a
+parallel region waits for whichever of its threads the scheduler has set aside, one
+thread was faster in fp32 too (docs/speed.md). Elsewhere two threads win. So, for steps
+of at most :data:`SMALL_STEP_ROWS` hypotheses, the searches time steps of each size with
+one thread and with the process's count in turn (:data:`TRIALS` each), keep the team with
+the lower median, and time them again :data:`RETRY_S` seconds later, as the machine's
+load changes. Every operator of a step computes each row the same way whatever the
+team, so the choice changes the speed, never a result (tests/decoding/test_teams.py).
+
+PyTorch's thread count is the process's, so a step changes it only while no other
+thread is inside a step (a server's other decoding workers); ``SEQTRANS_STEP_TEAMS=0``
+turns the choice off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from seqtrans import environment
+
+#: The most hypotheses of a step whose team is chosen; larger steps use every thread.
+SMALL_STEP_ROWS = 16
+#: Steps timed with each team before a choice.
+TRIALS = 4
+#: Seconds a choice holds before its teams are timed again.
+RETRY_S = 30.0
+
+
+class _Choice:
+    """One step size's timings and choice: the team to use, or None while timing."""
+
+    def __init__(self, threads: int) -> None:
+        self.teams = (1, threads)
+        self.seconds: dict[int, list[float]] = {team: [] for team in self.teams}
+        self.team: int | None = None
+        self.chosen_at = 0.0
+
+    def next(self) -> int:
+        """The team of the next step: the choice, or the team with fewer timings."""
+        if self.team is not None and time.monotonic() - self.chosen_at > RETRY_S:
+            self.team = None
+            self.seconds = {team: [] for team in self.teams}
+        if self.team is not None:
+            return self.team
+        return min(self.teams, key=lambda team: len(self.seconds[team]))
+
+    def record(self, team: int, seconds: float) -> None:
+        if self.team is not None:
+            return
+        self.seconds[team].append(seconds)
+        if all(len(times) >= TRIALS for times in self.seconds.values()):
+            # medians: a step that another process's burst delayed says little
+            self.team = min(self.teams, key=lambda t: sorted(self.seconds[t])[TRIALS // 2])
+            self.chosen_at = time.monotonic()
+
+
+class StepTeams:
+    """The teams of a process's small decoding steps (see the module's notes)."""
+
+    def __init__(self) -> None:
+        # per model: a model's steps cost what its own precision and shape make them
+        self._choices: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], _Choice]] = \
+            weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        self._inside = 0  # threads inside a step now
+
+    @contextlib.contextmanager
+    def step(self, model: object, rows: int) -> Iterator[None]:
+        """A decoding step of ``model`` over ``rows`` hypotheses runs inside this, with its team."""
+        threads = torch.get_num_threads()
+        with self._lock:
+            alone = self._inside == 0
+            self._inside += 1
+            choice = None
+            if alone and threads > 1 and rows <= SMALL_STEP_ROWS and environment.step_teams():
+                choice = self._choice(model, rows, threads)
+                team = choice.next() if choice is not None else threads
+        try:
+            if choice is None:
+                yield
+                return
+            if team != threads:
+                torch.set_num_threads(team)
+            start = time.perf_counter()
+            try:
+                yield
+            finally:
+                if team != threads:
+                    torch.set_num_threads(threads)
+            elapsed = time.perf_counter() - start  # a step that raised is not timed
+            with self._lock:
+                choice.record(team, elapsed)
+        finally:
+            with self._lock:
+                self._inside -= 1
+
+    def _choice(self, model: object, rows: int, threads: int) -> _Choice | None:
+        try:
+            own = self._choices.setdefault(model, {})
+        except TypeError:  # a model that cannot be weakly referred to: no choice for it
+            return None
+        return own.setdefault((rows, threads), _Choice(threads))
+
+    def choices(self, model: object) -> dict[tuple[int, int], int]:
+        """(rows, threads) -> the team chosen for ``model``'s steps of that size (sizes
+        still timed left out)."""
+        with self._lock:
+            try:
+                own = self._choices.get(model, {})
+            except TypeError:
+                return {}
+            return {key: c.team for key, c in sorted(own.items()) if c.team is not None}
+
+
+#: The process's teams, which every search's steps share.
+TEAMS = StepTeams()
+
+
+def step(model: object, rows: int) -> contextlib.AbstractContextManager[None]:
+    """:meth:`StepTeams.step` of the process's teams."""
+    return TEAMS.step(model, rows)
