@@ -1,0 +1,159 @@
+"""Small decoding steps on a CPU: the int8 products of a step, and the team a step runs with.
+
+1. **Products.** The int8 weights of one decoding step of the base shape of
+   ``decode_speed.py`` (each decoder layer's self-attention, cross-attention query and
+   output, and feed-forward matrices, then the output projection), multiplied in turn by
+   ``rows`` activation rows, as decoding does, so that each weight comes through the
+   caches after the step's other weights have been there: PyTorch's ``torch._int_mm``
+   against the native product (:func:`seqtrans.native.int8_product`), for each of
+   ``--rows``, in turn, ``--repeats`` steps each (medians). Reports microseconds a step and
+   the weight bandwidth each achieves.
+2. **Teams.** Beam 4, batch 1 decoding of ``decode_speed.py``'s case in fp32 and int8,
+   with the step teams of :mod:`seqtrans.decoding.teams` (one thread or all, timed), with
+   every thread (``SEQTRANS_STEP_TEAMS=0``), and with one thread, each variant in turn,
+   ``--repeats`` rounds (medians), beside ``--background-load`` CPU-burning processes.
+
+Writes benchmarks/results/small_steps-LABEL-cpu.json.
+
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/small_steps.py --label amd
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/small_steps.py --background-load 2 --label amd-load2
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import arguments, background_load, timed_in_turn, write_json  # noqa: E402
+from decode_speed import SHAPES, Case, seqtrans_decoder, sources  # noqa: E402
+
+from seqtrans import environment, native  # noqa: E402
+from seqtrans.decoding import teams  # noqa: E402
+from seqtrans.linear.int8 import _torch_product  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+def step_weights(shape: dict[str, int]) -> list[torch.Tensor]:
+    """The int8 weights [O, K] a decoding step multiplies by, in the order it does."""
+    d, f, v = shape["d_model"], shape["d_ff"], shape["vocab"]
+    layer = [(3 * d, d), (d, d), (d, d), (d, d), (f, d), (d, f)]  # self qkv and out, cross q and out, FFN
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(-127, 128, size, dtype=torch.int8, generator=g)
+            for size in layer * shape["layers"] + [(v, d)]]
+
+
+def _step(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+          pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> Callable[[], None]:
+    """A step's products by ``fn``: each (activations, weight) of ``pairs`` in turn."""
+    def run() -> None:
+        for a, w in pairs:
+            fn(a, w)
+    return run
+
+
+def products(rows: list[int], repeats: int) -> list[dict[str, Any]]:
+    """Each of ``rows``: a step's products by PyTorch and natively, in turn, medians."""
+    weights = step_weights(SHAPES["base"])
+    step_bytes = sum(w.numel() for w in weights)
+    out = []
+    for m in rows:
+        g = torch.Generator().manual_seed(m)
+        widths = {w.size(1) for w in weights}
+        x = {k: torch.randint(0, 256, (m, k), dtype=torch.uint8, generator=g) for k in widths}
+        pairs = [(x[w.size(1)], w) for w in weights]
+        for a, w in pairs:  # the same integers, or the timing would mean nothing
+            if not torch.equal(native.int8_product(a, w), _torch_product(a, w)):
+                raise AssertionError(f"the products differ at {m} rows, {tuple(w.shape)}")
+        runs = {"torch": _step(_torch_product, pairs), "native": _step(native.int8_product, pairs)}
+        for run in runs.values():
+            run()
+        seconds = timed_in_turn(runs, CPU, repeats=repeats)
+        row: dict[str, Any] = {"rows": m, "step_weight_bytes": step_bytes}
+        for key, value in seconds.items():
+            row[f"{key}_us"] = value * 1e6
+            row[f"{key}_gb_s"] = step_bytes / value / 1e9
+        row["native_speedup"] = seconds["torch"] / seconds["native"]
+        out.append(row)
+        print(f"{m:>3} rows: PyTorch {row['torch_us']:8.0f} us ({row['torch_gb_s']:.1f} GB/s), native "
+              f"{row['native_us']:8.0f} us ({row['native_gb_s']:.1f} GB/s): {row['native_speedup']:.2f}x",
+              flush=True)
+    return out
+
+
+def team_variants(repeats: int, out_len: int) -> list[dict[str, Any]]:
+    """Beam 4, batch 1 decoding in fp32 and int8 under each team policy, in turn."""
+    case = Case("base", 4, 1)
+    src = sources(case.batch, SHAPES["base"]["vocab"])
+    threads = torch.get_num_threads()
+    decoders = {p: seqtrans_decoder(case, CPU, src, out_len, precision=p) for p in ("fp32", "int8")}
+
+    def variant(precision: str, policy: str) -> Callable[[], None]:
+        def run() -> None:
+            os.environ[environment.STEP_TEAMS] = "0" if policy != "teams" else "1"
+            torch.set_num_threads(1 if policy == "one thread" else threads)
+            try:
+                decoders[precision]()
+            finally:
+                torch.set_num_threads(threads)
+                os.environ.pop(environment.STEP_TEAMS, None)
+        return run
+
+    policies = ("teams", "every thread", "one thread")
+    runs = {(p, policy): variant(p, policy) for p in decoders for policy in policies}
+    for run in runs.values():
+        run()
+    times: dict[tuple[str, str], list[float]] = {key: [] for key in runs}
+    for _ in range(repeats):
+        for key, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[key].append(time.perf_counter() - start)
+    out = []
+    for (precision, policy), values in times.items():
+        tok_s = out_len / statistics.median(values)
+        out.append({"precision": precision, "policy": policy,
+                    "threads": 1 if policy == "one thread" else threads, "tok_s": tok_s,
+                    "runs_tok_s": [out_len / v for v in values]})
+        print(f"{precision} {policy:<13} {tok_s:8.1f} tok/s", flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = arguments(__doc__)
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 16],
+                        help="Activation rows of the products (a step's hypotheses).")
+    parser.add_argument("--repeats", type=int, default=9, help="Timed steps or decodes of each (median).")
+    parser.add_argument("--out-len", type=int, default=32, help="Target tokens per output (teams).")
+    parser.add_argument("--background-load", type=int, default=0, metavar="N",
+                        help="CPU-burning processes beside everything (default 0).")
+    parser.add_argument("--label", default="", help="Write small_steps-LABEL-cpu.json.")
+    args = parser.parse_args(argv)
+    if args.background_load < 0:
+        parser.error(f"--background-load: 0 or more processes, got {args.background_load}")
+    if not native.int8_product_available():
+        reason = native.unavailable_reason() or "no AVX-512 VNNI"
+        parser.error(f"the native int8 product is not built here ({reason})")
+    torch.set_grad_enabled(False)
+    print(f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '')}")
+    with background_load(args.background_load):
+        rows = products(args.rows, args.repeats)
+        variants = team_variants(args.repeats, args.out_len)
+    name = "small_steps" + (f"-{args.label}" if args.label else "")
+    settings = {"small_step_rows": teams.SMALL_STEP_ROWS, "trials": teams.TRIALS}
+    path = write_json(name, {"background_load": args.background_load,
+                             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+                             "products": rows, "teams": variants, "team_settings": settings}, CPU)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
