@@ -15,13 +15,13 @@ CPU-only), so nothing is padded.
 For the few rows of a decoding step (up to :data:`NATIVE_ROWS`) with unsigned activations,
 :func:`int8_product` also has :func:`seqtrans.native.int8_product`, which reads each block
 of weight rows once for all the rows. Which of the two is faster depends on the
-processor, the rows and the matrix (at 4 rows on an AMD EPYC the native one took 0.4-0.7
-of PyTorch's time, at 1 row up to 1.4 times it: docs/speed.md), and a product timed
-alone, its weight hot in the cache, ranks them otherwise than one among a step's other
-weights. So the first :data:`CHOICE_TRIALS` products of each shape, as decoding makes
-them, are done by each in turn and timed, and the one with the lower median is kept for
-the process (:func:`product_choices`). Both give the same integers, so the choice never
-changes a result.
+processor, the rows, the threads and OpenMP's wait policy: over a decoding step's
+weights on a 2-core AMD EPYC the native one was 1.2 to 2.7 times as fast at 1 to 16
+rows (docs/speed.md), but that is one machine, and a product timed apart from the
+step's other weights sees other caches. So the first :data:`CHOICE_TRIALS` products of
+each shape, as decoding makes them, are done by each in turn and timed, and the one with the lower
+median is kept for the process (:func:`product_choices`). Both give the same integers,
+so the choice never changes a result.
 
 Shapes: M rows, K inputs, O outputs.
 """

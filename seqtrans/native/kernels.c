@@ -403,10 +403,11 @@ int seqtrans_topk_rows(const float *x, int64_t m, int64_t n, int64_t stride, int
 /* seqtrans_int8_product: out[m, o] = sum_k x[m, k] * w[o, k] in int32, exact, for the few
  * rows of a decoding step (seqtrans.linear.int8): x [rows, cols] unsigned bytes, w
  * [outputs, cols] signed bytes, both with contiguous rows (w as the layer keeps it, so
- * nothing is repacked). PyTorch's int8 product reads the weight once per row block and
- * was measured 2-7x off the memory bound at 4 rows (docs/speed.md); here each block of 4
- * weight rows is read once for all the activation rows, 64 bytes at a time with AVX-512
- * VNNI (u8 x s8 sums of four into int32 lanes), while it is in the first-level cache.
+ * nothing is repacked). Each block of 4 weight rows is read once for all the activation
+ * rows, 64 bytes at a time with AVX-512 VNNI (u8 x s8 sums of four into int32 lanes),
+ * while it is in the first-level cache, and the rows PREFETCH_ROWS ahead are asked for
+ * meanwhile: in decoding a step's weights come from memory, not the cache, and without
+ * the prefetches the loads waited (docs/speed.md, benchmarks/small_steps.py).
  * Integer sums, so any order gives the same result. Built only with AVX-512 VNNI: without
  * it seqtrans_int8_product_available() is 0 and the caller uses PyTorch's product. */
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
