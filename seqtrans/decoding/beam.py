@@ -250,10 +250,9 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     for step in range(longest + 1):
         with teams.step(model, len(active) * k):  # a small step's team: speed only (seqtrans.decoding.teams)
             total = _extended_scores(model, history, step, state, prefix=scores.view(-1), limit=limit,
-                                     rules=rules, constraint=constrained,
+                                     rules=rules, constraint=constrained, required=lexical, columns=columns,
                                      forced=_forced_at(prefixes, step, active, k),
-                                     sources=active.repeat_interleave(k) if rules.banned else None,
-                                     required=lexical, columns=columns)
+                                     sources=active.repeat_interleave(k) if rules.banned else None)
             cand, rows_c, token, ends, go_on = _candidates(total.view(len(active), k, -1), k, lexical,
                                                            columns)
             kept = kept.merged(cand, _within_beam(ends, k) if end_in_beam else ends, rows_c, history, step,
