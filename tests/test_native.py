@@ -191,25 +191,58 @@ def test_the_native_int8_product_refuses_what_it_cannot_read() -> None:
 
 
 @needs_vnni_product
-def test_int8_layers_time_both_products_as_they_decode_then_keep_one(monkeypatch: Any) -> None:
+@pytest.mark.parametrize(("m", "k", "o"), [(1, 512, 512), (4, 70, 37), (16, 129, 5), (3, 2048, 9)])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("relu", [True, False])
+def test_the_native_int8_layer_gives_the_bits_of_its_three_passes(m: int, k: int, o: int, bias: bool,
+                                                                  relu: bool) -> None:
+    gen = torch.Generator().manual_seed(m + k + o)
+    wide = torch.randn(m, k + 3, generator=gen) * 2
+    x = wide[:, 1 : k + 1]  # rows further apart than their length
+    x[0] = 0.0  # a row of zeros keeps scale 1
+    b = torch.randn(o, generator=gen) if bias else None
+    layer = Int8Linear(torch.randn(o, k, generator=gen) * 0.05, b, unsigned=True)
+    xq, xs = native.quantize_rows(x, unsigned=True)
+    acc = torch._int_mm(xq, layer.qweight.t())
+    expected = native.dequantize(acc, xs, layer.scale, compensation=layer.compensation, bias=layer.bias,
+                                 relu=relu)
+    got = native.int8_linear(x, layer.qweight, layer.scale, compensation=layer.compensation, bias=layer.bias,
+                             relu=relu)
+    assert torch.equal(got, expected)
+
+
+@needs_vnni_product
+def test_the_native_int8_layer_refuses_what_does_not_match() -> None:
+    layer = Int8Linear(torch.randn(6, 8), torch.randn(6), unsigned=True)
+    args = {"compensation": layer.compensation, "bias": layer.bias}
+    with pytest.raises(ValueError, match=r"rows \(2, 5\)"):
+        native.int8_linear(torch.zeros(2, 5), layer.qweight, layer.scale, **args)
+    with pytest.raises(ValueError, match="its 6 outputs"):
+        native.int8_linear(torch.zeros(2, 8), layer.qweight, layer.scale[:5].contiguous(), **args)
+    with pytest.raises(ValueError, match="float64"):
+        native.int8_linear(torch.zeros(2, 8, dtype=torch.float64), layer.qweight, layer.scale, **args)
+
+
+@needs_vnni_product
+def test_int8_layers_time_both_ways_as_they_decode_then_keep_one(monkeypatch: Any) -> None:
     from seqtrans.linear import int8
 
     monkeypatch.setattr(int8, "_trials", {})
     used = {"native": 0, "torch": 0}
 
     def counted(name: str, fn: Any) -> Any:
-        def call(*args: Any) -> torch.Tensor:
+        def call(*args: Any, **kwargs: Any) -> torch.Tensor:
             used[name] += 1
-            return fn(*args)
+            return fn(*args, **kwargs)
         return call
 
-    monkeypatch.setattr(native, "int8_product", counted("native", native.int8_product))
+    monkeypatch.setattr(native, "int8_linear_unchecked", counted("native", native.int8_linear_unchecked))
     monkeypatch.setattr(int8, "_torch_product", counted("torch", int8._torch_product))
     gen = torch.Generator().manual_seed(0)
     layer = Int8Linear(torch.randn(70, 96, generator=gen), torch.randn(70, generator=gen), unsigned=True)
     x = torch.randn(4, 96, generator=gen)
     outs = [layer(x) for _ in range(2 * int8.CHOICE_TRIALS + 4)]
-    assert all(torch.equal(out, outs[0]) for out in outs)  # whichever product made them
+    assert all(torch.equal(out, outs[0]) for out in outs)  # whichever way made them
     key = (4, 96, 70, torch.get_num_threads())
     assert set(int8.product_choices()) == {key}
     assert min(used.values()) == int8.CHOICE_TRIALS  # each timed in turn, then one kept

@@ -13,13 +13,14 @@ The CPU kernel takes any sizes (on CUDA it wants multiples of 8, and int8 decodi
 CPU-only), so nothing is padded.
 
 For the few rows of a decoding step (up to :data:`NATIVE_ROWS`) with unsigned activations,
-:func:`int8_product` also has :func:`seqtrans.native.int8_product`, which reads each block
-of weight rows once for all the rows. Which of the two is faster depends on the
+a layer also has :func:`seqtrans.native.int8_linear`: the same passes in one native call,
+with a product (:func:`seqtrans.native.int8_product`) that reads each block of weight
+rows once for all the rows. Which of the two is faster depends on the
 processor, the rows, the threads and OpenMP's wait policy: over a decoding step's
 weights on a 2-core AMD EPYC the native one was 1.2 to 2.7 times as fast at 1 to 16
 rows (docs/speed.md), but that is one machine, and a product timed apart from the
 step's other weights sees other caches. So the first :data:`CHOICE_TRIALS` products of
-each shape, as decoding makes them, are done by each in turn and timed, and the one with the lower
+each shape, as decoding makes them, are done each way in turn and timed, and the one with the lower
 median is kept for the process (:func:`product_choices`). Both give the same integers,
 so the choice never changes a result.
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -38,7 +40,7 @@ from seqtrans import native
 
 #: Largest magnitude of a quantized value; symmetric, so -128 is never used.
 QMAX = 127
-#: Most rows for which :func:`int8_product` considers the native product.
+#: Most rows for which a layer considers the native layer (:func:`seqtrans.native.int8_linear`).
 NATIVE_ROWS = 16
 #: Calls of each product timed, in turn, before a shape's choice is made.
 CHOICE_TRIALS = 5
@@ -74,33 +76,30 @@ def _torch_product(xq: Tensor, w: Tensor) -> Tensor:
     return torch._int_mm(xq, w.t())
 
 
-def int8_product(xq: Tensor, w: Tensor) -> Tensor:
-    """``xq @ w.T``, exact in int32: xq [M, K] int8 or uint8 (contiguous), w [O, K] int8
-    -> [M, O] int32, by whichever of PyTorch's product and the native one was measured
-    faster for this shape and thread count in this process (see the module's notes)."""
-    m, k = xq.shape
-    if (m > NATIVE_ROWS or xq.dtype != torch.uint8 or not w.is_contiguous() or not xq.is_contiguous()
-            or not native.int8_product_available()):
-        return _torch_product(xq, w)
-    key = (m, k, w.size(0), torch.get_num_threads())
+def _chosen(key: tuple[int, int, int, int], native_call: Callable[[], Tensor],
+            torch_call: Callable[[], Tensor]) -> Tensor:
+    """The result of whichever of the two calls was measured faster for ``key`` (rows,
+    inputs, outputs, threads) in this process, timing them in turn until then (see the
+    module's notes)."""
     trial = _trials.get(key)
     if trial is None:
         with _trials_lock:
             trial = _trials.setdefault(key, _Trial())
     if trial.native is not None:
-        return native.int8_product(xq, w) if trial.native else _torch_product(xq, w)
+        return native_call() if trial.native else torch_call()
     # timed where it is used, as the model's other weights pass through the caches
     use = trial.next()
     start = time.perf_counter()
-    out = native.int8_product(xq, w) if use else _torch_product(xq, w)
+    out = native_call() if use else torch_call()
     with _trials_lock:
         trial.record(use, time.perf_counter() - start)
     return out
 
 
 def product_choices() -> dict[tuple[int, int, int, int], str]:
-    """The choices :func:`int8_product` has made in this process: (rows, inputs, outputs,
-    threads) -> ``"native"`` or ``"torch"`` (shapes still being timed are left out)."""
+    """The choices :class:`Int8Linear` layers have made in this process: (rows, inputs,
+    outputs, threads) -> ``"native"`` or ``"torch"`` (shapes still being timed are left
+    out)."""
     return {key: "native" if t.native else "torch" for key, t in sorted(_trials.items())
             if t.native is not None}
 
@@ -195,13 +194,25 @@ class Int8Linear(nn.Module):
         # the float passes in one native pass each where they can be (the same bits)
         fused = (x2.dtype == torch.float32 and x2.device.type == "cpu" and x2.stride(-1) == 1
                  and native.available())
+        if fused and self.unsigned and x2.size(0) <= NATIVE_ROWS and native.int8_product_available():
+            key = (x2.size(0), x2.size(1), self.out_features, torch.get_num_threads())
+            out = _chosen(key, lambda: native.int8_linear_unchecked(
+                x2, self.qweight, self.scale, compensation=self.compensation, bias=self.bias, relu=relu),
+                          lambda: self._passes(x2, relu=relu, fused=True))
+        else:
+            out = self._passes(x2, relu=relu, fused=fused)
+        return out.view(*lead, self.out_features)
+
+    def _passes(self, x2: Tensor, *, relu: bool, fused: bool) -> Tensor:
+        """The layer as quantize, PyTorch's product and dequantize: x2 [M, K] -> [M, O];
+        ``fused``: the float passes natively."""
         quantize = native.quantize_rows if fused else quantize_rows
         xq, xs = quantize(x2, unsigned=self.unsigned)
-        acc = int8_product(xq, self.qweight)  # [M, O] int32, exact
+        acc = _torch_product(xq, self.qweight)  # [M, O] int32, exact
         if fused:
             compensation = self.compensation if self.unsigned else None
-            out = native.dequantize(acc, xs, self.scale, compensation=compensation, bias=self.bias, relu=relu)
-            return out.view(*lead, self.out_features)
+            return native.dequantize(acc, xs, self.scale, compensation=compensation, bias=self.bias,
+                                     relu=relu)
         if self.unsigned:
             acc.sub_(self.compensation)
         out = acc.to(torch.float32).mul_(xs)
@@ -209,7 +220,7 @@ class Int8Linear(nn.Module):
             out.mul_(self.scale)
         else:
             torch.addcmul(self.bias, out, self.scale, out=out)
-        return (out.relu_() if relu else out).view(*lead, self.out_features)
+        return out.relu_() if relu else out
 
 
 class Int8Embedding(nn.Module):

@@ -9,7 +9,8 @@
   six operators, giving the same bits as those.
 - :func:`int8_product`: the exact int32 product of a few rows of unsigned bytes with an
   int8 weight in its own layout, each block of weight rows read once for all the rows
-  (AVX-512 VNNI only: :func:`int8_product_available`).
+  (AVX-512 VNNI only: :func:`int8_product_available`); :func:`int8_linear`: a whole int8
+  layer for a few float rows in one call, those three passes.
 - :func:`topk_rows`: the few largest of each long row (beam search's candidates), in one
   pass that compares a block of elements with the k-th best so far at once, where
   ``torch.topk`` took a fifth of a small model's beam search.
@@ -65,6 +66,7 @@ BUILD_TIMEOUT_S = 120.0
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
 _failed: str | None = None
+_int8_products: dict[int, bool] = {}  # id of a loaded library -> whether it has the int8 product
 
 
 def available() -> bool:
@@ -179,6 +181,9 @@ def _load() -> ctypes.CDLL | None:
         library.seqtrans_int8_product_available.argtypes = []
         library.seqtrans_int8_product.restype = None
         library.seqtrans_int8_product.argtypes = [pointer] * 3 + [integer] * 4
+        library.seqtrans_int8_linear.restype = ctypes.c_int
+        library.seqtrans_int8_linear.argtypes = ([pointer] + [integer] * 3 + [pointer, integer]
+                                                 + [pointer] * 3 + [integer, pointer, integer])
         library.seqtrans_topk_rows.restype = ctypes.c_int
         library.seqtrans_topk_rows.argtypes = [pointer, integer, integer, integer, integer, pointer, pointer,
                                                integer]
@@ -274,7 +279,12 @@ def dequantize(acc: Tensor, row_scale: Tensor, col_scale: Tensor, *, compensatio
 def int8_product_available() -> bool:
     """Whether :func:`int8_product` is built here (the processor has AVX-512 VNNI)."""
     library = _load() if environment.native_kernels() else None
-    return library is not None and bool(library.seqtrans_int8_product_available())
+    if library is None:
+        return False
+    known = _int8_products.get(id(library))  # asked once per library: a layer asks every call
+    if known is None:
+        known = _int8_products[id(library)] = bool(library.seqtrans_int8_product_available())
+    return known
 
 
 def int8_product(x: Tensor, w: Tensor) -> Tensor:
@@ -294,6 +304,41 @@ def int8_product(x: Tensor, w: Tensor) -> Tensor:
     if out.numel():
         library.seqtrans_int8_product(x.data_ptr(), w.data_ptr(), out.data_ptr(), x.size(0), x.size(1),
                                       w.size(0), torch.get_num_threads())
+    return out
+
+
+def int8_linear(x: Tensor, w: Tensor, col_scale: Tensor, *, compensation: Tensor, bias: Tensor | None = None,
+                relu: bool = False) -> Tensor:
+    """:func:`quantize_rows` (unsigned), :func:`int8_product` and :func:`dequantize` in one
+    call, the same bits: x [M, K] float32 (rows contiguous), w [O, K] int8, col_scale [O],
+    compensation [O] int32 (128 times each weight row's sum), bias [O] float32 or None
+    -> [M, O] float32. Only when :func:`int8_product_available`."""
+    if not _library_or_raise().seqtrans_int8_product_available():
+        raise RuntimeError("int8_linear needs AVX-512 VNNI, which this build lacks")
+    m, k = x.shape
+    o = w.size(0)
+    if (x.dtype != torch.float32 or x.stride(1) != 1 or w.dtype != torch.int8 or not w.is_contiguous()
+            or w.size(1) != k or col_scale.dtype != torch.float32 or compensation.dtype != torch.int32
+            or (bias is not None and (bias.dtype != torch.float32 or not bias.is_contiguous()
+                                      or bias.numel() != o))
+            or not col_scale.is_contiguous() or not compensation.is_contiguous()
+            or col_scale.numel() != o or compensation.numel() != o):
+        raise ValueError(f"int8_linear: rows {tuple(x.shape)} {x.dtype} against a weight {tuple(w.shape)} "
+                         f"{w.dtype} with scales, compensation and bias of its {o} outputs")
+    return int8_linear_unchecked(x, w, col_scale, compensation=compensation, bias=bias, relu=relu)
+
+
+def int8_linear_unchecked(x: Tensor, w: Tensor, col_scale: Tensor, *, compensation: Tensor,
+                          bias: Tensor | None = None, relu: bool = False) -> Tensor:
+    """:func:`int8_linear` for arguments already known to be as it wants (an int8 layer's
+    own, with float32 rows: its checks cost a fifth of a small layer's time)."""
+    m, k = x.shape
+    o = w.size(0)
+    out = torch.empty(m, o, dtype=torch.float32)
+    if out.numel() and _library_or_raise().seqtrans_int8_linear(
+            x.data_ptr(), m, k, x.stride(0), w.data_ptr(), o, col_scale.data_ptr(), compensation.data_ptr(),
+            None if bias is None else bias.data_ptr(), int(relu), out.data_ptr(), torch.get_num_threads()):
+        raise MemoryError("int8_linear could not allocate its working memory")
     return out
 
 

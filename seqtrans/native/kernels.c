@@ -476,14 +476,48 @@ static void int8_product(void *context, int64_t begin, int64_t end) {
 
 int seqtrans_int8_product_available(void) { return 1; }
 
+
 void seqtrans_int8_product(const uint8_t *x, const int8_t *w, int32_t *out, int64_t rows, int64_t cols,
                            int64_t outputs, int64_t threads) {
     Int8Product c = {x, w, out, rows, cols, outputs};
     const int64_t blocks = (outputs + PRODUCT_OUTPUTS - 1) / PRODUCT_OUTPUTS;
     parallel(int8_product, &c, blocks, rows * cols * outputs < 16 * SMALL_WORK ? 1 : threads);
 }
+
+/* A whole int8 linear layer for a step's few rows, in one call (the three passes'
+ * Python glue cost more than their work): x [rows, cols] float32 (rows `stride` apart)
+ * quantized per row as seqtrans_quantize_rows does (unsigned), multiplied by w [outputs,
+ * cols] as seqtrans_int8_product does, and dequantized into out [rows, outputs] as
+ * seqtrans_dequantize does: the same bits as the three calls. Returns 1 where its
+ * working memory could not be had (nothing written), else 0. */
+int seqtrans_int8_linear(const float *x, int64_t rows, int64_t cols, int64_t stride, const int8_t *w,
+                         int64_t outputs, const float *col_scale, const int32_t *compensation, const float *bias,
+                         int64_t relu, float *out, int64_t threads) {
+    uint8_t *q = (uint8_t *)malloc((size_t)(rows * cols + 1));
+    float *row_scale = (float *)malloc((size_t)(rows + 1) * sizeof(float));
+    if (!q || !row_scale) {
+        free(q);
+        free(row_scale);
+        return 1;
+    }
+    seqtrans_quantize_rows(x, rows, cols, stride, q, row_scale, 1, threads);
+    seqtrans_int8_product(q, w, (int32_t *)out, rows, cols, outputs, threads);
+    seqtrans_dequantize((const int32_t *)out, compensation, row_scale, col_scale, bias, out, rows, outputs, relu,
+                        threads);
+    free(q);
+    free(row_scale);
+    return 0;
+}
 #else
 int seqtrans_int8_product_available(void) { return 0; }
+
+int seqtrans_int8_linear(const float *x, int64_t rows, int64_t cols, int64_t stride, const int8_t *w,
+                         int64_t outputs, const float *col_scale, const int32_t *compensation, const float *bias,
+                         int64_t relu, float *out, int64_t threads) {
+    (void)x, (void)rows, (void)cols, (void)stride, (void)w, (void)outputs, (void)col_scale, (void)compensation;
+    (void)bias, (void)relu, (void)out, (void)threads;
+    return 1;
+}
 
 void seqtrans_int8_product(const uint8_t *x, const int8_t *w, int32_t *out, int64_t rows, int64_t cols,
                            int64_t outputs, int64_t threads) {
