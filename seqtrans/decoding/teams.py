@@ -4,10 +4,10 @@ whichever was measured faster for steps of its size, on this machine, now.
 A step of a few hypotheses (a sentence's beam) is a few hundred small operators, and
 each parallel one among them wakes the OpenMP team. With the passive wait policy (the
 default, :func:`seqtrans.threads.set_wait_policy`) a woken thread can cost more than
-splitting a small operator saves: on a 2-core virtual machine one thread decoded beam 4,
-batch 1, int8 1.5x as fast as two, quiet, and beside two CPU-burning processes, where a
-parallel region waits for whichever of its threads the scheduler has set aside, one
-thread was faster in fp32 too (docs/speed.md). Elsewhere two threads win. So, for steps
+splitting a small operator saves, and beside busy processes a parallel region waits for
+whichever of its threads the scheduler has set aside. On a quiet 2-core virtual machine
+one thread decoded beam 4, batch 1 a third faster than two in int8 and a tenth slower in
+fp32 (docs/speed.md, "Small steps"): no fixed count is right everywhere. So, for steps
 of at most :data:`SMALL_STEP_ROWS` hypotheses, the searches time steps of each size with
 one thread and with the process's count in turn (:data:`TRIALS` each), keep the team with
 the lower median, and time them again :data:`RETRY_S` seconds later, as the machine's

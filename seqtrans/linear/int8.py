@@ -42,20 +42,20 @@ from seqtrans import native
 QMAX = 127
 #: Most rows for which a layer considers the native layer (:func:`seqtrans.native.int8_linear`).
 NATIVE_ROWS = 16
-#: Calls of each product timed, in turn, before a shape's choice is made.
+#: Calls of each way (native, PyTorch's product) timed, in turn, before a shape's choice is made.
 CHOICE_TRIALS = 5
 
 
 class _Trial:
-    """The timings of one shape's products so far, and the choice once both have
-    :data:`CHOICE_TRIALS` of them."""
+    """The timings of one shape's layers so far, each way, and the choice once both ways
+    have :data:`CHOICE_TRIALS` of them."""
 
     def __init__(self) -> None:
         self.seconds: dict[bool, list[float]] = {True: [], False: []}
         self.native: bool | None = None
 
     def next(self) -> bool:
-        """Which product to time next: the one with fewer timings."""
+        """Which way to time next (True: native): the one with fewer timings."""
         return len(self.seconds[True]) <= len(self.seconds[False])
 
     def record(self, native_product: bool, seconds: float) -> None:

@@ -315,6 +315,9 @@ def int8_linear(x: Tensor, w: Tensor, col_scale: Tensor, *, compensation: Tensor
     -> [M, O] float32. Only when :func:`int8_product_available`."""
     if not _library_or_raise().seqtrans_int8_product_available():
         raise RuntimeError("int8_linear needs AVX-512 VNNI, which this build lacks")
+    if x.dim() != 2 or w.dim() != 2 or x.device.type != "cpu" or w.device.type != "cpu":
+        raise ValueError(f"int8_linear takes a matrix of rows and a weight matrix on the CPU, not "
+                         f"{tuple(x.shape)} on {x.device} and {tuple(w.shape)} on {w.device}")
     m, k = x.shape
     o = w.size(0)
     if (x.dtype != torch.float32 or x.stride(1) != 1 or w.dtype != torch.int8 or not w.is_contiguous()
@@ -331,7 +334,7 @@ def int8_linear(x: Tensor, w: Tensor, col_scale: Tensor, *, compensation: Tensor
 def int8_linear_unchecked(x: Tensor, w: Tensor, col_scale: Tensor, *, compensation: Tensor,
                           bias: Tensor | None = None, relu: bool = False) -> Tensor:
     """:func:`int8_linear` for arguments already known to be as it wants (an int8 layer's
-    own, with float32 rows: its checks cost a fifth of a small layer's time)."""
+    own, with float32 rows), without its checks, which a small layer would pay at every step."""
     m, k = x.shape
     o = w.size(0)
     out = torch.empty(m, o, dtype=torch.float32)

@@ -26,6 +26,10 @@
  * seqtrans_topk_rows: the k largest of each row, for beam search's candidates (twice the
  * beam among the beam's hypotheses times the vocabulary), in one pass over each row.
  *
+ * seqtrans_int8_product and seqtrans_int8_linear: the int8 product of a step's few rows
+ * with a weight, and a whole int8 layer (quantize, product, dequantize) in one call;
+ * built only where the processor has AVX-512 VNNI (seqtrans_int8_product_available).
+ *
  * The library is built without reassociating float arithmetic or contracting a * b + c
  * into one rounding unless the code asks (seqtrans.native.FLAGS). With AVX-512 (built with
  * -march=native where the processor has it) the inner loops use its intrinsics; elsewhere
@@ -475,7 +479,6 @@ static void int8_product(void *context, int64_t begin, int64_t end) {
 }
 
 int seqtrans_int8_product_available(void) { return 1; }
-
 
 void seqtrans_int8_product(const uint8_t *x, const int8_t *w, int32_t *out, int64_t rows, int64_t cols,
                            int64_t outputs, int64_t threads) {
