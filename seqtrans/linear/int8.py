@@ -194,14 +194,14 @@ class Int8Linear(nn.Module):
         # the float passes in one native pass each where they can be (the same bits)
         fused = (x2.dtype == torch.float32 and x2.device.type == "cpu" and x2.stride(-1) == 1
                  and native.available())
-        if fused and self.unsigned and x2.size(0) <= NATIVE_ROWS and native.int8_product_available():
-            key = (x2.size(0), x2.size(1), self.out_features, torch.get_num_threads())
+        if fused and self.unsigned and x2.size(0) <= NATIVE_ROWS and native.built_with_int8_product():
+            key = (x2.size(0), x2.size(1), self.qweight.size(0), torch.get_num_threads())
             out = _chosen(key, lambda: native.int8_linear_unchecked(
                 x2, self.qweight, self.scale, compensation=self.compensation, bias=self.bias, relu=relu),
                           lambda: self._passes(x2, relu=relu, fused=True))
         else:
             out = self._passes(x2, relu=relu, fused=fused)
-        return out.view(*lead, self.out_features)
+        return out.view(*lead, out.size(1))
 
     def _passes(self, x2: Tensor, *, relu: bool, fused: bool) -> Tensor:
         """The layer as quantize, PyTorch's product and dequantize: x2 [M, K] -> [M, O];

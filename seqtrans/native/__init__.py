@@ -278,7 +278,13 @@ def dequantize(acc: Tensor, row_scale: Tensor, col_scale: Tensor, *, compensatio
 
 def int8_product_available() -> bool:
     """Whether :func:`int8_product` is built here (the processor has AVX-512 VNNI)."""
-    library = _load() if environment.native_kernels() else None
+    return environment.native_kernels() and built_with_int8_product()
+
+
+def built_with_int8_product() -> bool:
+    """Whether the library as loaded has :func:`int8_product`, whatever ``SEQTRANS_NATIVE``
+    says now (for a caller that has just asked :func:`available`)."""
+    library = _load()
     if library is None:
         return False
     known = _int8_products.get(id(library))  # asked once per library: a layer asks every call
