@@ -487,8 +487,8 @@ void seqtrans_int8_product(const uint8_t *x, const int8_t *w, int32_t *out, int6
     parallel(int8_product, &c, blocks, rows * cols * outputs < 16 * SMALL_WORK ? 1 : threads);
 }
 
-/* A whole int8 linear layer for a step's few rows, in one call (the three passes'
- * Python glue cost more than their work): x [rows, cols] float32 (rows `stride` apart)
+/* A whole int8 linear layer for a step's few rows, in one call (one call's Python glue
+ * instead of three, at every step): x [rows, cols] float32 (rows `stride` apart)
  * quantized per row as seqtrans_quantize_rows does (unsigned), multiplied by w [outputs,
  * cols] as seqtrans_int8_product does, and dequantized into out [rows, outputs] as
  * seqtrans_dequantize does: the same bits as the three calls. Returns 1 where its
