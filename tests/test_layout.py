@@ -32,7 +32,7 @@ PACKAGE = Path(seqtrans.__file__).parent
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("seqtrans.errors", "seqtrans.environment", "seqtrans.atomic", "seqtrans.assets", "seqtrans.system",
      "seqtrans.precision", "seqtrans.masks", "seqtrans.dropout", "seqtrans.world", "seqtrans.threads",
-     "seqtrans.testing", "seqtrans.binarized", "seqtrans.download"),
+     "seqtrans.testing", "seqtrans.binarized", "seqtrans.download", "seqtrans.timing"),
     ("seqtrans.config", "seqtrans.vocab", "seqtrans.shortlist"),
     ("seqtrans.native", "seqtrans.linear", "seqtrans.distributed"),
     ("seqtrans.attention", "seqtrans.extension"),

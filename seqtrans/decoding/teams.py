@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from seqtrans import environment
+from seqtrans.timing import TimedChoice
 
 #: The most hypotheses of a step whose team is chosen; larger steps use every thread.
 SMALL_STEP_ROWS = 16
@@ -40,40 +41,12 @@ TRIALS = 4
 RETRY_S = 30.0
 
 
-class _Choice:
-    """One step size's timings and choice: the team to use, or None while timing."""
-
-    def __init__(self, threads: int) -> None:
-        self.teams = (1, threads)
-        self.seconds: dict[int, list[float]] = {team: [] for team in self.teams}
-        self.team: int | None = None
-        self.chosen_at = 0.0
-
-    def next(self) -> int:
-        """The team of the next step: the choice, or the team with fewer timings."""
-        if self.team is not None and time.monotonic() - self.chosen_at > RETRY_S:
-            self.team = None
-            self.seconds = {team: [] for team in self.teams}
-        if self.team is not None:
-            return self.team
-        return min(self.teams, key=lambda team: len(self.seconds[team]))
-
-    def record(self, team: int, seconds: float) -> None:
-        if self.team is not None:
-            return
-        self.seconds[team].append(seconds)
-        if all(len(times) >= TRIALS for times in self.seconds.values()):
-            # medians: a step that another process's burst delayed says little
-            self.team = min(self.teams, key=lambda t: sorted(self.seconds[t])[TRIALS // 2])
-            self.chosen_at = time.monotonic()
-
-
 class StepTeams:
     """The teams of a process's small decoding steps (see the module's notes)."""
 
     def __init__(self) -> None:
         # per model: a model's steps cost what its own precision and shape make them
-        self._choices: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], _Choice]] = \
+        self._choices: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], TimedChoice[int]]] = \
             weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._inside = 0  # threads inside a step now
@@ -108,12 +81,15 @@ class StepTeams:
             with self._lock:
                 self._inside -= 1
 
-    def _choice(self, model: object, rows: int, threads: int) -> _Choice | None:
+    def _choice(self, model: object, rows: int, threads: int) -> TimedChoice[int] | None:
         try:
             own = self._choices.setdefault(model, {})
         except TypeError:  # a model that cannot be weakly referred to: no choice for it
             return None
-        return own.setdefault((rows, threads), _Choice(threads))
+        choice = own.get((rows, threads))
+        if choice is None:  # not made afresh at every step
+            choice = own[(rows, threads)] = TimedChoice((1, threads), trials=TRIALS, retry_s=RETRY_S)
+        return choice
 
     def choices(self, model: object) -> dict[tuple[int, int], int]:
         """(rows, threads) -> the team chosen for ``model``'s steps of that size (sizes
@@ -123,7 +99,7 @@ class StepTeams:
                 own = self._choices.get(model, {})
             except TypeError:
                 return {}
-            return {key: c.team for key, c in sorted(own.items()) if c.team is not None}
+            return {key: c.chosen for key, c in sorted(own.items()) if c.chosen is not None}
 
 
 #: The process's teams, which every search's steps share.

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from seqtrans import native
+from seqtrans.timing import TimedChoice
 
 #: Largest magnitude of a quantized value; symmetric, so -128 is never used.
 QMAX = 127
@@ -46,28 +47,8 @@ NATIVE_ROWS = 16
 CHOICE_TRIALS = 5
 
 
-class _Trial:
-    """The timings of one shape's layers so far, each way, and the choice once both ways
-    have :data:`CHOICE_TRIALS` of them."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[bool, list[float]] = {True: [], False: []}
-        self.native: bool | None = None
-
-    def next(self) -> bool:
-        """Which way to time next (True: native): the one with fewer timings."""
-        return len(self.seconds[True]) <= len(self.seconds[False])
-
-    def record(self, native_product: bool, seconds: float) -> None:
-        self.seconds[native_product].append(seconds)
-        if all(len(times) >= CHOICE_TRIALS for times in self.seconds.values()):
-            # medians: a call that another process's burst of work delayed says little
-            native_time, torch_time = (sorted(self.seconds[k])[CHOICE_TRIALS // 2] for k in (True, False))
-            self.native = native_time < torch_time
-
-
 # (rows, inputs, outputs, threads) -> its trial
-_trials: dict[tuple[int, int, int, int], _Trial] = {}
+_trials: dict[tuple[int, int, int, int], TimedChoice[bool]] = {}  # True: native
 _trials_lock = threading.Lock()
 
 
@@ -84,9 +65,9 @@ def _chosen(key: tuple[int, int, int, int], native_call: Callable[[], Tensor],
     trial = _trials.get(key)
     if trial is None:
         with _trials_lock:
-            trial = _trials.setdefault(key, _Trial())
-    if trial.native is not None:
-        return native_call() if trial.native else torch_call()
+            trial = _trials.setdefault(key, TimedChoice((True, False), trials=CHOICE_TRIALS))
+    if trial.chosen is not None:
+        return native_call() if trial.chosen else torch_call()
     # timed where it is used, as the model's other weights pass through the caches
     use = trial.next()
     start = time.perf_counter()
@@ -100,8 +81,8 @@ def product_choices() -> dict[tuple[int, int, int, int], str]:
     """The choices :class:`Int8Linear` layers have made in this process: (rows, inputs,
     outputs, threads) -> ``"native"`` or ``"torch"`` (shapes still being timed are left
     out)."""
-    return {key: "native" if t.native else "torch" for key, t in sorted(_trials.items())
-            if t.native is not None}
+    return {key: "native" if t.chosen else "torch" for key, t in sorted(_trials.items())
+            if t.chosen is not None}
 
 
 def quantize_rows(x: Tensor, *, unsigned: bool = False) -> tuple[Tensor, Tensor]:
