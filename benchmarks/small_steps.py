@@ -8,7 +8,13 @@
    against the native product (:func:`seqtrans.native.int8_product`), for each of
    ``--rows``, in turn, ``--repeats`` steps each (medians). Reports microseconds a step and
    the weight bandwidth each achieves.
-2. **Teams.** Beam 4, batch 1 decoding of ``decode_speed.py``'s case in fp32 and int8,
+2. **A step's share.** Beam 4, batch 1 int8 decoding of the same case with one thread
+   and with the process's threads: the time a step spends inside its int8 layers (each
+   :class:`seqtrans.linear.int8.Int8Linear` call: quantize, product and dequantize, with
+   their glue) against the whole step, and the weight bandwidth of each, against the
+   fastest read of memory measured in the same run (as ``decode_speed.py`` measures it):
+   what bounds batch-1 bandwidth, the products or the rest of the step.
+3. **Teams.** Beam 4, batch 1 decoding of ``decode_speed.py``'s case in fp32 and int8,
    with the step teams of :mod:`seqtrans.decoding.teams` (one thread or all, timed), with
    every thread (``SEQTRANS_STEP_TEAMS=0``), and with one thread, each variant in turn,
    ``--repeats`` rounds (medians), beside ``--background-load`` CPU-burning processes.
@@ -32,12 +38,13 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
 from common import arguments, background_load, timed_in_turn, write_json  # noqa: E402
-from decode_speed import SHAPES, Case, seqtrans_decoder, sources  # noqa: E402
+from decode_speed import SHAPES, Case, seqtrans_decoder, sources, step_weight_bytes  # noqa: E402
 
 from seqtrans import environment, native  # noqa: E402
 from seqtrans.decoding import teams  # noqa: E402
-from seqtrans.linear.int8 import _torch_product  # noqa: E402
+from seqtrans.linear.int8 import Int8Linear, _torch_product  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -86,6 +93,59 @@ def products(rows: list[int], repeats: int) -> list[dict[str, Any]]:
         print(f"{m:>3} rows: PyTorch {row['torch_us']:8.0f} us ({row['torch_gb_s']:.1f} GB/s), native "
               f"{row['native_us']:8.0f} us ({row['native_gb_s']:.1f} GB/s): {row['native_speedup']:.2f}x",
               flush=True)
+    return out
+
+
+def step_share(repeats: int, out_len: int, bound: float) -> list[dict[str, Any]]:
+    """Beam 4, batch 1 int8 decoding with one thread and with every thread: the seconds a
+    step spends in its int8 layers against the whole step (medians of ``repeats`` decodes)."""
+    case = Case("base", 4, 1)
+    shape = SHAPES["base"]
+    src = sources(case.batch, shape["vocab"])
+    decode = seqtrans_decoder(case, CPU, src, out_len, precision="int8")
+    step_bytes = step_weight_bytes(shape, precision="int8")
+    inside = [0.0]
+    forward = Int8Linear.forward
+
+    def timed_forward(self: Int8Linear, x: torch.Tensor, *, relu: bool = False) -> torch.Tensor:
+        start = time.perf_counter()
+        try:
+            return forward(self, x, relu=relu)
+        finally:
+            inside[0] += time.perf_counter() - start
+
+    threads = torch.get_num_threads()
+    out = []
+    Int8Linear.forward = timed_forward  # type: ignore[method-assign]
+    try:
+        for team in sorted({1, threads}):
+            torch.set_num_threads(team)
+            try:
+                decode()
+                totals, layers = [], []
+                for _ in range(repeats):
+                    inside[0] = 0.0
+                    start = time.perf_counter()
+                    decode()
+                    totals.append(time.perf_counter() - start)
+                    layers.append(inside[0])
+            finally:
+                torch.set_num_threads(threads)
+            steps = out_len + 1  # the end symbol's step too
+            step_s, layers_s = statistics.median(totals) / steps, statistics.median(layers) / steps
+            row = {"threads": team, "step_us": step_s * 1e6, "int8_layers_us": layers_s * 1e6,
+                   "int8_layers_share": layers_s / step_s, "step_weight_bytes": step_bytes,
+                   "step_gb_s": step_bytes / step_s / 1e9, "int8_layers_gb_s": step_bytes / layers_s / 1e9,
+                   "read_bound_gb_s": bound / 1e9, "step_of_bound": step_bytes / step_s / bound,
+                   "int8_layers_of_bound": step_bytes / layers_s / bound}
+            out.append(row)
+            print(f"{team} thread(s): step {row['step_us']:.0f} us ({row['step_gb_s']:.1f} GB/s, "
+                  f"{row['step_of_bound']:.0%} of {bound / 1e9:.1f}), "
+                  f"int8 layers {row['int8_layers_us']:.0f} us "
+                  f"({row['int8_layers_share']:.0%} of the step; {row['int8_layers_gb_s']:.1f} GB/s, "
+                  f"{row['int8_layers_of_bound']:.0%})", flush=True)
+    finally:
+        Int8Linear.forward = forward  # type: ignore[method-assign]
     return out
 
 
@@ -144,14 +204,18 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"the native int8 product is not built here ({reason})")
     torch.set_grad_enabled(False)
     print(f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '')}")
+    # the fastest read of memory, measured before any burner starts, as decode_speed.py does
+    bound = max(common.memory_bandwidth(CPU), common.read_bandwidth(CPU))
     with background_load(args.background_load):
         rows = products(args.rows, args.repeats)
+        share = step_share(args.repeats, args.out_len, bound)
         variants = team_variants(args.repeats, args.out_len)
     name = "small_steps" + (f"-{args.label}" if args.label else "")
     settings = {"small_step_rows": teams.SMALL_STEP_ROWS, "trials": teams.TRIALS}
     path = write_json(name, {"background_load": args.background_load,
                              "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-                             "products": rows, "teams": variants, "team_settings": settings}, CPU)
+                             "products": rows, "step_share": share, "teams": variants,
+                             "team_settings": settings}, CPU)
     print(f"wrote {path}")
 
 

@@ -138,10 +138,11 @@ class BeamKVCache(KVCache):
     def attend(self, q: Tensor) -> Tensor:
         """Softmax attention of one new query per hypothesis, q [N, H, 1, d], over all
         positions stored so far (:meth:`store` them first) -> [N, H, 1, d]."""
-        from seqtrans.native import beam_attention
+        from seqtrans.native import beam_attention_unchecked
 
-        out = beam_attention(q.squeeze(2).contiguous(), self._k, self._v, self.sources[: self.rows],
-                             self.length, group=self.beam)
+        # the rows are the cache's own, each a row it wrote: no need to check them at every step
+        out = beam_attention_unchecked(q.squeeze(2).contiguous(), self._k, self._v, self.sources[: self.rows],
+                                       self.length, group=self.beam)
         return out.unsqueeze(2)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:

@@ -280,18 +280,20 @@ class CrossAttention(nn.Module):
     def _attend_each(self, x: Tensor, state: CrossState, beam: int) -> Tensor:
         """One query per hypothesis over its own source's real tokens only, in
         :func:`seqtrans.native.beam_attention`.  x [N, 1, D] -> [N, 1, D]"""
-        from seqtrans.native import beam_attention
+        from seqtrans.native import beam_attention, beam_attention_unchecked
 
         assert state.sizes is not None
         n, _, d_model = x.shape
         b, _, s, _ = state.k.shape
         q = self.q(x).reshape(n, self.heads, d_model // self.heads).contiguous()  # [N, H, d]
+        attend = beam_attention_unchecked
         if state.native_rows is None or state.native_rows.shape != (n, s):
             sentence = torch.arange(b, device=x.device).repeat_interleave(beam)  # [N]
             state.native_rows = sentence.unsqueeze(1).expand(n, s).contiguous()  # [N, S]
             state.native_sizes = state.sizes.repeat_interleave(beam)  # [N]
-        out = beam_attention(q, state.k, state.v, state.native_rows, s, group=beam,
-                             lengths=state.native_sizes)  # [N, H, d]
+            attend = beam_attention  # checked once, when the rows and lengths are new
+        out = attend(q, state.k, state.v, state.native_rows, s, group=beam,
+                     lengths=state.native_sizes)  # [N, H, d]
         return out.view(n, 1, d_model)
 
     def weights(self, x: Tensor, memory: Tensor, mask: Tensor) -> Tensor:

@@ -207,7 +207,7 @@ def beam_attention(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, length: int, *
     number of positions instead (a padded source). ``group``: how many consecutive
     hypotheses belong to one sentence (the beam), which sets only the order of the work.
     A hypothesis gets the same bits whatever the other rows. Only when :func:`available`."""
-    library = _library_or_raise()
+    _library_or_raise()
     n, heads, dim = q.shape
     if not (q.dtype == k.dtype == v.dtype == torch.float32 and rows.dtype == torch.int64):
         raise TypeError("beam_attention takes float32 queries, keys and values and int64 rows")
@@ -226,8 +226,17 @@ def beam_attention(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, length: int, *
             raise ValueError(f"beam_attention: lengths {tuple(lengths.shape)} {lengths.dtype} for {n} rows")
         if n and (int(lengths.min()) < 1 or int(lengths.max()) > length):
             raise ValueError(f"beam_attention: lengths outside 1..{length}")
+    return beam_attention_unchecked(q, k, v, rows, length, group=group, lengths=lengths)
+
+
+def beam_attention_unchecked(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, length: int, *, group: int = 1,
+                             lengths: Tensor | None = None) -> Tensor:
+    """:func:`beam_attention` for arguments its caller built to be as it wants (a cache's
+    own rows and a source's own lengths), without its checks: reading the rows' and the
+    lengths' extremes back is four reductions a layer would pay at every step."""
+    n, heads, dim = q.shape
     out = torch.empty_like(q)
-    status = library.seqtrans_beam_attention(
+    status = _library_or_raise().seqtrans_beam_attention(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), rows.data_ptr(),
         None if lengths is None else lengths.data_ptr(), out.data_ptr(), n, heads, dim, length,
         k.size(2), rows.stride(0), group, dim ** -0.5, torch.get_num_threads())
