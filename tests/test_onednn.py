@@ -107,3 +107,32 @@ def test_the_copy_follows_the_weights_when_they_change() -> None:
     src = pad_batch([[4, 5, 6, EOS]])
     with torch.inference_mode():
         torch.testing.assert_close(second(src, src[:, :3]), model(src, src[:, :3]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(48, 64), (300, 96)])
+def test_the_packed_product_gives_a_row_the_same_bits_in_any_batch_and_team(shape: tuple[int, int]) -> None:
+    """The layer reads oneDNN's blocked copy of its weight; each row's sums must not depend
+    on the rows beside it (one row is padded to two) or on the threads that compute it."""
+    g = torch.Generator().manual_seed(2)
+    w = torch.randn(*shape, generator=g)
+    b = torch.randn(shape[0], generator=g)
+    layer = OneDNNLinear(w, b)
+    if hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        assert layer._packed.layout == torch._mkldnn  # the blocked copy, not the plain weight
+    x = torch.randn(700, shape[1], generator=g)
+    threads = torch.get_num_threads()
+    out = {}
+    try:
+        for team in (1, 2):
+            torch.set_num_threads(team)
+            with torch.inference_mode():
+                out[team] = {m: layer(x[:m]) for m in (1, 2, 3, 4, 16, 17, 130, 700)}
+    finally:
+        torch.set_num_threads(threads)
+    alone = out[1][1]
+    for team, by_rows in out.items():
+        for m, y in by_rows.items():
+            assert torch.equal(y[:1], alone), (team, m)
+            assert torch.equal(y, out[1][m]), (team, m)
+    torch.testing.assert_close(out[1][700].double(), F.linear(x.double(), w.double(), b.double()),
+                               rtol=1e-5, atol=1e-5)

@@ -23,6 +23,13 @@ class OneDNNLinear(nn.Module):
     (docs/speed.md). ``weight`` and ``bias`` are the tensors it was made from, shared;
     no gradient flows through the layer. ``forward(x [..., K]) -> [..., O]``.
 
+    The product reads a copy of the weight in oneDNN's own blocked layout
+    (:func:`packed`), made once with the layer: with the weight in its plain layout
+    oneDNN rearranges it at every call, which made a decoding step's few rows take twice
+    as long (docs/speed.md, "Packed float32 weights"). The copy costs the weight's memory
+    again, for as long as the layer lives. A row gets the same bits alone as in any
+    batch, with any number of threads (tests/test_onednn.py).
+
     oneDNN builds and caches a primitive for every row count it sees. Decoding sees
     thousands (batch rows x source lengths, beams shrinking as sentences end), which
     churns that cache and leaves the process's memory growing with every new shape, so
@@ -35,6 +42,7 @@ class OneDNNLinear(nn.Module):
         super().__init__()
         self.weight = weight
         self.bias = bias
+        self._packed = packed(weight)
 
     @property
     def in_features(self) -> int:
@@ -55,7 +63,7 @@ class OneDNNLinear(nn.Module):
         padded = row_bucket(m)
         if padded != m:
             rows = torch.cat([rows, rows.new_zeros(padded - m, rows.size(1))])
-        y = torch.ops.mkldnn._linear_pointwise(rows, self.weight, self.bias, "none", [], "")  # [M', O]
+        y = torch.ops.mkldnn._linear_pointwise(rows, self._packed, self.bias, "none", [], "")  # [M', O]
         return y[:m].view(*x.shape[:-1], y.size(1))
 
 
@@ -67,3 +75,17 @@ def row_bucket(m: int) -> int:
         return max(m, 2)
     step = 1 << (m.bit_length() - 4)
     return -(-m // step) * step
+
+
+def packed(weight: Tensor) -> Tensor:
+    """A copy of ``weight`` [O, K] float32 in the blocked layout oneDNN's product reads
+    fastest on this processor (an opaque ``torch._mkldnn`` tensor that only
+    ``_linear_pointwise`` reads), or ``weight`` itself where this PyTorch cannot make one."""
+    reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
+    if reorder is None or weight.dtype != torch.float32 or weight.device.type != "cpu":
+        return weight
+    try:
+        with torch.no_grad():
+            return reorder(weight.detach())
+    except RuntimeError:  # a layout oneDNN does not take: the plain product, still the same for every batch
+        return weight
