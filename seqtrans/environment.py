@@ -3,6 +3,9 @@ one page lists what the environment can change. Imports no torch.
 
 - ``SEQTRANS_TUNE_MATMUL=0``: CPU decoding multiplies with ``F.linear`` only
   (:mod:`seqtrans.linear`).
+- ``SEQTRANS_PACK_WEIGHTS=0``: float32 CPU decoding multiplies with each weight as it is,
+  without oneDNN's blocked copy beside it (less memory, slower;
+  :mod:`seqtrans.linear.onednn`).
 - ``SEQTRANS_STEP_TEAMS=0``: every decoding step computes with all the process's threads
   (:mod:`seqtrans.decoding.teams`).
 - ``SEQTRANS_NATIVE=0``: CPU decoding builds and uses no native kernel
@@ -38,6 +41,7 @@ from contextlib import contextmanager
 TUNE_MATMUL = "SEQTRANS_TUNE_MATMUL"
 NATIVE = "SEQTRANS_NATIVE"
 STEP_TEAMS = "SEQTRANS_STEP_TEAMS"
+PACK_WEIGHTS = "SEQTRANS_PACK_WEIGHTS"
 CACHE_DIR = "SEQTRANS_CACHE_DIR"
 MIRROR = "SEQTRANS_MIRROR"
 SERVE_TOKEN = "SEQTRANS_SERVE_TOKEN"
@@ -82,6 +86,12 @@ def export(name: str, value: str) -> None:
 def remove(name: str) -> None:
     """Unset ``$name`` for the rest of this process and the processes it starts."""
     os.environ.pop(name, None)
+
+
+def pack_weights() -> bool:
+    """Whether float32 CPU decoding keeps oneDNN's blocked copy of each weight (on unless
+    ``SEQTRANS_PACK_WEIGHTS=0``)."""
+    return os.environ.get(PACK_WEIGHTS, "1") != "0"
 
 
 def tune_matmul() -> bool:

@@ -136,3 +136,14 @@ def test_the_packed_product_gives_a_row_the_same_bits_in_any_batch_and_team(shap
             assert torch.equal(y, out[1][m]), (team, m)
     torch.testing.assert_close(out[1][700].double(), F.linear(x.double(), w.double(), b.double()),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_without_packing_the_layer_keeps_no_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = torch.Generator().manual_seed(3)
+    w, b, x = torch.randn(40, 32, generator=g), torch.randn(40, generator=g), torch.randn(5, 32, generator=g)
+    monkeypatch.setenv("SEQTRANS_PACK_WEIGHTS", "0")
+    plain = OneDNNLinear(w, b)
+    assert plain._packed is w  # the weight itself: no second copy in memory
+    monkeypatch.delenv("SEQTRANS_PACK_WEIGHTS")
+    with torch.inference_mode():
+        torch.testing.assert_close(plain(x), OneDNNLinear(w, b)(x), rtol=1e-5, atol=1e-5)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from seqtrans import environment
+
 
 def onednn_available() -> bool:
     """Whether this PyTorch has oneDNN's linear operator (x86 and ARM builds have it)."""
@@ -27,8 +29,9 @@ class OneDNNLinear(nn.Module):
     (:func:`packed`), made once with the layer: with the weight in its plain layout
     oneDNN rearranges it at every call, which made a decoding step's few rows take twice
     as long (docs/speed.md, "Packed float32 weights"). The copy costs the weight's memory
-    again, for as long as the layer lives. A row gets the same bits alone as in any
-    batch, with any number of threads (tests/test_onednn.py).
+    again, for as long as the layer lives; ``SEQTRANS_PACK_WEIGHTS=0`` (read when the
+    layer is made) keeps none. Either way a row gets the same bits alone as in any batch,
+    with any number of threads (tests/test_onednn.py).
 
     oneDNN builds and caches a primitive for every row count it sees. Decoding sees
     thousands (batch rows x source lengths, beams shrinking as sentences end), which
@@ -80,9 +83,11 @@ def row_bucket(m: int) -> int:
 def packed(weight: Tensor) -> Tensor:
     """A copy of ``weight`` [O, K] float32 in the blocked layout oneDNN's product reads
     fastest on this processor (an opaque ``torch._mkldnn`` tensor that only
-    ``_linear_pointwise`` reads), or ``weight`` itself where this PyTorch cannot make one."""
+    ``_linear_pointwise`` reads), or ``weight`` itself where this PyTorch cannot make one
+    or ``SEQTRANS_PACK_WEIGHTS=0`` says not to."""
     reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
-    if reorder is None or weight.dtype != torch.float32 or weight.device.type != "cpu":
+    if (reorder is None or weight.dtype != torch.float32 or weight.device.type != "cpu"
+            or not environment.pack_weights()):
         return weight
     try:
         with torch.no_grad():
