@@ -307,7 +307,7 @@ def int8_product(x: Tensor, w: Tensor) -> Tensor:
     CPU) -> [M, O] int32, as ``torch._int_mm(x, w.t())``. Only when
     :func:`int8_product_available`."""
     library = _library_or_raise()
-    if not library.seqtrans_int8_product_available():
+    if not built_with_int8_product():
         raise RuntimeError("int8_product needs AVX-512 VNNI, which this build lacks")
     if (x.dtype != torch.uint8 or w.dtype != torch.int8 or x.dim() != 2 or w.dim() != 2
             or not x.is_contiguous() or not w.is_contiguous() or x.device.type != "cpu"
@@ -328,13 +328,13 @@ def int8_linear(x: Tensor, w: Tensor, col_scale: Tensor, *, compensation: Tensor
     call, the same bits: x [M, K] float32 (rows contiguous), w [O, K] int8, col_scale [O],
     compensation [O] int32 (128 times each weight row's sum), bias [O] float32 or None
     -> [M, O] float32. Only when :func:`int8_product_available`."""
-    if not _library_or_raise().seqtrans_int8_product_available():
+    _library_or_raise()
+    if not built_with_int8_product():
         raise RuntimeError("int8_linear needs AVX-512 VNNI, which this build lacks")
     if x.dim() != 2 or w.dim() != 2 or x.device.type != "cpu" or w.device.type != "cpu":
         raise ValueError(f"int8_linear takes a matrix of rows and a weight matrix on the CPU, not "
                          f"{tuple(x.shape)} on {x.device} and {tuple(w.shape)} on {w.device}")
-    m, k = x.shape
-    o = w.size(0)
+    k, o = x.size(1), w.size(0)
     if (x.dtype != torch.float32 or x.stride(1) != 1 or w.dtype != torch.int8 or not w.is_contiguous()
             or w.size(1) != k or col_scale.dtype != torch.float32 or compensation.dtype != torch.int32
             or (bias is not None and (bias.dtype != torch.float32 or not bias.is_contiguous()
