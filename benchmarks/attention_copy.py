@@ -48,10 +48,10 @@ import torch
 
 from seqtrans import pipeline
 from seqtrans.config import DecodeConfig
-from seqtrans.data import source_ids
+from seqtrans.data.batches import source_ids
 from seqtrans.decoding import generate
 from seqtrans.inference import loading
-from seqtrans.model import Transformer
+from seqtrans.model.transformer import Transformer
 from seqtrans_copy import CopyConfig, CopyTask
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

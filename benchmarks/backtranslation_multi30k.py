@@ -35,8 +35,9 @@ from typing import Any
 import sacrebleu
 import torch
 
-from seqtrans import atomic, pipeline, tasks
+from seqtrans import pipeline, tasks
 from seqtrans.inference import evaluation, loading
+from seqtrans.runtime import atomic
 from seqtrans.tasks import Example
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from seqtrans import atomic
-from seqtrans.system import release_freed_memory
+from seqtrans.runtime import atomic
+from seqtrans.runtime.system import release_freed_memory
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -254,7 +254,7 @@ def provenance() -> dict[str, Any]:
 
 def write_results(path: Path, data: dict[str, Any], **options: Any) -> Path:
     """Write a benchmark's results JSON to ``path`` (atomically), with its
-    :func:`provenance` added; ``options`` go to :func:`seqtrans.atomic.write_json`."""
+    :func:`provenance` added; ``options`` go to :func:`seqtrans.runtime.atomic.write_json`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_json(path, {**data, "provenance": provenance()}, **options)
     return path

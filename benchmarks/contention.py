@@ -34,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, arguments, background_load, write_results  # noqa: E402
 
-from seqtrans.threads import parse_wait_policy, wait_policy_environment  # noqa: E402
+from seqtrans.runtime.threads import parse_wait_policy, wait_policy_environment  # noqa: E402
 
 #: What a run's environment loses before its own settings go in.
 CLEARED = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "SEQTRANS_WAIT_POLICY", "OMP_NUM_THREADS", "SEQTRANS_THREADS")

@@ -58,15 +58,15 @@ from common import (  # noqa: E402
     write_json,
 )
 
-from seqtrans import environment  # noqa: E402
 from seqtrans.config import ModelConfig  # noqa: E402
+from seqtrans.data.vocab import BOS, EOS, PAD, Vocab, Vocabularies  # noqa: E402
 from seqtrans.decoding import beam_search, greedy_search  # noqa: E402
 from seqtrans.decoding.generate import decoding_model  # noqa: E402
 from seqtrans.inference.export import export_ctranslate2  # noqa: E402
-from seqtrans.model import Transformer  # noqa: E402
-from seqtrans.quantize import int8_only  # noqa: E402
-from seqtrans.system import keep_freed_memory  # noqa: E402
-from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies  # noqa: E402
+from seqtrans.linear.quantize import int8_only  # noqa: E402
+from seqtrans.model.transformer import Transformer  # noqa: E402
+from seqtrans.runtime import environment  # noqa: E402
+from seqtrans.runtime.system import keep_freed_memory  # noqa: E402
 
 SHAPES = {
     "base": {"layers": 6, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 37000},

@@ -35,11 +35,11 @@ from common import arguments, device_name, pick_device, timed, write_json  # noq
 from decode_speed import SHAPES, seqtrans_model, sources  # noqa: E402
 
 from seqtrans.config import DecodeConfig  # noqa: E402
-from seqtrans.data import source_ids  # noqa: E402
+from seqtrans.data.batches import source_ids  # noqa: E402
+from seqtrans.data.vocab import EOS, PAD  # noqa: E402
 from seqtrans.decoding.generate import generate  # noqa: E402
 from seqtrans.inference.evaluation import read_split  # noqa: E402
 from seqtrans.inference.loading import load  # noqa: E402
-from seqtrans.vocab import EOS, PAD  # noqa: E402
 
 TINY = {"layers": 1, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 50}
 

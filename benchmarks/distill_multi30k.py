@@ -51,15 +51,16 @@ from typing import Any
 
 import torch
 
-from seqtrans import environment, pipeline
-from seqtrans.distill import distill
+from seqtrans import pipeline
 from seqtrans.errors import ConfigError
 from seqtrans.inference import evaluation, loading
+from seqtrans.inference.distill import distill
 from seqtrans.inference.export import export
-from seqtrans.inference.shortlists import build_shortlist
-from seqtrans.shortlist import FILE as SHORTLIST
-from seqtrans.system import keep_freed_memory
-from seqtrans.threads import set_threads
+from seqtrans.runtime import environment
+from seqtrans.runtime.system import keep_freed_memory
+from seqtrans.runtime.threads import set_threads
+from seqtrans.shortlist.build import build_shortlist
+from seqtrans.shortlist.table import FILE as SHORTLIST
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import cpu_info, write_results  # noqa: E402

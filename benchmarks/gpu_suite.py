@@ -51,8 +51,8 @@ import step_graphs  # noqa: E402
 import train_speed  # noqa: E402
 from common import RESULTS, arguments, device_name, gemm_peak, memory_bandwidth, pick_device, write_results  # noqa: E402
 
+from seqtrans.data.vocab import PAD  # noqa: E402
 from seqtrans.training.step import resolve_precision  # noqa: E402
-from seqtrans.vocab import PAD  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("gpu_tests", "decode_speed", "step_graphs", "train_mfu", "multi30k")

@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import arguments, device_name, write_json  # noqa: E402
 from decode_speed import SHAPES, seqtrans_model, sources  # noqa: E402
 
-from seqtrans import environment  # noqa: E402
 from seqtrans.decoding import beam_search, greedy_search  # noqa: E402
 from seqtrans.linear import fp32  # noqa: E402
-from seqtrans.model import Transformer  # noqa: E402
+from seqtrans.model.transformer import Transformer  # noqa: E402
+from seqtrans.runtime import environment  # noqa: E402
 
 ROWS = [1, 2, 4, 8, 16, 21, 32, 42, 64, 84, 128, 256]
 FORMS = {"f_linear": fp32._plain, "weight_first": fp32._weight_first,

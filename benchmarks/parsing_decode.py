@@ -42,7 +42,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import arguments, device_name, write_json  # noqa: E402
 
-from seqtrans.data import pad_batch, source_ids  # noqa: E402
+from seqtrans.data.batches import pad_batch, source_ids  # noqa: E402
 from seqtrans.decoding.beam import beam_search  # noqa: E402
 from seqtrans.decoding.generate import length_batches, max_output_length  # noqa: E402
 from seqtrans.decoding.search import Hypothesis  # noqa: E402
@@ -82,7 +82,7 @@ def _decoding_model(run: Loaded) -> Any:
     try:
         from seqtrans.decoding.generate import decoding_model
     except ImportError:  # before decoding_model: int8 had its copy, fp32 the model itself
-        from seqtrans.quantize import quantized_cached
+        from seqtrans.linear.quantize import quantized_cached
 
         return quantized_cached(run.model) if run.config.decode.precision == "int8" else run.model
     return decoding_model(run.model, run.config.decode.precision, run.device)

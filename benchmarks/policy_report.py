@@ -1,5 +1,5 @@
 """How far a trained read policy's training matches its test-time decisions, per decoder
-layer (:mod:`seqtrans.inference.policy`): the share of selection probabilities within
+layer (:mod:`seqtrans.streaming.policy`): the share of selection probabilities within
 [0.1, 0.9], the distance in source positions between where the hard decisions stop and
 where the expected alignment stops on average, and the expected probability of the hard
 stop, teacher-forced with a split's references.
@@ -19,7 +19,7 @@ import json
 import torch
 
 from seqtrans.inference import loading
-from seqtrans.inference.policy import split_report
+from seqtrans.streaming.policy import split_report
 
 
 def main() -> None:

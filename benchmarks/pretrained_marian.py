@@ -107,7 +107,7 @@ def build(directory: Path) -> None:
 
 def convert(phase: str, source: Path, out: Path) -> dict[str, float]:
     """Import or export in this process: seconds and peak memory."""
-    from seqtrans import formats
+    from seqtrans.inference import formats
     from seqtrans.inference.loading import load
 
     fmt = formats.load("hf-marian")

@@ -174,7 +174,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="Also write the results here as JSON.")
     args = parser.parse_args()
     if args.threads is not None:
-        from seqtrans.threads import set_threads
+        from seqtrans.runtime.threads import set_threads
 
         set_threads(args.threads)
     with background_load(args.background_load):

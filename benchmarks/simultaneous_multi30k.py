@@ -53,10 +53,10 @@ import torch
 
 from seqtrans import pipeline
 from seqtrans.config import ModelConfig, RunConfig
-from seqtrans.data import source_ids
+from seqtrans.data.batches import source_ids
 from seqtrans.decoding import generate
 from seqtrans.inference import evaluation, loading
-from seqtrans.model import Transformer
+from seqtrans.model.transformer import Transformer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import cpu_info, write_results  # noqa: E402
@@ -193,7 +193,7 @@ def simultaneous(name: str, ks: list[int], args: argparse.Namespace, *,
                  thresholds: list[float] | None = None) -> list[dict[str, Any]]:
     """Streaming evaluation of one model at each lag (0: the model's own policy), and a
     learned policy at each stopping threshold (``decode.monotonic_threshold``)."""
-    from seqtrans.inference.simultaneous import score_stream
+    from seqtrans.streaming.evaluation import score_stream
 
     torch.set_num_threads(args.threads)
     out = Path(args.work) / name
@@ -259,11 +259,11 @@ def undecided(loaded: loading.Loaded, split: evaluation.Split) -> list[float]:
     """For each decoder layer, the share of the monotonic heads' selection probabilities
     within [0.1, 0.9] over the split's (target, source) position pairs, teacher-forced with
     the references: how far from hard decisions its training left them
-    (:func:`seqtrans.inference.policy.policy_report`)."""
-    from seqtrans.data import pad_batch
-    from seqtrans.encoding import target_ids
-    from seqtrans.inference.policy import policy_report
-    from seqtrans.vocab import BOS
+    (:func:`seqtrans.streaming.policy.policy_report`)."""
+    from seqtrans.data.batches import pad_batch
+    from seqtrans.data.encoding import target_ids
+    from seqtrans.data.vocab import BOS
+    from seqtrans.streaming.policy import policy_report
 
     examples = split.examples
     batches = ((pad_batch([source_ids(loaded.codec, e.source) for e in chunk]),

@@ -42,9 +42,10 @@ import common  # noqa: E402
 from common import arguments, background_load, timed_in_turn, write_json  # noqa: E402
 from decode_speed import SHAPES, Case, seqtrans_decoder, sources, step_weight_bytes  # noqa: E402
 
-from seqtrans import environment, native  # noqa: E402
+from seqtrans import native  # noqa: E402
 from seqtrans.decoding import teams  # noqa: E402
 from seqtrans.linear.int8 import Int8Linear, _torch_product  # noqa: E402
+from seqtrans.runtime import environment
 
 CPU = torch.device("cpu")
 

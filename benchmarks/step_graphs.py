@@ -28,8 +28,8 @@ from torch import Tensor
 from torch._dynamo.utils import counters
 
 from seqtrans.attention.scaled_dot import CrossAttention, CrossState, SelfAttention, merge_heads, split_heads
-from seqtrans.model import Transformer
-from seqtrans.vocab import BOS
+from seqtrans.data.vocab import BOS
+from seqtrans.model.transformer import Transformer
 
 BUCKETS = (16, 32, 64, 128, 256, 512)
 

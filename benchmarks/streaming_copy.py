@@ -3,7 +3,7 @@
 Trains the copy task's small Transformer with monotonic encoder-decoder attention and a
 causal encoder (``model.cross_attention=monotonic model.causal_encoder=true``) on copying
 and on reversing sequences of length 1..L, then decodes the 1,000 test sequences as
-streams (``seqtrans.decoding.streaming``) and reports exact match, the average proportion
+streams (``seqtrans.streaming.decoder``) and reports exact match, the average proportion
 (AP) and average lagging (AL) of the delays, whether the streamed outputs equal offline
 greedy decoding, and the decoding time of both. Copying can write each token right after
 reading it (AL near 1); reversing cannot write anything before the whole source is read
@@ -32,12 +32,12 @@ from typing import Any
 import torch
 
 from seqtrans import pipeline
-from seqtrans.data import prediction, source_ids
+from seqtrans.data.batches import prediction, source_ids
+from seqtrans.data.vocab import EOS
 from seqtrans.decoding import generate
-from seqtrans.decoding.latency import average_lagging, average_proportion
-from seqtrans.decoding.streaming import stream_greedy
 from seqtrans.inference import evaluation, loading
-from seqtrans.vocab import EOS
+from seqtrans.streaming.decoder import stream_greedy
+from seqtrans.streaming.latency import average_lagging, average_proportion
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_results  # noqa: E402

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import arguments, device_name, gemm_peak, pick_device, timed, write_json  # noqa: E402
 from decode_speed import SHAPES, marian_model, seqtrans_model  # noqa: E402
 
+from seqtrans.data.vocab import BOS, EOS, PAD  # noqa: E402
 from seqtrans.training.loss import projected_label_smoothed_loss  # noqa: E402
-from seqtrans.vocab import BOS, EOS, PAD  # noqa: E402
 
 
 def batch(tokens: int, vocab: int, *, seed: int = 0,

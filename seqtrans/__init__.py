@@ -22,7 +22,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from seqtrans import _moved
+
 __version__ = "0.1.0"
+
+_moved.install()
 
 _API = {
     "resolve_config": "seqtrans.tasks",
@@ -33,20 +37,20 @@ _API = {
     "score_files": "seqtrans.inference.scoring",
     "evaluate": "seqtrans.inference.loading",
     "predict": "seqtrans.inference.online",
-    "set_threads": "seqtrans.threads",
-    "set_wait_policy": "seqtrans.threads",
-    "stream": "seqtrans.inference.session",
-    "StreamSession": "seqtrans.inference.session",
+    "set_threads": "seqtrans.runtime.threads",
+    "set_wait_policy": "seqtrans.runtime.threads",
+    "stream": "seqtrans.streaming.session",
+    "StreamSession": "seqtrans.streaming.session",
     "average": "seqtrans.pipeline",
     "Loaded": "seqtrans.inference.loaded",
     "RunConfig": "seqtrans.config",
     "ModelConfig": "seqtrans.config",
     "TrainConfig": "seqtrans.config",
     "DecodeConfig": "seqtrans.config",
-    "Transformer": "seqtrans.model",
-    "build_model": "seqtrans.model",
-    "Vocab": "seqtrans.vocab",
-    "Vocabularies": "seqtrans.vocab",
+    "Transformer": "seqtrans.model.transformer",
+    "build_model": "seqtrans.model.transformer",
+    "Vocab": "seqtrans.data.vocab",
+    "Vocabularies": "seqtrans.data.vocab",
     "Codec": "seqtrans.tasks.protocol",
     "Example": "seqtrans.tasks.protocol",
     "Skipped": "seqtrans.tasks.protocol",
@@ -65,6 +69,7 @@ __all__ = sorted([*_API, "tasks", "__version__"])
 if TYPE_CHECKING:
     from seqtrans import tasks
     from seqtrans.config import DecodeConfig, ModelConfig, RunConfig, TrainConfig
+    from seqtrans.data.vocab import Vocab, Vocabularies
     from seqtrans.decoding.constraints import Constraint
     from seqtrans.decoding.ensemble import Ensemble
     from seqtrans.decoding.search import Hypothesis
@@ -73,13 +78,12 @@ if TYPE_CHECKING:
     from seqtrans.inference.loading import evaluate, load, load_ensemble
     from seqtrans.inference.online import predict
     from seqtrans.inference.scoring import score_files
-    from seqtrans.inference.session import StreamSession, stream
-    from seqtrans.model import Transformer, build_model
+    from seqtrans.model.transformer import Transformer, build_model
     from seqtrans.pipeline import average, run
+    from seqtrans.runtime.threads import set_threads, set_wait_policy
+    from seqtrans.streaming.session import StreamSession, stream
     from seqtrans.tasks import resolve_config
     from seqtrans.tasks.protocol import Codec, Example, Skipped, Task, TaskClass
-    from seqtrans.threads import set_threads, set_wait_policy
-    from seqtrans.vocab import Vocab, Vocabularies
 
 
 def __getattr__(name: str) -> Any:

@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from seqtrans import __version__, atomic, environment
+from seqtrans import __version__
 from seqtrans.errors import Interrupted, SeqtransError, UsageError
 from seqtrans.inference.export import FORMATS as EXPORT_FORMATS
 from seqtrans.inference.export import QUANTIZATIONS as EXPORT_QUANTIZATIONS
-from seqtrans.system import keep_freed_memory
+from seqtrans.runtime import atomic, environment
+from seqtrans.runtime.system import keep_freed_memory
+from seqtrans.runtime.threads import parse_threads, parse_wait_policy, set_threads, set_wait_policy
 from seqtrans.tasks.discovery import COMMAND_GROUP, TaskEntry, installed, load_object
-from seqtrans.threads import parse_threads, parse_wait_policy, set_threads, set_wait_policy
 
 log = logging.getLogger("seqtrans")
 
@@ -136,7 +137,7 @@ def _decode_help(key: str) -> str:
 def _shortlist_fields() -> tuple[Any, ...]:
     from dataclasses import fields
 
-    from seqtrans.shortlist import ShortlistSettings
+    from seqtrans.shortlist.table import ShortlistSettings
 
     return fields(ShortlistSettings)
 
@@ -460,7 +461,7 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _cmd_new_task(args: argparse.Namespace) -> int:
-    from seqtrans.scaffold import new_task
+    from seqtrans.tasks.scaffold import new_task
 
     for path in new_task(args.name, directory=args.dir):
         print(f"wrote {path}")
@@ -502,8 +503,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from seqtrans import distributed
     from seqtrans.pipeline import resolve_config, run
+    from seqtrans.training import distributed
 
     config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
                             overrides=args.overrides)
@@ -555,7 +556,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from seqtrans.inference.loading import load_ensemble
     from seqtrans.inference.online import line_batches, predict, predict_batches
     from seqtrans.inference.output import OutputOptions
-    from seqtrans.inference.streaming import stream, words_of
+    from seqtrans.streaming.predict import stream, words_of
     from seqtrans.tasks.protocol import stream_unit
 
     overrides = _decode_overrides(args)
@@ -635,7 +636,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     metrics = evaluate(args.models, split=args.split, overrides=overrides, device=args.device,
                        progress=_progress(args), stream=args.stream, instances=args.instances)
     if args.stream:
-        from seqtrans.inference.simultaneous import metrics_path
+        from seqtrans.streaming.evaluation import metrics_path
 
         path = args.output or metrics_path(args.models[0], split=args.split, overrides=args.overrides)
         atomic.write_json(path, metrics)
@@ -652,7 +653,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from seqtrans import formats
+    from seqtrans.inference import formats
 
     path = formats.load(args.format).import_model(args.source, out=args.out)
     print(f"wrote {path}")
@@ -686,7 +687,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from seqtrans.plot import plot
+    from seqtrans.training.plot import plot
 
     path = plot(args.runs, args.out or args.runs[0] / "curves.png")
     print(f"wrote {path}")
@@ -707,8 +708,8 @@ def _cmd_attention(args: argparse.Namespace) -> int:
 
 
 def _cmd_shortlist(args: argparse.Namespace) -> int:
-    from seqtrans.inference.shortlists import build_shortlist
-    from seqtrans.shortlist import ShortlistSettings
+    from seqtrans.shortlist.build import build_shortlist
+    from seqtrans.shortlist.table import ShortlistSettings
 
     settings = ShortlistSettings(**{f.name: getattr(args, f.name) for f in _shortlist_fields()})
     print(f"wrote {build_shortlist(args.model, settings=settings, progress=_progress(args))}")
@@ -716,7 +717,7 @@ def _cmd_shortlist(args: argparse.Namespace) -> int:
 
 
 def _cmd_distill(args: argparse.Namespace) -> int:
-    from seqtrans.distill import distill
+    from seqtrans.inference.distill import distill
 
     corpus = distill(args.teacher, args.out, overrides=args.overrides, mix=args.mix, chunk=args.chunk,
                      device=args.device, progress=_progress(args))
@@ -734,7 +735,7 @@ def _cmd_average(args: argparse.Namespace) -> int:
 
 
 def _cmd_upgrade(args: argparse.Namespace) -> int:
-    from seqtrans.upgrade import upgrade_run
+    from seqtrans.training.upgrade import upgrade_run
 
     changes = upgrade_run(args.run_dir)
     for line in changes:
@@ -784,7 +785,7 @@ def _failed(where: str, exc: SeqtransError) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from seqtrans.world import SINGLE, world_from_env
+    from seqtrans.training.world import SINGLE, world_from_env
 
     argv = list(sys.argv[1:] if argv is None else argv)
     code = _run_plugin_command(argv)

@@ -19,25 +19,26 @@ from typing import Any
 
 import torch
 
-from seqtrans import atomic, distributed, tasks
 from seqtrans import config as cfg
-from seqtrans import shortlist as shortlists
-from seqtrans.assets import assets_digest, read_assets, write_assets
+from seqtrans import tasks
 from seqtrans.attention import StartsFromScaledDot
 from seqtrans.config import DecodeConfig, RunConfig
-from seqtrans.data import Pairs, check_sources, encode_pairs
+from seqtrans.data.assets import assets_digest, read_assets, write_assets
+from seqtrans.data.batches import Pairs, check_sources, encode_pairs
+from seqtrans.data.vocab import EOS
 from seqtrans.errors import CheckpointError, ConfigError, UsageError
 from seqtrans.inference.evaluation import decode_sources, numeric, read_split, score_examples
 from seqtrans.inference.loading import AVERAGE, select_device
-from seqtrans.model import Transformer, build_model
+from seqtrans.model.transformer import Transformer, build_model
 from seqtrans.prepare import examples_of, prepare
+from seqtrans.runtime import atomic
+from seqtrans.shortlist import table as shortlists
 from seqtrans.tasks import resolve_config as resolve_config  # part of the operations API
 from seqtrans.tasks.protocol import Codec, Example, Metric, SegmentationSampling, Task, metric_mode
-from seqtrans.training import checkpoint
+from seqtrans.training import checkpoint, distributed
 from seqtrans.training.loop import Trainer
 from seqtrans.training.tracking import require_tensorboard
-from seqtrans.upgrade import check_current
-from seqtrans.vocab import EOS
+from seqtrans.training.upgrade import check_current
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class Initial:
 def initial(path: str | Path) -> Initial:
     """The model of a run directory or checkpoint to start a run from."""
     from seqtrans.inference.loading import find_checkpoint
-    from seqtrans.upgrade import upgrade_checkpoint
+    from seqtrans.training.upgrade import upgrade_checkpoint
 
     found = find_checkpoint(path)
     payload = checkpoint.load(found)

@@ -10,11 +10,12 @@ import pytest
 import torch
 from counting_extension import CountingExtension
 
-from seqtrans import environment, native
+from seqtrans import native
 from seqtrans.config import ModelConfig
-from seqtrans.model import Transformer
-from seqtrans.testing import serve_directory
-from seqtrans.vocab import BOS, EOS, PAD
+from seqtrans.data.vocab import BOS, EOS, PAD
+from seqtrans.model.transformer import Transformer
+from seqtrans.runtime import environment
+from seqtrans.tasks.testing import serve_directory
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"

@@ -1,5 +1,5 @@
 """A model extension for the engine's tests: it uses every hook of the seam
-(:mod:`seqtrans.extension`) with state of both reorder kinds, and names no task.
+(:mod:`seqtrans.model.extension`) with state of both reorder kinds, and names no task.
 
 Each source embedding gets a learned vector for whether its token is :data:`MARK`; each
 decoder input gets a learned vector for how many :data:`MARK` tokens its prefix holds
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from seqtrans.extension import ROW, SENTENCE, ModelExtension, reorder_fields
+from seqtrans.model.extension import ROW, SENTENCE, ModelExtension, reorder_fields
 
 MARK = 4  # the token the extension counts, on both sides
 MOST = 3  # counts above this share one vector

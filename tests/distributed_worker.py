@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seqtrans import distributed
 from seqtrans.config import DecodeConfig, ModelConfig, RunConfig, TrainConfig
-from seqtrans.data import Pairs
-from seqtrans.model import Transformer
+from seqtrans.data.batches import Pairs
+from seqtrans.model.transformer import Transformer
+from seqtrans.training import distributed
 from seqtrans.training.loop import Trainer
 
 MODEL = ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2, dropout=0.0)

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seqtrans import download
 from seqtrans.errors import DataError
+from seqtrans.runtime import download
 
 FILES = {"dev/a.en": b"one\ntwo\n", "b.de": b"eins\n"}
 

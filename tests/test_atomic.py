@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from seqtrans import atomic
+from seqtrans.runtime import atomic
 
 
 def test_a_file_is_replaced_whole(tmp_path: Path) -> None:

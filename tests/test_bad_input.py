@@ -14,12 +14,12 @@ import torch
 from seqtrans import config as cfg
 from seqtrans import tasks
 from seqtrans.config import ModelConfig, RunConfig, TrainConfig
-from seqtrans.data import Pairs
+from seqtrans.data.batches import Pairs
 from seqtrans.errors import CheckpointError, DataError, UsageError
 from seqtrans.inference.evaluation import Split, score_examples
 from seqtrans.inference.loading import Loaded
 from seqtrans.inference.online import predict_batches
-from seqtrans.model import Transformer, build_model
+from seqtrans.model.transformer import Transformer, build_model
 from seqtrans.tasks import Example
 from seqtrans.training import checkpoint
 from seqtrans.training.loop import Trainer

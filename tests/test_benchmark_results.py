@@ -67,8 +67,8 @@ def test_results_record_the_commit_cpu_torch_threads_and_load(common: dict[str, 
 
 @pytest.mark.parametrize(("status", "dirty"), [
     ("M benchmarks/results/x.json\n M docs/images/x.png", False),  # a run's own earlier writes
-    ("M benchmarks/results/x.json\n M seqtrans/model.py", True),
-    ("M seqtrans/model.py", True),  # the first line's leading space stripped with the output's
+    ("M benchmarks/results/x.json\n M seqtrans/model/transformer.py", True),
+    ("M seqtrans/model/transformer.py", True),  # the first line's leading space stripped with the output's
     ("MM docs/speed.md", True),
     ("", False),
 ])

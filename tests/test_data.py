@@ -8,9 +8,9 @@ import random
 import numpy as np
 
 from fake_plugins.lines_task import LinesCodec
-from seqtrans.data import encode_pairs, pad_batch, token_batches
+from seqtrans.data.batches import encode_pairs, pad_batch, token_batches
+from seqtrans.data.vocab import BOS, EOS, PAD, Vocab, Vocabularies
 from seqtrans.tasks import Example
-from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies
 
 
 def lengths(n: int, seed: int = 0) -> tuple[list[int], list[int]]:
@@ -63,7 +63,7 @@ def reference_cuts(order: list[int], src: list[int], tgt: list[int], max_tokens:
 
 
 def test_batches_match_a_plain_greedy_cut_across_chunks(monkeypatch) -> None:
-    from seqtrans import data
+    from seqtrans.data import batches as data
 
     src, tgt = lengths(3000, seed=3)
     original = data._cuts

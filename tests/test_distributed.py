@@ -18,9 +18,8 @@ import pytest
 import torch
 from distributed_worker import copy_pairs
 
-from seqtrans import distributed
-from seqtrans.distributed import World
-from seqtrans.training import checkpoint
+from seqtrans.training import checkpoint, distributed
+from seqtrans.training.distributed import World
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 STEPS = 12
@@ -114,7 +113,7 @@ def dealt(pairs: int, ranks: int, accumulate: int, *, max_epochs: int, steps: in
     """What each rank gets per update (batch numbers in the epoch, -1 for a zero-weight
     slot), and the epochs' batches, for a run of ``max_epochs``."""
     from seqtrans.config import ModelConfig, RunConfig, TrainConfig
-    from seqtrans.model import Transformer
+    from seqtrans.model.transformer import Transformer
     from seqtrans.training.loop import Trainer
 
     model_config = ModelConfig(encoder_layers=1, decoder_layers=1, d_model=8, d_ff=8, heads=1)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_DATA
-from seqtrans import download
 from seqtrans.errors import DownloadError
-from seqtrans.testing import serve, without_download_settings
+from seqtrans.runtime import download
+from seqtrans.tasks.testing import serve, without_download_settings
 
 MULTI30K = SHARED_DATA / "multi30k"
 URL = "https://example.org/multi30k/raw/{}"

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from seqtrans.config import ModelConfig
-from seqtrans.dropout import Dropout, dropout, keep_mask
-from seqtrans.model import Transformer
+from seqtrans.model.dropout import Dropout, dropout, keep_mask
+from seqtrans.model.transformer import Transformer
 
 N = 1 << 20
 

@@ -14,13 +14,13 @@ from counting_extension import CountingExtension
 
 from seqtrans.cli import main
 from seqtrans.config import ModelConfig
+from seqtrans.data.vocab import BOS, EOS, PAD, Vocab, Vocabularies
 from seqtrans.decoding import greedy_search
 from seqtrans.errors import ConfigError, UsageError
-from seqtrans.extension import ExtensionError, ModelExtension
 from seqtrans.inference.export import export_ctranslate2, unsupported
 from seqtrans.inference.loading import load
-from seqtrans.model import Transformer
-from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies
+from seqtrans.model.extension import ExtensionError, ModelExtension
+from seqtrans.model.transformer import Transformer
 
 MAX_LEN = 10
 

@@ -1,4 +1,4 @@
-"""The model-extension seam (seqtrans.extension): the plugin guide's example extension,
+"""The model-extension seam (seqtrans.model.extension): the plugin guide's example extension,
 run as the guide shows it, against teacher forcing, brute-force search, ensembles and a
 save-and-load; what the engine refuses and how it names the extension."""
 
@@ -17,12 +17,12 @@ from counting_extension import CountingExtension
 from decoding.test_search import wide_beam_is_exact
 
 from conftest import tiny_model
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import BOS, EOS
 from seqtrans.decoding import beam_search
 from seqtrans.decoding.ensemble import Ensemble
-from seqtrans.extension import ExtensionError, ModelExtension
-from seqtrans.model import Transformer
-from seqtrans.vocab import BOS, EOS
+from seqtrans.model.extension import ExtensionError, ModelExtension
+from seqtrans.model.transformer import Transformer
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 
@@ -85,7 +85,7 @@ def test_extensions_ride_along_in_ensembles_saves_and_int8_copies(tmp_path: Path
         again = with_countdown(5)
         again.load_state_dict(state)
         torch.testing.assert_close(again(src, src), extended(src, src))
-        from seqtrans.quantize import quantized
+        from seqtrans.linear.quantize import quantized
 
         int8 = quantized(extended)
         assert isinstance(int8.extensions["countdown"], ModelExtension)
@@ -116,7 +116,7 @@ def test_what_an_extension_cannot_do_is_refused_with_its_name_and_reason() -> No
 
 def test_extend_takes_named_extensions_only() -> None:
     model = tiny_model()
-    with pytest.raises(TypeError, match="'bad' is a Linear, not a seqtrans.extension.ModelExtension"):
+    with pytest.raises(TypeError, match="'bad' is a Linear, not a seqtrans.model.extension.ModelExtension"):
         model.extend({"bad": torch.nn.Linear(2, 2)})  # type: ignore[dict-item]
     model.extend({"counting": CountingExtension(16)})
     with pytest.raises(ValueError, match="'counting' is not an identifier or is taken"):

@@ -11,11 +11,11 @@ from distributed_worker import MODEL, copy_pairs
 from conftest import tiny_model
 from seqtrans import pipeline
 from seqtrans.config import RunConfig, TrainConfig
+from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding import beam_search, greedy_search
 from seqtrans.errors import TrainingError
-from seqtrans.model import Transformer
+from seqtrans.model.transformer import Transformer
 from seqtrans.training.loop import Trainer
-from seqtrans.vocab import BOS, EOS, PAD
 
 pytestmark = pytest.mark.gpu
 
@@ -76,7 +76,7 @@ def test_attention_mechanisms_match_the_cpu(options: dict) -> None:
     assert [[h.tokens for h in hs] for hs in gpu_beam] == [[h.tokens for h in hs] for hs in cpu_beam]
     if options["cross_attention"] == "monotonic":
         from seqtrans.config import DecodeConfig
-        from seqtrans.decoding.streaming import stream_greedy
+        from seqtrans.streaming.decoder import stream_greedy
 
         streamed = [e.token for e in stream_greedy(model, [5, 6, 7], DecodeConfig(beam=1))]
         offline = greedy_search(model, src[:1].to(CUDA), max_len=torch.tensor([53]))

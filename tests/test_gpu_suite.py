@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import ROOT, SHARED_DATA, tiny_model
-from seqtrans.vocab import EOS, PAD
+from seqtrans.data.vocab import EOS, PAD
 
 SUITE = ROOT / "benchmarks" / "gpu_suite.py"
 

@@ -12,9 +12,9 @@ from test_inference import TINY_COPY_RUN
 
 from conftest import src_batch, tiny_model
 from seqtrans.cli import main
+from seqtrans.data.vocab import BOS
 from seqtrans.inference.heatmaps import Attended, attend, draw
 from seqtrans.inference.loading import load
-from seqtrans.vocab import BOS
 
 PNG = b"\x89PNG\r\n\x1a\n"
 TINY = [*TINY_COPY_RUN, "model.decoder_layers=2"]  # a grid of more than one layer

@@ -15,16 +15,16 @@ import torch.nn.functional as F
 
 from seqtrans import cli, tasks
 from seqtrans import config as cfg
+from seqtrans.data.vocab import BOS, EOS
 from seqtrans.decoding import beam_search
 from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import generate
 from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.loading import Loaded, load, load_ensemble
 from seqtrans.inference.scoring import score_files, score_ids
-from seqtrans.model import Transformer, build_model
-from seqtrans.quantize import is_int8_only
+from seqtrans.linear.quantize import is_int8_only
+from seqtrans.model.transformer import Transformer, build_model
 from seqtrans.training import checkpoint
-from seqtrans.vocab import BOS, EOS
 
 SMALL = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16", "model.d_ff=32",
          "model.heads=2"]

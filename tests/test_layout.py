@@ -30,22 +30,27 @@ PACKAGE = Path(seqtrans.__file__).parent
 #: layers below. A module belongs to the entry naming the longest prefix of its name;
 #: ``seqtrans`` alone is the package's ``__init__``. Keep docs/design.md in step.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("seqtrans.errors", "seqtrans.environment", "seqtrans.atomic", "seqtrans.assets", "seqtrans.system",
-     "seqtrans.precision", "seqtrans.masks", "seqtrans.dropout", "seqtrans.world", "seqtrans.threads",
-     "seqtrans.testing", "seqtrans.binarized", "seqtrans.download", "seqtrans.timing"),
-    ("seqtrans.config", "seqtrans.vocab", "seqtrans.shortlist"),
-    ("seqtrans.native", "seqtrans.linear", "seqtrans.distributed"),
-    ("seqtrans.attention", "seqtrans.extension"),
+    # what a process runs on, and the packages' own __init__ modules (docstrings only)
+    ("seqtrans.errors", "seqtrans._moved", "seqtrans.runtime", "seqtrans.data", "seqtrans.data.assets",
+     "seqtrans.model", "seqtrans.model.masks", "seqtrans.model.dropout", "seqtrans.linear.precision",
+     "seqtrans.training.world", "seqtrans.tasks.testing", "seqtrans.prepare.binarized",
+     "seqtrans.streaming", "seqtrans.shortlist"),
+    ("seqtrans.config", "seqtrans.data.vocab", "seqtrans.shortlist.table"),
+    ("seqtrans.native", "seqtrans.linear", "seqtrans.training.distributed"),
+    ("seqtrans.attention", "seqtrans.model.extension"),
     # the task contract, and what reads a task's examples into ids; a task's constraint
     # (decoding.constraints) is part of the contract, free of the search
-    ("seqtrans.tasks", "seqtrans.decoding.constraints", "seqtrans.encoding", "seqtrans.data"),
-    ("seqtrans.model", "seqtrans.quantize", "seqtrans.tasks.contract"),
-    ("seqtrans.decoding",),
-    ("seqtrans.training", "seqtrans.upgrade", "seqtrans.prepare"),
-    ("seqtrans.inference", "seqtrans.formats", "seqtrans.simuleval", "seqtrans.distill", "seqtrans.plot"),
-    ("seqtrans.serving",),
+    ("seqtrans.tasks", "seqtrans.decoding.constraints", "seqtrans.data.encoding", "seqtrans.data.batches"),
+    ("seqtrans.model.transformer", "seqtrans.linear.quantize", "seqtrans.tasks.contract"),
+    ("seqtrans.decoding", "seqtrans.shortlist.search", "seqtrans.streaming.decoder",
+     "seqtrans.streaming.latency"),
+    ("seqtrans.training", "seqtrans.prepare"),
+    ("seqtrans.inference", "seqtrans.shortlist.build", "seqtrans.streaming.session",
+     "seqtrans.streaming.predict", "seqtrans.streaming.evaluation", "seqtrans.streaming.policy",
+     "seqtrans.streaming.simuleval", "seqtrans.training.plot"),
+    ("seqtrans.serving", "seqtrans.streaming.websocket"),
     ("seqtrans.pipeline",),
-    ("seqtrans.cli", "seqtrans.__main__", "seqtrans.scaffold", "seqtrans"),
+    ("seqtrans.cli", "seqtrans.__main__", "seqtrans.tasks.scaffold", "seqtrans"),
 )
 
 
@@ -263,3 +268,32 @@ def test_the_longest_prefix_decides_a_layer(module: str) -> None:
     expected = {"seqtrans.decoding.constraints": 4, "seqtrans.tasks.contract": 5,
                 "seqtrans.tasks.protocol": 4, "seqtrans": len(LAYERS) - 1}
     assert layer_of(module) == expected[module]
+
+
+def test_design_doc_layout_is_the_tree() -> None:
+    """docs/design.md's Layout block names each package and top-level module of
+    ``seqtrans/``, and nothing that is not there."""
+    design = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
+    block = design[design.index("## Layout"):design.index("## Layers")]
+    block = block[block.index("```\n") + 4:]
+    shown = {line.split()[0] for line in block[:block.index("```")].splitlines() if line.startswith("  ") and
+             not line.startswith("   ")}
+    tree = {f"{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    tree |= {p.name for p in PACKAGE.glob("*.py")}
+    assert shown == tree
+
+
+def test_at_most_eight_top_level_modules() -> None:
+    modules = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(modules) <= 8, modules
+
+
+def test_a_moved_module_imports_by_its_old_name_with_a_warning() -> None:
+    code = ("import warnings; warnings.simplefilter('error')\n"
+            "import seqtrans.data.vocab as new\n"
+            "try:\n    import seqtrans.vocab\nexcept DeprecationWarning as w:\n    print('warned', w)\n"
+            "warnings.simplefilter('ignore')\nimport seqtrans.vocab as old\n"
+            "from seqtrans.data import Pairs\nfrom seqtrans.model import Transformer\n"
+            "print(old is new)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "warned seqtrans.vocab moved to seqtrans.data.vocab" in out and out.strip().endswith("True")

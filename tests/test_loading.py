@@ -15,10 +15,10 @@ import pytest
 import torch
 from test_inference import copy_run
 
+from seqtrans.data.vocab import BOS, EOS
 from seqtrans.errors import CheckpointError, ConfigError
 from seqtrans.inference.loading import load
-from seqtrans.quantize import int8_only, is_int8_only
-from seqtrans.vocab import BOS, EOS
+from seqtrans.linear.quantize import int8_only, is_int8_only
 
 SCRIPT = """
 import json, sys

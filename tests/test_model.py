@@ -7,8 +7,8 @@ import torch
 
 from conftest import assert_alone_as_among_others, assert_causal, src_batch, tiny_model
 from seqtrans.config import PRESETS, ModelConfig
-from seqtrans.model import Transformer
-from seqtrans.vocab import BOS, EOS
+from seqtrans.data.vocab import BOS, EOS
+from seqtrans.model.transformer import Transformer
 
 pytestmark = pytest.mark.usefixtures("no_grad")
 

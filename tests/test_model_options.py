@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import assert_causal, src_batch, tiny_model
-from seqtrans.model import FeedForward
-from seqtrans.vocab import BOS
+from seqtrans.data.vocab import BOS
+from seqtrans.model.transformer import FeedForward
 
 pytestmark = pytest.mark.usefixtures("no_grad")
 

@@ -23,10 +23,10 @@ import torch
 from conftest import require_native_kernels, tiny_model
 from seqtrans import native
 from seqtrans.attention.cache import BeamKVCache, KVCache
+from seqtrans.data.vocab import EOS, PAD
 from seqtrans.decoding import beam_search, greedy_search
 from seqtrans.linear.int8 import Int8Linear, quantize_rows
-from seqtrans.quantize import quantized
-from seqtrans.vocab import EOS, PAD
+from seqtrans.linear.quantize import quantized
 
 needs_native = pytest.mark.usefixtures("native_kernels")
 CPU = torch.device("cpu")

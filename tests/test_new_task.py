@@ -13,7 +13,7 @@ from wheels import build_wheels, check, engine_source, environment, fresh_venv
 
 from seqtrans.cli import main
 from seqtrans.errors import UsageError
-from seqtrans.scaffold import new_task
+from seqtrans.tasks.scaffold import new_task
 
 
 @pytest.mark.parametrize("name, problem", [

@@ -10,14 +10,14 @@ import torch.nn.functional as F
 
 from conftest import decoding_copy, tiny_model
 from seqtrans.config import DecodeConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import EOS
 from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import decoding_model, generate
 from seqtrans.linear.int8 import Int8Linear
 from seqtrans.linear.onednn import OneDNNLinear, onednn_available, row_bucket
-from seqtrans.quantize import onednn, onednn_cached
-from seqtrans.vocab import EOS
+from seqtrans.linear.quantize import onednn, onednn_cached
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN linear operator")
 CPU = torch.device("cpu")

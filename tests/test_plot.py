@@ -9,7 +9,7 @@ import pytest
 
 from fake_plugins import install
 from seqtrans.errors import DataError, UsageError
-from seqtrans.plot import _title, best_validation, curves, labels, plot, task_metric
+from seqtrans.training.plot import _title, best_validation, curves, labels, plot, task_metric
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

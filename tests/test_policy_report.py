@@ -1,4 +1,4 @@
-"""The read-policy report (seqtrans.inference.policy) against hand-computed values: a
+"""The read-policy report (seqtrans.streaming.policy) against hand-computed values: a
 policy undecided everywhere (p = 0.5) and one whose probabilities are 0 or 1."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from seqtrans.inference.policy import policy_report
-from seqtrans.model import Transformer
-from seqtrans.vocab import BOS, EOS
+from seqtrans.data.vocab import BOS, EOS
+from seqtrans.model.transformer import Transformer
+from seqtrans.streaming.policy import policy_report
 
 
 def flat(name: str) -> Transformer:

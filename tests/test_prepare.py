@@ -13,12 +13,12 @@ import pytest
 
 from fake_plugins.lines_task import LinesCodec, LinesTask
 from seqtrans import prepare as prep
-from seqtrans.binarized import PreparedError, open_dataset
 from seqtrans.config import RunConfig, TrainConfig
-from seqtrans.data import source_ids, target_ids
+from seqtrans.data.batches import source_ids, target_ids
+from seqtrans.data.vocab import EOS, Vocab, Vocabularies
 from seqtrans.prepare import workers
+from seqtrans.prepare.binarized import PreparedError, open_dataset
 from seqtrans.tasks import Example, Skipped
-from seqtrans.vocab import EOS, Vocab, Vocabularies
 
 
 @dataclass

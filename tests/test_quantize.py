@@ -12,14 +12,14 @@ from torch import nn
 
 from conftest import decoding_copy, tiny_model
 from seqtrans.config import DecodeConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import EOS
 from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import generate
 from seqtrans.errors import ConfigError
 from seqtrans.linear.int8 import Int8Linear, quantize_rows
-from seqtrans.quantize import int8_only, is_int8_only, quantized, quantized_cached
-from seqtrans.vocab import EOS
+from seqtrans.linear.quantize import int8_only, is_int8_only, quantized, quantized_cached
 
 
 def test_rows_quantize_by_their_largest_magnitude_with_ties_to_even() -> None:

@@ -90,8 +90,8 @@ SECOND_SIGNAL = """
 import os, signal, sys
 import torch
 from seqtrans.config import ModelConfig, RunConfig, TrainConfig
-from seqtrans.data import Pairs
-from seqtrans.model import Transformer
+from seqtrans.data.batches import Pairs
+from seqtrans.model.transformer import Transformer
 from seqtrans.training.loop import Trainer
 
 model_config = ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2)

@@ -18,10 +18,10 @@ from fake_plugins import install
 from seqtrans import config as cfg
 from seqtrans import tasks
 from seqtrans.config import ModelConfig, RunConfig, TrainConfig
-from seqtrans.data import Pairs
+from seqtrans.data.batches import Pairs
 from seqtrans.errors import CheckpointError, ConfigError, TaskError, UsageError
 from seqtrans.inference import loading
-from seqtrans.model import Transformer
+from seqtrans.model.transformer import Transformer
 from seqtrans.training import checkpoint
 from seqtrans.training.loop import Trainer
 
@@ -179,7 +179,7 @@ def test_modules_and_metadata_in_the_working_directory_are_never_loaded(tmp_path
 
 def test_data_parallel_ranks_do_not_put_the_working_directory_on_their_path(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from seqtrans import distributed
+    from seqtrans.training import distributed
 
     seen: list[str | None] = []
     monkeypatch.setattr("torch.distributed.run.run",

@@ -16,13 +16,13 @@ from test_inference import copy_run
 
 import seqtrans
 from seqtrans.config import DecodeConfig
-from seqtrans.decoding import streaming
-from seqtrans.decoding.streaming import StreamDecoder, stream_greedy
 from seqtrans.errors import UsageError
 from seqtrans.inference import loading
-from seqtrans.inference import streaming as streaming_input
-from seqtrans.inference.session import StreamSession
-from seqtrans.model import Transformer
+from seqtrans.model.transformer import Transformer
+from seqtrans.streaming import decoder as streaming
+from seqtrans.streaming import predict as streaming_input
+from seqtrans.streaming.decoder import StreamDecoder, stream_greedy
+from seqtrans.streaming.session import StreamSession
 from seqtrans_copy import CopyCodec
 
 SOURCES = [[0, 1, 2, 3, 4, 5], [6, 5, 4], [2, 2, 2, 2, 2, 2, 2, 2], [3]]
@@ -101,7 +101,7 @@ def test_a_session_needs_a_model_that_can_stream(tmp_path: Path) -> None:
 
 def test_the_simuleval_agent_exits_with_the_settings_a_run_needs(tmp_path: Path) -> None:
     pytest.importorskip("simuleval")
-    from seqtrans.simuleval import Agent
+    from seqtrans.streaming.simuleval import Agent
 
     run = copy_run(tmp_path / "offline", seed=1)
     args = Namespace(seqtrans_run=str(run), seqtrans_set=[], seqtrans_device="cpu")

@@ -19,17 +19,17 @@ from torch import Tensor
 
 from seqtrans.cli import main
 from seqtrans.config import DecodeConfig, ModelConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import BOS, EOS, PAD, UNK
 from seqtrans.decoding import generate
 from seqtrans.decoding.beam import beam_search, greedy_search, sample_search
 from seqtrans.decoding.sampling import Truncation, input_uniforms
-from seqtrans.decoding.shortlist import Shortlisted
 from seqtrans.errors import CheckpointError, ConfigError
 from seqtrans.inference.loading import load
-from seqtrans.model import Transformer
-from seqtrans.shortlist import FILE, Shortlist, ShortlistSettings, build
-from seqtrans.shortlist import load as load_shortlist
-from seqtrans.vocab import BOS, EOS, PAD, UNK
+from seqtrans.model.transformer import Transformer
+from seqtrans.shortlist.search import Shortlisted
+from seqtrans.shortlist.table import FILE, Shortlist, ShortlistSettings, build
+from seqtrans.shortlist.table import load as load_shortlist
 
 V = 40
 

@@ -13,16 +13,16 @@ from decoding.test_streaming import loaded_copy, streaming_model
 from test_cli import TINY, seqtrans
 
 from seqtrans.config import DecodeConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import EOS
 from seqtrans.decoding import greedy_search
 from seqtrans.decoding.generate import max_output_length
-from seqtrans.decoding.latency import corpus_latency, sentence_latency
-from seqtrans.decoding.streaming import stream_greedy
 from seqtrans.errors import UsageError
-from seqtrans.inference import simultaneous
 from seqtrans.inference.evaluation import Split
+from seqtrans.streaming import evaluation as simultaneous
+from seqtrans.streaming.decoder import stream_greedy
+from seqtrans.streaming.latency import corpus_latency, sentence_latency
 from seqtrans.tasks import Example
-from seqtrans.vocab import EOS
 
 
 @pytest.mark.parametrize("seed, g, r", [(1, 3.0, 0.5), (3, 1.0, 3.0)])

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from seqtrans import native, system
+from seqtrans import native
+from seqtrans.runtime import system
 
 
 def assert_excludes(path: Path) -> None:
@@ -50,7 +51,7 @@ def hide(monkeypatch: Any, *names: str) -> None:
 @pytest.mark.skipif(sys.platform == "win32", reason="fcntl is POSIX")
 def test_the_lock_excludes_with_fcntl_between_processes(tmp_path: Path) -> None:
     lock = tmp_path / "data.lock"
-    script = ("import sys, time\nfrom pathlib import Path\nfrom seqtrans.system import file_lock\n"
+    script = ("import sys, time\nfrom pathlib import Path\nfrom seqtrans.runtime.system import file_lock\n"
               "with file_lock(Path(sys.argv[1])):\n    print('in', flush=True)\n    time.sleep(1.0)\n")
     holder = subprocess.Popen([sys.executable, "-c", script, str(lock)], stdout=subprocess.PIPE, text=True)
     try:
@@ -146,7 +147,7 @@ def test_with_proc_cpuinfo_the_flags_line_is_read(monkeypatch: Any, tmp_path: Pa
 FAULTS = """
 import resource, sys
 import torch
-from seqtrans import system
+from seqtrans.runtime import system
 if sys.argv[1] == "keep":
     assert system.keep_freed_memory()
 for _ in range(10):  # 64 MiB each: over glibc's largest mapping threshold; the heap settles

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from seqtrans import threads
 from seqtrans.errors import UsageError
+from seqtrans.runtime import threads
 
 
 def cgroup_v2(tmp_path: Path, limits: dict[str, str], own: str = "/app/worker") -> tuple[Path, Path]:

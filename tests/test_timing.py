@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from seqtrans.timing import TimedChoice
+from seqtrans.runtime.timing import TimedChoice
 
 
 def test_each_way_in_turn_then_the_lowest_median_not_the_lowest_time() -> None:

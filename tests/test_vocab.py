@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from seqtrans.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from seqtrans.errors import DataError
-from seqtrans.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 
 
 def test_specials_come_first_and_unknown_maps_to_unk() -> None:

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqtrans.masks import causal_mask, key_mask
+from seqtrans.model.masks import causal_mask, key_mask
 
 
 def masked_softmax(scores: Tensor, allowed: Tensor | None, *, dim: int = -1) -> Tensor:

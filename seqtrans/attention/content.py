@@ -27,8 +27,8 @@ from seqtrans.attention.common import (
     unfold,
 )
 from seqtrans.attention.scaled_dot import merge_heads, split_heads
-from seqtrans.dropout import Dropout
-from seqtrans.masks import key_mask
+from seqtrans.model.dropout import Dropout
+from seqtrans.model.masks import key_mask
 
 
 class Score(Protocol):

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from seqtrans.attention.common import SENTENCE, fold, masked_softmax, reorder_fields, unfold
 from seqtrans.attention.luong import GeneralScore
 from seqtrans.attention.scaled_dot import merge_heads, split_heads
-from seqtrans.dropout import Dropout
+from seqtrans.model.dropout import Dropout
 
 
 @dataclass

@@ -29,7 +29,7 @@ probabilities towards 0 or 1 (the model learns energies the noise cannot flip), 
 the expected alignment of training becomes the hard alignment of decoding. A
 ``temperature`` below 1 (not in the paper; SeamlessStreaming's monotonic decoder uses
 0.2) divides e, sharpening the probabilities without changing any hard decision.
-:mod:`seqtrans.inference.policy` measures how far the two still differ.
+:mod:`seqtrans.streaming.policy` measures how far the two still differ.
 
 At test time (``eval()``) attention is hard: from t_{i-1}, move right until p_ij >= 0.5
 (e_ij >= 0), attend there, or attend to nothing if no position qualifies. The threshold
@@ -38,7 +38,7 @@ lower one writes sooner, a higher one reads further first, so that one trained p
 decodes at several latencies (as EMMA, Ma et al. 2023, does with its threshold). Energies are
 computed only for the positions inspected, a few at a time, so decoding does O(|S| + |T|)
 energy evaluations in all and never looks past the position it attends: this is what lets
-``seqtrans.decoding.streaming`` decode while the source is still arriving.
+``seqtrans.streaming.decoder`` decode while the source is still arriving.
 
 Single-head, as in the paper: one monotonic head per decoder layer. Monotonic multihead
 attention (every head monotonic, a step written once every head has stopped) is

@@ -23,7 +23,7 @@ At test time (``eval()``) each head reads while p < 0.5 (or the threshold that
 :func:`~seqtrans.attention.monotonic.selecting` sets); a step writes only when every
 head of every layer has stopped, so its delay is the largest over heads. Each layer
 pulls source positions from an arriving source (``follow``) as far as its heads need,
-which is how ``seqtrans.decoding.streaming`` decodes while the source arrives.
+which is how ``seqtrans.streaming.decoder`` decodes while the source arrives.
 
 The expected delay of head h at step i is sum_j alpha_ijh min(j + 1, |x|) source tokens
 (reported per head for the latency losses, :func:`seqtrans.training.loss.latency_losses`).

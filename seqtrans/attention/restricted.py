@@ -19,7 +19,7 @@ from torch import Tensor
 from seqtrans.attention.cache import KVCache
 from seqtrans.attention.common import masked_softmax, self_attention_mask
 from seqtrans.attention.scaled_dot import SelfAttention, merge_heads, split_heads
-from seqtrans.dropout import Dropout
+from seqtrans.model.dropout import Dropout
 
 
 class RestrictedSelfAttention(SelfAttention):

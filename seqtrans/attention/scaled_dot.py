@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from seqtrans.attention.cache import BeamKVCache, KVCache, new_cache
 from seqtrans.attention.common import each_sentence, masked_softmax, prefix_lengths, self_attention_mask
-from seqtrans.masks import causal_mask, key_mask
+from seqtrans.model.masks import causal_mask, key_mask
 
 if TYPE_CHECKING:
     from seqtrans.attention.monotonic import SourceStream

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding import teams
 from seqtrans.decoding.constraints import Constraint, ConstraintState, mask_disallowed, start_constraint
 from seqtrans.decoding.lexical import (
@@ -43,7 +44,6 @@ from seqtrans.decoding.search import (
     split_finished,
     top_candidates,
 )
-from seqtrans.vocab import BOS, EOS, PAD
 
 #: ``cancelled(b)``: whether the output of source b (a row of ``src``) is no longer wanted,
 #: asked between steps (a server's request past its deadline). A cancelled source leaves

@@ -27,7 +27,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqtrans.model import Encoded, Transformer
+from seqtrans.model.transformer import Encoded, Transformer
 
 
 @dataclass

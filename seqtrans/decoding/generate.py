@@ -10,10 +10,9 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from seqtrans import environment
 from seqtrans.attention import reading
 from seqtrans.config import DecodeConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
 from seqtrans.decoding.beam import Cancelled, beam_search, greedy_search, sample_search
 from seqtrans.decoding.constraints import Constraint
 from seqtrans.decoding.ensemble import Ensemble
@@ -21,13 +20,14 @@ from seqtrans.decoding.lexical import Phrases, required_problem
 from seqtrans.decoding.protocol import SearchModel
 from seqtrans.decoding.sampling import Truncation, input_uniforms
 from seqtrans.decoding.search import Hypothesis
-from seqtrans.decoding.shortlist import Shortlisted
 from seqtrans.errors import ConfigError
 from seqtrans.linear.onednn import onednn_available
-from seqtrans.model import Transformer
-from seqtrans.precision import autocast
-from seqtrans.quantize import is_int8_only, onednn_cached, quantized_cached
-from seqtrans.shortlist import Shortlist
+from seqtrans.linear.precision import autocast
+from seqtrans.linear.quantize import is_int8_only, onednn_cached, quantized_cached
+from seqtrans.model.transformer import Transformer
+from seqtrans.runtime import environment
+from seqtrans.shortlist.search import Shortlisted
+from seqtrans.shortlist.table import Shortlist
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,8 @@ def length_batches(lengths: Sequence[int], max_tokens: int) -> Iterator[list[int
 
 def decoding_model(model: SearchModel, precision: str, device: torch.device) -> SearchModel:
     """What ``generate`` decodes with in a ``decode.precision`` setting: the int8 copy
-    (:func:`seqtrans.quantize.quantized`); for fp32 on a CPU the copy whose linear layers
-    multiply through oneDNN (:func:`seqtrans.quantize.onednn`; ``SEQTRANS_TUNE_MATMUL=0``
+    (:func:`seqtrans.linear.quantize.quantized`); for fp32 on a CPU the copy whose linear layers
+    multiply through oneDNN (:func:`seqtrans.linear.quantize.onednn`; ``SEQTRANS_TUNE_MATMUL=0``
     keeps ``F.linear``); else the model itself. For an ensemble, of every member."""
     members = model.models if isinstance(model, Ensemble) else [model]
     if precision != "int8" and any(is_int8_only(m) for m in members):
@@ -93,7 +93,7 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
     """The n-best hypotheses of every source (ids ending in EOS), in input order; with
     ``decode.sample``, that many samples of each, in the order drawn. With
     ``decode.shortlist``, the output projection covers only ``shortlist``'s tokens for each
-    batch (:mod:`seqtrans.decoding.shortlist`; the tokens of prefixes and required phrases
+    batch (:mod:`seqtrans.shortlist.search`; the tokens of prefixes and required phrases
     are allowed too); ConfigError when there is none or the model is an ensemble.
 
     ``decode.wait_k`` sets the wait-k lag and ``decode.monotonic_threshold`` the learned

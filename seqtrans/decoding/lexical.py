@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from seqtrans.vocab import BOS, EOS, PAD
+from seqtrans.data.vocab import BOS, EOS, PAD
 
 Phrases = Sequence[Sequence[int]]  # target ids, one list per phrase
 

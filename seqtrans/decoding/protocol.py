@@ -1,7 +1,7 @@
 """What the search loops need of a model: encode once, start a state, decode a step.
 
-A :class:`~seqtrans.model.Transformer` is one; so is an :class:`~seqtrans.decoding.ensemble.Ensemble`
-of several, and so are the probability tables of the tests.
+A :class:`~seqtrans.model.transformer.Transformer` is one; so is an
+:class:`~seqtrans.decoding.ensemble.Ensemble` of several, and so are the probability tables of the tests.
 """
 
 from __future__ import annotations

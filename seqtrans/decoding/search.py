@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from seqtrans import native
-from seqtrans.vocab import BOS, EOS, PAD
+from seqtrans.data.vocab import BOS, EOS, PAD
 
 NEG_INF = float("-inf")
 
@@ -43,7 +43,7 @@ def length_penalty(length: Tensor | float, alpha: float, *, kind: str = "gnmt") 
 class Columns:
     """The target ids that the columns of a step's scores stand for: the whole vocabulary
     in order (``ids`` None), or the ids ``ids`` [V'] of a vocabulary of ``size`` (a
-    vocabulary shortlist's, :mod:`seqtrans.decoding.shortlist`), which must include the end
+    vocabulary shortlist's, :mod:`seqtrans.shortlist.search`), which must include the end
     symbol. The search then ranks those columns only, and maps the columns it picks back
     to target ids; the rules, which speak of target ids, are read at those columns.
     ``normalized``: the model's scores over them are log-probabilities already (a

@@ -3,7 +3,7 @@ whichever was measured faster for steps of its size, on this machine, now.
 
 A step of a few hypotheses (a sentence's beam) is a few hundred small operators, and
 each parallel one among them wakes the OpenMP team. With the passive wait policy (the
-default, :func:`seqtrans.threads.set_wait_policy`) a woken thread can cost more than
+default, :func:`seqtrans.runtime.threads.set_wait_policy`) a woken thread can cost more than
 splitting a small operator saves, and beside busy processes a parallel region waits for
 whichever of its threads the scheduler has set aside. On a quiet 2-core virtual machine
 one thread decoded beam 4, batch 1 a third faster than two in int8 and a tenth slower in
@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from seqtrans import environment
-from seqtrans.timing import TimedChoice
+from seqtrans.runtime import environment
+from seqtrans.runtime.timing import TimedChoice
 
 #: The most hypotheses of a step whose team is chosen; larger steps use every thread.
 SMALL_STEP_ROWS = 16

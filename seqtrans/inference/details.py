@@ -17,15 +17,15 @@ import torch
 from torch import Tensor
 
 from seqtrans.config import DecodeConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import BOS
 from seqtrans.decoding.alignment import layer_weights, word_alignment
 from seqtrans.decoding.ensemble import Ensemble, members
 from seqtrans.decoding.generate import length_batches
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.inference.scoring import token_log_probs
-from seqtrans.model import Transformer
+from seqtrans.model.transformer import Transformer
 from seqtrans.tasks.protocol import Codec, TokenWords
-from seqtrans.vocab import BOS
 
 
 def with_token_log_probs(model: Transformer | Ensemble, sources: Sequence[list[int]],

@@ -14,17 +14,17 @@ from typing import Any
 
 import torch
 
-from seqtrans import distributed
 from seqtrans.config import DecodeConfig
-from seqtrans.data import check_sources, prediction, source_ids
+from seqtrans.data.batches import check_sources, prediction, source_ids
 from seqtrans.decoding import Hypothesis, generate
 from seqtrans.decoding.beam import Cancelled
 from seqtrans.decoding.ensemble import Ensemble, members, position_limit
 from seqtrans.decoding.lexical import Phrases
 from seqtrans.inference.phrases import banned_ids
-from seqtrans.model import Transformer
-from seqtrans.shortlist import Shortlist
+from seqtrans.model.transformer import Transformer
+from seqtrans.shortlist.table import Shortlist
 from seqtrans.tasks.protocol import Codec, Constraining, Example, Metric, Skipped, Task, check_split
+from seqtrans.training import distributed
 
 log = logging.getLogger(__name__)
 

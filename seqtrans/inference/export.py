@@ -5,7 +5,7 @@ The model is described with CTranslate2's own specification API
 another toolkit is involved. Only what CTranslate2's Transformer can compute exports:
 scaled dot-product attention at all three sites, a bidirectional encoder and no model
 extension of its task; anything else is a :class:`~seqtrans.errors.ConfigError` naming
-the setting (an :class:`~seqtrans.extension.ExtensionError` naming the extension).
+the setting (an :class:`~seqtrans.model.extension.ExtensionError` naming the extension).
 
 Differences of layout that the export takes care of:
 
@@ -36,15 +36,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqtrans.config import ModelConfig
+from seqtrans.data.vocab import SPECIALS, Vocabularies
 from seqtrans.errors import ConfigError, UsageError
-from seqtrans.vocab import SPECIALS, Vocabularies
 
 if TYPE_CHECKING:  # torch is imported by the export itself, not by the command line reading FORMATS
     import numpy as np
     from torch import Tensor, nn
 
-    from seqtrans.model import FeedForward, Transformer
-    from seqtrans.shortlist import Shortlist
+    from seqtrans.model.transformer import FeedForward, Transformer
+    from seqtrans.shortlist.table import Shortlist
 
 log = logging.getLogger(__name__)
 
@@ -236,8 +236,8 @@ FLOAT = ["decode.precision=fp32"]
 def export(run: str | Path, *, to: str, out: str | Path, quantization: str | None = None) -> Path:
     """Export the trained model of a run directory (or checkpoint) ``run`` to format
     ``to`` (one of :data:`FORMATS`, or a format a plugin registers,
-    :mod:`seqtrans.formats`) in the new directory ``out``."""
-    from seqtrans import formats
+    :mod:`seqtrans.inference.formats`) in the new directory ``out``."""
+    from seqtrans.inference import formats
     from seqtrans.inference.loading import load
 
     if to not in FORMATS:
@@ -258,8 +258,8 @@ def export(run: str | Path, *, to: str, out: str | Path, quantization: str | Non
 
 def _run_shortlist(run: str | Path, vocabulary: str) -> Shortlist | None:
     """The run's vocabulary shortlist where it has one (checked against its vocabulary)."""
-    from seqtrans import shortlist as shortlists
     from seqtrans.inference.loading import find_checkpoint, run_directory
+    from seqtrans.shortlist import table as shortlists
 
     path = run_directory(find_checkpoint(run)) / shortlists.FILE
     return shortlists.load(path, vocabulary=vocabulary) if path.is_file() else None

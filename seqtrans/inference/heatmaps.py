@@ -24,12 +24,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from seqtrans import atomic
 from seqtrans.attention.maps import AttentionMaps, HeadMonotonicWeights, MemoryWeights, MonotonicWeights
-from seqtrans.data import source_ids, too_long
+from seqtrans.data.batches import source_ids, too_long
+from seqtrans.data.vocab import BOS, EOS, UNK
 from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.loading import Loaded
-from seqtrans.vocab import BOS, EOS, UNK
+from seqtrans.runtime import atomic
 
 #: Longest source or target drawn: beyond it the tick labels cannot be read.
 MAX_TOKENS = 100

@@ -18,8 +18,8 @@ from seqtrans.decoding.lexical import Phrases
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.inference.evaluation import decode_sources
 from seqtrans.inference.phrases import banned_ids
-from seqtrans.model import Transformer
-from seqtrans.shortlist import Shortlist
+from seqtrans.model.transformer import Transformer
+from seqtrans.shortlist.table import Shortlist
 from seqtrans.tasks.protocol import Codec, Task
 
 

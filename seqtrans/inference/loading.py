@@ -1,5 +1,5 @@
 """Loading a trained run for decoding: its task, codec and model, or several runs as an
-ensemble; runs saved by earlier versions are converted as they load (:mod:`seqtrans.upgrade`).
+ensemble; runs saved by earlier versions are converted as they load (:mod:`seqtrans.training.upgrade`).
 
 A run directory holds ``config.json``, ``vocab/`` (the task's files), ``checkpoints/``
 (step checkpoints and ``average.pt``), ``predictions/test.txt``, ``metrics.json`` and
@@ -19,20 +19,20 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from seqtrans import config as cfg
-from seqtrans import shortlist as shortlists
 from seqtrans import tasks
-from seqtrans.assets import assets_digest
 from seqtrans.config import RunConfig
+from seqtrans.data.assets import assets_digest
 from seqtrans.errors import CheckpointError, UsageError
 from seqtrans.inference.evaluation import read_split, score_examples
 from seqtrans.inference.loaded import Loaded as Loaded  # where the public API has always named it
-from seqtrans.inference.simultaneous import score_stream
-from seqtrans.model import Transformer, build_model
-from seqtrans.quantize import int8_only
-from seqtrans.system import release_freed_memory
+from seqtrans.linear.quantize import int8_only
+from seqtrans.model.transformer import Transformer, build_model
+from seqtrans.runtime.system import release_freed_memory
+from seqtrans.shortlist import table as shortlists
+from seqtrans.streaming.evaluation import score_stream
 from seqtrans.tasks.protocol import Metric, check_split
 from seqtrans.training import checkpoint
-from seqtrans.upgrade import upgrade_checkpoint
+from seqtrans.training.upgrade import upgrade_checkpoint
 
 AVERAGE = "average.pt"
 
@@ -65,7 +65,7 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
     """Load a run directory or checkpoint for decoding; ``overrides`` may change the
     ``decode`` (and ``data``) settings, e.g. ``["decode.beam=8"]``. With
     ``decode.precision=int8`` (on a CPU) the model is loaded for int8 decoding only
-    (:func:`seqtrans.quantize.int8_only`): its float weights are not kept, and decoding
+    (:func:`seqtrans.linear.quantize.int8_only`): its float weights are not kept, and decoding
     it in another precision is an error."""
     ckpt_path = find_checkpoint(path)
     payload = checkpoint.load(ckpt_path)
@@ -169,7 +169,7 @@ def evaluate(path: str | Path | Sequence[str | Path], *, split: str = "test", ov
     """Decode and score one split with a trained model, or with an ensemble of several
     (a sequence of paths, see :func:`load_ensemble`). With ``stream``, one model decodes
     each source as it arrives word by word, and the latency metrics in source words are
-    added (:func:`seqtrans.inference.simultaneous.score_stream`); ``instances`` then
+    added (:func:`seqtrans.streaming.evaluation.score_stream`); ``instances`` then
     names a file for each sentence's output and delays, in SimulEval's form."""
     check_split(split)
     if instances is not None and not stream:

@@ -1,6 +1,6 @@
 """Decoding input lines as they arrive (``seqtrans predict``): reading them, in batches of
 what has arrived, and decoding each batch at once. ``--stream``, word by word, is
-:mod:`seqtrans.inference.streaming`."""
+:mod:`seqtrans.streaming.predict`."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from seqtrans.data import source_ids, too_long
+from seqtrans.data.batches import source_ids, too_long
+from seqtrans.data.vocab import UNK
 from seqtrans.decoding.lexical import Phrases
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.errors import DataError
 from seqtrans.inference.lexical import ConstraintLines, loaded_target_ids
 from seqtrans.inference.loaded import Loaded
 from seqtrans.inference.output import TEXT, OutputOptions, render, render_failure
-from seqtrans.vocab import UNK
 
 log = logging.getLogger(__name__)
 

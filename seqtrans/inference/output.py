@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from seqtrans.data import prediction
+from seqtrans.data.batches import prediction
 from seqtrans.decoding.alignment import pharaoh
 from seqtrans.decoding.search import Hypothesis, length_penalty
 from seqtrans.inference.loading import Loaded

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from seqtrans.config import DecodeConfig
+from seqtrans.data.vocab import UNK
 from seqtrans.errors import ConfigError, DataError
 from seqtrans.tasks.protocol import Codec, TargetParsing, Task
-from seqtrans.vocab import UNK
 
 
 class Unreadable(Exception):

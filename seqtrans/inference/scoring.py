@@ -20,16 +20,16 @@ from torch import Tensor
 from tqdm import tqdm
 
 from seqtrans.attention import reading
-from seqtrans.data import pad_batch, source_ids, target_ids, too_long
+from seqtrans.data.batches import pad_batch, source_ids, target_ids, too_long
+from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import length_batches
 from seqtrans.decoding.search import length_penalty
 from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.loading import Loaded
-from seqtrans.model import Transformer
-from seqtrans.precision import autocast
+from seqtrans.linear.precision import autocast
+from seqtrans.model.transformer import Transformer
 from seqtrans.tasks.protocol import TargetParsing
-from seqtrans.vocab import BOS, EOS, PAD
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,14 @@
 
 - :mod:`.fp32`: float32 through the BLAS behind ``F.linear``; the output projection in
   the form its shape runs fastest in (:func:`~.fp32.output_projection`, what
-  :class:`~seqtrans.model.Transformer` calls; training, CUDA and other dtypes get
+  :class:`~seqtrans.model.transformer.Transformer` calls; training, CUDA and other dtypes get
   ``F.linear``);
 - :mod:`.onednn`: float32 through oneDNN (:class:`~.onednn.OneDNNLinear`), the layers of
   the fp32 decoding copy on CPU;
 - :mod:`.int8`: int8 weights and activations (:class:`~.int8.Int8Linear`), the layers of
   the int8 decoding copy (``decode.precision=int8``).
 
-:mod:`seqtrans.quantize` builds the decoding copies of a model from the last two.
+:mod:`seqtrans.linear.quantize` builds the decoding copies of a model from the last two.
 
 Each of the decoding copies' layers can also give the layer of some of its output rows
 (``rows(ids)``, :class:`RowSelecting`): the output projection restricted to a vocabulary

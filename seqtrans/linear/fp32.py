@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqtrans import environment
+from seqtrans.runtime import environment
 
 _Form = Callable[[Tensor, Tensor, "Tensor | None"], Tensor]
 

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from seqtrans import native
-from seqtrans.timing import TimedChoice
+from seqtrans.runtime.timing import TimedChoice
 
 #: Largest magnitude of a quantized value; symmetric, so -128 is never used.
 QMAX = 127
@@ -131,7 +131,7 @@ class Int8Linear(nn.Module):
     qweight: Tensor
     scale: Tensor
     compensation: Tensor
-    #: ``forward(x, relu=True)`` applies max(0, .) itself (seqtrans.model.FeedForward)
+    #: ``forward(x, relu=True)`` applies max(0, .) itself (seqtrans.model.transformer.FeedForward)
     fuses_relu = True
 
     def __init__(self, weight: Tensor | None, bias: Tensor | None = None, *, unsigned: bool | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from seqtrans import environment
+from seqtrans.runtime import environment
 
 
 def onednn_available() -> bool:

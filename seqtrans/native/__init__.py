@@ -19,7 +19,7 @@ The source ships with the package (``kernels.c``) and is compiled the first time
 a process needs it, with ``$CC`` (else ``cc``; ``$CC`` may carry arguments, split as a
 shell would: ``CC="gcc -O2"``), ``-march=native`` and OpenMP where the
 compiler takes them (:data:`OPTIONAL_FLAGS`), into the cache
-directory (:func:`seqtrans.download.cache_dir`, under ``native/``), keyed by the
+directory (:func:`seqtrans.runtime.download.cache_dir`, under ``native/``), keyed by the
 source, the compiler, its flags and the processor's features, so a copy built for
 another machine is never loaded. It is written to a temporary name and renamed, so
 concurrent processes never load half a file. A compile that runs past
@@ -47,9 +47,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from seqtrans import environment
-from seqtrans.download import cache_dir
-from seqtrans.system import cpu_features
+from seqtrans.runtime import environment
+from seqtrans.runtime.download import cache_dir
+from seqtrans.runtime.system import cpu_features
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Preparing training data once: read as a stream, encoded by worker processes, binarized.
 
 :func:`prepare` turns a task's training split into a prepared dataset
-(:mod:`seqtrans.binarized`) in a cache, keyed by the sha256 of the data (the task's
+(:mod:`seqtrans.prepare.binarized`) in a cache, keyed by the sha256 of the data (the task's
 :class:`~seqtrans.tasks.DataDigest`, or what its reader yields), the settings that
 shape the pairs, and the vocabulary when a run brings its own. It
 
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from seqtrans.assets import read_assets
-from seqtrans.binarized import Dataset, PreparedError, open_dataset
 from seqtrans.config import RunConfig
+from seqtrans.data.assets import read_assets
+from seqtrans.prepare.binarized import Dataset, PreparedError, open_dataset
 from seqtrans.prepare.cache import cache_root, data_digest, dataset_directory, dataset_key, reuse_or_build
 from seqtrans.prepare.join import join
 from seqtrans.prepare.vocabulary import COUNT, VOCAB, build_codec

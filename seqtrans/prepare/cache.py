@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from seqtrans import download
-from seqtrans.assets import assets_digest
-from seqtrans.binarized import FORMAT, PreparedError
 from seqtrans.config import RunConfig, to_dict
-from seqtrans.system import file_lock
+from seqtrans.data.assets import assets_digest
+from seqtrans.prepare.binarized import FORMAT, PreparedError
+from seqtrans.runtime import download
+from seqtrans.runtime.system import file_lock
 from seqtrans.tasks.protocol import DataDigest, Task
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def reuse_or_build(final: Path, *, reuse: Callable[[Path, bool], T], build: Call
     """What ``reuse(final, built)`` opens at ``final``: found there (``built`` False), or
     built by ``build`` into ``final.partial`` first and renamed (``built`` True), under a
     lock file that keeps two processes from preparing the same data at once. A found copy
-    that ``reuse`` refuses (a :class:`~seqtrans.binarized.PreparedError`) is reported and
+    that ``reuse`` refuses (a :class:`~seqtrans.prepare.binarized.PreparedError`) is reported and
     built again."""
     final.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(final.with_name(final.name + ".lock")):

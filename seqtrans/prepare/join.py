@@ -1,4 +1,4 @@
-"""Joining a preparation's shards into the dataset's files (:mod:`seqtrans.binarized`):
+"""Joining a preparation's shards into the dataset's files (:mod:`seqtrans.prepare.binarized`):
 one ids file per side with offsets and lengths, the examples' positions, duplicate
 pairs removed when asked (``train.dedup``), and ``meta.json`` written last."""
 
@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from seqtrans import atomic
-from seqtrans.binarized import (
+from seqtrans.config import RunConfig
+from seqtrans.errors import DataError
+from seqtrans.prepare.binarized import (
     FORMAT,
     META,
     SIDES,
@@ -24,10 +25,9 @@ from seqtrans.binarized import (
     lengths_dtype,
     save_array,
 )
-from seqtrans.config import RunConfig
-from seqtrans.errors import DataError
 from seqtrans.prepare.vocabulary import COUNT
 from seqtrans.prepare.workers import Removed
+from seqtrans.runtime import atomic
 from seqtrans.tasks.protocol import Codec
 
 log = logging.getLogger(__name__)

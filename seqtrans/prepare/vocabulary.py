@@ -13,7 +13,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from seqtrans.system import release_freed_memory
+from seqtrans.runtime.system import release_freed_memory
 from seqtrans.tasks.protocol import Codec, Example, Skipped, Task
 
 VOCAB = "vocab"  # the vocabulary files' directory in a prepared dataset

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from seqtrans import atomic
 from seqtrans.config import RunConfig
-from seqtrans.encoding import source_ids, target_ids, within
+from seqtrans.data.encoding import source_ids, target_ids, within
 from seqtrans.errors import DataError
+from seqtrans.runtime import atomic
 from seqtrans.tasks.protocol import Codec, Example, Skipped, Task
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,8 @@ from starlette.routing import Route, WebSocketRoute
 from torch import Tensor
 
 from seqtrans.attention import reading
-from seqtrans.data import source_ids
+from seqtrans.data.batches import source_ids
+from seqtrans.data.vocab import EOS
 from seqtrans.decoding import generate
 from seqtrans.decoding.ensemble import position_limit
 from seqtrans.decoding.search import Hypothesis
@@ -48,9 +49,8 @@ from seqtrans.serving.models import (
 )
 from seqtrans.serving.openapi import schema
 from seqtrans.serving.settings import ServeSettings
-from seqtrans.serving.streaming import StreamSlots, stream
 from seqtrans.serving.workers import Workers, current_worker, decoding_workers
-from seqtrans.vocab import EOS
+from seqtrans.streaming.websocket import StreamSlots, stream
 
 log = logging.getLogger(__name__)
 #: What a decoding worker gets of a request: its model, the checked request, its deadline.

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from seqtrans import config as cfg
 from seqtrans.config import DecodeConfig
-from seqtrans.data import prediction, source_ids, target_ids, too_long
+from seqtrans.data.batches import prediction, source_ids, target_ids, too_long
 from seqtrans.decoding.search import Hypothesis, length_penalty
 from seqtrans.errors import ConfigError, SeqtransError, UsageError
 from seqtrans.inference.loading import Loaded
@@ -61,7 +61,7 @@ class Served:
     @property
     def streams(self) -> bool:
         """Whether the model can decode word by word as the source arrives."""
-        from seqtrans.inference.session import check_streaming
+        from seqtrans.streaming.session import check_streaming
 
         config = self.loaded.config
         greedy = dataclasses.replace(config, decode=dataclasses.replace(config.decode, nbest=1, sample=0))

@@ -42,7 +42,7 @@ def serve(paths: Sequence[str], settings: ServeSettings, *, device: str = "auto"
           token: str | None = None, threads: int | None = None) -> None:
     """Serve the runs ``paths`` (``NAME=RUN_DIR``, ``RUN_DIR`` or an ensemble
     ``NAME=RUN_A,RUN_B``) until SIGINT or SIGTERM, decoding on ``settings.workers``
-    workers of ``threads`` threads each (see :func:`seqtrans.threads.worker_threads`);
+    workers of ``threads`` threads each (see :func:`seqtrans.runtime.threads.worker_threads`);
     then stop accepting connections, answer the requests in flight (for at most
     ``settings.timeout_s``) and return."""
     check_installed()

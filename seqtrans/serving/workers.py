@@ -3,7 +3,7 @@
 PyTorch's CPU operators run on a team of OpenMP threads per calling thread, and a thread
 that has run them keeps its team. So each worker is one thread that does all of its
 PyTorch work (warming, decoding, streaming steps) itself, with a thread count of its
-own (:func:`seqtrans.threads.worker_threads`), and the server runs ``workers x
+own (:func:`seqtrans.runtime.threads.worker_threads`), and the server runs ``workers x
 threads`` computing threads in all, as CTranslate2's ``inter_threads x intra_threads``.
 Threads, not processes: the workers share one copy of the weights and of the int8 and
 oneDNN copies made from them, a request's :class:`~seqtrans.serving.batching.Deadline`
@@ -76,10 +76,10 @@ class Workers:
 def decoding_workers(count: int = 1, *, threads: int | None = None) -> Workers:
     """The server's ``count`` workers, each with ``threads`` threads, or, without a count
     (``--threads``, ``$SEQTRANS_THREADS``), the process's threads shared among them
-    (:func:`seqtrans.threads.worker_threads`)."""
+    (:func:`seqtrans.runtime.threads.worker_threads`)."""
     import torch
 
-    from seqtrans.threads import worker_threads
+    from seqtrans.runtime.threads import worker_threads
 
     each = worker_threads(count, threads=threads, process=torch.get_num_threads())
     if count > 1:

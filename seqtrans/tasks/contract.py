@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from seqtrans import config as cfg
-from seqtrans.data import source_ids, target_ids
+from seqtrans.data.batches import source_ids, target_ids
+from seqtrans.data.vocab import EOS
 from seqtrans.errors import UsageError
 from seqtrans.tasks.protocol import (
     METRIC_MODES,
@@ -35,7 +36,6 @@ from seqtrans.tasks.protocol import (
     TaskClass,
     missing_members,
 )
-from seqtrans.vocab import EOS
 
 
 class ContractError(AssertionError):
@@ -156,16 +156,16 @@ def _check_extensions(codec: Any, refs: list[Example[Any, Any]]) -> None:
     import torch
 
     from seqtrans.config import ModelConfig
-    from seqtrans.data import pad_batch
-    from seqtrans.extension import ModelExtension
-    from seqtrans.model import build_model
-    from seqtrans.vocab import BOS
+    from seqtrans.data.batches import pad_batch
+    from seqtrans.data.vocab import BOS
+    from seqtrans.model.extension import ModelExtension
+    from seqtrans.model.transformer import build_model
 
     config = ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2, dropout=0.0)
     extensions = codec.model_extensions(config)
     for name, extension in extensions.items():
         _require(isinstance(extension, ModelExtension), f"model_extensions() gave '{name}', a "
-                 f"{type(extension).__name__}, not a seqtrans.extension.ModelExtension")
+                 f"{type(extension).__name__}, not a seqtrans.model.extension.ModelExtension")
     torch.manual_seed(0)
     model = build_model(config, codec).eval()
     saved = {k.split(".")[1] for k in model.state_dict() if k.startswith("extensions.")}

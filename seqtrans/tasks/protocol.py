@@ -16,7 +16,7 @@ and its decoding defaults. A plugin provides two objects:
 A codec may have optional abilities, each a runtime-checkable protocol the engine
 tests with ``isinstance``: :class:`Constraining` (restrict next tokens during
 search), :class:`SegmentationSampling` (``train.subword_sampling``) and
-:class:`ModelExtending` (model-side parts of the task's own, :mod:`seqtrans.extension`).
+:class:`ModelExtending` (model-side parts of the task's own, :mod:`seqtrans.model.extension`).
 A codec without one writes nothing for it. A task may name its training data by a
 digest (:class:`DataDigest`), so that prepared data is found without reading the data
 again, and a task class may convert runs saved by earlier versions of its plugin
@@ -37,15 +37,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from seqtrans.data.vocab import Vocabularies
 from seqtrans.errors import UsageError
-from seqtrans.vocab import Vocabularies
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
     from seqtrans.config import ModelConfig
     from seqtrans.decoding.constraints import Constraint
-    from seqtrans.extension import ModelExtension
+    from seqtrans.model.extension import ModelExtension
 
 SPLITS = ("train", "dev", "test")
 
@@ -88,7 +88,7 @@ class Codec(Protocol[SourceT_contra, TargetT_contra, PredictionT_co]):
     """The vocabularies and the task's conversions, in both directions. Must pickle.
 
     The engine maps token strings to ids with :attr:`vocabularies`, appends the end
-    symbol and pads (:func:`seqtrans.data.source_ids` and friends).
+    symbol and pads (:func:`seqtrans.data.batches.source_ids` and friends).
     """
 
     @property
@@ -221,7 +221,7 @@ class SegmentationSampling(Protocol[SourceT_contra]):
 @runtime_checkable
 class ModelExtending(Protocol):
     """A codec that adds model-side parts of its task's own to the Transformer (inputs
-    beyond the tokens, state that follows the search): :mod:`seqtrans.extension`."""
+    beyond the tokens, state that follows the search): :mod:`seqtrans.model.extension`."""
 
     def model_extensions(self, model: ModelConfig) -> Mapping[str, ModelExtension]:
         """The extensions for a model of ``model``'s shape (``model.d_model`` wide), by

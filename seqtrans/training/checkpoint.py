@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from seqtrans import atomic
 from seqtrans.errors import CheckpointError
+from seqtrans.runtime import atomic
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """The training loop: token-based batches, Adam with the paper's schedule, label
 smoothing, validation with early stopping, a time budget and exact resumption; on one
-process or data-parallel across several (:mod:`seqtrans.distributed`).
+process or data-parallel across several (:mod:`seqtrans.training.distributed`).
 
 :class:`Trainer` builds the parts and :meth:`Trainer.fit` is the loop over them: the
 data order (:mod:`~seqtrans.training.order`), the update step
 (:mod:`~seqtrans.training.step`), the run log (:mod:`~seqtrans.training.runlog`),
 stopping and signals (:mod:`~seqtrans.training.stopping`), checkpoints
-(:mod:`~seqtrans.training.checkpointer`) and what the ranks agree on
+(:mod:`~seqtrans.training.resumption`) and what the ranks agree on
 (:mod:`~seqtrans.training.ranks`)."""
 
 from __future__ import annotations
@@ -18,16 +18,15 @@ from typing import NoReturn
 import numpy as np
 import torch
 
-from seqtrans import distributed
 from seqtrans.config import RunConfig
-from seqtrans.data import Pairs
-from seqtrans.distributed import World
+from seqtrans.data.batches import Pairs
 from seqtrans.errors import TrainingError
-from seqtrans.model import Transformer
-from seqtrans.training import ranks, stopping
-from seqtrans.training.checkpointer import Checkpointer, seed_rank
+from seqtrans.model.transformer import Transformer
+from seqtrans.training import distributed, ranks, stopping
+from seqtrans.training.distributed import World
 from seqtrans.training.order import EpochBatches, Resample, update_groups
 from seqtrans.training.progress import Progress, TrainResult
+from seqtrans.training.resumption import Checkpointer, seed_rank
 from seqtrans.training.runlog import RunLog, log
 from seqtrans.training.schedule import Schedule
 from seqtrans.training.step import MIN_LOSS_SCALE, LossModule, UpdateStep, resolve_precision

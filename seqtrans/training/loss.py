@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqtrans.vocab import PAD
+from seqtrans.data.vocab import PAD
 
 #: Logit elements computed at once by the projected loss (64 MB in float32).
 CHUNK_ELEMENTS = 1 << 24

@@ -5,7 +5,7 @@ An epoch's batches depend only on the lengths, the seed and the epoch (and on th
 task's resampled sources, which depend only on the epoch), so a resumed run rebuilds
 them and continues from the saved position. Under data parallelism every rank builds
 the same global batches; an update takes the next ``ranks * accumulate`` of them and
-:func:`seqtrans.distributed.deal` hands each rank its share."""
+:func:`seqtrans.training.distributed.deal` hands each rank its share."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from seqtrans.data import Pairs, lengths_of, token_batches
+from seqtrans.data.batches import Pairs, lengths_of, token_batches
 from seqtrans.training.progress import Progress
 
 #: ``resample(epoch)``: the training sources of that epoch (ids ending with EOS), one per pair.

@@ -3,7 +3,7 @@ wrapped so that backward passes all-reduce them, the training clock and a stop s
 agreed after each update, and which rank writes the run's files (rank 0 alone).
 
 On one process each of these is the identity, so a single-device run takes the same
-code path (:mod:`seqtrans.distributed`)."""
+code path (:mod:`seqtrans.training.distributed`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from seqtrans import distributed
-from seqtrans.distributed import World
+from seqtrans.training import distributed
+from seqtrans.training.distributed import World
 
 
 def data_parallel(module: torch.nn.Module, world: World, device: torch.device) -> torch.nn.Module:

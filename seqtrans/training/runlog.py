@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from seqtrans import distributed
+from seqtrans.training import distributed
 from seqtrans.training.progress import Progress, pausing
 from seqtrans.training.tracking import UPDATE_LINE, TensorBoard, TrainingBar, console_above_bar
 

@@ -15,18 +15,18 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from seqtrans import distributed
 from seqtrans.config import TrainConfig
-from seqtrans.data import Pairs
-from seqtrans.distributed import World
+from seqtrans.data.batches import Pairs
+from seqtrans.data.vocab import PAD
 from seqtrans.errors import TrainingError
-from seqtrans.model import Transformer
-from seqtrans.precision import autocast
+from seqtrans.linear.precision import autocast
+from seqtrans.model.transformer import Transformer
+from seqtrans.training import distributed
+from seqtrans.training.distributed import World
 from seqtrans.training.loss import latency_losses, projected_label_smoothed_loss
 from seqtrans.training.progress import Progress
 from seqtrans.training.runlog import log
 from seqtrans.training.schedule import Schedule
-from seqtrans.vocab import PAD
 
 #: Below this fp16 loss scale the run stops: the loss overflows even when barely scaled.
 MIN_LOSS_SCALE = 1e-4

@@ -7,9 +7,9 @@ import math
 
 import torch
 
-from seqtrans import distributed
-from seqtrans.data import Pairs, lengths_of, token_batches
-from seqtrans.distributed import World
+from seqtrans.data.batches import Pairs, lengths_of, token_batches
+from seqtrans.training import distributed
+from seqtrans.training.distributed import World
 from seqtrans.training.step import LossModule
 
 #: Perplexity is reported as exp(min(NLL, this)), so an untrained model gives a number.

@@ -18,7 +18,7 @@ from seqtrans.attention.memory import MemoryAttention
 from seqtrans.attention.monotonic import MonotonicAttention
 from seqtrans.attention.restricted import RestrictedSelfAttention
 from seqtrans.attention.scaled_dot import SelfAttention
-from seqtrans.vocab import BOS, PAD
+from seqtrans.data.vocab import BOS, PAD
 
 pytestmark = pytest.mark.usefixtures("no_grad")
 

@@ -11,8 +11,8 @@ import torch
 from conftest import assert_alone_as_among_others, assert_causal, src_batch, tiny_model
 from seqtrans.attention import CROSS_ATTENTION, SELF_ATTENTION, cross_attention, self_attention
 from seqtrans.config import CROSS_MECHANISMS, SELF_MECHANISMS, ModelConfig
-from seqtrans.model import Transformer
-from seqtrans.vocab import BOS, EOS
+from seqtrans.data.vocab import BOS, EOS
+from seqtrans.model.transformer import Transformer
 
 # options that make each mechanism's own behaviour visible on sequences of 3-6 tokens
 SMALL = {"location_max_length": 12, "restricted_radius": 1, "local_window": 1, "memory_slots": 3,

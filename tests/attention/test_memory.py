@@ -11,7 +11,7 @@ import torch
 
 from conftest import tiny_model
 from seqtrans.attention.memory import MemoryAttention, position_encodings
-from seqtrans.vocab import BOS, EOS, PAD
+from seqtrans.data.vocab import BOS, EOS, PAD
 
 
 @torch.no_grad()

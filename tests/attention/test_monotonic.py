@@ -18,7 +18,7 @@ from seqtrans.attention.monotonic import (
     expected_delays,
 )
 from seqtrans.config import ModelConfig
-from seqtrans.vocab import BOS, EOS, PAD
+from seqtrans.data.vocab import BOS, EOS, PAD
 
 
 def recurrence(energy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

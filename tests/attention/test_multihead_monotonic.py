@@ -21,13 +21,13 @@ from seqtrans.attention.multihead_monotonic import (
     head_alignments,
 )
 from seqtrans.config import DecodeConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding import generate
-from seqtrans.decoding.streaming import check_streamable
-from seqtrans.model import Transformer
+from seqtrans.model.transformer import Transformer
+from seqtrans.streaming.decoder import check_streamable
 from seqtrans.training.loss import latency_losses
 from seqtrans.training.step import LossModule
-from seqtrans.vocab import BOS, EOS, PAD
 
 SOURCES = [[4, 5, 6, 7, 8, 9, 10, 4, 5], [6], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, 7, 8], [5, 5, 5, 5]]
 CONFIG = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3)

@@ -10,12 +10,12 @@ from test_search import MECHANISM_OPTIONS, mechanism_model
 from conftest import tiny_model
 from seqtrans.attention.maps import MemoryWeights, MonotonicWeights
 from seqtrans.config import DecodeConfig
+from seqtrans.data.vocab import EOS
 from seqtrans.decoding.alignment import layer_weights, pharaoh, source_weights, word_alignment
 from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import generate
 from seqtrans.errors import UsageError
 from seqtrans.inference.details import attention_weights, with_token_log_probs
-from seqtrans.vocab import EOS
 
 pytestmark = pytest.mark.usefixtures("no_grad")
 CPU = torch.device("cpu")

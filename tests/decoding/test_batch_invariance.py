@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from seqtrans.config import DecodeConfig, ModelConfig
+from seqtrans.data.vocab import EOS
 from seqtrans.decoding.generate import generate
-from seqtrans.model import Transformer
-from seqtrans.vocab import EOS
+from seqtrans.model.transformer import Transformer
 
 VOCAB = 120
 

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
+from seqtrans.data.vocab import BOS, EOS
 from seqtrans.decoding import beam_search, greedy_search
-from seqtrans.vocab import BOS, EOS
 
 A, B = 4, 5
 V = 6  # <pad> <s> </s> <unk> a b

@@ -11,11 +11,11 @@ import torch.nn.functional as F
 from test_search import BODY, VOCAB, assert_decodes_alone_as_among_longer_ones, mechanism_model
 
 from conftest import tiny_model
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding import beam_search, greedy_search
 from seqtrans.decoding.ensemble import Ensemble
-from seqtrans.model import Transformer
-from seqtrans.vocab import BOS, EOS, PAD
+from seqtrans.model.transformer import Transformer
 
 pytestmark = pytest.mark.usefixtures("no_grad")
 

@@ -6,10 +6,10 @@ import torch
 
 from conftest import tiny_model
 from seqtrans.config import DecodeConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import EOS
 from seqtrans.decoding.beam import beam_search
 from seqtrans.decoding.generate import generate, length_batches, max_output_length
-from seqtrans.vocab import EOS
 
 
 def test_length_batches_cover_every_index_once_within_the_budget() -> None:

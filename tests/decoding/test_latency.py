@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from seqtrans.decoding.latency import (
+from seqtrans.streaming.latency import (
     METRICS,
     corpus_latency,
     reference_words,

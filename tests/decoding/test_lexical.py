@@ -14,12 +14,12 @@ from test_search import BODY, VOCAB, brute_force
 
 from conftest import tiny_model
 from seqtrans.config import DecodeConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import EOS, UNK
 from seqtrans.decoding import beam_search, lexical
 from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import generate
 from seqtrans.decoding.lexical import advance, allocate, bank_sizes, met_tokens, phrase_set, required_problem
-from seqtrans.vocab import EOS, UNK
 
 pytestmark = pytest.mark.usefixtures("no_grad")
 

@@ -18,14 +18,14 @@ from seqtrans.attention.lookback import LookbackAttention, lookback_weights, pre
 from seqtrans.attention.monotonic import expected_alignment
 from seqtrans.attention.scaled_dot import CrossAttention
 from seqtrans.config import DecodeConfig, ModelConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding import generate
-from seqtrans.decoding.streaming import check_streamable, stream_greedy
 from seqtrans.errors import ConfigError, UsageError
-from seqtrans.model import Transformer
+from seqtrans.model.transformer import Transformer
+from seqtrans.streaming.decoder import check_streamable, stream_greedy
 from seqtrans.training.loss import expected_lagging
 from seqtrans.training.step import LossModule
-from seqtrans.vocab import BOS, EOS, PAD
 
 SOURCES = [[4, 5, 6, 7, 8, 9, 10, 4, 5], [6], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, 7, 8], [5, 5, 5, 5], []]
 CPU = torch.device("cpu")

@@ -9,11 +9,11 @@ from test_search import VOCAB, brute_force, sequence_log_probs
 
 from conftest import tiny_model
 from seqtrans.config import DecodeConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import EOS, PAD
 from seqtrans.decoding import beam_search, greedy_search
 from seqtrans.decoding.generate import generate
 from seqtrans.decoding.search import NEG_INF, force_tokens
-from seqtrans.vocab import EOS, PAD
 
 pytestmark = pytest.mark.usefixtures("no_grad")
 CPU = torch.device("cpu")

@@ -12,12 +12,12 @@ from test_search import BODY, VOCAB, brute_force
 
 from conftest import tiny_model
 from seqtrans.config import DecodeConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding import beam_search, greedy_search
 from seqtrans.decoding.generate import generate
 from seqtrans.decoding.search import banned_phrase_tokens, repeated_ngrams
 from seqtrans.errors import ConfigError
-from seqtrans.vocab import BOS, EOS, PAD
 
 pytestmark = pytest.mark.usefixtures("no_grad")
 

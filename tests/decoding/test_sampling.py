@@ -15,10 +15,10 @@ from test_beam_table import A, B, TableModel
 
 from conftest import tiny_model
 from seqtrans.config import DecodeConfig
+from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding.generate import generate
 from seqtrans.decoding.sampling import Truncation, draw, input_uniforms, sample, truncate
 from seqtrans.errors import ConfigError
-from seqtrans.vocab import BOS, EOS, PAD
 
 CPU = torch.device("cpu")
 TRUNCATIONS = [Truncation(), Truncation(temperature=0.5), Truncation(temperature=2.0),

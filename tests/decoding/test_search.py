@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from conftest import tiny_model
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import BOS, EOS, PAD, UNK
 from seqtrans.decoding import beam_search, greedy_search, length_penalty
 from seqtrans.decoding.protocol import SearchModel
-from seqtrans.model import Transformer
-from seqtrans.vocab import BOS, EOS, PAD, UNK
+from seqtrans.model.transformer import Transformer
 
 pytestmark = pytest.mark.usefixtures("no_grad")
 

@@ -14,15 +14,16 @@ from conftest import tiny_model
 from seqtrans import pipeline, tasks
 from seqtrans.attention.monotonic import MonotonicAttention
 from seqtrans.config import DecodeConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import EOS, Vocab, Vocabularies
 from seqtrans.decoding import greedy_search
 from seqtrans.decoding.generate import max_output_length
-from seqtrans.decoding.streaming import check_streamable, stream_greedy
 from seqtrans.errors import DataError, UsageError
-from seqtrans.extension import ExtensionError
-from seqtrans.inference import loading, streaming
-from seqtrans.model import Transformer
-from seqtrans.vocab import EOS, Vocab, Vocabularies
+from seqtrans.inference import loading
+from seqtrans.model.extension import ExtensionError
+from seqtrans.model.transformer import Transformer
+from seqtrans.streaming import predict as streaming
+from seqtrans.streaming.decoder import check_streamable, stream_greedy
 from seqtrans_copy import CopyCodec
 
 SOURCES = [[4, 5, 6, 7, 8, 9, 10, 4, 5], [6], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, 7, 8], [5, 5, 5, 5]]

@@ -15,11 +15,11 @@ import torch
 from conftest import tiny_model
 from seqtrans.attention.monotonic import selecting
 from seqtrans.config import DecodeConfig
+from seqtrans.data.vocab import EOS
 from seqtrans.decoding import generate
-from seqtrans.decoding.streaming import stream_greedy
 from seqtrans.errors import ConfigError
-from seqtrans.model import Transformer
-from seqtrans.vocab import EOS
+from seqtrans.model.transformer import Transformer
+from seqtrans.streaming.decoder import stream_greedy
 
 SOURCES = [[4, 5, 6, 7, 8, 9, 10, 4, 5], [6], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, 7, 8], [5, 5, 5, 5]]
 CPU = torch.device("cpu")

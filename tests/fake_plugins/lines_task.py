@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from seqtrans.config import option
+from seqtrans.data.vocab import Vocab, Vocabularies
 from seqtrans.errors import DataError
 from seqtrans.tasks import Example, TaskClass, check_split
-from seqtrans.vocab import Vocab, Vocabularies
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,14 @@ import pytest
 import uvicorn
 from test_inference import copy_run
 
-from seqtrans.data import prediction
+from seqtrans.data.batches import prediction
 from seqtrans.decoding.search import length_penalty
 from seqtrans.inference.loading import Loaded, load
-from seqtrans.inference.streaming import stream
 from seqtrans.serving.app import build_app
 from seqtrans.serving.models import Served
 from seqtrans.serving.server import uvicorn_config
 from seqtrans.serving.settings import ServeSettings
+from seqtrans.streaming.predict import stream
 
 ROOT = Path(__file__).resolve().parents[2]
 

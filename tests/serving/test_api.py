@@ -16,7 +16,7 @@ import torch
 from servers import post_all, reference, running, served_copy, wait_ready
 from test_inference import copy_run, hand_scores
 
-from seqtrans.data import source_ids, target_ids
+from seqtrans.data.batches import source_ids, target_ids
 from seqtrans.decoding.alignment import layer_weights
 from seqtrans.decoding.search import length_penalty
 from seqtrans.inference.heatmaps import attend

@@ -17,7 +17,7 @@ from servers import post_all, serve_process
 from test_inference import copy_run
 
 from seqtrans import cli
-from seqtrans.data import prediction
+from seqtrans.data.batches import prediction
 from seqtrans.inference.loading import load
 
 INPUTS = ["1 2 3", "4 5", "6 7 8 9", "2", "3 3", "9 8 7"]

@@ -1,5 +1,5 @@
 """Simultaneous translation over a real WebSocket: the tokens and delays of
-``predict --stream`` (:func:`seqtrans.inference.streaming.stream`) decoding the same words,
+``predict --stream`` (:func:`seqtrans.streaming.predict.stream`) decoding the same words,
 tokens sent before the sentence has ended, and bad messages or models refused."""
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def test_a_silent_session_is_closed_after_its_idle_time_and_its_slot_comes_back(
 
 
 def test_sessions_decode_on_the_servers_decoding_thread(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from seqtrans.inference.session import StreamSession
+    from seqtrans.streaming.session import StreamSession
 
     threads: set[str] = set()
     push = StreamSession.push

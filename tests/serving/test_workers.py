@@ -87,7 +87,7 @@ def test_one_worker_decodes_batches_one_after_the_other(copy_model: Served) -> N
 
 def test_streaming_sessions_take_the_workers_in_turn_and_get_predict_streams_tokens(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from seqtrans.inference.session import StreamSession
+    from seqtrans.streaming.session import StreamSession
 
     wait = copy_run(tmp_path / "waitk", seed=2, model=("model.causal_encoder=true", "decode.wait_k=2"))
     served = Served("waitk", load(wait, device="cpu"))

@@ -13,11 +13,11 @@ import torch
 
 from seqtrans.config import ModelConfig, RunConfig, TrainConfig
 from seqtrans.errors import CheckpointError
-from seqtrans.model import Transformer
+from seqtrans.model.transformer import Transformer
 from seqtrans.training import checkpoint
-from seqtrans.training.checkpointer import Checkpointer
 from seqtrans.training.progress import Progress
-from seqtrans.world import SINGLE
+from seqtrans.training.resumption import Checkpointer
+from seqtrans.training.world import SINGLE
 
 MODEL = ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2)
 CONFIG = RunConfig(task="test", model=MODEL, train=TrainConfig(keep_checkpoints=2, average_last=1))

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from seqtrans.config import ModelConfig, RunConfig, TrainConfig
-from seqtrans.data import Pairs
+from seqtrans.data.batches import Pairs
 from seqtrans.errors import TrainingError
-from seqtrans.model import Transformer
+from seqtrans.model.transformer import Transformer
 from seqtrans.training import checkpoint
 from seqtrans.training.loop import Trainer
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from seqtrans.data.vocab import PAD
 from seqtrans.training.loss import label_smoothed_loss
-from seqtrans.vocab import PAD
 
 
 def test_smoothed_loss_matches_a_hand_computation() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from seqtrans.data import Pairs, token_batches
+from seqtrans.data.batches import Pairs, token_batches
 from seqtrans.training.order import EpochBatches, update_groups
 from seqtrans.training.progress import Progress
 

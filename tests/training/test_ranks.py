@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from seqtrans.training import ranks
-from seqtrans.world import World
+from seqtrans.training.world import World
 
 
 def test_one_process_keeps_its_module_clock_and_signal() -> None:

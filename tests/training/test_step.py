@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from seqtrans.config import ModelConfig, TrainConfig
-from seqtrans.data import Pairs
+from seqtrans.data.batches import Pairs
 from seqtrans.errors import TrainingError
-from seqtrans.model import Transformer
+from seqtrans.model.transformer import Transformer
 from seqtrans.training import step as step_module
 from seqtrans.training.progress import Progress
 from seqtrans.training.schedule import Schedule
 from seqtrans.training.step import LossModule, UpdateStep, overflowed, resolve_precision, skip
-from seqtrans.world import SINGLE
+from seqtrans.training.world import SINGLE
 
 MODEL = ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2, dropout=0.0)
 PAIRS = Pairs([[4 + i % 7] * (1 + i % 3) + [2] for i in range(8)],

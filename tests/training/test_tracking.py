@@ -16,9 +16,9 @@ import torch
 
 from seqtrans.cli import _progress, build_parser
 from seqtrans.config import ModelConfig, RunConfig, TrainConfig
-from seqtrans.data import Pairs
+from seqtrans.data.batches import Pairs
 from seqtrans.errors import ConfigError
-from seqtrans.model import Transformer
+from seqtrans.model.transformer import Transformer
 from seqtrans.pipeline import run
 from seqtrans.tasks import resolve_config
 from seqtrans.training.loop import Trainer

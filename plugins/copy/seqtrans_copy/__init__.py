@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from seqtrans.config import option
+from seqtrans.data.vocab import EOS, Vocab, Vocabularies
 from seqtrans.errors import ConfigError
 from seqtrans.tasks import Example, TaskClass, check_split
-from seqtrans.vocab import EOS, Vocab, Vocabularies
 
 if TYPE_CHECKING:
     from torch import Tensor

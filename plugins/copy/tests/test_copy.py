@@ -12,7 +12,7 @@ from seqtrans import pipeline, tasks
 from seqtrans.config import DecodeConfig, ModelConfig
 from seqtrans.errors import ConfigError
 from seqtrans.inference import evaluation, loading
-from seqtrans.model import build_model
+from seqtrans.model.transformer import build_model
 from seqtrans.tasks.contract import check_task
 from seqtrans_copy import CopyConfig, CopyTask
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from seqtrans.config import option
+from seqtrans.data.vocab import SPECIALS, Vocab, Vocabularies
 from seqtrans.errors import ConfigError, DataError
 from seqtrans.tasks import Example, ModelExtending, Skipped, TaskClass, Upgrading, check_split
-from seqtrans.vocab import SPECIALS, Vocab, Vocabularies
 from seqtrans_parsing import treebank
 from seqtrans_parsing.augment import substitute
 from seqtrans_parsing.evalb import COLLINS, evalb
@@ -31,7 +31,7 @@ from seqtrans_parsing.walk import SourceWalk
 
 if TYPE_CHECKING:
     from seqtrans.config import ModelConfig
-    from seqtrans.extension import ModelExtension
+    from seqtrans.model.extension import ModelExtension
     from seqtrans_parsing.constraint import BracketConstraint
     from seqtrans_parsing.vectors import VectorSource, WordVectors
 

@@ -11,11 +11,11 @@ import torch
 from torch import Tensor
 
 from seqtrans.config import ModelConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import EOS, PAD, Vocab
 from seqtrans.decoding import beam_search
 from seqtrans.decoding.constraints import IncrementalConstraint
-from seqtrans.model import Transformer
-from seqtrans.vocab import EOS, PAD, Vocab
+from seqtrans.model.transformer import Transformer
 from seqtrans_parsing.constraint import BracketConstraint
 from seqtrans_parsing.linearize import ORDERS, Order, to_tree
 

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from seqtrans.config import ModelConfig
-from seqtrans.decoding.streaming import check_streamable
-from seqtrans.extension import ExtensionError
+from seqtrans.data.vocab import BOS, EOS, PAD, Vocab, Vocabularies
 from seqtrans.inference.export import export_ctranslate2
-from seqtrans.model import Transformer
-from seqtrans.vocab import BOS, EOS, PAD, Vocab, Vocabularies
+from seqtrans.model.extension import ExtensionError
+from seqtrans.model.transformer import Transformer
+from seqtrans.streaming.decoder import check_streamable
 from seqtrans_parsing.cursor import SourceCursor, SpanCursor
 from seqtrans_parsing.walk import SourceWalk
 

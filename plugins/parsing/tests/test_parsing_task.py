@@ -14,13 +14,13 @@ from parsing_data import SAMPLE, use_shared_nltk_data
 from seqtrans import pipeline, tasks
 from seqtrans.cli import main
 from seqtrans.config import DecodeConfig, ModelConfig
-from seqtrans.data import target_ids
+from seqtrans.data.batches import target_ids
+from seqtrans.data.vocab import UNK
 from seqtrans.errors import ConfigError
 from seqtrans.inference import evaluation, loading, online, scoring
-from seqtrans.model import Transformer, build_model
+from seqtrans.model.transformer import Transformer, build_model
 from seqtrans.tasks import Example
 from seqtrans.tasks.contract import check_task
-from seqtrans.vocab import UNK
 from seqtrans_parsing import ParsingCodec, ParsingConfig, ParsingTask
 from seqtrans_parsing.cursor import SpanCursor
 from seqtrans_parsing.linearize import linearize

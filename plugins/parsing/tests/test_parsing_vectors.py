@@ -15,15 +15,15 @@ import torch
 from parsing_data import SHARED_DATA
 from seqtrans import pipeline
 from seqtrans.config import ModelConfig
-from seqtrans.data import source_ids
+from seqtrans.data.batches import source_ids
+from seqtrans.data.vocab import EOS, PAD, SPECIALS
 from seqtrans.errors import DataError, UsageError
-from seqtrans.extension import ExtensionError
 from seqtrans.inference import loading
-from seqtrans.model import Transformer, build_model
-from seqtrans.quantize import onednn, quantized
+from seqtrans.linear.quantize import onednn, quantized
+from seqtrans.model.extension import ExtensionError
+from seqtrans.model.transformer import Transformer, build_model
 from seqtrans.tasks import Example, ModelExtending
 from seqtrans.tasks.contract import check_task
-from seqtrans.vocab import EOS, PAD, SPECIALS
 from seqtrans_parsing import ParsingConfig, ParsingTask
 from seqtrans_parsing.extensions import VectorInput
 from seqtrans_parsing.task import ParsingCodec

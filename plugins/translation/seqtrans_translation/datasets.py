@@ -1,7 +1,7 @@
 """Named datasets: where their files are published, their sha256, and which files pair up.
 
-Files are fetched with :func:`seqtrans.download.fetch` (cache, mirror, verification);
-members of archives are extracted once with :func:`seqtrans.download.extract` into the
+Files are fetched with :func:`seqtrans.runtime.download.fetch` (cache, mirror, verification);
+members of archives are extracted once with :func:`seqtrans.runtime.download.extract` into the
 cache beside the archive, with a marker written last, so an interrupted extraction is
 simply done again.
 """
@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from seqtrans import download
 from seqtrans.errors import ConfigError
+from seqtrans.runtime import download
 from seqtrans_translation.readers import TextFile
 
 log = logging.getLogger(__name__)

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from seqtrans import atomic
+from seqtrans.data.vocab import SPECIALS, Vocab
 from seqtrans.errors import DataError
-from seqtrans.vocab import SPECIALS, Vocab
+from seqtrans.runtime import atomic
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from seqtrans import download
+from seqtrans.data.vocab import Vocabularies
 from seqtrans.errors import ConfigError, DataError
+from seqtrans.runtime import download
 from seqtrans.tasks import DataDigest, Example, Skipped, TaskClass, TrainingFiles, check_split
-from seqtrans.vocab import Vocabularies
 from seqtrans_translation import datasets, metrics
 from seqtrans_translation.config import TranslationConfig
 from seqtrans_translation.presets import DEFAULTS, PRESETS

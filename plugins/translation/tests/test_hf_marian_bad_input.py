@@ -12,8 +12,8 @@ import pytest
 import torch
 from marian_models import marian_directory
 
-from seqtrans import formats
 from seqtrans.errors import DataError
+from seqtrans.inference import formats
 
 pytest.importorskip("transformers")
 

@@ -11,13 +11,13 @@ import pytest
 import torch
 from marian_models import SOURCE_WORDS, SOURCES, TARGET_WORDS, TARGETS, marian_directory, sentences
 
-from seqtrans import formats
 from seqtrans.config import DecodeConfig, ModelConfig, RunConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.errors import ConfigError
+from seqtrans.inference import formats
 from seqtrans.inference.loading import Loaded, load
-from seqtrans.model import build_model
-from seqtrans.vocab import BOS, EOS, PAD
+from seqtrans.model.transformer import build_model
 from seqtrans_translation import TranslationConfig, TranslationTask
 from seqtrans_translation.subwords import Subwords, SubwordSettings, train
 from seqtrans_translation.task import TranslationCodec

@@ -11,13 +11,13 @@ import pytest
 import torch
 from marian_models import _pairs, marian_directory
 
-from seqtrans import formats
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import BOS, EOS
 from seqtrans.errors import UsageError
+from seqtrans.inference import formats
 from seqtrans.inference.loading import load
 from seqtrans.pipeline import initial, resolve_config, run, with_initial_model
 from seqtrans.training.loss import label_smoothed_loss
-from seqtrans.vocab import BOS, EOS
 
 pytest.importorskip("transformers")
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 from marian_models import SOURCES, TARGETS, marian_directory
 
-from seqtrans import formats
 from seqtrans.config import DecodeConfig
-from seqtrans.data import pad_batch
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import BOS, EOS
+from seqtrans.inference import formats
 from seqtrans.inference.loading import Loaded, load
-from seqtrans.vocab import BOS, EOS
 
 transformers = pytest.importorskip("transformers")
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from seqtrans import download
 from seqtrans.errors import DataError, DownloadError
 from seqtrans.inference import evaluation
+from seqtrans.runtime import download
 from seqtrans.tasks import Example, Skipped
-from seqtrans.testing import serve_directory, without_download_settings
+from seqtrans.tasks.testing import serve_directory, without_download_settings
 from seqtrans_translation import TranslationConfig, TranslationTask, datasets
 from translation_data import MULTI30K
 

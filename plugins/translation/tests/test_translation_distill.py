@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from seqtrans import download, tasks
+from seqtrans import tasks
 from seqtrans.inference.loading import load
+from seqtrans.runtime import download
 from translation_data import MULTI30K
 
 TEACHER = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64",

@@ -1,5 +1,5 @@
 """SimulEval 1.1.4 driving a seqtrans translation model through the shipped agent
-(``seqtrans.simuleval.Agent``) scores what ``evaluate --stream`` measures: the same
+(``seqtrans.streaming.simuleval.Agent``) scores what ``evaluate --stream`` measures: the same
 outputs, the same word delays, and the same BLEU, AL, LAAL, AP and DAL. Translation's
 words are made of several pieces, so a word's delay as a reader sees it (once the next
 word begins, or the end is decided) differs from the delay of its last piece."""
@@ -18,7 +18,7 @@ import pytest
 from seqtrans import pipeline
 from seqtrans.inference.evaluation import Split
 from seqtrans.inference.loading import load
-from seqtrans.inference.simultaneous import score_stream
+from seqtrans.streaming.evaluation import score_stream
 from seqtrans.tasks import Example
 from translation_data import MULTI30K
 
@@ -69,7 +69,7 @@ def test_simuleval_with_the_agent_scores_what_evaluate_stream_measures(run: Path
     out = run / "simuleval"
     done = subprocess.run(
         [sys.executable, "-c", "from simuleval.cli import main; main()",
-         "--agent-class", "seqtrans.simuleval.Agent", "--seqtrans-run", str(run / "run"),
+         "--agent-class", "seqtrans.streaming.simuleval.Agent", "--seqtrans-run", str(run / "run"),
          "--seqtrans-set", "decode.wait_k=3", "--source", str(run / "test.en"),
          "--target", str(run / "test.de"), "--output", str(out)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from seqtrans import config as cfg
-from seqtrans import download, pipeline, tasks
+from seqtrans import pipeline, tasks
 from seqtrans.errors import ConfigError, DataError
 from seqtrans.inference import evaluation
+from seqtrans.runtime import download
 from seqtrans.tasks.contract import check_task
 from seqtrans_translation import TranslationConfig, TranslationTask
 from seqtrans_translation.metrics import score

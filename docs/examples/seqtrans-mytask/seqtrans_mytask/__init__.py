@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from seqtrans.config import option
+from seqtrans.data.vocab import Vocab, Vocabularies
 from seqtrans.errors import ConfigError, DataError
 from seqtrans.tasks import Example, Skipped, TaskClass, check_split
-from seqtrans.vocab import Vocab, Vocabularies
 
 
 @dataclass(frozen=True)

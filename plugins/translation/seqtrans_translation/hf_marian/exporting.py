@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from seqtrans import atomic
 from seqtrans.config import ModelConfig
+from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.errors import ConfigError, UsageError
-from seqtrans.vocab import BOS, EOS, PAD
+from seqtrans.runtime import atomic
 from seqtrans_translation.hf_marian.importing import (
     CONFIG,
     GENERATION_CONFIG,

@@ -36,12 +36,12 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from seqtrans import atomic
 from seqtrans import config as cfg
 from seqtrans.config import ModelConfig, RunConfig
+from seqtrans.data.vocab import SPECIALS, Vocab
 from seqtrans.errors import ConfigError, DataError
+from seqtrans.runtime import atomic
 from seqtrans.training import checkpoint
-from seqtrans.vocab import SPECIALS, Vocab
 from seqtrans_translation.config import TranslationConfig
 from seqtrans_translation.hf_marian.tensors import read_weights, weights_file
 from seqtrans_translation.presets import DEFAULTS

@@ -5,7 +5,7 @@ A prepared dataset (:mod:`seqtrans.prepare` writes it) is a directory of:
 ``src.ids``, ``tgt.ids``
     A 64-byte header (magic, format, id type, number of ids, the dataset's key), then
     the ids of every sequence back to back. Sources end with EOS; targets have neither
-    BOS nor EOS (as :class:`seqtrans.data.Pairs` holds them).
+    BOS nor EOS (as :class:`seqtrans.data.batches.Pairs` holds them).
 ``src.offsets.npy``, ``tgt.offsets.npy``
     int64, one more than the pairs: sequence ``i`` is ``ids[offsets[i]:offsets[i + 1]]``.
 ``src.lengths.npy``, ``tgt.lengths.npy``

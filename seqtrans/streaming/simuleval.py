@@ -1,12 +1,12 @@
 """A SimulEval agent for any seqtrans model that can stream (the ``simul`` extra)::
 
     pip install 'seqtrans[simul]'
-    simuleval --agent-class seqtrans.simuleval.Agent --seqtrans-run RUN_DIR \\
+    simuleval --agent-class seqtrans.streaming.simuleval.Agent --seqtrans-run RUN_DIR \\
         [--seqtrans-set decode.wait_k=3 ...] --source SRC --target TGT --output OUT
 
 SimulEval 1.1 sends the source one word per call and asks the agent's policy what to do;
 the agent pushes the words it has not seen to a
-:class:`~seqtrans.inference.session.StreamSession`, and writes the output words that
+:class:`~seqtrans.streaming.session.StreamSession`, and writes the output words that
 are now complete (the next piece has begun a new word, or the output has ended), all
 of them in one write, or reads when there are none. Once the source has ended it ends
 the session and writes the rest. SimulEval then scores the outputs with its own
@@ -27,7 +27,7 @@ from simuleval.agents.actions import ReadAction, WriteAction
 
 from seqtrans.errors import SeqtransError
 from seqtrans.inference.loading import load
-from seqtrans.inference.session import StreamSession, Update, check_streaming
+from seqtrans.streaming.session import StreamSession, Update, check_streaming
 
 
 class Agent(TextToTextAgent):
@@ -40,8 +40,8 @@ class Agent(TextToTextAgent):
                                device=args.seqtrans_device)
             check_streaming(self.loaded)
         except SeqtransError as exc:
-            raise SystemExit(f"seqtrans.simuleval.Agent: {exc}. A run that can stream was trained with "
-                             "model.causal_encoder=true and a cross-attention that decides when to read "
+            raise SystemExit(f"seqtrans.streaming.simuleval.Agent: {exc}. A run that can stream was trained "
+                             "with model.causal_encoder=true and a cross-attention that decides when to read "
                              "(monotonic, milk, or scaled_dot, with --seqtrans-set decode.wait_k=K for a "
                              "wait-k lag)") from None
         self.session: StreamSession | None = None

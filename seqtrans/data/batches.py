@@ -15,12 +15,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from seqtrans.encoding import prediction as prediction  # the id conversions, torch-free for workers
-from seqtrans.encoding import source_ids as source_ids
-from seqtrans.encoding import target_ids as target_ids
-from seqtrans.encoding import within
+from seqtrans.data.encoding import prediction as prediction  # the id conversions, torch-free for workers
+from seqtrans.data.encoding import source_ids as source_ids
+from seqtrans.data.encoding import target_ids as target_ids
+from seqtrans.data.encoding import within
+from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.errors import DataError
-from seqtrans.vocab import BOS, EOS, PAD
 
 if TYPE_CHECKING:
     from seqtrans.config import ModelConfig
@@ -56,7 +56,7 @@ def pad_batch(seqs: Sequence[Sequence[int]], *, pad: int = PAD, before: int | No
               after: int | None = None) -> Tensor:
     """[[ids], ...] -> [B, longest (+1 for ``before``, +1 for ``after``)], right-padded; each
     row is ``before ids after`` when those symbols are given. Sequences may be lists or
-    arrays (:class:`~seqtrans.binarized.MappedSequences`)."""
+    arrays (:class:`~seqtrans.prepare.binarized.MappedSequences`)."""
     lead = int(before is not None)
     width = max(len(s) for s in seqs) + lead + int(after is not None)
     out = np.full((len(seqs), width), pad, dtype=np.int64)
@@ -97,7 +97,7 @@ class Pairs:
     """Encoded parallel data: ``src[i]`` ends with EOS, ``tgt[i]`` has neither BOS nor EOS.
     ``kept[i]`` is the position of pair ``i`` among the examples it was encoded from
     (empty when not tracked). The sides are lists in memory, or memory-mapped
-    (:mod:`seqtrans.binarized`, what :mod:`seqtrans.prepare` gives for training data)."""
+    (:mod:`seqtrans.prepare.binarized`, what :mod:`seqtrans.prepare` gives for training data)."""
 
     src: Sequence[Any]  # of list[int] or np.ndarray
     tgt: Sequence[Any]

@@ -1,18 +1,18 @@
 """Scoring a split as streams (``seqtrans evaluate --stream``): each source pushed word by
-word to a :class:`~seqtrans.inference.session.StreamSession`, the outputs scored by the
-task, and the latency in source words (:mod:`seqtrans.decoding.latency`).
+word to a :class:`~seqtrans.streaming.session.StreamSession`, the outputs scored by the
+task, and the latency in source words (:mod:`seqtrans.streaming.latency`).
 
 The model reads and writes tokens (pieces); latency is reported in words, as SimulEval
 counts them for text. A source's words are those of its input line
 (:meth:`~seqtrans.tasks.SourceFormatting.format_source`, split on whitespace). A
 hypothesis' words are those of its output line (:meth:`~seqtrans.tasks.Task.format`,
-split on whitespace), and each has two delays (see :mod:`seqtrans.inference.session`):
+split on whitespace), and each has two delays (see :mod:`seqtrans.streaming.session`):
 
 - the delay a reader of the text sees (``stream_ap``, ``stream_al``, ...): the source
   words read when the word is known to be complete, that is when the next target token
   begins a new word or when the end of the output is decided. This is what SimulEval
   measures for an agent that writes each word once it is complete
-  (:mod:`seqtrans.simuleval`);
+  (:mod:`seqtrans.streaming.simuleval`);
 - the delay of its last piece (``stream_piece_ap``, ...), a lower bound of the first:
   the source words read when the word's last token was decided.
 
@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from seqtrans import atomic
-from seqtrans.data import check_sources, prediction
-from seqtrans.decoding.latency import REFERENCE, corpus_latency, reference_words, sentence_latency
+from seqtrans.data.batches import check_sources, prediction
 from seqtrans.errors import UsageError
 from seqtrans.inference.evaluation import Split
 from seqtrans.inference.loaded import Loaded
-from seqtrans.inference.session import StreamSession, check_streaming, output_units, split_units
+from seqtrans.runtime import atomic
+from seqtrans.streaming.latency import REFERENCE, corpus_latency, reference_words, sentence_latency
+from seqtrans.streaming.session import StreamSession, check_streaming, output_units, split_units
 from seqtrans.tasks.protocol import Example, Metric, SourceFormatting, stream_unit
 
 

@@ -21,9 +21,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from seqtrans import atomic, tasks
+from seqtrans import tasks
 from seqtrans.config import DecodeConfig, ModelConfig, TrainConfig
 from seqtrans.errors import UsageError
+from seqtrans.runtime import atomic
 from seqtrans.tasks import Upgrading
 
 _SECTIONS = {"model": ModelConfig, "train": TrainConfig, "decode": DecodeConfig}

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from seqtrans.errors import ConfigError
 from seqtrans.linear.int8 import Int8Embedding, Int8Linear
 from seqtrans.linear.onednn import OneDNNLinear
-from seqtrans.model import Transformer
+from seqtrans.model.transformer import Transformer
 
 
 def _with_linears(model: Transformer, make: Callable[[Tensor, Tensor | None], nn.Module], *,

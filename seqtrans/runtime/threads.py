@@ -37,8 +37,8 @@ import os
 import sys
 from pathlib import Path
 
-from seqtrans import environment
 from seqtrans.errors import UsageError
+from seqtrans.runtime import environment
 
 log = logging.getLogger(__name__)
 

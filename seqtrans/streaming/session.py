@@ -10,9 +10,9 @@
     print(session.output, session.word_delays)
 
 This is the one implementation of streaming by words: ``predict --stream``, ``evaluate
---stream``, the server's WebSocket and the SimulEval agent (:mod:`seqtrans.simuleval`)
+--stream``, the server's WebSocket and the SimulEval agent (:mod:`seqtrans.streaming.simuleval`)
 all drive it. It needs no thread: each call decodes as far as the words at hand allow
-(:class:`~seqtrans.decoding.streaming.StreamDecoder`) and returns.
+(:class:`~seqtrans.streaming.decoder.StreamDecoder`) and returns.
 
 The task's tokenisation is applied to the words pushed so far and the new tokens are fed
 to the model; the tokens of the first n words must be a prefix of those of the first
@@ -46,11 +46,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from seqtrans.config import DecodeConfig
-from seqtrans.data import prediction, source_ids
+from seqtrans.data.batches import prediction, source_ids
 from seqtrans.decoding.ensemble import position_limit
-from seqtrans.decoding.streaming import Emission, StreamDecoder, check_streamable
 from seqtrans.errors import DataError, SeqtransError, UsageError
 from seqtrans.inference.loaded import Loaded
+from seqtrans.streaming.decoder import Emission, StreamDecoder, check_streamable
 from seqtrans.tasks.protocol import stream_unit
 
 

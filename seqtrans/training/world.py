@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqtrans import environment
 from seqtrans.errors import UsageError
+from seqtrans.runtime import environment
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from seqtrans import environment
 from seqtrans.errors import Interrupted, SeqtransError, UsageError
-from seqtrans.world import SINGLE, World, world_from_env
+from seqtrans.runtime import environment
+from seqtrans.training.world import SINGLE, World, world_from_env
 
 log = logging.getLogger(__name__)
 

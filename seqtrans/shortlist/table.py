@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from seqtrans import atomic
 from seqtrans.config import option
+from seqtrans.data.vocab import EOS, PAD, SPECIALS, UNK
 from seqtrans.errors import CheckpointError, UsageError
-from seqtrans.vocab import EOS, PAD, SPECIALS, UNK
+from seqtrans.runtime import atomic
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class Shortlist:
     candidates: np.ndarray  # [V_s, N] int32
     frequent: np.ndarray  # [M] int32
     target_size: int
-    vocabulary: str  # sha256 of the vocabulary files (seqtrans.assets.assets_digest)
+    vocabulary: str  # sha256 of the vocabulary files (seqtrans.data.assets.assets_digest)
     settings: ShortlistSettings
 
     def allowed(self, sources: Sequence[Sequence[int]]) -> np.ndarray:
@@ -127,7 +127,7 @@ def load(path: str | Path, *, vocabulary: str) -> Shortlist:
 def build(src: Sequence[Any], tgt: Sequence[Any], *, source_size: int, target_size: int, vocabulary: str,
           settings: ShortlistSettings | None = None) -> Shortlist:
     """The shortlist of training pairs: ``src[i]`` and ``tgt[i]`` the ids of pair i (as
-    :class:`~seqtrans.data.Pairs` holds them; special symbols are left out of the counts)."""
+    :class:`~seqtrans.data.batches.Pairs` holds them; special symbols are left out of the counts)."""
     settings = settings or ShortlistSettings()
     if len(src) != len(tgt):
         raise ValueError(f"{len(src)} sources but {len(tgt)} targets")

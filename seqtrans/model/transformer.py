@@ -4,7 +4,7 @@
 ``decode()`` one token at a time with a :class:`DecoderState` holding the
 self-attention key/value caches and the encoder-decoder keys/values computed once
 per source. A task adds model-side parts through the extension seam
-(:mod:`seqtrans.extension`): they are called at the source embeddings and at the
+(:mod:`seqtrans.model.extension`): they are called at the source embeddings and at the
 decoder inputs, and their decoding state travels in the :class:`DecoderState`.
 
 Shapes: B sentences, K hypotheses per sentence, N = B*K rows, S source length,
@@ -35,12 +35,12 @@ from seqtrans.attention import (
     waiting,
 )
 from seqtrans.config import ModelConfig
-from seqtrans.dropout import Dropout
-from seqtrans.extension import ExtensionState, Feature, ModelExtension, check_supported
+from seqtrans.data.vocab import PAD
 from seqtrans.linear.fp32 import output_projection
-from seqtrans.masks import padding_mask
+from seqtrans.model.dropout import Dropout
+from seqtrans.model.extension import ExtensionState, Feature, ModelExtension, check_supported
+from seqtrans.model.masks import padding_mask
 from seqtrans.tasks.protocol import Codec, ModelExtending
-from seqtrans.vocab import PAD
 
 
 class Positions(nn.Module):
@@ -248,10 +248,10 @@ class Transformer(nn.Module):
         # optional parts made only when asked for, so that a model without them initialises as before
         self.embedding_norm = nn.LayerNorm(c.d_model) if c.embedding_norm else None
         self.output_bias = nn.Parameter(torch.zeros(target_vocab_size)) if c.output_bias else None  # [V]
-        # the task's model-side parts (seqtrans.extension), in the order they are applied;
+        # the task's model-side parts (seqtrans.model.extension), in the order they are applied;
         # registered last, so that their parameters come after the Transformer's own
         self.extensions = nn.ModuleDict()
-        # a decoding-only replacement of ``x @ output_weight.T`` (seqtrans.quantize); never trained
+        # a decoding-only replacement of ``x @ output_weight.T`` (seqtrans.linear.quantize); never trained
         self.projection: nn.Module | None = None
 
     def extend(self, extensions: Mapping[str, ModelExtension]) -> None:
@@ -259,7 +259,7 @@ class Transformer(nn.Module):
         for name, extension in extensions.items():
             if not isinstance(extension, ModelExtension):
                 raise TypeError(f"model extension '{name}' is a {type(extension).__name__}, "
-                                "not a seqtrans.extension.ModelExtension")
+                                "not a seqtrans.model.extension.ModelExtension")
             if not name.isidentifier() or name in self.extensions:
                 raise ValueError(f"model extension name '{name}' is not an identifier or is taken")
             self.extensions[name] = extension
@@ -269,7 +269,7 @@ class Transformer(nn.Module):
         return [(name, cast(ModelExtension, ext)) for name, ext in self.extensions.items()]
 
     def check_supported(self, feature: Feature) -> None:
-        """Raise :class:`~seqtrans.extension.ExtensionError` when an extension of this
+        """Raise :class:`~seqtrans.model.extension.ExtensionError` when an extension of this
         model cannot take part in ``feature`` (export, quantize, stream, ensemble)."""
         check_supported(self.named_extensions(), feature)
 
@@ -369,7 +369,7 @@ class Transformer(nn.Module):
     def _float_like(self) -> Tensor:
         """A float tensor of the model's: new caches take its dtype and device."""
         embed = self.target_embed
-        # an int8 decoding copy's table (seqtrans.quantize.int8_only) has float scales, no weight
+        # an int8 decoding copy's table (seqtrans.linear.quantize.int8_only) has float scales, no weight
         return embed.weight if isinstance(embed, nn.Embedding) else cast(Tensor, embed.scale)
 
     @property

@@ -17,8 +17,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from seqtrans import atomic, tasks
+from seqtrans import tasks
 from seqtrans.errors import DataError, SeqtransError, UsageError
+from seqtrans.runtime import atomic
 from seqtrans.tasks.protocol import metric_mode
 
 #: (event, key, title) of the panels, top to bottom; dev metrics follow dev loss.

@@ -30,8 +30,8 @@ import torch
 from torch import Tensor
 
 from seqtrans.attention.maps import HeadMonotonicWeights, MonotonicWeights
-from seqtrans.model import Transformer
-from seqtrans.vocab import PAD
+from seqtrans.data.vocab import PAD
+from seqtrans.model.transformer import Transformer
 
 
 @dataclass(frozen=True)
@@ -109,10 +109,10 @@ def policy_report(model: Transformer, batches: Iterable[tuple[Tensor, Tensor]]) 
 def split_report(loaded: Any, split: str = "dev", *, batch: int = 64) -> list[LayerPolicy]:
     """:func:`policy_report` of a loaded run (:class:`seqtrans.inference.loaded.Loaded`)
     on a split of its task, teacher-forced with the references."""
-    from seqtrans.data import pad_batch
-    from seqtrans.encoding import source_ids, target_ids
+    from seqtrans.data.batches import pad_batch
+    from seqtrans.data.encoding import source_ids, target_ids
+    from seqtrans.data.vocab import BOS
     from seqtrans.inference.evaluation import read_split
-    from seqtrans.vocab import BOS
 
     examples = read_split(loaded.task, split).examples
 

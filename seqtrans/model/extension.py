@@ -3,7 +3,7 @@
 A task whose model needs more than its tokens (fixed word vectors on the source side,
 a pointer into the source on the target side, features of a speech frame) does not
 edit the engine: its codec has the :class:`~seqtrans.tasks.ModelExtending` ability and
-returns :class:`ModelExtension` modules, which :func:`seqtrans.model.build_model`
+returns :class:`ModelExtension` modules, which :func:`seqtrans.model.transformer.build_model`
 attaches to the model under their names. Their parameters are the model's: trained
 with it, saved in its checkpoints (``extensions.NAME.*``), averaged, quantized and
 moved to a device with it.

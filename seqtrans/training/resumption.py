@@ -14,11 +14,10 @@ from typing import Any
 
 import torch
 
-from seqtrans import distributed
 from seqtrans.config import RunConfig, same_settings, to_dict
-from seqtrans.distributed import World
 from seqtrans.errors import CheckpointError
-from seqtrans.training import checkpoint
+from seqtrans.training import checkpoint, distributed
+from seqtrans.training.distributed import World
 from seqtrans.training.progress import Progress
 from seqtrans.training.runlog import log
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from seqtrans import shortlist as shortlists
 from seqtrans.inference.loading import find_checkpoint, load, run_directory
 from seqtrans.prepare import prepare
+from seqtrans.shortlist import table as shortlists
 
 log = logging.getLogger(__name__)
 

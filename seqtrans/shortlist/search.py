@@ -1,6 +1,6 @@
 """Search with a vocabulary shortlist (``decode.shortlist``): the output projection is
 computed only over the target tokens that some source of the batch may produce
-(:class:`seqtrans.shortlist.Shortlist`), and each hypothesis is restricted to those of
+(:class:`seqtrans.shortlist.table.Shortlist`), and each hypothesis is restricted to those of
 its own source.
 
 :class:`Shortlisted` offers the search loops what a model does
@@ -38,8 +38,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seqtrans.linear import RowSelecting, output_projection
-from seqtrans.model import Transformer
-from seqtrans.shortlist import Shortlist
+from seqtrans.model.transformer import Transformer
+from seqtrans.shortlist.table import Shortlist
 
 #: The projection's rows are padded (with a token not allowed) to a multiple of this, so
 #: that the products of a run see few distinct shapes (oneDNN caches a kernel per shape).

@@ -1,6 +1,6 @@
 """``seqtrans predict --stream``: inputs that arrive word by word (or character by
 character, for a task whose ``stream_unit`` says so), decoded simultaneously
-through a :class:`~seqtrans.inference.session.StreamSession` per input line, each
+through a :class:`~seqtrans.streaming.session.StreamSession` per input line, each
 target token written as soon as it is decided."""
 
 from __future__ import annotations
@@ -8,23 +8,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 
-from seqtrans.decoding.latency import corpus_latency, sentence_latency
 from seqtrans.inference.loaded import Loaded
 from seqtrans.inference.online import warn_unseen
-from seqtrans.inference.session import StreamSession, check_streaming
+from seqtrans.streaming.latency import corpus_latency, sentence_latency
+from seqtrans.streaming.session import StreamSession, check_streaming
 
 log = logging.getLogger(__name__)
 
 
 def stream(loaded: Loaded, words: Iterable[str | None], write: Callable[[str], None]) -> None:
     """Simultaneous decoding of inputs that arrive word by word, one
-    :class:`~seqtrans.inference.session.StreamSession` per input line.
+    :class:`~seqtrans.streaming.session.StreamSession` per input line.
 
     ``words`` yields each input's words as they arrive and ``None`` where an input line
     ends. Each target token is passed to ``write`` as soon as it is decided (the model's
     target tokens, space-separated); when an input's output is complete, a tab, the delays
     (the source tokens read when each token was written) and a line break follow, once
-    the input line has ended. The latency metrics of :mod:`seqtrans.decoding.latency`
+    the input line has ended. The latency metrics of :mod:`seqtrans.streaming.latency`
     (AP, AL, LAAL, DAL) are logged at the end, in source tokens and against the
     hypothesis length (there is no reference).
     """

@@ -11,21 +11,21 @@ one page lists what the environment can change. Imports no torch.
 - ``SEQTRANS_NATIVE=0``: CPU decoding builds and uses no native kernel
   (:mod:`seqtrans.native`); ``CC``: the C compiler that builds them (else ``cc``).
 - ``SEQTRANS_CACHE_DIR``, ``XDG_CACHE_HOME``: where downloads are cached
-  (:func:`seqtrans.download.cache_dir`).
-- ``SEQTRANS_MIRROR``: where downloads are read from (:func:`seqtrans.download.mirror_url`).
+  (:func:`seqtrans.runtime.download.cache_dir`).
+- ``SEQTRANS_MIRROR``: where downloads are read from (:func:`seqtrans.runtime.download.mirror_url`).
 - ``SEQTRANS_SERVE_TOKEN``: the bearer token ``seqtrans serve`` asks of its clients
   (:func:`serve_token`); kept out of the command line, which other users can read.
 - ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``: this process's place in a job, as torchrun
-  sets them (:mod:`seqtrans.world`).
+  sets them (:mod:`seqtrans.training.world`).
 - ``SEQTRANS_THREADS``: the threads a process computes with; ``OMP_NUM_THREADS``, the
   user's own count, is left to PyTorch when ``SEQTRANS_THREADS`` is unset
-  (:mod:`seqtrans.threads`).
+  (:mod:`seqtrans.runtime.threads`).
 - ``SEQTRANS_WAIT_POLICY``: how OpenMP's idle threads wait (``active``, ``passive``, a
   spin count or ``default``), said to OpenMP as ``OMP_WAIT_POLICY`` / ``GOMP_SPINCOUNT``,
-  which a user may also set themselves (:func:`seqtrans.threads.set_wait_policy`).
+  which a user may also set themselves (:func:`seqtrans.runtime.threads.set_wait_policy`).
 - ``SEQTRANS_MALLOC``: ``keep`` (the default) has the ``seqtrans`` command keep freed
   memory for reuse, ``system`` leaves the C library's own policy
-  (:func:`seqtrans.system.keep_freed_memory`).
+  (:func:`seqtrans.runtime.system.keep_freed_memory`).
 
 :func:`setting` sets one for the processes seqtrans starts, inside a block; :func:`export`
 for the rest of this process and those it starts (the thread count, before PyTorch

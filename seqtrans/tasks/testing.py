@@ -2,7 +2,7 @@
 
 :func:`seqtrans.tasks.contract.check_task` checks a task against the contract; the
 helpers here serve files over HTTP on the loopback interface, so that a plugin's
-downloads can be tested through ``seqtrans.download``'s mirror override without the
+downloads can be tested through ``seqtrans.runtime.download``'s mirror override without the
 network::
 
     with serve_directory(Path("tests/data")) as mirror:
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from seqtrans import environment
+from seqtrans.runtime import environment
 
 __all__ = ["serve", "serve_directory", "without_download_settings"]
 

@@ -9,7 +9,7 @@ task to read back (:class:`~seqtrans.tasks.TrainingFiles`): ``train.src`` and
 records the teacher and the settings and the ``data`` settings a student trains with.
 
 The directory appears whole or not at all: chunks are written under ``OUT.partial/``,
-each a file written whole (:mod:`seqtrans.atomic`), and the finished directory is renamed
+each a file written whole (:mod:`seqtrans.runtime.atomic`), and the finished directory is renamed
 into place. A distillation that is interrupted, by kill -9 too, resumes from its last
 finished chunk; a chunk decodes to the same outputs whether it is decoded in the first
 process or after a resumption (its sentences and their batches are the same), so the
@@ -32,11 +32,11 @@ from typing import Any
 
 from tqdm import tqdm
 
-from seqtrans import atomic, download
 from seqtrans.config import to_dict
 from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.loading import Loaded, find_checkpoint, load
 from seqtrans.prepare import examples_of
+from seqtrans.runtime import atomic, download
 from seqtrans.tasks.protocol import Example, TrainingFiles
 
 log = logging.getLogger(__name__)

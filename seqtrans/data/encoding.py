@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sized
 from typing import Any
 
+from seqtrans.data.vocab import EOS
 from seqtrans.tasks.protocol import Codec
-from seqtrans.vocab import EOS
 
 
 def source_ids(codec: Codec[Any, Any, Any], source: Any) -> list[int]:

@@ -36,7 +36,7 @@ The delay of an output token is the number of source tokens read when it was wri
 (the end of the input not counted, so a token written after the whole source has been
 read has delay |x|). The end of the output has a delay too (``end_delay``): the tokens
 read when the end was decided, which a reader of text needs to know that the last word
-is complete. :mod:`seqtrans.decoding.latency` summarises delays (AP, AL, LAAL, DAL).
+is complete. :mod:`seqtrans.streaming.latency` summarises delays (AP, AL, LAAL, DAL).
 
 Greedy only: a beam would have to wait for its hypotheses to agree before writing. The
 maximum output length a * |x| + b holds as in offline decoding: while the source is
@@ -56,11 +56,11 @@ from torch import Tensor
 
 from seqtrans.attention import reading
 from seqtrans.config import DecodeConfig
+from seqtrans.data.vocab import BOS, EOS
 from seqtrans.decoding.generate import max_output_length
 from seqtrans.decoding.search import mask_log_probs
 from seqtrans.errors import UsageError
-from seqtrans.model import DecoderState, Transformer
-from seqtrans.vocab import BOS, EOS
+from seqtrans.model.transformer import DecoderState, Transformer
 
 #: Encoder-decoder attention that decides when to read: hard monotonic and its lookback
 #: (MILk), monotonic multihead attention (hard and infinite lookback), and scaled-dot
@@ -78,7 +78,7 @@ class Emission:
 
 def check_streamable(model: Transformer) -> None:
     """Raise :class:`UsageError` unless ``model`` can decode a stream: its settings, then
-    its task's model extensions (:class:`~seqtrans.extension.ExtensionError`)."""
+    its task's model extensions (:class:`~seqtrans.model.extension.ExtensionError`)."""
     config = model.config
     missing = []
     if config.cross_attention not in STREAMING:

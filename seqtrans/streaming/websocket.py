@@ -1,7 +1,7 @@
 """Simultaneous translation over a WebSocket (``/v1/models/{name}/stream``): the client
 sends words as they are typed or recognised, and the server sends each target token as
 soon as it is decided, and each output word once it is known to be complete, through a
-:class:`~seqtrans.inference.session.StreamSession` per sentence.
+:class:`~seqtrans.streaming.session.StreamSession` per sentence.
 
 Client messages (JSON): ``{"words": "some words"}`` adds whole words to the current
 sentence; ``{"end": true}`` ends it (both may come in one message). Server messages:
@@ -39,10 +39,10 @@ from prometheus_client import Gauge
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from seqtrans.errors import SeqtransError
-from seqtrans.inference.session import StreamSession, Update, split_units
 from seqtrans.serving import validation
 from seqtrans.serving.models import RequestError, Served
 from seqtrans.serving.settings import ServeSettings
+from seqtrans.streaming.session import StreamSession, Update, split_units
 from seqtrans.tasks.protocol import stream_unit
 
 #: What sending to, or closing, a connection the client has already closed raises.

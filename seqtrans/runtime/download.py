@@ -42,8 +42,8 @@ from typing import IO, BinaryIO
 
 from tqdm import tqdm
 
-from seqtrans import atomic, environment
 from seqtrans.errors import DataError, DownloadError
+from seqtrans.runtime import atomic, environment
 
 log = logging.getLogger(__name__)
 
