@@ -312,14 +312,18 @@ SUBCOMMANDS = (
                  help="The PNG to write (default: RUN_DIR/curves.png of the first run)."))),
     Command("import", "Read a model of another toolkit as a run directory.",
             "Convert the model in directory DIR, in the format FORMAT that an installed plugin "
-            "registers (seqtrans.formats entry points; the translation plugin: hf-marian, a Hugging "
-            "Face Marian model such as OPUS-MT), into a new run directory that predict, evaluate, "
-            "score, serve, export and 'run --init' accept, written whole or not at all. See "
-            "docs/pretrained.md.",
+            "registers (seqtrans.formats entry points; the translation plugin: hf, a Hugging Face "
+            "model directory of the families its config.json names (NLLB, M2M-100, mBART-50, BART, "
+            "Marian), and hf-marian), into a new run directory that predict, evaluate, score, serve, "
+            "export and 'run --init' accept, written whole or not at all. See docs/pretrained.md.",
             (arg("format", metavar="FORMAT", help="The format of DIR."),
              arg("source", metavar="DIR", type=Path, help="The model directory to read."),
              arg("--out", metavar="RUN_DIR", type=Path, required=True,
-                 help="The run directory to create (must not exist)."))),
+                 help="The run directory to create (must not exist)."),
+             arg("--allow-pickle", action="store_true",
+                 help="Read weights from a pickled pytorch_model.bin where the directory has no "
+                      "safetensors file. Loading a pickle can run any code it holds: only for a "
+                      "directory you trust."))),
     Command("export", "Write a trained model in another engine's format (CTranslate2, or a plugin's).",
             "Export the model of a run directory or checkpoint to a new directory OUT, "
             "written whole or not at all. Any other FORMAT is one an installed plugin registers "
@@ -655,7 +659,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_import(args: argparse.Namespace) -> int:
     from seqtrans.inference import formats
 
-    path = formats.load(args.format).import_model(args.source, out=args.out)
+    path = formats.load(args.format).import_model(args.source, out=args.out, allow_pickle=args.allow_pickle)
     print(f"wrote {path}")
     return 0
 

@@ -49,7 +49,19 @@ class ModelConfig:
         "interleaved", "Sinusoidal encodings: 'interleaved' sin and cos of each frequency as in the paper's "
         "formula; 'split': all sines in the first half of the vector, all cosines in the second."
     )
+    sinusoid_frequencies: Literal["paper", "fairseq"] = option(
+        "paper", "Frequencies of the sinusoids: 'paper' 1/10000^(2i/d_model) as in section 3.5; 'fairseq' "
+        "1/10000^(i/(d_model/2 - 1)), as fairseq and the models trained with it (M2M-100, NLLB) compute them."
+    )
     max_positions: int = option(1024, "Longest sequence learned positions can encode.")
+    position_offset: int = option(
+        0, "The position of a sequence's first token (not in the paper): fairseq's models count from 2, "
+        "after their padding id, and their learned tables hold that many rows more (BART, mBART, M2M-100)."
+    )
+    shared_positions: bool = option(
+        True, "One position table and one embedding LayerNorm (model.embedding_norm) for both stacks; false: "
+        "the encoder and the decoder each have their own (BART, mBART)."
+    )
     activation: Literal["relu", "gelu", "silu"] = option(
         "relu", "Feed-forward activation: relu as in the paper; gelu (exact, erf form); silu (swish, "
         "x * sigmoid(x))."
@@ -162,7 +174,7 @@ class ModelConfig:
                     "restricted_radius", "local_window", "memory_slots", "memory_heads"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"model.{key}", f"must be at least 1, got {getattr(self, key)}")
-        for key in ("location_max_length", "monotonic_dim", "monotonic_noise", "wait_k"):
+        for key in ("location_max_length", "monotonic_dim", "monotonic_noise", "wait_k", "position_offset"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"model.{key}", f"must not be negative, got {getattr(self, key)}")
         for key in ("encoder_attention", "decoder_attention"):
@@ -419,6 +431,15 @@ class DecodeConfig:
         "activations quantized per row as they come, integer products (fastest on CPUs with AVX-512 "
         "VNNI or AMX). Scores are accumulated in fp32. A run loaded with int8 keeps no float weights "
         "(a quarter of the memory) and decodes in int8 only."
+    )
+    source_lang: str = option(
+        "", "The language of the sources, for a model of several languages (a code the model knows, such "
+        "as eng_Latn or en_XX); empty: the one its tokenizer was saved with. An error lists the model's codes."
+    )
+    target_lang: str = option(
+        "", "The language to translate into, for a model of several languages: its code is forced as the "
+        "first output token, as the model's own generation forces it; empty: the one its tokenizer was "
+        "saved with."
     )
 
     def __post_init__(self) -> None:

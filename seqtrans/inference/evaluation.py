@@ -23,7 +23,16 @@ from seqtrans.decoding.lexical import Phrases
 from seqtrans.inference.phrases import banned_ids
 from seqtrans.model.transformer import Transformer
 from seqtrans.shortlist.table import Shortlist
-from seqtrans.tasks.protocol import Codec, Constraining, Example, Metric, Skipped, Task, check_split
+from seqtrans.tasks.protocol import (
+    Codec,
+    Constraining,
+    Example,
+    Metric,
+    Skipped,
+    TargetPrefixing,
+    Task,
+    check_split,
+)
 from seqtrans.training import distributed
 
 log = logging.getLogger(__name__)
@@ -59,6 +68,10 @@ def decode_sources(model: Transformer | Ensemble, codec: Codec[Any, Any, Any], s
         return (distributed.gather_in_order(len(sources), mine, preds),
                 distributed.gather_in_order(len(sources), mine, hyps))
     ids = [source_ids(codec, s) for s in sources]
+    if isinstance(codec, TargetPrefixing) and codec.target_prefix():  # a target language's code, say
+        forced = codec.vocabularies.target.encode(codec.target_prefix())
+        prefixes = [list(p) if list(p[: len(forced)]) == forced else forced + list(p)
+                    for p in (prefixes or [[] for _ in sources])]
     limit = position_limit(model)
     constraints = None
     if isinstance(codec, Constraining):

@@ -27,9 +27,10 @@ GROUP = "seqtrans.formats"
 class ModelFormat(Protocol):
     """What a plugin registers under ``seqtrans.formats``."""
 
-    def import_model(self, source: Path, *, out: Path) -> Path:
+    def import_model(self, source: Path, *, out: Path, allow_pickle: bool = False) -> Path:
         """Write the model of directory ``source`` as the new run directory ``out``
-        (whole or not at all) and return it."""
+        (whole or not at all) and return it. A pickled weight file is read only where
+        ``allow_pickle`` (``--allow-pickle``): loading a pickle can run code."""
         ...
 
     def export_model(self, loaded: Loaded, *, out: Path) -> Path:

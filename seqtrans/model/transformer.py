@@ -47,18 +47,28 @@ class Positions(nn.Module):
     """Sinusoidal (paper, section 3.5) or learned (Table 3, row E) position encodings.
 
     Sinusoids interleave sin and cos per frequency as the paper's formula does, or
-    (``layout="split"``) put every sine first and every cosine after them."""
+    (``layout="split"``) put every sine first and every cosine after them; their
+    frequencies are the paper's, or fairseq's (``frequencies="fairseq"``). Position p
+    of a sequence is encoded as ``offset + p`` (``model.position_offset``), and a learned
+    table holds that many rows more."""
 
     inv_freq: Tensor
 
-    def __init__(self, kind: str, d_model: int, max_positions: int, *, layout: str = "interleaved") -> None:
+    def __init__(self, kind: str, d_model: int, max_positions: int, *, layout: str = "interleaved",
+                 frequencies: str = "paper", offset: int = 0) -> None:
         super().__init__()
         self.kind = kind
         self.layout = layout
         self.max_positions = max_positions
+        self.offset = offset
         if kind == "learned":
-            self.table = nn.Embedding(max_positions, d_model)
+            self.table = nn.Embedding(max_positions + offset, d_model)
             nn.init.normal_(self.table.weight, std=d_model**-0.5)
+        elif frequencies == "fairseq":
+            # 1 / 10000^(i / (D/2 - 1)) for i < D/2
+            half = d_model // 2
+            self.register_buffer("inv_freq", torch.exp(torch.arange(half) * -(math.log(10000.0) / (half - 1))),
+                                 persistent=False)
         else:
             # PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...)
             inv_freq = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
@@ -72,8 +82,10 @@ class Positions(nn.Module):
                     f"position {offset + length - 1} is beyond model.max_positions="
                     f"{self.max_positions} of the learned position embeddings"
                 )
-            return self.table(torch.arange(offset, offset + length, device=device))
-        pos = torch.arange(offset, offset + length, device=device, dtype=torch.float32)
+            start = self.offset + offset
+            return self.table(torch.arange(start, start + length, device=device))
+        start = self.offset + offset
+        pos = torch.arange(start, start + length, device=device, dtype=torch.float32)
         angles = pos[:, None] * self.inv_freq[None, :]  # [T, D/2]
         if self.layout == "split":
             return torch.cat([angles.sin(), angles.cos()], dim=-1)  # [T, D] sines, then cosines
@@ -233,7 +245,13 @@ class Transformer(nn.Module):
             self.source_embed = nn.Embedding(source_vocab_size, c.d_model, padding_idx=PAD)
             nn.init.normal_(self.source_embed.weight, std=c.d_model**-0.5)
             nn.init.zeros_(self.source_embed.weight[PAD])
-        self.positions = Positions(c.positions, c.d_model, c.max_positions, layout=c.sinusoid_layout)
+        def positions() -> Positions:
+            return Positions(c.positions, c.d_model, c.max_positions, layout=c.sinusoid_layout,
+                             frequencies=c.sinusoid_frequencies, offset=c.position_offset)
+
+        # one table for both stacks, or the decoder its own (model.shared_positions)
+        self.positions = positions()
+        self.decoder_positions = None if c.shared_positions else positions()
         self.dropout = Dropout(c.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
@@ -247,6 +265,8 @@ class Transformer(nn.Module):
             nn.init.normal_(self.output.weight, std=c.d_model**-0.5)
         # optional parts made only when asked for, so that a model without them initialises as before
         self.embedding_norm = nn.LayerNorm(c.d_model) if c.embedding_norm else None
+        self.decoder_embedding_norm = (nn.LayerNorm(c.d_model) if c.embedding_norm and not c.shared_positions
+                                       else None)
         self.output_bias = nn.Parameter(torch.zeros(target_vocab_size)) if c.output_bias else None  # [V]
         # the task's model-side parts (seqtrans.model.extension), in the order they are applied;
         # registered last, so that their parameters come after the Transformer's own
@@ -285,13 +305,18 @@ class Transformer(nn.Module):
         """Distinct trainable parameters (a shared embedding counts once)."""
         return sum(p.numel() for p in self.parameters())
 
-    def _embed(self, embed: nn.Embedding, tokens: Tensor, offset: int, extra: Tensor | None = None) -> Tensor:
+    def _embed(self, embed: nn.Embedding, tokens: Tensor, offset: int, extra: Tensor | None = None, *,
+               source: bool) -> Tensor:
+        """Token embeddings, scaled, plus positions (and a task's ``extra``), normalised
+        where the model says so: the encoder's (``source``) or the decoder's.  [N, T] -> [N, T, D]"""
+        positions = self.positions if source or self.decoder_positions is None else self.decoder_positions
+        norm = self.embedding_norm if source or self.decoder_embedding_norm is None else self.decoder_embedding_norm
         x = embed(tokens) * self.scale  # [N, T, D]
-        x = x + self.positions(tokens.size(1), offset=offset, device=tokens.device).to(x.dtype)
+        x = x + positions(tokens.size(1), offset=offset, device=tokens.device).to(x.dtype)
         if extra is not None:
             x = x + extra
-        if self.embedding_norm is not None:
-            x = self.embedding_norm(x)
+        if norm is not None:
+            x = norm(x)
         return self.dropout(x)
 
     def encode(self, src: Tensor, *, record: Recorder | None = None) -> Encoded:
@@ -301,7 +326,7 @@ class Transformer(nn.Module):
         extra: Tensor | None = None
         for _, extension in self.named_extensions():
             extra = _plus(extra, extension.encoder_input(src))
-        x = self._embed(self.source_embed, src, 0, extra)
+        x = self._embed(self.source_embed, src, 0, extra, source=True)
         for layer in self.encoder:
             x = layer(x, mask, record=record)
         memory = self.encoder_norm(x)
@@ -322,7 +347,7 @@ class Transformer(nn.Module):
         updated. A causal encoder gives every position the state it has in ``encode()``
         of the whole source.  tokens [B, S'] (no padding) -> [B, S', D]"""
         # start_encoding has checked that every extension can stream: not again per token
-        x = self._embed(self.source_embed, tokens, state.length)
+        x = self._embed(self.source_embed, tokens, state.length, source=True)
         for layer, cache in zip(self.encoder, state.caches):
             x = layer(x, None, cache=cache)
         state.length += tokens.size(1)
@@ -417,7 +442,7 @@ class Transformer(nn.Module):
             state.length += tokens.size(1)
             for name, extension in self.named_extensions():
                 extra = _plus(extra, extension.step(tokens, state.extensions.get(name)))
-        x = self._embed(self.target_embed, tokens, offset, extra)
+        x = self._embed(self.target_embed, tokens, offset, extra, source=False)
         for layer, cross_state, cache in zip(self.decoder, cross, caches):
             x = layer(x, cross_state, cache=cache, record=record)
         return self.decoder_norm(x)

@@ -14,10 +14,12 @@ from seqtrans.tasks.protocol import (
     DataDigest,
     Example,
     ModelExtending,
+    Multilingual,
     SegmentationSampling,
     Skipped,
     SourceFormatting,
     TargetParsing,
+    TargetPrefixing,
     Task,
     TaskClass,
     TokenWords,
@@ -29,6 +31,6 @@ from seqtrans.tasks.protocol import (
 )
 
 __all__ = ["GROUP", "METRIC_MODES", "SPLITS", "STREAM_UNITS", "Codec", "Constraining", "DataDigest",
-           "Example", "ModelExtending", "SegmentationSampling", "Skipped", "SourceFormatting",
-           "TargetParsing", "Task", "TaskClass", "TaskEntry", "TokenWords", "TrainingFiles", "Upgrading",
+           "Example", "ModelExtending", "Multilingual", "SegmentationSampling", "Skipped", "SourceFormatting",
+           "TargetParsing", "TargetPrefixing", "Task", "TaskClass", "TaskEntry", "TokenWords", "TrainingFiles", "Upgrading",
            "check_split", "find", "installed", "load", "metric_mode", "resolve_config", "stream_unit"]

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from seqtrans.data.vocab import Vocabularies
-from seqtrans.errors import UsageError
+from seqtrans.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -207,6 +207,33 @@ class Constraining(Protocol[SourceT_contra]):
 
 
 @runtime_checkable
+class Multilingual(Protocol):
+    """A codec of a model that reads and writes several languages, each named by a code
+    (``decode.source_lang`` and ``decode.target_lang``). Loading binds it to the run's
+    languages; a server binds it per request."""
+
+    @property
+    def languages(self) -> Sequence[str]:
+        """The codes the model knows; empty for a model of one language pair."""
+        ...
+
+    def with_languages(self, source: str | None, target: str | None) -> Codec[Any, Any, Any]:
+        """This codec bound to ``source`` and ``target`` (None keeps its own); an unknown
+        code is a :class:`~seqtrans.errors.ConfigError` that lists the known ones."""
+        ...
+
+
+@runtime_checkable
+class TargetPrefixing(Protocol):
+    """A codec whose every output starts with tokens it sets (a target language's code):
+    decoding forces them, as a forced prefix, and the codec's ``prediction`` leaves them out."""
+
+    def target_prefix(self) -> list[str]:
+        """The tokens every output starts with (empty for none)."""
+        ...
+
+
+@runtime_checkable
 class SegmentationSampling(Protocol[SourceT_contra]):
     """A codec whose source tokenizer can sample segmentations, for
     ``train.subword_sampling`` (subword regularization, Kudo 2018)."""
@@ -319,6 +346,17 @@ class Upgrading(Protocol):
 #: Which way a task's metric improves: "max", higher is better (BLEU, F1, accuracy), or
 #: "min", lower is (an error rate such as WER).
 METRIC_MODES = ("max", "min")
+
+
+def bind_languages(codec: Codec[Any, Any, Any], *, source: str, target: str) -> Codec[Any, Any, Any]:
+    """``codec`` bound to the languages ``decode.source_lang`` and ``decode.target_lang``
+    name (empty: the codec's own); a codec that is not :class:`Multilingual` takes none."""
+    if isinstance(codec, Multilingual):
+        return codec.with_languages(source or None, target or None)
+    for key, value in (("decode.source_lang", source), ("decode.target_lang", target)):
+        if value:
+            raise ConfigError(key, f"is {value!r}, but this model's vocabulary has no language codes; leave it empty")
+    return codec
 
 
 def metric_mode(task_cls: object) -> str:

@@ -18,6 +18,7 @@ from seqtrans.tasks import DataDigest, Example, Skipped, TaskClass, TrainingFile
 from seqtrans_translation import datasets, metrics
 from seqtrans_translation.config import TranslationConfig
 from seqtrans_translation.presets import DEFAULTS, PRESETS
+from seqtrans_translation.hf.codec import HFCodec, has_hf_files
 from seqtrans_translation.pretrained import PretrainedCodec, has_pretrained_files
 from seqtrans_translation.readers import TextFile, read_parallel, read_tsv
 from seqtrans_translation.subwords import Subwords, SubwordSettings, build, one_line
@@ -153,9 +154,12 @@ class TranslationTask:
         subwords.save(directory)
         return TranslationCodec(subwords)
 
-    def load_vocabulary(self, directory: Path) -> TranslationCodec | PretrainedCodec:
-        """The sentencepiece model stored in ``directory``, or a pretrained model's source
-        and target models with their joint vocabulary (:mod:`seqtrans_translation.pretrained`)."""
+    def load_vocabulary(self, directory: Path) -> TranslationCodec | PretrainedCodec | HFCodec:
+        """The sentencepiece model stored in ``directory``, a Marian model's source and
+        target models with their joint vocabulary (:mod:`seqtrans_translation.pretrained`),
+        or an imported Hugging Face model's tokenizer (:mod:`seqtrans_translation.hf.codec`)."""
+        if has_hf_files(directory):
+            return HFCodec.load(directory)
         if has_pretrained_files(directory):
             return PretrainedCodec.load(directory)
         return TranslationCodec(Subwords.load(directory))

@@ -100,7 +100,7 @@ CASES = {
         _truncated_weights,
         r"model\.safetensors: tensor '[^']*': its byte range .* does not fit the file",
     ),
-    "pickled code": (_pickled_code, r"pytorch_model\.bin: not a plain weight file: it holds pickled code"),
+    "pickled code": (_pickled_code, r"pytorch_model\.bin: is a pickle, and loading a pickle can run any code"),
 }
 
 
@@ -137,3 +137,13 @@ def test_a_failure_while_writing_leaves_nothing(marian: Path, tmp_path: Path, mo
     with pytest.raises(OSError, match="disk full"):
         formats.load("hf-marian").import_model(marian, out=tmp_path / "run")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_allowed_pickle_is_still_read_as_weights_only(marian: Path, tmp_path: Path) -> None:
+    """--allow-pickle reads a plain pickled state dict, never the code a pickle may hold."""
+    directory = tmp_path / "hf"
+    shutil.copytree(marian, directory)
+    _pickled_code(directory)
+    with pytest.raises(DataError, match=r"pytorch_model\.bin: not a plain weight file: it holds pickled code"):
+        formats.load("hf-marian").import_model(directory, out=tmp_path / "run", allow_pickle=True)
+    assert not (directory / "EXECUTED").exists() and not (tmp_path / "run").exists()

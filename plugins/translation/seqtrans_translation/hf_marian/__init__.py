@@ -17,10 +17,10 @@ if TYPE_CHECKING:
 class HFMarian:
     """The format object the engine finds by its entry point."""
 
-    def import_model(self, source: Path, *, out: Path) -> Path:
+    def import_model(self, source: Path, *, out: Path, allow_pickle: bool = False) -> Path:
         from seqtrans_translation.hf_marian.importing import import_marian
 
-        return import_marian(source, out=out)
+        return import_marian(source, out=out, allow_pickle=allow_pickle)
 
     def export_model(self, loaded: Loaded, *, out: Path) -> Path:
         from seqtrans_translation.hf_marian.exporting import export_marian

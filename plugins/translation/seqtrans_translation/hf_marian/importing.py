@@ -347,7 +347,7 @@ def run_config(model: ModelConfig, directory: Path) -> RunConfig:
     return cfg.from_dict(RunConfig, tree, data_cls=TranslationConfig)
 
 
-def import_marian(directory: Path, *, out: Path) -> Path:
+def import_marian(directory: Path, *, out: Path, allow_pickle: bool = False) -> Path:
     """Write the Marian model of ``directory`` as the seqtrans run directory ``out``, whole
     or not at all (written beside it, then renamed)."""
     directory, out = Path(directory), Path(out)
@@ -359,7 +359,7 @@ def import_marian(directory: Path, *, out: Path) -> Path:
     model = model_config(marian, directory / CONFIG)
     vocab, order = vocabulary(_read_json(directory / VOCAB), marian, directory / VOCAB)
     codec = tokenizer(directory, vocab)
-    path = weights_file(directory)
+    path = weights_file(directory, allow_pickle=allow_pickle)
     state = weights(read_weights(path), model, order, path, vocab_size=marian["vocab_size"])
     config = run_config(model, directory)
     assets = codec.files()

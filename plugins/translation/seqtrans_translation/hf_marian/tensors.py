@@ -34,10 +34,19 @@ _DTYPES = {
 _NAMES = {dtype: name for name, dtype in _DTYPES.items()}
 
 
-def weights_file(directory: Path) -> Path:
-    """The model's weight file: model.safetensors, else pytorch_model.bin."""
+def pickle_refused(path: Path) -> DataError:
+    """The error of a pickled weight file read without the user's leave."""
+    return DataError(path, None, "is a pickle, and loading a pickle can run any code it holds: it is read "
+                                 "only with --allow-pickle (allow_pickle=True); a safetensors copy of the "
+                                 "model needs neither")
+
+
+def weights_file(directory: Path, *, allow_pickle: bool = False) -> Path:
+    """The model's weight file: model.safetensors, else pytorch_model.bin where ``allow_pickle``."""
     for name in (SAFETENSORS, PICKLED):
         if (directory / name).is_file():
+            if name == PICKLED and not allow_pickle:
+                raise pickle_refused(directory / name)
             return directory / name
     raise DataError(
         directory / SAFETENSORS, None, f"missing: the model directory has neither {SAFETENSORS} nor {PICKLED}"

@@ -1,0 +1,152 @@
+"""A local Hugging Face model directory as the importer reads it: ``config.json``,
+``generation_config.json`` where there is one, the weights (``model.safetensors``, or
+the shards that ``model.safetensors.index.json`` lists) and the tokenizer files.
+
+Every problem is a :class:`~seqtrans.errors.DataError` naming the file (and the field or
+tensor): the import writes nothing then. A pickled ``pytorch_model.bin`` is read only
+when the caller allows it, since unpickling a file can run any code it holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from seqtrans.errors import DataError
+from seqtrans_translation.hf_marian.tensors import pickle_refused, read_safetensors
+
+CONFIG = "config.json"
+GENERATION_CONFIG = "generation_config.json"
+SAFETENSORS = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+PICKLED = "pytorch_model.bin"
+
+
+def read_json(path: Path, *, what: str) -> dict[str, Any]:
+    """A JSON object from ``path``; ``what`` says what the file is for when it is missing."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(path, None, f"missing: {what}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(path, None, f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise DataError(path, None, "not a JSON object")
+    return data
+
+
+@dataclass(frozen=True)
+class Settings:
+    """``config.json``'s fields, each read with its type checked and the file named."""
+
+    values: Mapping[str, Any]
+    path: Path
+
+    def get(self, key: str, kind: type, default: Any = None) -> Any:
+        value = self.values.get(key, default)
+        if value is None and default is None:
+            raise DataError(self.path, None, f"field '{key}' is missing")
+        ok = isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value, ok = float(value), True
+        if not ok:
+            raise DataError(self.path, None, f"field '{key}': expected {kind.__name__}, got {value!r}")
+        return value
+
+    def optional(self, key: str, kind: type) -> Any:
+        """The field's value, or None where it is absent or null."""
+        return None if self.values.get(key) is None else self.get(key, kind)
+
+    def fail(self, key: str, reason: str) -> DataError:
+        return DataError(self.path, None, f"field '{key}' is {self.values.get(key)!r}: {reason}")
+
+
+@dataclass
+class Weights:
+    """The model's tensors by name, read lazily from safetensors files (memory-mapped), and
+    which were taken: a tensor the importer did not use is named in a warning."""
+
+    files: dict[str, Path]  # tensor name -> the file that holds it
+    _open: dict[Path, dict[str, Tensor]] = field(default_factory=dict)
+    taken: set[str] = field(default_factory=set)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.files
+
+    def names(self) -> Iterator[str]:
+        return iter(self.files)
+
+    def take(self, name: str, shape: tuple[int, ...]) -> Tensor:
+        """Tensor ``name`` as float32, checked against the shape config.json implies."""
+        path = self.files.get(name)
+        if path is None:
+            raise DataError(self._first(), None, f"tensor '{name}' is missing")
+        if path not in self._open:
+            self._open[path] = _read(path)
+        tensor = self._open[path][name]
+        if tuple(tensor.shape) != shape:
+            raise DataError(path, None, f"tensor '{name}' has shape {tuple(tensor.shape)}, but "
+                                        f"config.json implies {shape}")
+        self.taken.add(name)
+        return tensor.float()
+
+    def first_of(self, names: tuple[str, ...], shape: tuple[int, ...]) -> Tensor:
+        """The first of ``names`` the files hold (tied tensors are saved under one name)."""
+        for name in names:
+            if name in self.files:
+                return self.take(name, shape)
+        raise DataError(self._first(), None, f"none of the tensors {', '.join(names)} is there")
+
+    def _first(self) -> Path:
+        return next(iter(self.files.values()))
+
+
+def _read(path: Path) -> dict[str, Tensor]:
+    if path.name.endswith(".safetensors"):
+        return read_safetensors(path)
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:  # noqa: BLE001 - any failure of a damaged or hostile file
+        raise DataError(path, None, f"not a plain weight file ({type(exc).__name__}: {str(exc)[:200]})") from None
+    if not isinstance(loaded, Mapping) or not all(isinstance(v, Tensor) for v in loaded.values()):
+        raise DataError(path, None, "does not hold a mapping of tensor names to tensors")
+    return dict(loaded)
+
+
+def weights(directory: Path, *, allow_pickle: bool = False) -> Weights:
+    """The weight files of ``directory``: one safetensors file, the shards an index lists,
+    or (with ``allow_pickle``) a pickled ``pytorch_model.bin``."""
+    if (directory / SAFETENSORS).is_file():
+        path = directory / SAFETENSORS
+        return Weights({name: path for name in _read(path)})
+    if (directory / INDEX).is_file():
+        index = read_json(directory / INDEX, what="the index of the weight shards")
+        mapping = index.get("weight_map")
+        if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
+            raise DataError(directory / INDEX, None, "field 'weight_map' is not a map of tensor names to files")
+        files = {}
+        for shard in sorted(set(mapping.values())):
+            path = directory / shard
+            if Path(shard).name != shard or not path.is_file():
+                raise DataError(path, None, f"missing: {INDEX} lists it as a shard of the weights")
+            held = set(_read(path))
+            for name, where in mapping.items():
+                if where == shard:
+                    if name not in held:
+                        raise DataError(path, None, f"tensor '{name}' is missing, though {INDEX} lists it here")
+                    files[name] = path
+        return Weights(files)
+    if (directory / PICKLED).is_file():
+        path = directory / PICKLED
+        if not allow_pickle:
+            raise pickle_refused(path)
+        return Weights({name: path for name in _read(path)})
+    raise DataError(directory / SAFETENSORS, None,
+                    f"missing: the model directory has neither {SAFETENSORS}, nor {INDEX} with its shards, "
+                    f"nor {PICKLED}")
