@@ -310,4 +310,3 @@ def main(argv: list[str]) -> None:
         plot(results, args.out.with_suffix(".png"))
     except ImportError:
         print("matplotlib is not installed (pip install -e .[bench]): no plot")
-

@@ -164,4 +164,3 @@ def main(argv: list[str]) -> None:
         return
     write_results(args.out, result)
     print(f"wrote {args.out}")
-

@@ -124,4 +124,3 @@ def main(argv: list[str]) -> None:
               f"{s['slowdown']:.2f} |")
     path = write_results(args.out or RESULTS / f"contention-{args.label}.json", results)
     print(f"wrote {path}")
-

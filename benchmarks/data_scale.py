@@ -281,4 +281,3 @@ def device_name_cpu() -> str:
     import torch
 
     return device_name(torch.device("cpu")).rsplit(",", 1)[0]
-

@@ -66,4 +66,3 @@ def main(argv: list[str]) -> None:
                         for p in PRECISIONS[1:]), flush=True)
     path = write_json("decode_precision", {"rows": rows}, device)
     print(f"wrote {path}")
-

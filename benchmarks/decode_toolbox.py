@@ -118,4 +118,3 @@ def main(argv: list[str]) -> None:
         "out_len": args.out_len, "repeats": args.repeats, "machine": device_name(device), "rows": rows,
         "sampling_over_greedy": sampling_ratios, "phrases_over_beam_time": phrases_ratio}, device)
     print(f"wrote {path}")
-

@@ -267,4 +267,3 @@ def main(argv: list[str]) -> None:
     print(json.dumps(results, indent=2))
     write_results(args.out, results)
     print(f"wrote {args.out}")
-

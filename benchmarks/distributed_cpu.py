@@ -78,4 +78,3 @@ def main(argv: list[str]) -> None:
     path = write_json("distributed_cpu", {"device": device_name(device), "cores": cores, "steps": args.steps,
                                           "model": MODEL, "runs": results, "ratios": ratios}, device)
     print(f"wrote {path}")
-

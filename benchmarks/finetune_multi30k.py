@@ -90,4 +90,3 @@ def main(argv: list[str]) -> None:
         "machine": device_name(torch.device("cpu")), "torch": torch.__version__,
     })
     print(f"wrote {args.out}")
-

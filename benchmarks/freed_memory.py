@@ -73,4 +73,3 @@ def main(argv: list[str]) -> None:
     print(results)
     write_results(args.out, results)
     print(f"wrote {args.out}")
-

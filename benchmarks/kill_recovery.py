@@ -117,4 +117,3 @@ def main(argv: list[str]) -> None:
                                         "reference_seconds": round(duration, 1), "trials": trials,
                                         "recovered": recovered, "phases": phases}, device)
     print(f"wrote {path}")
-

@@ -116,4 +116,3 @@ def main(argv: list[str]) -> None:
     decode = decoding(args.repeats, args.out_len)
     path = write_json("matmul_forms", {"forms": forms, "decoding": decode}, device)
     print(f"wrote {path}")
-

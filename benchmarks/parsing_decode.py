@@ -223,4 +223,3 @@ def main(argv: list[str]) -> None:
                              "baseline": args.baseline,
                              "rows": rows}, run.device)
     print(f"wrote {path}")
-

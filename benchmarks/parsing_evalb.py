@@ -76,4 +76,3 @@ def main(argv: list[str]) -> None:
     out = RESULTS / "parsing_evalb.json"
     write_results(out, result, sort_keys=False)
     print(f"wrote {out.relative_to(ROOT)}")
-

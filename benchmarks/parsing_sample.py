@@ -139,4 +139,3 @@ def main(argv: list[str]) -> None:
     out = RESULTS / f"{name}.json"
     write_results(out, result, sort_keys=False)
     print(f"wrote {out.relative_to(ROOT)}")
-

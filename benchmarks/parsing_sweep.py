@@ -106,4 +106,3 @@ def main(argv: list[str]) -> int:
     write_results(out, result, sort_keys=False)
     print(f"wrote {out.relative_to(ROOT)}")
     return 1 if failed else 0
-

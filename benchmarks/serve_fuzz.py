@@ -90,4 +90,3 @@ def main(argv: list[str]) -> int:
     if args.out is not None:
         write_results(args.out, out, sort_keys=False)
     return 1 if result["problem_count"] or not result["alive_after"] else 0
-

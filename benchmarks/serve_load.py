@@ -254,4 +254,3 @@ def print_table(results: dict[str, Any], users: int) -> None:
               f"{row['sentences_per_s'] / own if own else float('nan'):.2f} | "
               f"{row['p50_ms']:.1f} | {row['p95_ms']:.1f} | {row['p99_ms']:.1f} | {row['refused']} | "
               f"{row['errors']} | {row['wrong_outputs']} |")
-

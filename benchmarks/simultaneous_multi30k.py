@@ -554,4 +554,3 @@ def main(argv: list[str]) -> None:
         results["machine"] = _machine(args)
         _save(results, args.out, args.picture, list(settings))
     print(f"wrote {args.out}" + (f" and {args.picture}" if results["simultaneous"] else ""))
-

@@ -214,4 +214,3 @@ def main(argv: list[str]) -> None:
                              "products": rows, "step_share": share, "teams": variants,
                              "team_settings": settings}, CPU)
     print(f"wrote {path}")
-

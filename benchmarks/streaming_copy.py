@@ -117,4 +117,3 @@ def main(argv: list[str]) -> None:
                   f"AL {r['average_lagging']:.2f} (mean |x| {r['mean_source_length']:.1f}), "
                   f"same as offline {r['same_as_offline_greedy']:.3f}, {r['train_steps']} steps", flush=True)
     write_results(args.out, results, sort_keys=False)
-

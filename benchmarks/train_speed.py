@@ -163,4 +163,3 @@ def main(argv: list[str]) -> None:
     name = f"train_speed-{args.shape}" + (f"-dropout{args.dropout:g}" if args.dropout else "") \
         + (f"-{args.tokens}tok" if args.tokens != parser.get_default("tokens") else "")
     print(f"wrote {write_json(name, result, device)}")
-

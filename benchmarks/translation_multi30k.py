@@ -91,4 +91,3 @@ def main(argv: list[str]) -> None:
     for src, hyp in samples.items():
         print(f"  {src}  ->  {hyp}")
     print(f"wrote {path}")
-

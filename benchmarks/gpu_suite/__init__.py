@@ -348,4 +348,3 @@ def main(argv: list[str]) -> int:
             write_results(out, results, sort_keys=False)
     print(f"wrote {out}")
     return 1 if results["failed_parts"] else 0
-
