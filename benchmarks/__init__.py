@@ -16,8 +16,8 @@ import pkgutil
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
-#: Modules of the package that are not benchmarks.
-HELPERS = frozenset({"common"})
+#: Modules of the package that are not benchmarks: what the benchmarks share.
+SHARED = frozenset({"common"})
 
 
 def benchmarks() -> dict[str, str]:
@@ -25,7 +25,7 @@ def benchmarks() -> dict[str, str]:
     without importing them (their imports are heavy: torch, transformers, servers)."""
     found = {}
     for module in pkgutil.iter_modules([str(PACKAGE)]):
-        if module.name in HELPERS or module.name.startswith("_"):
+        if module.name in SHARED or module.name.startswith("_"):
             continue
         path = PACKAGE / module.name / "__init__.py" if module.ispkg else PACKAGE / f"{module.name}.py"
         doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""

@@ -82,7 +82,7 @@ def test_the_runner_lists_every_benchmark_and_names_one_it_lacks() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(benchmarks.benchmarks()))
-def test_every_benchmark_is_a_module_with_main_and_the_shared_helpers(name: str) -> None:
+def test_every_benchmark_is_a_module_with_main_and_the_shared_code(name: str) -> None:
     source = _sources()[name]
     text = source.read_text(encoding="utf-8")
     tree = ast.parse(text)
@@ -243,7 +243,7 @@ def test_the_unrecovered_list_names_only_files_that_lack_their_record() -> None:
         assert not (record.get("commit") and record.get("command")), f"{name} is recovered now"
 
 
-# ------------------------------------------------------------------------- shared helpers
+# --------------------------------------------------------------------------- shared code
 
 
 def _alive(pid: int) -> bool:
