@@ -24,9 +24,9 @@ Results go to benchmarks/results/attention_copy.json (rewritten after every
 configuration, so an interrupted sweep continues where it stopped) and a plot to
 benchmarks/results/attention_copy.png (needs the ``bench`` extra: matplotlib).
 
-    python benchmarks/attention_copy.py --minutes 3
-    python benchmarks/attention_copy.py --minutes 3 --lengths 50 --only scaled_dot monotonic
-    python benchmarks/attention_copy.py --minutes 1 --jobs 2 --skip memory-K4@200
+    python -m benchmarks attention_copy --minutes 3
+    python -m benchmarks attention_copy --minutes 3 --lengths 50 --only scaled_dot monotonic
+    python -m benchmarks attention_copy --minutes 1 --jobs 2 --skip memory-K4@200
 """
 
 from __future__ import annotations
@@ -36,8 +36,6 @@ import concurrent.futures
 import json
 import logging
 import multiprocessing
-import platform
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.common import RESULTS, CrossAttentionClock, arguments, cpu_info, write_results
 from seqtrans import pipeline
 from seqtrans.config import DecodeConfig
 from seqtrans.data.batches import source_ids
@@ -54,10 +53,6 @@ from seqtrans.inference import loading
 from seqtrans.model.transformer import Transformer
 from seqtrans_copy import CopyConfig, CopyTask
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_results  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
 LENGTHS = (10, 50, 100, 200)
 SLOTS = (1, 4, 16, 32, 64)
 SCALING = (25, 50, 75, 100, 125, 150, 175, 200)
@@ -81,54 +76,6 @@ def mechanisms(length: int) -> dict[str, list[str]]:
     return out
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-class AttentionClock:
-    """Wall time spent in every decoder layer's encoder-decoder attention (prepare and steps)."""
-
-    def __init__(self, model: Transformer) -> None:
-        self.seconds = 0.0
-        self.handles: list[Any] = []
-        self.restore: list[tuple[Any, Callable[..., Any]]] = []
-        for layer in model.decoder_layers:
-            attn: Any = layer.cross_attn
-            self.handles.append(attn.register_forward_pre_hook(self._start))
-            self.handles.append(attn.register_forward_hook(self._stop))
-            prepare = attn.prepare
-            self.restore.append((attn, prepare))
-            attn.prepare = self._timed(prepare)
-        self._started = 0.0
-
-    def _start(self, *_: Any) -> None:
-        self._started = time.perf_counter()
-
-    def _stop(self, *_: Any) -> None:
-        self.seconds += time.perf_counter() - self._started
-
-    def _timed(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.seconds += time.perf_counter() - started
-        return wrapper
-
-    def close(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-        for attn, prepare in self.restore:
-            attn.prepare = prepare
-
-
 def decode_timing(model: Transformer, sources: list[list[int]], *, exact: int = 0) -> dict[str, float]:
     """Greedy decoding of all ``sources`` in one batch, timed twice with the attention
     clock running; the faster run is reported. ``exact`` > 0 forces outputs of exactly
@@ -140,7 +87,7 @@ def decode_timing(model: Transformer, sources: list[list[int]], *, exact: int = 
     generate(model, sources[:8], config, device=device)  # warm-up
     runs = []
     for _ in range(2):
-        clock = AttentionClock(model)
+        clock = CrossAttentionClock(model)
         try:
             started = time.perf_counter()
             hyps = generate(model, sources, config, device=device)
@@ -291,8 +238,8 @@ def configurations(args: argparse.Namespace, results: dict[str, Any]) -> list[tu
     return todo
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> None:
+    parser = arguments(__doc__)
     parser.add_argument("--minutes", type=float, default=3.0, help="Training budget per configuration.")
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
     parser.add_argument("--only", nargs="+", help="Mechanism names to run (default: all).")
@@ -308,7 +255,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "attention_copy.json")
     parser.add_argument("--scaling", nargs="*", default=["scaled_dot", "memory-K64", "monotonic"],
                         help="Mechanisms whose L=200 models get the scaling run.")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -317,7 +264,7 @@ def main() -> None:
         results = json.loads(args.out.read_text())
     results["settings"] = {"minutes": args.minutes, "train_size": args.train_size,
                            "train_tokens_max": 4_000_000, "test_size": args.test_size, "seed": args.seed,
-                           "cpu": cpu_name(), "threads": args.threads, "jobs": args.jobs,
+                           "cpu": cpu_info()["model"], "threads": args.threads, "jobs": args.jobs,
                            "torch": torch.__version__, "preset": "copy default (2+2 layers, d_model 64)"}
     started = time.perf_counter()
     context = multiprocessing.get_context("spawn")
@@ -363,7 +310,3 @@ def main() -> None:
         plot(results, args.out.with_suffix(".png"))
     except ImportError:
         print("matplotlib is not installed (pip install -e .[bench]): no plot")
-
-
-if __name__ == "__main__":
-    main()

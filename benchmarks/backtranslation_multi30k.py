@@ -14,8 +14,8 @@ test2016 BLEU (sacreBLEU, the translation task's settings) of all three is print
 written to ``benchmarks/results/backtranslation_multi30k.json``. Models already trained in
 ``--work`` with the same settings are reused.
 
-    python benchmarks/backtranslation_multi30k.py --steps 1500 --mirror ../shared/data/multi30k
-    python benchmarks/backtranslation_multi30k.py --smoke --mirror ../shared/data/multi30k
+    python -m benchmarks backtranslation_multi30k --steps 1500 --mirror ../shared/data/multi30k
+    python -m benchmarks backtranslation_multi30k --smoke --mirror ../shared/data/multi30k
 
 ``--smoke`` runs the whole recipe in seconds on a sliver of the data with a tiny model
 (its numbers mean nothing): a check that the steps fit together.
@@ -27,7 +27,6 @@ import argparse
 import json
 import logging
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,32 +34,20 @@ from typing import Any
 import sacrebleu
 import torch
 
+from benchmarks.common import RESULTS, arguments, budget, write_results
 from seqtrans import pipeline, tasks
 from seqtrans.inference import evaluation, loading
 from seqtrans.runtime import atomic
 from seqtrans.tasks import Example
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_results  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent
-RESULTS = ROOT / "results" / "backtranslation_multi30k.json"
+OUT = RESULTS / "backtranslation_multi30k.json"
 TINY = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64",
         "model.heads=2", "data.vocab_size=1000", "train.max_tokens=512"]
 
 
-def budget(steps: int) -> list[str]:
-    """The shared budget: the cpu preset stopped after ``steps`` updates, its warmup and
-    checkpoint averaging scaled to them (as the other Multi30k benchmarks)."""
-    every = max(1, steps // 10)
-    warmup = max(1, min(400, 2 * steps // 5))
-    return [f"train.max_steps={steps}", "train.max_minutes=0", f"train.warmup={warmup}",
-            f"train.checkpoint_every={every}", "train.average_last=5", "train.keep_checkpoints=5"]
-
-
 def common(args: argparse.Namespace) -> list[str]:
     """Settings of every run: the budget, the data source, and the smoke test's tiny model."""
-    out = [*budget(args.steps)]
+    out = budget(args.steps)
     if args.mirror:
         out.append(f"data.mirror={Path(args.mirror).resolve()}")
     if args.smoke:
@@ -115,9 +102,8 @@ def back_translate(args: argparse.Namespace, german: list[str]) -> list[str]:
     return [str(p) for p in predictions]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+def main(argv: list[str]) -> None:
+    parser = arguments(__doc__)
     parser.add_argument("--steps", type=int, default=1500, help="Updates of every model (default 1500).")
     parser.add_argument("--work", default="runs/backtranslation", help="Where the runs and data go.")
     parser.add_argument("--mirror", help="A directory holding the Multi30k files (data.mirror).")
@@ -125,13 +111,13 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0, help="Sampling temperature (default 1).")
     parser.add_argument("--top-p", type=float, default=1.0, help="Nucleus sampling's p (default 1: none).")
     parser.add_argument("--seed", type=int, default=1, help="decode.seed of the sampling (default 1).")
-    parser.add_argument("--out", type=Path, default=RESULTS,
-                        help=f"The results JSON (default benchmarks/results/{RESULTS.name}).")
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help=f"The results JSON (default benchmarks/results/{OUT.name}).")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice).")
     parser.add_argument("--smoke", action="store_true",
                         help="200 pairs, a tiny model, --steps 4 unless given: checks the recipe in seconds.")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.smoke and args.steps == parser.get_default("steps"):
         args.steps = 4
     if args.threads:
@@ -178,7 +164,3 @@ def main() -> None:
         return
     write_results(args.out, result)
     print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()

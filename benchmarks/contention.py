@@ -1,6 +1,7 @@
-"""A command's time on a quiet and on a busy machine, under each OpenMP wait policy and
-thread count: whether OpenMP threads spinning for cores that other processes hold are
-what slows seqtrans down under load, and which policy should be the default.
+"""A command's time on a quiet and on a busy machine, under each OpenMP wait policy and thread count.
+
+Whether OpenMP threads spinning for cores that other processes hold are what slows
+seqtrans down under load, and which policy should be the default.
 
 The command runs ``--repeats`` times (the median counts) in every combination of:
 
@@ -12,9 +13,9 @@ The command runs ``--repeats`` times (the median counts) in every combination of
 - threads (``--threads``): ``default`` (the command's own choice) or a count, said
   through ``SEQTRANS_THREADS`` and ``OMP_NUM_THREADS``.
 
-    python benchmarks/contention.py --load 2 -- seqtrans predict runs/m30k --src test.en
-    python benchmarks/contention.py --load 2 --policies default,passive --threads default \\
-        -- python benchmarks/decode_speed.py --cases base-beam4-b1 --no-peer --label ignored
+    python -m benchmarks contention --load 2 -- seqtrans predict runs/m30k --src test.en
+    python -m benchmarks contention --load 2 --policies default,passive --threads default \\
+        -- python -m benchmarks decode_speed --cases base-beam4-b1 --no-peer --label ignored
 
 A run past ``--timeout-s`` is stopped and recorded as timed out. Prints a table (each
 time, and its slowdown under load) and writes JSON (``--out``, by default
@@ -31,10 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, arguments, background_load, write_results  # noqa: E402
-
-from seqtrans.runtime.threads import parse_wait_policy, wait_policy_environment  # noqa: E402
+from benchmarks.common import RESULTS, arguments, background_load, write_results
+from seqtrans.runtime.threads import parse_wait_policy, wait_policy_environment
 
 #: What a run's environment loses before its own settings go in.
 CLEARED = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "SEQTRANS_WAIT_POLICY", "OMP_NUM_THREADS", "SEQTRANS_THREADS")
@@ -89,7 +88,7 @@ def slowdowns(rows: list[dict[str, Any]], load: int) -> list[dict[str, Any]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str]) -> None:
     parser = arguments(__doc__)
     parser.add_argument("--load", type=int, default=2, metavar="N",
                         help="CPU-burning processes beside the command in the busy runs (default 2).")
@@ -125,7 +124,3 @@ def main(argv: list[str] | None = None) -> None:
               f"{s['slowdown']:.2f} |")
     path = write_results(args.out or RESULTS / f"contention-{args.label}.json", results)
     print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    main()

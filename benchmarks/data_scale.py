@@ -1,5 +1,7 @@
-"""Training data at WMT scale: preparation time and memory, start-up on prepared data,
-and resident memory while training, at several corpus sizes.
+"""Training data at WMT scale: preparation, start-up and memory at several corpus sizes.
+
+Preparation time and memory, start-up on prepared data, and resident memory while
+training, at several corpus sizes.
 
 A seeded synthetic parallel corpus with WMT14 en-de-like sentence lengths (log-normal
 word counts, median 18 and mean about 22 words, a long tail; the target about as long
@@ -15,8 +17,8 @@ ones. For each size, as separate processes (the way users run them):
 
 Memory is read from ``/proc`` (Linux), every 0.25 s. Usage::
 
-    python benchmarks/data_scale.py                      # 0.5 M, 1.5 M and 4.5 M pairs
-    python benchmarks/data_scale.py --pairs 100000       # a quick look
+    python -m benchmarks data_scale                      # 0.5 M, 1.5 M and 4.5 M pairs
+    python -m benchmarks data_scale --pairs 100000       # a quick look
 
 Writes ``benchmarks/results/data_scale-cpu.json``; the corpora and caches go under
 ``--work`` (default: the system's temporary directory), several GB at 4.5 M pairs.
@@ -24,7 +26,6 @@ Writes ``benchmarks/results/data_scale-cpu.json``; the corpora and caches go und
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -39,8 +40,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, device_name, write_results  # noqa: E402
+from benchmarks.common import RESULTS, arguments, device_name, write_results
 
 CHUNK = 100_000
 WORD_TYPES = 60_000
@@ -239,15 +239,15 @@ def measure(files: dict[str, Path], work: Path, pairs: int, *, vocab: int, worke
             "corpus_mb": round(sum(files[k].stat().st_size for k in ("train_src", "train_tgt")) / 1e6, 1)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> None:
+    parser = arguments(__doc__)
     parser.add_argument("--pairs", type=int, nargs="+", default=[500_000, 1_500_000, 4_500_000])
     parser.add_argument("--vocab", type=int, default=37_000)
     parser.add_argument("--workers", type=int, default=0, help="train.prepare_workers (0: one per core)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "seqtrans-data-scale")
     parser.add_argument("--keep", action="store_true", help="Keep the corpora and caches.")
     parser.add_argument("--name", default="data_scale", help="Result file name (before -cpu.json).")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rows = []
     for pairs in sorted(args.pairs):
         files = generate(args.work / f"corpus-{pairs}", pairs)
@@ -281,7 +281,3 @@ def device_name_cpu() -> str:
     import torch
 
     return device_name(torch.device("cpu")).rsplit(",", 1)[0]
-
-
-if __name__ == "__main__":
-    main()

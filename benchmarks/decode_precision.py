@@ -7,28 +7,25 @@ round gives a ratio to fp32 by wall-clock time and by the process's CPU time; th
 are printed and written to benchmarks/results/decode_precision-cpu.json. With one thread
 (``--threads 1``) the CPU-time ratio is the least disturbed by other processes.
 
-    python benchmarks/decode_precision.py                        # greedy b1 and beam 4 b32
-    python benchmarks/decode_precision.py --threads 1 --rounds 7
+    python -m benchmarks decode_precision                        # greedy b1 and beam 4 b32
+    python -m benchmarks decode_precision --threads 1 --rounds 7
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import arguments, device_name, write_json  # noqa: E402
-from decode_speed import CASES, SHAPES, seqtrans_decoder, sources  # noqa: E402
+from benchmarks.common import arguments, device_name, write_json
+from benchmarks.decode_speed import CASES, SHAPES, seqtrans_decoder, sources
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str]) -> None:
     parser = arguments(__doc__)
     parser.add_argument("--cases", nargs="+", default=["base-greedy-b1", "base-beam4-b32"],
                         help=f"Some of: {', '.join(c.name for c in CASES)}.")
@@ -69,7 +66,3 @@ def main(argv: list[str] | None = None) -> None:
                         for p in PRECISIONS[1:]), flush=True)
     path = write_json("decode_precision", {"rows": rows}, device)
     print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    main()

@@ -25,15 +25,13 @@ int8 bytes per step times steps per second) against the fastest read of memory m
 in the same run. The process keeps freed memory as the ``seqtrans`` command does
 (``SEQTRANS_MALLOC=system`` for glibc's own policy; the JSON records which).
 
-    python benchmarks/decode_speed.py                 # all cases, CPU or CUDA
-    python benchmarks/decode_speed.py --cases base-beam4-b32 --repeats 5
-    python benchmarks/decode_speed.py --no-peer --precision fp32,int8,bf16
+    python -m benchmarks decode_speed                 # all cases, CPU or CUDA
+    python -m benchmarks decode_speed --cases base-beam4-b32 --repeats 5
+    python -m benchmarks decode_speed --no-peer --precision fp32,int8,bf16
 """
 
 from __future__ import annotations
 
-import contextlib
-import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,8 +41,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (  # noqa: E402
+from benchmarks.common import (
     arguments,
     background_load,
     device_name,
@@ -57,16 +54,15 @@ from common import (  # noqa: E402
     timed_in_turn,
     write_json,
 )
-
-from seqtrans.config import ModelConfig  # noqa: E402
-from seqtrans.data.vocab import BOS, EOS, PAD, Vocab, Vocabularies  # noqa: E402
-from seqtrans.decoding import beam_search, greedy_search  # noqa: E402
-from seqtrans.decoding.generate import decoding_model  # noqa: E402
-from seqtrans.inference.export import export_ctranslate2  # noqa: E402
-from seqtrans.linear.quantize import int8_only  # noqa: E402
-from seqtrans.model.transformer import Transformer  # noqa: E402
-from seqtrans.runtime import environment  # noqa: E402
-from seqtrans.runtime.system import keep_freed_memory  # noqa: E402
+from seqtrans.config import ModelConfig
+from seqtrans.data.vocab import BOS, EOS, PAD, Vocab, Vocabularies
+from seqtrans.decoding import beam_search, greedy_search
+from seqtrans.decoding.generate import decoding_model
+from seqtrans.inference.export import export_ctranslate2
+from seqtrans.linear.quantize import int8_only
+from seqtrans.model.transformer import Transformer
+from seqtrans.runtime import environment
+from seqtrans.runtime.system import keep_freed_memory
 
 SHAPES = {
     "base": {"layers": 6, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 37000},
@@ -349,7 +345,7 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
     return row
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str]) -> None:
     parser = arguments(__doc__)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--cases", nargs="+", default=[c.name for c in CASES],
@@ -452,7 +448,3 @@ def print_row(row: dict[str, Any], precisions: Sequence[str], *, ct2_types: Sequ
     if read:
         print(f"{'':<22}weights read, GB/s (of the bound): " + ", ".join(
             f"{k} {row[f'{k}_weight_gb_s']:.1f} ({row[f'{k}_of_bandwidth']:.0%})" for k in read), flush=True)
-
-if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        main()

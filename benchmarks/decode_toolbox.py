@@ -1,5 +1,7 @@
-"""The decoding toolbox's cost: sampling against greedy search, and beam search with
-required phrases (dynamic beam allocation) against the same beam without them.
+"""The decoding toolbox's cost: sampling against greedy, required phrases against plain beam.
+
+Sampling against greedy search, and beam search with required phrases (dynamic beam
+allocation) against the same beam without them.
 
 A random-weight model of the ``--shape`` decodes the same source batch through
 ``seqtrans.decoding.generate.generate`` in every mode, and every output is exactly
@@ -16,30 +18,27 @@ number of decoder steps. The modes:
 
 Writes ``benchmarks/results/decode_toolbox-<device>.json``.
 
-    python benchmarks/decode_toolbox.py                 # base shape, batch 32
-    python benchmarks/decode_toolbox.py --run runs/m30k # a trained model on its test sentences
-    python benchmarks/decode_toolbox.py --smoke         # tiny shapes: checks the script in seconds
+    python -m benchmarks decode_toolbox                 # base shape, batch 32
+    python -m benchmarks decode_toolbox --run runs/m30k # a trained model on its test sentences
+    python -m benchmarks decode_toolbox --smoke         # tiny shapes: checks the script in seconds
 """
 
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import arguments, device_name, pick_device, timed, write_json  # noqa: E402
-from decode_speed import SHAPES, seqtrans_model, sources  # noqa: E402
-
-from seqtrans.config import DecodeConfig  # noqa: E402
-from seqtrans.data.batches import source_ids  # noqa: E402
-from seqtrans.data.vocab import EOS, PAD  # noqa: E402
-from seqtrans.decoding.generate import generate  # noqa: E402
-from seqtrans.inference.evaluation import read_split  # noqa: E402
-from seqtrans.inference.loading import load  # noqa: E402
+from benchmarks.common import arguments, device_name, pick_device, timed, write_json
+from benchmarks.decode_speed import SHAPES, seqtrans_model, sources
+from seqtrans.config import DecodeConfig
+from seqtrans.data.batches import source_ids
+from seqtrans.data.vocab import EOS, PAD
+from seqtrans.decoding.generate import generate
+from seqtrans.inference.evaluation import read_split
+from seqtrans.inference.loading import load
 
 TINY = {"layers": 1, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 50}
 
@@ -50,7 +49,7 @@ def required_phrases(batch: int, vocab: int, *, phrases: int, seed: int = 0) -> 
     return [[[rng.randrange(4, vocab) for _ in range(2)] for _ in range(phrases)] for _ in range(batch)]
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str]) -> None:
     parser = arguments(__doc__)
     parser.add_argument("--shape", default="base", choices=sorted(SHAPES))
     parser.add_argument("--run", type=Path, help="A trained run to time instead of random weights "
@@ -119,7 +118,3 @@ def main(argv: list[str] | None = None) -> None:
         "out_len": args.out_len, "repeats": args.repeats, "machine": device_name(device), "rows": rows,
         "sampling_over_greedy": sampling_ratios, "phrases_over_beam_time": phrases_ratio}, device)
     print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,5 +1,7 @@
-"""Fast students on Multi30k en-de: sequence-level distillation, deep-encoder/shallow-decoder
-students and vocabulary shortlists, against CTranslate2 int8 decoding the teacher.
+"""Fast students on Multi30k en-de against CTranslate2 int8 decoding the teacher.
+
+Sequence-level distillation, deep-encoder/shallow-decoder students and vocabulary
+shortlists, against CTranslate2 int8 decoding the teacher.
 
 1. teacher: the translation task's ``cpu`` preset, ``--steps`` updates (or ``--teacher RUN``,
    a run trained before, reused as it is);
@@ -25,7 +27,7 @@ Results go to ``benchmarks/results/distill_multi30k.json`` through ``write_resul
 ``python docs/generate.py`` then makes the table and the BLEU-against-speed picture of
 docs/speed.md. Runs already in ``--work`` are reused.
 
-    python benchmarks/distill_multi30k.py --steps 3000 --threads 1 --mirror ../shared/data/multi30k
+    python -m benchmarks distill_multi30k --steps 3000 --threads 1 --mirror ../shared/data/multi30k
 
 ``--train-only`` stops after the training, so that the trainings can share the machine
 with other work and the same command without it measures later, on a machine doing nothing
@@ -33,7 +35,7 @@ else. Decoding that is timed runs at ``--threads``; training uses every core.
 
 A check that the steps fit together, on a few sentences (its numbers mean nothing):
 
-    python benchmarks/distill_multi30k.py --steps 4 --work /tmp/d --out /tmp/d/r.json \\
+    python -m benchmarks distill_multi30k --steps 4 --work /tmp/d --out /tmp/d/r.json \\
         --mirror ../shared/data/multi30k --tiny --set data.test_tsv=/tmp/d/test.tsv
 """
 
@@ -44,13 +46,13 @@ import json
 import logging
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from benchmarks.common import RESULTS, arguments, budget, cpu_info, write_results
 from seqtrans import pipeline
 from seqtrans.errors import ConfigError
 from seqtrans.inference import evaluation, loading
@@ -62,11 +64,7 @@ from seqtrans.runtime.threads import set_threads
 from seqtrans.shortlist.build import build_shortlist
 from seqtrans.shortlist.table import FILE as SHORTLIST
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_info, write_results  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent
-RESULTS = ROOT / "results" / "distill_multi30k.json"
+OUT = RESULTS / "distill_multi30k.json"
 #: The students: name -> (preset, settings beyond it): the ``student`` preset, and the
 #: teacher's own shape with one decoder layer instead of three (its encoder as the
 #: teacher's, only the decoder shallower) and, as the student presets, an output layer of
@@ -90,6 +88,8 @@ TINY = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", 
         "model.heads=2", "data.vocab_size=600", "data.max_train_examples=300", "train.max_tokens=1000",
         "train.valid_max_examples=4", "decode.max_len_b=10"]
 LATENCY_SENTENCES = 100
+#: Every model is scored once, after training, not validated on the way.
+NO_VALIDATION = ["train.eval_every=100000"]
 #: Every student decodes with beam 4, as the teacher does, and greedily: a student trained on
 #: its teacher's beam outputs has learned the mode the beam finds, so greedy search loses it
 #: little (Kim and Rush 2016, section 6), which is how distilled students are deployed.
@@ -100,14 +100,6 @@ def teacher_settings(teacher: Path) -> list[str]:
     """The teacher's model settings a student keeps: whether its encoder is causal."""
     saved = json.loads((teacher / "config.json").read_text(encoding="utf-8"))
     return [f"model.causal_encoder={str(bool(saved['model'].get('causal_encoder'))).lower()}"]
-
-
-def budget(steps: int) -> list[str]:
-    """Every model's budget: ``steps`` updates, warm-up and checkpoint averaging scaled to them."""
-    every = max(1, steps // 10)
-    warmup = max(1, min(400, 2 * steps // 5))
-    return [f"train.max_steps={steps}", "train.max_minutes=0", f"train.warmup={warmup}",
-            f"train.checkpoint_every={every}", "train.eval_every=100000"]
 
 
 def settings(args: argparse.Namespace) -> list[str]:
@@ -126,7 +118,8 @@ def train(name: str, preset: str, overrides: list[str], args: argparse.Namespace
     out = Path(args.work) / name
     if not (out / "metrics.json").is_file():
         config = pipeline.resolve_config("translation", preset=preset,
-                                         overrides=[*budget(args.steps), *settings(args), *overrides])
+                                         overrides=[*budget(args.steps, average_last=None), *NO_VALIDATION,
+                                                    *settings(args), *overrides])
         given = pipeline.vocabulary_of(vocabulary, config) if vocabulary is not None else None
         started = time.perf_counter()
         pipeline.run(config, out, device="cpu", progress=True, vocabulary=given)
@@ -205,9 +198,8 @@ def machine(args: argparse.Namespace) -> dict[str, Any]:
             "torch": torch.__version__}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+def main(argv: list[str]) -> None:
+    parser = arguments(__doc__)
     parser.add_argument("--steps", type=int, default=3000, help="Updates of every model (default 3000).")
     parser.add_argument("--work", default="runs/distill", help="Where the runs and the corpus go.")
     parser.add_argument("--teacher", type=Path, help="Reuse this trained translation run as the teacher.")
@@ -217,7 +209,7 @@ def main() -> None:
                         help="Settings of every run and decoding (data.test_tsv=FILE: a small test set).")
     parser.add_argument("--threads", type=int, default=1, help="Threads of every decoding (default 1).")
     parser.add_argument("--tiny", action="store_true", help="Tiny models on 300 pairs: checks the steps fit.")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="The results JSON.")
+    parser.add_argument("--out", type=Path, default=OUT, help="The results JSON.")
     parser.add_argument("--students", nargs="+", choices=sorted(STUDENTS), default=list(STUDENTS),
                         help="Train and measure only these students (default: all).")
     parser.add_argument("--ct2-teacher", type=Path, metavar="RUN",
@@ -228,7 +220,7 @@ def main() -> None:
     parser.add_argument("--train-only", action="store_true",
                         help="Train the teacher, the corpus and the students and stop: a later run "
                              "reuses them and measures, on a machine doing nothing else.")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -275,7 +267,3 @@ def main() -> None:
     print(json.dumps(results, indent=2))
     write_results(args.out, results)
     print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()

@@ -13,7 +13,7 @@ The ratio N-process / one-process-all-cores is what data parallelism costs or ga
 on a CPU; N-process / one-thread is its scaling efficiency times N. Writes
 ``benchmarks/results/distributed_cpu-cpu.json``.
 
-    python benchmarks/distributed_cpu.py [--nproc 2] [--steps 100]
+    python -m benchmarks distributed_cpu [--nproc 2] [--steps 100]
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import arguments, device_name, write_json  # noqa: E402
+from benchmarks.common import arguments, device_name, write_json
 
 MODEL = ["model.encoder_layers=3", "model.decoder_layers=3", "model.d_model=256", "model.d_ff=1024",
          "model.heads=4"]
@@ -50,11 +49,11 @@ def run(out: Path, steps: int, nproc: int, accumulate: int, threads: int | None)
             "exact_match": metrics["exact_match"]}
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = arguments(__doc__)
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--steps", type=int, default=100)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     n = args.nproc
     cores = os.cpu_count() or 1
     results: dict[str, dict[str, float]] = {}
@@ -79,7 +78,3 @@ def main() -> None:
     path = write_json("distributed_cpu", {"device": device_name(device), "cores": cores, "steps": args.steps,
                                           "model": MODEL, "runs": results, "ratios": ratios}, device)
     print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    main()

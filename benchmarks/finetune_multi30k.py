@@ -14,14 +14,13 @@ The worked example of docs/pretrained.md, run as a user runs it, each step a
 Both BLEU scores use the same decoding settings (the cpu preset's). Steps already done in
 ``--work`` are reused. Results go to ``benchmarks/results/finetune_multi30k.json``.
 
-    python benchmarks/finetune_multi30k.py --marian opus-mt-en-de --mirror ../shared/data/multi30k
-    python benchmarks/finetune_multi30k.py --from-run runs/backtranslation/forward-real \\
+    python -m benchmarks finetune_multi30k --marian opus-mt-en-de --mirror ../shared/data/multi30k
+    python -m benchmarks finetune_multi30k --from-run runs/backtranslation/forward-real \\
         --mirror ../shared/data/multi30k
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -30,10 +29,9 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import device_name, write_results  # noqa: E402
+from benchmarks.common import RESULTS, arguments, budget, device_name, write_results
 
-RESULTS = Path(__file__).resolve().parent / "results" / "finetune_multi30k.json"
+OUT = RESULTS / "finetune_multi30k.json"
 
 
 def seqtrans(*args: str) -> str:
@@ -44,9 +42,8 @@ def seqtrans(*args: str) -> str:
     return done.stdout
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+def main(argv: list[str]) -> None:
+    parser = arguments(__doc__)
     start = parser.add_mutually_exclusive_group(required=True)
     start.add_argument("--marian", type=Path, help="A Hugging Face Marian model directory to start from.")
     start.add_argument("--from-run", type=Path, help="A seqtrans translation run, exported to Marian first.")
@@ -57,9 +54,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300, help="Fine-tuning updates (default 300).")
     parser.add_argument("--lr-scale", type=float, default=0.5, help="train.lr_scale (default 0.5).")
     parser.add_argument("--warmup", type=int, default=100, help="train.warmup (default 100).")
-    parser.add_argument("--out", type=Path, default=RESULTS,
-                        help=f"The results JSON (default benchmarks/results/{RESULTS.name}).")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help=f"The results JSON (default benchmarks/results/{OUT.name}).")
+    args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     data = ["data.dataset=multi30k", *([f"data.mirror={Path(args.mirror).resolve()}"] if args.mirror else [])]
     marian = args.marian
@@ -74,9 +71,7 @@ def main() -> None:
     decode = ["decode.beam=4", "decode.alpha=1.4", "decode.length_penalty=gnmt"]
     before = json.loads(seqtrans("evaluate", str(imported), "--set", *data, *decode))
 
-    every = max(1, args.steps // 10)
-    train = [f"train.max_steps={args.steps}", "train.max_minutes=0", f"train.warmup={args.warmup}",
-             f"train.lr_scale={args.lr_scale}", f"train.checkpoint_every={every}"]
+    train = [*budget(args.steps, warmup=args.warmup, average_last=None), f"train.lr_scale={args.lr_scale}"]
     if args.train_tsv is not None:
         train.append(f"data.train_tsv={args.train_tsv.resolve()}")
     tuned = args.work / "tuned"
@@ -95,7 +90,3 @@ def main() -> None:
         "machine": device_name(torch.device("cpu")), "torch": torch.__version__,
     })
     print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()

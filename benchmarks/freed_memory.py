@@ -1,7 +1,9 @@
-"""``seqtrans predict`` with freed memory kept for reuse (the default) against the C
-library's own policy (``SEQTRANS_MALLOC=system``), as whole processes, in turn.
+"""``seqtrans predict`` with freed memory kept for reuse against the C library's own policy.
 
-    python benchmarks/freed_memory.py RUN --input test.en --set decode.precision=int8 [--runs 5]
+Freed memory kept for reuse is the default; the C library's own policy is
+``SEQTRANS_MALLOC=system``. Whole processes, in turn.
+
+    python -m benchmarks freed_memory RUN --input test.en --set decode.precision=int8 [--runs 5]
 
 Each run is ``seqtrans --threads N predict RUN --set ...`` reading ``--input`` on stdin,
 so each wall time includes starting Python, importing torch and loading the model; the two
@@ -21,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import RESULTS, arguments, write_results
+from benchmarks.common import RESULTS, arguments, write_results
 
 POLICIES = ("system", "keep")
 
@@ -41,7 +43,7 @@ def predict(run: Path, source: bytes, policy: str, *, threads: int,
     return seconds, done.stdout
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = arguments(__doc__)
     parser.add_argument("run", type=Path, help="The run directory to decode with.")
     parser.add_argument("--input", type=Path, required=True, help="The sentences to translate, one per line.")
@@ -50,7 +52,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="seqtrans --threads (default 1).")
     parser.add_argument("--runs", type=int, default=5, help="Runs of each policy, after one warm-up each.")
     parser.add_argument("--out", type=Path, default=RESULTS / "freed_memory.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     source = args.input.read_bytes()
     outputs: dict[str, bytes] = {}
     for policy in POLICIES:  # warm-up: the native kernels' build, the page cache
@@ -71,7 +73,3 @@ def main() -> None:
     print(results)
     write_results(args.out, results)
     print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()

@@ -10,7 +10,7 @@ process and a fixed seed make a recovered run exactly reproducible. Prints each
 trial's phase at the kill and whether it recovered exactly; writes
 ``benchmarks/results/kill_recovery-cpu.json``.
 
-    python benchmarks/kill_recovery.py [--trials 20] [--seed 0]
+    python -m benchmarks kill_recovery [--trials 20] [--seed 0]
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import arguments, device_name, write_json  # noqa: E402
+from benchmarks.common import arguments, device_name, write_json
 
 SETTINGS = ["data.train_size=200000", "data.dev_size=100", "data.test_size=300", "data.max_length=8",
             "train.max_steps=150", "train.max_minutes=0", "train.max_tokens=512", "train.warmup=200",
@@ -65,11 +64,11 @@ def phase(log: Path) -> str:
     return next((name for marker, name in PHASES if marker in last), last[-60:])
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = arguments(__doc__)
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     trials = []
     with tempfile.TemporaryDirectory() as scratch_dir:
@@ -118,7 +117,3 @@ def main() -> None:
                                         "reference_seconds": round(duration, 1), "trials": trials,
                                         "recovered": recovered, "phases": phases}, device)
     print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,5 +1,7 @@
-"""The output projection's matrix-multiply forms on this CPU: what the fixed rule of
-``seqtrans.linear.fp32`` picks, against ``F.linear`` and against the fastest form.
+"""The output projection's matrix-multiply forms on this CPU, against ``F.linear`` and the fastest.
+
+What the fixed rule of ``seqtrans.linear.fp32`` picks, against ``F.linear`` and against
+the fastest form.
 
 ``x @ W.T`` can be computed as ``F.linear(x, W)``, as ``(W @ x.T).T`` (the weight as the
 left operand) or as ``x @ W_T`` (a contiguous transposed copy); they round differently,
@@ -9,27 +11,23 @@ shapes at several row counts; part two decodes with the base shape, once with th
 fixed forms and once with ``F.linear`` (``SEQTRANS_TUNE_MATMUL=0``), in the same
 process. Writes ``benchmarks/results/matmul_forms-cpu.json``.
 
-    python benchmarks/matmul_forms.py [--repeats 5]
+    python -m benchmarks matmul_forms [--repeats 5]
 """
 
 from __future__ import annotations
 
 import functools
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import arguments, device_name, write_json  # noqa: E402
-from decode_speed import SHAPES, seqtrans_model, sources  # noqa: E402
-
-from seqtrans.decoding import beam_search, greedy_search  # noqa: E402
-from seqtrans.linear import fp32  # noqa: E402
-from seqtrans.model.transformer import Transformer  # noqa: E402
-from seqtrans.runtime import environment  # noqa: E402
+from benchmarks.common import arguments, device_name, write_json
+from benchmarks.decode_speed import SHAPES, seqtrans_model, sources
+from seqtrans.decoding import beam_search, greedy_search
+from seqtrans.linear import fp32
+from seqtrans.model.transformer import Transformer
+from seqtrans.runtime import environment
 
 ROWS = [1, 2, 4, 8, 16, 21, 32, 42, 64, 84, 128, 256]
 FORMS = {"f_linear": fp32._plain, "weight_first": fp32._weight_first,
@@ -106,11 +104,11 @@ def decoding(repeats: int, out_len: int) -> list[dict[str, Any]]:
     return rows
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = arguments(__doc__)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out-len", type=int, default=32)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_grad_enabled(False)
     device = torch.device("cpu")
     print(f"device: {device_name(device)}")
@@ -118,7 +116,3 @@ def main() -> None:
     decode = decoding(args.repeats, args.out_len)
     path = write_json("matmul_forms", {"forms": forms, "decoding": decode}, device)
     print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,5 +1,6 @@
-"""Parsing decoding speed: sentences per second of beam search with the bracket constraint
-at several batch sizes, for a trained parsing run.
+"""Parsing decoding speed: sentences per second of constrained beam search at several batch sizes.
+
+Beam search with the bracket constraint, for a trained parsing run.
 
 Decodes the first ``--sentences`` test sentences with the run's decoding settings (beam
 21, alpha 0.3, maximum length input + 300, the constraint), sorted by length and cut into
@@ -13,7 +14,7 @@ of both are compared.
 Prints sentences/s per batch size (median of ``--repeats``) and writes
 ``benchmarks/results/parsing_decode-DEVICE.json`` (``--tag`` adds a suffix).
 
-    python benchmarks/parsing_decode.py RUN_DIR [--trees FILE] [--sentences 30]
+    python -m benchmarks parsing_decode RUN_DIR [--trees FILE] [--sentences 30]
         [--batch-sizes 1 4 16 64 tokens] [--repeats 3] [--baseline main] [--profile]
         [--set decode.precision=int8] [--int8]
 """
@@ -32,20 +33,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import arguments, device_name, write_json  # noqa: E402
-
-from seqtrans.data.batches import pad_batch, source_ids  # noqa: E402
-from seqtrans.decoding.beam import beam_search  # noqa: E402
-from seqtrans.decoding.generate import length_batches, max_output_length  # noqa: E402
-from seqtrans.decoding.search import Hypothesis  # noqa: E402
+from benchmarks.common import ROOT, arguments, device_name, timed_once, write_json
+from seqtrans.data.batches import pad_batch, source_ids
+from seqtrans.decoding.beam import beam_search
+from seqtrans.decoding.generate import length_batches, max_output_length
+from seqtrans.decoding.search import Hypothesis
 
 try:  # this engine
     from seqtrans.inference.evaluation import read_split
@@ -53,7 +50,6 @@ try:  # this engine
 except ImportError:  # an engine from before the inference package (--baseline)
     from seqtrans.pipeline import Loaded, load, read_split  # type: ignore[attr-defined,no-redef]
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def engine_tree(rev: str) -> Path:
@@ -107,12 +103,6 @@ def decode(run: Loaded, sources: list[Any], ids: list[list[int]],
     return out
 
 
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    start = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - start, result
-
-
 def digest(outputs: list[list[Hypothesis]]) -> str:
     """What two engines must agree on: every hypothesis's tokens, log-probability and score."""
     text = repr([[(h.tokens, h.log_prob, h.score) for h in hyps] for hyps in outputs])
@@ -123,7 +113,7 @@ def in_process(loaded: tuple[Loaded, list[Any], list[list[int]]], size: str) -> 
     """Time decoding the sentences in batches of ``size`` in this process."""
     run, sources, ids = loaded
     groups = batches([len(i) for i in ids], size, run.config.decode.batch_tokens)
-    took, outputs = timed(lambda: decode(run, sources, ids, groups))
+    took, outputs = timed_once(lambda: decode(run, sources, ids, groups))
     tokens = hashlib.sha256(repr([[h.tokens for h in hyps] for hyps in outputs]).encode()).hexdigest()
     return {"seconds": took, "digest": digest(outputs), "tokens": tokens, "batches": len(groups)}
 
@@ -131,11 +121,15 @@ def in_process(loaded: tuple[Loaded, list[Any], list[list[int]]], size: str) -> 
 def in_subprocess(args: argparse.Namespace, size: str, engine: Path) -> dict[str, Any]:
     """:func:`in_process` in a fresh process that imports ``seqtrans`` and the parsing
     plugin from ``engine``."""
-    command = [sys.executable, __file__, str(args.run), "--worker", size, "--sentences", str(args.sentences),
-               *(["--trees", args.trees] if args.trees else []), *(["--set", *args.set] if args.set else [])]
-    path = [str(engine), str(engine / "plugins" / "parsing"), os.environ.get("PYTHONPATH", "")]
+    command = [sys.executable, "-m", "benchmarks", "parsing_decode", str(Path(args.run).resolve()),
+               "--worker", size, "--sentences", str(args.sentences),
+               *(["--trees", str(Path(args.trees).resolve())] if args.trees else []),
+               *(["--set", *args.set] if args.set else [])]
+    # the engine's seqtrans before this checkout's; the benchmarks from this checkout, and the
+    # engine's directory as the working one, so that ``-m`` puts no other seqtrans first
+    path = [str(engine), str(engine / "plugins" / "parsing"), str(ROOT), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
-    done = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+    done = subprocess.run(command, env=env, cwd=engine, check=True, capture_output=True, text=True)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
@@ -147,7 +141,7 @@ def prepare(args: argparse.Namespace) -> tuple[Loaded, list[Any], list[list[int]
     return run, sources, [source_ids(run.codec, s) for s in sources]
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str]) -> None:
     parser = arguments(__doc__)
     parser.add_argument("run", type=Path, help="A parsing run directory (or checkpoint).")
     parser.add_argument("--trees", default="", help="Test trees to decode (default: the run's test split).")
@@ -229,7 +223,3 @@ def main(argv: list[str] | None = None) -> None:
                              "baseline": args.baseline,
                              "rows": rows}, run.device)
     print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,5 +1,4 @@
-"""EVALB speed: score as many sentences as WSJ section 23 (2,416) and compare with the
-one-second target.
+"""EVALB speed: as many sentences as WSJ section 23 (2,416) against the one-second target.
 
 The gold side repeats the Penn Treebank sample's test trees; the test side is each
 tree rebracketed right-branching below its root (so brackets match, cross and go
@@ -7,12 +6,11 @@ missing as in real parser output). Prints sentences per second for the Python AP
 for the ``seqtrans evalb`` command (process start-up included), and writes
 ``benchmarks/results/parsing_evalb.json``.
 
-    python benchmarks/parsing_evalb.py [--data ../shared/data]
+    python -m benchmarks parsing_evalb [--data ../shared/data]
 """
 
 from __future__ import annotations
 
-import argparse
 import platform
 import statistics
 import subprocess
@@ -21,13 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import RESULTS, ROOT, arguments, write_results
 from seqtrans_parsing.evalb import COLLINS, evalb
 from seqtrans_parsing.trees import Tree, preprocess, read_trees
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_results  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = 2416
 
 
@@ -40,11 +35,11 @@ def right_branching(tree: Tree) -> Tree:
     return Tree(tree.label, node.children if not node.is_preterminal else [node])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> None:
+    parser = arguments(__doc__)
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     text = (args.data / "ptb-sample" / "test.trees").read_text()
     trees = [t for t in (preprocess(raw) for raw, _ in read_trees(text)) if t is not None]
     gold_trees = [trees[i % len(trees)] for i in range(SENTENCES)]
@@ -78,10 +73,6 @@ def main() -> None:
     }
     print(f"EVALB on {SENTENCES} sentences: API {api:.3f} s ({SENTENCES / api:,.0f} sentences/s), "
           f"command {cli:.3f} s with start-up; target 1 s -> {1.0 / api:.1f}x faster than needed")
-    out = ROOT / "benchmarks" / "results" / "parsing_evalb.json"
+    out = RESULTS / "parsing_evalb.json"
     write_results(out, result, sort_keys=False)
     print(f"wrote {out.relative_to(ROOT)}")
-
-
-if __name__ == "__main__":
-    main()

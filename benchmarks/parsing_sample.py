@@ -1,6 +1,8 @@
-"""Parsing quality and cost on the Penn Treebank sample: train with a preset (by default
-``cpu``, 30 minutes of training on a 2-core CPU), decode the test split with the bracket
-constraint (beam 21) and without it, and break the errors down.
+"""Parsing quality and cost on the Penn Treebank sample, with the errors broken down.
+
+Train with a preset (by default ``cpu``, 30 minutes of training on a 2-core CPU), decode
+the test split with the bracket constraint (beam 21) and without it, and break the errors
+down.
 
 Records EVALB F1 (COLLINS.prm) with and without the constraint, the malformed outputs
 before repair, training and total wall time, and where the errors are: per phrase label
@@ -8,13 +10,12 @@ before repair, training and total wall time, and where the errors are: per phras
 per-sentence counts). Writes ``benchmarks/results/parsing_sample-PRESET.json`` (or
 ``parsing_sample-PRESET-TAG.json``).
 
-    python benchmarks/parsing_sample.py [--preset cpu] [--out DIR] [--set KEY=VALUE ...] [--tag TAG]
-    python benchmarks/parsing_sample.py --analyse RUN_DIR   # the breakdown of a finished run
+    python -m benchmarks parsing_sample [--preset cpu] [--out DIR] [--set KEY=VALUE ...] [--tag TAG]
+    python -m benchmarks parsing_sample --analyse RUN_DIR   # the breakdown of a finished run
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import subprocess
@@ -24,14 +25,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import RESULTS, ROOT, arguments, write_results
 from seqtrans_parsing import ParsingConfig, ParsingTask
 from seqtrans_parsing.evalb import COLLINS, evalb
 from seqtrans_parsing.trees import Tree, read_trees
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_results  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 TARGET_F1 = 85.0
 
 
@@ -100,14 +98,14 @@ def analyse(run: Path) -> dict[str, Any]:
     return {"evalb_f1": round(report.all.fmeasure, 2), "by_label": labels, "by_length": lengths}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> None:
+    parser = arguments(__doc__)
     parser.add_argument("--preset", default="cpu")
     parser.add_argument("--tag", default="", help="Written to parsing_sample-PRESET-TAG.json instead.")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--set", dest="overrides", nargs="+", default=[])
     parser.add_argument("--analyse", type=Path, default=None, help="Only analyse a finished run directory.")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     result: dict[str, Any] = {}
     if args.analyse is None:
         run = args.out or ROOT / "runs" / f"parsing-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -138,10 +136,6 @@ def main() -> None:
           ", ".join(f"{k} {v['missed']}+{v['spurious']}" for k, v in worst))
     print("F1 by length:", ", ".join(f"{k}: {v['f1']}" for k, v in result["by_length"].items()))
     name = f"parsing_sample-{args.preset}" + (f"-{args.tag}" if args.tag else "")
-    out = ROOT / "benchmarks" / "results" / f"{name}.json"
+    out = RESULTS / f"{name}.json"
     write_results(out, result, sort_keys=False)
     print(f"wrote {out.relative_to(ROOT)}")
-
-
-if __name__ == "__main__":
-    main()

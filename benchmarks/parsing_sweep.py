@@ -1,13 +1,15 @@
-"""Parsing settings compared over several seeds: runs of ``seqtrans run parsing`` with a
-fixed number of updates, several at once on one device, and a table of test F1 (mean,
-standard deviation, each seed) and greedy dev F1 over training.
+"""Parsing settings compared over several seeds, each run a fixed number of updates.
+
+Runs of ``seqtrans run parsing`` with a fixed number of updates, several at once on one
+device, and a table of test F1 (mean, standard deviation, each seed) and greedy dev F1
+over training.
 
 A fixed number of updates, not a time budget, makes runs that share a device
 comparable: 3,850 updates is what the ``cpu`` preset reaches in its 30 minutes on a
 2-core CPU. Each setting is ``NAME`` or ``NAME:KEY=VALUE,KEY=VALUE`` (``--set`` keys of
 ``seqtrans run``). Writes ``benchmarks/results/parsing_sweep-TAG.json``.
 
-    python benchmarks/parsing_sweep.py --device cuda --jobs 12 --seeds 1 2 3 \\
+    python -m benchmarks parsing_sweep --device cuda --jobs 12 --seeds 1 2 3 \\
         --setting preset --setting sub2:data.substitute=1 --tag sub2
 """
 
@@ -25,10 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_results  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common import RESULTS, ROOT, arguments, write_results
 
 
 def parse_setting(text: str) -> tuple[str, list[str]]:
@@ -63,8 +62,8 @@ def one_run(name: str, overrides: list[str], seed: int, args: argparse.Namespace
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> int:
+    parser = arguments(__doc__)
     parser.add_argument("--setting", action="append", required=True,
                         help="NAME or NAME:KEY=VALUE,KEY=VALUE (repeatable)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
@@ -77,7 +76,7 @@ def main() -> None:
     parser.add_argument("--unconstrained", action="store_true", help="Also decode without the constraint.")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     parser.add_argument("--tag", default="sweep")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     settings = [parse_setting(s) for s in args.setting]
     jobs = [(name, overrides, seed) for seed in args.seeds for name, overrides in settings]
     start = time.perf_counter()
@@ -103,11 +102,7 @@ def main() -> None:
     result = {"steps": args.steps, "preset": args.preset, "seeds": args.seeds, "device": device,
               "jobs": args.jobs, "wall_minutes": round((time.perf_counter() - start) / 60, 2),
               "summary": summary, "runs": runs}
-    out = ROOT / "benchmarks" / "results" / f"parsing_sweep-{args.tag}.json"
+    out = RESULTS / f"parsing_sweep-{args.tag}.json"
     write_results(out, result, sort_keys=False)
     print(f"wrote {out.relative_to(ROOT)}")
-    sys.exit(1 if failed else 0)
-
-
-if __name__ == "__main__":
-    main()
+    return 1 if failed else 0

@@ -1,41 +1,53 @@
-"""How far a trained read policy's training matches its test-time decisions, per decoder
-layer (:mod:`seqtrans.streaming.policy`): the share of selection probabilities within
-[0.1, 0.9], the distance in source positions between where the hard decisions stop and
-where the expected alignment stops on average, and the expected probability of the hard
-stop, teacher-forced with a split's references.
+"""How far a trained read policy's training matches its test-time decisions, per layer.
 
-    python benchmarks/policy_report.py RUN_DIR [--split dev] [--set decode.beam=1 ...]
+For each decoder layer of a trained run (:mod:`seqtrans.streaming.policy`): the share of
+selection probabilities within [0.1, 0.9], the distance in source positions between where
+the hard decisions stop and where the expected alignment stops on average, and the
+expected probability of the hard stop, teacher-forced with a split's references.
 
-Prints one JSON object per layer; a run whose encoder-decoder attention has no monotonic
-policy prints nothing.
+    python -m benchmarks policy_report RUN_DIR [--split dev] [--set decode.beam=1 ...]
+
+Prints one JSON object per layer and writes them with the run's name and the split to
+``benchmarks/results/policy_report-RUN.json`` (or ``--out``); a run whose encoder-decoder
+attention has no monotonic policy has no layers to report: it writes nothing and exits
+with status 1.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
+from pathlib import Path
 
 import torch
 
+from benchmarks.common import RESULTS, arguments, write_results
 from seqtrans.inference import loading
 from seqtrans.streaming.policy import split_report
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run", help="a run directory or checkpoint")
+def main(argv: list[str]) -> int:
+    parser = arguments(__doc__)
+    parser.add_argument("run", type=Path, help="a run directory or checkpoint")
     parser.add_argument("--split", default="dev", help="the task's split to teacher-force (default dev)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, help="the results JSON (default benchmarks/results/"
+                        "policy_report-RUN.json, RUN the run directory's name)")
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     loaded = loading.load(args.run, overrides=args.set, device="cpu")
-    for layer in split_report(loaded, args.split):
-        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v
-                          for k, v in dataclasses.asdict(layer).items()}))
-
-
-if __name__ == "__main__":
-    main()
+    layers = [{k: round(v, 4) if isinstance(v, float) else v for k, v in dataclasses.asdict(layer).items()}
+              for layer in split_report(loaded, args.split)]
+    for layer in layers:
+        print(json.dumps(layer))
+    if not layers:
+        print(f"{args.run}: no monotonic policy to report")
+        return 1
+    run = args.run.resolve()
+    name = run.parent.parent.name if run.is_file() else run.name  # RUN/checkpoints/FILE.pt: RUN
+    out = args.out or RESULTS / f"policy_report-{name}.json"
+    write_results(out, {"benchmark": "policy_report", "run": name, "split": args.split,
+                        "overrides": args.set, "layers": layers}, sort_keys=False)
+    print(f"wrote {out}")
+    return 0

@@ -1,5 +1,4 @@
-"""Import and export of a base-size Hugging Face Marian model, and decoding it in
-seqtrans against transformers' ``generate``.
+"""Import and export of a base-size Marian model, and decoding it against transformers' ``generate``.
 
 A Marian model of OPUS-MT's shape (d_model 512, d_ff 2048, 6 + 6 layers, 8 heads, a
 vocabulary of 58,101 symbols, swish) is built with random weights by transformers and
@@ -21,14 +20,14 @@ to the full size). Then, each in its own process so that its peak memory is its 
 Needs the ``bench`` extra (transformers). Results go to
 benchmarks/results/pretrained_marian-cpu.json.
 
-    python benchmarks/pretrained_marian.py
-    python benchmarks/pretrained_marian.py --sentences 32 --tokens 32 --repeats 3
+    python -m benchmarks pretrained_marian
+    python -m benchmarks pretrained_marian --sentences 32 --tokens 32 --repeats 3
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -38,22 +37,10 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import arguments, timed, write_json  # noqa: E402
+from benchmarks.common import ROOT, arguments, process_peak_mib, resident_mib, timed, write_json
 
 VOCAB = 58101
 WORDS = "the a small big dog cat house tree runs sees green old man woman child walks near under".split()
-
-
-def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-
-
-def _rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def build(directory: Path) -> None:
@@ -111,13 +98,13 @@ def convert(phase: str, source: Path, out: Path) -> dict[str, float]:
     from seqtrans.inference.loading import load
 
     fmt = formats.load("hf-marian")
-    before = _rss_mib()
+    before = resident_mib()
     start = time.perf_counter()
     if phase == "import":
         fmt.import_model(source, out=out)
     else:
         fmt.export_model(load(source, device="cpu"), out=out)
-    return {"seconds": time.perf_counter() - start, "peak_mib": _peak_mib(), "before_mib": before}
+    return {"seconds": time.perf_counter() - start, "peak_mib": process_peak_mib(), "before_mib": before}
 
 
 def load_in(precision: str, run: Path) -> dict[str, float]:
@@ -126,13 +113,13 @@ def load_in(precision: str, run: Path) -> dict[str, float]:
     set then, over before)."""
     from seqtrans.inference.loading import load
 
-    before = _rss_mib()
+    before = resident_mib()
     start = time.perf_counter()
     loaded = load(run, overrides=[f"decode.precision={precision}"], device="cpu")
     seconds = time.perf_counter() - start
-    held = _rss_mib() - before
+    held = resident_mib() - before
     del loaded
-    return {"seconds": seconds, "peak_mib": _peak_mib(), "before_mib": before, "held_mib": held}
+    return {"seconds": seconds, "peak_mib": process_peak_mib(), "before_mib": before, "held_mib": held}
 
 
 def decode(hf_dir: Path, run: Path, *, sentences: int, tokens: int, repeats: int) -> dict[str, float]:
@@ -190,18 +177,19 @@ def decode(hf_dir: Path, run: Path, *, sentences: int, tokens: int, repeats: int
 
 def _child(*args: str, flags: tuple[str, ...] = ()) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, __file__, *flags, "--phase", *args], check=True, capture_output=True, text=True
+        [sys.executable, "-m", "benchmarks", "pretrained_marian", *flags, "--phase", *args], cwd=ROOT,
+        check=True, capture_output=True, text=True,
     )
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = arguments(__doc__)
     parser.add_argument("--sentences", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=32, help="Output tokens per sentence.")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--phase", nargs="+", help=argparse_hidden())
-    args = parser.parse_args()
+    parser.add_argument("--phase", nargs="+", help=argparse.SUPPRESS)  # one step, in a process of its own
+    args = parser.parse_args(argv)
     if args.phase:
         phase, *paths = args.phase
         if phase == "build":
@@ -253,13 +241,3 @@ def main() -> None:
     path = write_json("pretrained_marian", result, torch.device("cpu"))
     print(json.dumps(result, indent=2))
     print(f"wrote {path}")
-
-
-def argparse_hidden() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,7 @@
-"""Requests generated from the server's OpenAPI description against ``seqtrans serve``
-in a process of its own: the count of each status (none may be 5xx), the time, and the
-server's RSS after every 1,000 answers.
+"""Requests generated from the server's OpenAPI description against ``seqtrans serve``.
+
+The server runs in a process of its own; recorded are the count of each status (none may
+be 5xx), the time, and the server's RSS after every 1,000 answers.
 
 The requests are those of ``tests/serving/test_fuzz.py`` (``tests/serving/fuzzing.py``):
 bodies the schemas allow, the same with a field replaced by any JSON value, any JSON,
@@ -9,15 +10,12 @@ and bytes that are not JSON, to every HTTP route, of the model served and of nam
 are not. The model is ``RUN_DIR``, or by default an untrained copy model (what the test
 serves), under the test's small limits so that each decoding is short.
 
-    python benchmarks/serve_fuzz.py --requests 10000 --out benchmarks/results/serve_fuzz.json
+    python -m benchmarks serve_fuzz --requests 10000 --out benchmarks/results/serve_fuzz.json
 """
 
 from __future__ import annotations
 
 import json
-import platform
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,12 +24,11 @@ from typing import Any
 import httpx
 from hypothesis import HealthCheck, given, settings
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests" / "serving"), str(ROOT / "tests")]
+from benchmarks.common import arguments, write_results
+from benchmarks.serve_load import Server, rss
 
-from common import arguments, write_results  # noqa: E402
-from fuzzing import Request, problem, requests, send  # noqa: E402
-from serve_load import Server, rss  # noqa: E402
+# the requests of the server's fuzz test (the repository's root is on the path: the runner runs there)
+from tests.serving.fuzzing import Request, problem, requests, send
 
 LIMITS = ["--max-wait-ms", "0", "--max-inputs", "4", "--max-input-tokens", "8", "--max-beam", "4",
           "--max-body-bytes", "200000"]  # as test_fuzz.py's server
@@ -65,17 +62,17 @@ def run(url: str, pid: int, count: int) -> dict[str, Any]:
             "rss_mib_every_1000": memory}
 
 
-def main() -> None:
+def main(argv: list[str]) -> int:
     parser = arguments(__doc__)
     parser.add_argument("run_dir", nargs="?", type=Path, help="the model to serve (default: an untrained "
                         "copy model)")
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="serve-fuzz-") as scratch:
         model = args.run_dir
         if model is None:
-            from test_inference import copy_run
+            from tests.test_inference import copy_run
 
             model = copy_run(Path(scratch) / "copy", seed=3, vocab_size=30)
         server = Server(model, *LIMITS)
@@ -86,18 +83,10 @@ def main() -> None:
             status = server.stop()
     memory = result["rss_mib_every_1000"]
     growth = (max(memory[1:]) / memory[0] - 1) if len(memory) > 1 else 0.0
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     out = {"model": str(args.run_dir or "untrained copy model (tests/test_inference.py copy_run)"),
            "limits": " ".join(LIMITS), "rss_mib_ready": ready, **result,
-           "rss_growth_after_first_1000": round(growth, 3), "exit_status": status, "commit": commit.strip(),
-           "python": platform.python_version(), "machine": platform.processor() or platform.machine(),
-           "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+           "rss_growth_after_first_1000": round(growth, 3), "exit_status": status}
     print(json.dumps(out, indent=1))
     if args.out is not None:
         write_results(args.out, out, sort_keys=False)
-    if result["problem_count"] or not result["alive_after"]:
-        sys.exit(1)
-
-
-if __name__ == "__main__":
-    main()
+    return 1 if result["problem_count"] or not result["alive_after"] else 0

@@ -10,10 +10,10 @@ decoded in-process (the latency floor) and a server without batching
 (``--max-batch-tokens 1 --max-wait-ms 0``: one request at a time) under the largest
 load but one.
 
-    python benchmarks/serve_load.py runs/m30k --beam 4                      # the setting
-    python benchmarks/serve_load.py runs/m30k --users 128 --max-queue 64    # refusals under overload
-    python benchmarks/serve_load.py runs/m30k --users 32 --requests 10000 --unbatched-requests 0  # memory
-    python benchmarks/serve_load.py runs/m30k --users 64 --beam 16 --timeout-s 5 \
+    python -m benchmarks serve_load runs/m30k --beam 4                      # the setting
+    python -m benchmarks serve_load runs/m30k --users 128 --max-queue 64    # refusals under overload
+    python -m benchmarks serve_load runs/m30k --users 32 --requests 10000 --unbatched-requests 0  # memory
+    python -m benchmarks serve_load runs/m30k --users 64 --beam 16 --timeout-s 5 \
         --unbatched-requests 0                                              # deadlines
 
 ``--workers W`` serves with W decoding workers (``seqtrans serve --workers``), ``--threads
@@ -42,15 +42,11 @@ from typing import Any
 
 import httpx
 
+from benchmarks.common import ROOT, arguments, background_load, write_results
 from seqtrans.inference.evaluation import read_split
 from seqtrans.inference.loading import Loaded, load
 from seqtrans.inference.online import predict_batches
 from seqtrans.tasks.protocol import SourceFormatting
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import background_load, write_results  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def sentences(loaded: Loaded, inputs: Path | None) -> list[str]:
@@ -153,8 +149,8 @@ async def load_test(url: str, texts: list[str], expected: list[str], *, users: i
             "statuses": statuses, **({"rss_every_1000_bytes": memory} if pid is not None else {})}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> None:
+    parser = arguments(__doc__)
     parser.add_argument("run", type=Path, help="The run directory of the model to serve.")
     parser.add_argument("--inputs", type=Path, help="Sentences, one per line (default: the test split).")
     parser.add_argument("--users", type=int, nargs="+", default=[1, 8, 32, 128])
@@ -172,7 +168,7 @@ def main() -> None:
     parser.add_argument("--background-load", type=int, default=0, metavar="N",
                         help="CPU-burning processes running beside everything for the whole run.")
     parser.add_argument("--out", type=Path, help="Also write the results here as JSON.")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.threads is not None:
         from seqtrans.runtime.threads import set_threads
 
@@ -258,7 +254,3 @@ def print_table(results: dict[str, Any], users: int) -> None:
               f"{row['sentences_per_s'] / own if own else float('nan'):.2f} | "
               f"{row['p50_ms']:.1f} | {row['p95_ms']:.1f} | {row['p99_ms']:.1f} | {row['refused']} | "
               f"{row['errors']} | {row['wrong_outputs']} |")
-
-
-if __name__ == "__main__":
-    main()

@@ -23,9 +23,9 @@ in ``--work`` with the same settings, then measures on test2016:
   alone, per decoding step, against the source length (random weights), where the
   seed's fixed-size memory should pay off.
 
-    python benchmarks/simultaneous_multi30k.py
-    python benchmarks/simultaneous_multi30k.py --models full multi-k
-    python benchmarks/simultaneous_multi30k.py --plot benchmarks/results/simultaneous_multi30k.json
+    python -m benchmarks simultaneous_multi30k
+    python -m benchmarks simultaneous_multi30k --models full multi-k
+    python -m benchmarks simultaneous_multi30k --plot benchmarks/results/simultaneous_multi30k.json
 
 Each model is scored as soon as it is trained and the results file rewritten then; a
 later invocation with the same budget keeps the models the file holds and does the rest.
@@ -43,7 +43,6 @@ import json
 import logging
 import multiprocessing
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +50,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.common import RESULTS, ROOT, arguments, budget, cpu_info, write_results
 from seqtrans import pipeline
 from seqtrans.config import ModelConfig, RunConfig
 from seqtrans.data.batches import source_ids
@@ -58,13 +58,10 @@ from seqtrans.decoding import generate
 from seqtrans.inference import evaluation, loading
 from seqtrans.model.transformer import Transformer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_info, write_results  # noqa: E402
+PICTURE = ROOT / "docs" / "images" / "simultaneous-multi30k.png"
 
-ROOT = Path(__file__).resolve().parent
-RESULTS = ROOT / "results"
-PICTURE = ROOT.parent / "docs" / "images" / "simultaneous-multi30k.png"
-
+#: Checkpoints over each model's updates, the last five averaged.
+CHECKPOINTS = 20
 CAUSAL = ["model.causal_encoder=true"]
 # hard monotonic attention with its energies divided by T = 0.2 and r starting at -0.5, as
 # SeamlessStreaming's monotonic decoder has them
@@ -143,21 +140,12 @@ def learned_policy(name: str) -> bool:
     return name.startswith(("monotonic", "milk-", "mma-"))
 
 
-def budget(steps: int) -> list[str]:
-    """The shared budget: the cpu preset stopped after ``steps`` updates, its warmup and
-    checkpoint averaging scaled to them (the last five of twenty checkpoints averaged)."""
-    every = max(1, steps // 20)
-    warmup = max(1, min(400, 2 * steps // 5))  # the preset's 400 for its 30 minutes' ~1,000 updates
-    return [f"train.max_steps={steps}", "train.max_minutes=0", f"train.warmup={warmup}",
-            f"train.checkpoint_every={every}", "train.average_last=5", "train.keep_checkpoints=5"]
-
-
 def train(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str, Any]:
     """Train one model (unless already trained with these settings); its run's metrics."""
     torch.set_num_threads(args.threads)
     out = Path(args.work) / name
-    config = pipeline.resolve_config("translation", preset="cpu",
-                                     overrides=[*budget(args.steps), *overrides, *args.set])
+    shared = budget(args.steps, checkpoints=CHECKPOINTS)
+    config = pipeline.resolve_config("translation", preset="cpu", overrides=[*shared, *overrides, *args.set])
     done = out / "metrics.json"
     if done.is_file():
         saved = json.loads((out / "config.json").read_text())
@@ -474,9 +462,8 @@ def _save(results: dict[str, Any], out: Path, picture: Path, order: list[str]) -
         plot(results, picture)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str]) -> None:
+    parser = arguments(__doc__)
     parser.add_argument("--steps", type=int, default=650,
                         help="Training updates per model (the budget; 650 are about 20 minutes of the cpu "
                              "preset on two cores).")
@@ -505,7 +492,7 @@ def main() -> None:
                              "data.test_tgt) for a quick check of this script.")
     parser.add_argument("--plot", type=Path, metavar="RESULTS_JSON",
                         help="Only draw the picture from a results file.")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.plot:
         data = read_results(args.plot)
@@ -530,7 +517,7 @@ def main() -> None:
 
     # A results file of the same budget is continued: the models it holds are kept, the
     # others are trained and scored, and the file is rewritten as each one finishes.
-    shared = [*budget(args.steps), *args.set]
+    shared = [*budget(args.steps, checkpoints=CHECKPOINTS), *args.set]
     results: dict[str, Any] = {"benchmark": "simultaneous_multi30k", "budget": shared,
                                "training": {}, "simultaneous": []}
     if args.out.is_file():
@@ -541,7 +528,7 @@ def main() -> None:
         results.setdefault("simultaneous", [])
     for name, start in INIT.items():  # entries written before they recorded where they started
         results["training"].get(name, {}).setdefault("init", start)
-    results["command"] = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    results.pop("command", None)  # written before provenance recorded the command
     todo = [name for name in chosen if name not in results["training"]]
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
@@ -567,7 +554,3 @@ def main() -> None:
         results["machine"] = _machine(args)
         _save(results, args.out, args.picture, list(settings))
     print(f"wrote {args.out}" + (f" and {args.picture}" if results["simultaneous"] else ""))
-
-
-if __name__ == "__main__":
-    main()

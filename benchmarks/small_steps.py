@@ -21,30 +21,26 @@
 
 Writes benchmarks/results/small_steps-LABEL-cpu.json.
 
-    OMP_WAIT_POLICY=PASSIVE python benchmarks/small_steps.py --label amd
-    OMP_WAIT_POLICY=PASSIVE python benchmarks/small_steps.py --background-load 2 --label amd-load2
+    OMP_WAIT_POLICY=PASSIVE python -m benchmarks small_steps --label amd
+    OMP_WAIT_POLICY=PASSIVE python -m benchmarks small_steps --background-load 2 --label amd-load2
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
-from common import arguments, background_load, timed_in_turn, write_json  # noqa: E402
-from decode_speed import SHAPES, Case, seqtrans_decoder, sources, step_weight_bytes  # noqa: E402
-
-from seqtrans import native  # noqa: E402
-from seqtrans.decoding import teams  # noqa: E402
-from seqtrans.linear.int8 import Int8Linear, _torch_product  # noqa: E402
+from benchmarks import common
+from benchmarks.common import arguments, background_load, timed_in_turn, write_json
+from benchmarks.decode_speed import SHAPES, Case, seqtrans_decoder, sources, step_weight_bytes
+from seqtrans import native
+from seqtrans.decoding import teams
+from seqtrans.linear.int8 import Int8Linear, _torch_product
 from seqtrans.runtime import environment
 
 CPU = torch.device("cpu")
@@ -188,7 +184,7 @@ def team_variants(repeats: int, out_len: int) -> list[dict[str, Any]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str]) -> None:
     parser = arguments(__doc__)
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 16],
                         help="Activation rows of the products (a step's hypotheses).")
@@ -218,7 +214,3 @@ def main(argv: list[str] | None = None) -> None:
                              "products": rows, "step_share": share, "teams": variants,
                              "team_settings": settings}, CPU)
     print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    main()

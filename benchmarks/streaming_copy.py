@@ -9,8 +9,8 @@ greedy decoding, and the decoding time of both. Copying can write each token rig
 reading it (AL near 1); reversing cannot write anything before the whole source is read
 (AL near |x|), and the model has to learn that.
 
-    python benchmarks/streaming_copy.py --minutes 3
-    python benchmarks/streaming_copy.py --minutes 3 --jobs 2   # both variants at once, one thread each
+    python -m benchmarks streaming_copy --minutes 3
+    python -m benchmarks streaming_copy --minutes 3 --jobs 2   # both variants at once, one thread each
 
 Writes benchmarks/results/streaming_copy.json.
 """
@@ -24,13 +24,13 @@ import json
 import logging
 import multiprocessing
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from benchmarks.common import RESULTS, arguments, write_results
 from seqtrans import pipeline
 from seqtrans.data.batches import prediction, source_ids
 from seqtrans.data.vocab import EOS
@@ -38,11 +38,6 @@ from seqtrans.decoding import generate
 from seqtrans.inference import evaluation, loading
 from seqtrans.streaming.decoder import stream_greedy
 from seqtrans.streaming.latency import average_lagging, average_proportion
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_results  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _mean(values: list[float]) -> float:
@@ -100,15 +95,15 @@ def variant(name: str, reverse: bool, args: argparse.Namespace) -> dict[str, Any
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> None:
+    parser = arguments(__doc__)
     parser.add_argument("--minutes", type=float, default=3.0, help="Training budget per task variant.")
     parser.add_argument("--length", type=int, default=20, help="L: sequence lengths 1..L.")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=1, help="Variants trained at the same time.")
     parser.add_argument("--work", default="runs/streaming_copy")
     parser.add_argument("--out", type=Path, default=RESULTS / "streaming_copy.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     results: dict[str, Any] = {"settings": {"minutes": args.minutes, "length": args.length,
                                             "threads": args.threads, "jobs": args.jobs}}
@@ -122,7 +117,3 @@ def main() -> None:
                   f"AL {r['average_lagging']:.2f} (mean |x| {r['mean_source_length']:.1f}), "
                   f"same as offline {r['same_as_offline_greedy']:.3f}, {r['train_steps']} steps", flush=True)
     write_results(args.out, results, sort_keys=False)
-
-
-if __name__ == "__main__":
-    main()

@@ -6,27 +6,22 @@ per second of both, the ratio, model FLOP/s as a fraction of the machine's matmu
 peak, and the peak memory of a step (on CPU: the growth of the resident set's high
 water mark; on CUDA: the allocator's peak); writes JSON under benchmarks/results/.
 
-    python benchmarks/train_speed.py --shape base --tokens 4096 [--dropout 0.1]
+    python -m benchmarks train_speed --shape base --tokens 4096 [--dropout 0.1]
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import arguments, device_name, gemm_peak, pick_device, timed, write_json  # noqa: E402
-from decode_speed import SHAPES, marian_model, seqtrans_model  # noqa: E402
-
-from seqtrans.data.vocab import BOS, EOS, PAD  # noqa: E402
-from seqtrans.training.loss import projected_label_smoothed_loss  # noqa: E402
+from benchmarks.common import arguments, device_name, gemm_peak, peak_memory, pick_device, timed, write_json
+from benchmarks.decode_speed import SHAPES, marian_model, seqtrans_model
+from seqtrans.data.vocab import BOS, EOS, PAD
+from seqtrans.training.loss import projected_label_smoothed_loss
 
 
 def batch(tokens: int, vocab: int, *, seed: int = 0,
@@ -64,46 +59,12 @@ def train_flops(shape: dict[str, int], b: dict[str, torch.Tensor]) -> float:
     return 3.0 * (enc + dec)
 
 
-def peak_memory(device: torch.device) -> Any:
-    """A context that measures the peak memory its body adds, in bytes (``.value``)."""
-
-    class Peak:
-        value = 0
-
-        def __enter__(self) -> Peak:
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                self.start = torch.cuda.memory_allocated()
-            else:
-                Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark
-                self.start = _status("VmRSS")
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-                self.value = torch.cuda.max_memory_allocated() - self.start
-            else:
-                self.value = _status("VmHWM") - self.start
-
-    return Peak()
-
-
-def _status(key: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    raise KeyError(key)
-
-
 def measure(step: Any, device: torch.device, repeats: int) -> tuple[float, int]:
     step()  # allocate optimizer state before measuring memory
     with peak_memory(device) as peak:
         step()
     seconds = timed(step, device, repeats=repeats, warmup=1)
-    return seconds, peak.value
+    return seconds, round(peak["mib"] * 2**20)
 
 
 def seqtrans_step(shape: dict[str, int], device: torch.device, b: dict[str, torch.Tensor],
@@ -145,7 +106,7 @@ def marian_step(shape: dict[str, int], device: torch.device, b: dict[str, torch.
     return step
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str]) -> None:
     parser = arguments(__doc__)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--shape", default="base", choices=sorted(SHAPES))
@@ -158,6 +119,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="Residual and attention dropout of both models (default 0: no random masks).")
     parser.add_argument("--no-peer", action="store_true")
     args = parser.parse_args(argv)
+    torch.manual_seed(0)
     device = pick_device(args.device)
     shape = SHAPES[args.shape]
     peak32 = gemm_peak(device, torch.float32)
@@ -201,9 +163,3 @@ def main(argv: list[str] | None = None) -> None:
     name = f"train_speed-{args.shape}" + (f"-dropout{args.dropout:g}" if args.dropout else "") \
         + (f"-{args.tokens}tok" if args.tokens != parser.get_default("tokens") else "")
     print(f"wrote {write_json(name, result, device)}")
-
-
-if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        torch.manual_seed(0)
-        main()

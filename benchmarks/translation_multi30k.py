@@ -4,8 +4,8 @@ Runs ``seqtrans run translation`` (the ``cpu`` preset unless told otherwise) thr
 Python API, then prints the score beside the targets and a reference point, with
 ratios, and writes everything to ``benchmarks/results/translation_multi30k[-TAG].json``:
 
-    python benchmarks/translation_multi30k.py                   # cpu preset, 30 minutes
-    python benchmarks/translation_multi30k.py --set train.max_minutes=5 --tag short
+    python -m benchmarks translation_multi30k                   # cpu preset, 30 minutes
+    python -m benchmarks translation_multi30k --set train.max_minutes=5 --tag short
 
 Reference points: a small Hugging Face Marian model with sentencepiece reaches 29.85
 BLEU in 30 minutes of training on the same 2-core CPU; published small Transformers
@@ -14,31 +14,25 @@ reach about 35-41 on this test set.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
 import torch
 
 import seqtrans
+from benchmarks.common import RESULTS, arguments, write_results
 from seqtrans import config as cfg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_results  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_CPU, TARGET_GPU, MARIAN_CPU = 35.0, 40.0, 29.85
 SAMPLES = ["A man is riding a bicycle.", "Two dogs are playing in the snow.",
            "A little girl in a pink dress is climbing the stairs."]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str]) -> None:
+    parser = arguments(__doc__)
     parser.add_argument("--preset", default="cpu")
     parser.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[],
                         metavar="KEY=VALUE")
@@ -46,7 +40,7 @@ def main() -> None:
                         help="run directory (default: runs/bench-translation-PRESET[-TAG])")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
     parser.add_argument("--tag", default="", help="suffix of the run directory and the results file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     suffix = f"-{args.tag}" if args.tag else ""
@@ -63,7 +57,6 @@ def main() -> None:
     target = TARGET_GPU if gpu else TARGET_CPU
     result = {
         "benchmark": "translation_multi30k",
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "preset": args.preset,
         "overrides": args.overrides,
         "test_set": config.data.test_set or "test_2016_flickr",
@@ -98,7 +91,3 @@ def main() -> None:
     for src, hyp in samples.items():
         print(f"  {src}  ->  {hyp}")
     print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    main()

@@ -430,7 +430,7 @@ def memory_multi30k() -> str:
         source = PREVIOUS_SIMULTANEOUS
     data = _result(source)
     if not data.get("memory"):
-        return ("\nNot measured yet: `python benchmarks/simultaneous_multi30k.py --part memory` trains the "
+        return ("\nNot measured yet: `python -m benchmarks simultaneous_multi30k --part memory` trains the "
                 "models and times them.\n")
     training = data["training"]
     rows = []
@@ -546,7 +546,7 @@ DISTILL_PICTURE = DOCS / "images" / "distill-multi30k.png"
 def distill_multi30k() -> str:
     """The students against their teacher and CTranslate2 on the teacher, when measured."""
     if not (RESULTS / DISTILL).is_file():
-        return ("\nNot measured yet: `python benchmarks/distill_multi30k.py --threads 1 --mirror DIR` "
+        return ("\nNot measured yet: `python -m benchmarks distill_multi30k --threads 1 --mirror DIR` "
                 "trains the teacher and the students and times them; `python docs/generate.py` then "
                 "writes this table and draws the picture.\n")
     data = _result(DISTILL)

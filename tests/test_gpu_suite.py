@@ -1,11 +1,10 @@
-"""``benchmarks/gpu_suite.py --smoke`` runs every part on the CPU and writes each one's
-results; a part that fails is recorded and the others still run."""
+"""``python -m benchmarks gpu_suite --smoke`` runs every part on the CPU and writes each
+one's results; a part that fails is recorded and the others still run."""
 
 from __future__ import annotations
 
 import json
 import os
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +13,11 @@ from typing import Any
 import pytest
 import torch
 
+from benchmarks import gpu_suite as suite
+from benchmarks.common import running
+from benchmarks.gpu_suite import static_step
 from conftest import ROOT, SHARED_DATA, tiny_model
 from seqtrans.data.vocab import EOS, PAD
-
-SUITE = ROOT / "benchmarks" / "gpu_suite.py"
 
 
 @pytest.mark.slow
@@ -25,8 +25,9 @@ def test_the_smoke_run_measures_every_part(tmp_path: Path) -> None:
     out = tmp_path / "suite.json"
     env = {**os.environ, "SEQTRANS_MIRROR": str(SHARED_DATA / "multi30k"),
            "SEQTRANS_CACHE_DIR": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, str(SUITE), "--smoke", "--out", str(out), "--work", str(tmp_path)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "gpu_suite", "--smoke", "--out", str(out),
+                           "--work", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads(out.read_text())
     assert results["smoke"] and results["failed_parts"] == []
@@ -73,18 +74,16 @@ def test_the_smoke_run_measures_every_part(tmp_path: Path) -> None:
     assert (Path(multi30k["run_directory"]) / "metrics.json").is_file()
 
 
-def test_a_failing_part_is_recorded_and_the_others_still_run(tmp_path: Path,
+def test_a_failing_part_is_recorded_and_the_others_still_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    suite = runpy.run_path(str(SUITE))
-
     def fails(*args: Any, **kwargs: Any) -> dict[str, Any]:
         raise RuntimeError("out of memory")
 
-    suite["RUNNERS"]["train_mfu"] = fails
-    suite["RUNNERS"]["multi30k"] = lambda *args, **kwargs: {**suite["machine"](torch.device("cpu"), "fp32"),
-                                                            "bleu": 1.0}
+    monkeypatch.setitem(suite.RUNNERS, "train_mfu", fails)
+    monkeypatch.setitem(suite.RUNNERS, "multi30k", lambda *args, **kwargs: {
+        **suite.machine(torch.device("cpu"), "fp32"), "bleu": 1.0})
     out = tmp_path / "suite.json"
-    code = suite["main"](["--smoke", "--parts", "train_mfu", "multi30k", "--out", str(out)])
+    code = suite.main(["--smoke", "--parts", "train_mfu", "multi30k", "--out", str(out)])
     assert code == 1
     results = json.loads(out.read_text())
     assert results["failed_parts"] == ["train_mfu"]
@@ -95,27 +94,28 @@ def test_a_failing_part_is_recorded_and_the_others_still_run(tmp_path: Path,
     assert "train_mfu: failed in" in capsys.readouterr().out
 
 
-def test_parts_of_several_runs_merge_into_one_file(tmp_path: Path) -> None:
-    suite = runpy.run_path(str(SUITE))
+def test_parts_of_several_runs_merge_into_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runs = {"first": {"train_mfu": 1.0, "multi30k": 2.0}, "rerun": {"train_mfu": 3.0}}
     for name, bleus in runs.items():
         for part, bleu in bleus.items():
-            suite["RUNNERS"][part] = lambda *args, bleu=bleu, **kwargs: {
-                **suite["machine"](torch.device("cpu"), "fp32"), "bleu": bleu}
-        suite["main"](["--smoke", "--parts", *bleus, "--out", str(tmp_path / f"{name}.json")])
+            monkeypatch.setitem(suite.RUNNERS, part, lambda *args, bleu=bleu, **kwargs: {
+                **suite.machine(torch.device("cpu"), "fp32"), "bleu": bleu})
+        with running(["python", "-m", "benchmarks", "gpu_suite", "--parts", *bleus]):
+            suite.main(["--smoke", "--parts", *bleus, "--out", str(tmp_path / f"{name}.json")])
     out = tmp_path / "merged.json"
-    code = suite["main"](["--merge", str(tmp_path / "first.json"), str(tmp_path / "rerun.json"),
-                          "--out", str(out), "--note", "two GPU runs"])
+    code = suite.main(["--merge", str(tmp_path / "first.json"), str(tmp_path / "rerun.json"),
+                       "--out", str(out), "--note", "two GPU runs"])
     assert code == 0
     merged = json.loads(out.read_text())
     assert list(merged["parts"]) == ["train_mfu", "multi30k"]  # in the suite's order
     assert merged["parts"]["train_mfu"]["bleu"] == 3.0 and merged["parts"]["multi30k"]["bleu"] == 2.0
     assert merged["parts"]["multi30k"]["provenance"]["commit"] == merged["provenance"]["commit"]
     assert [s["file"] for s in merged["merged_from"]] == ["first.json", "rerun.json"]
+    assert merged["merged_from"][1]["command"] == "python -m benchmarks gpu_suite --parts train_mfu"
     assert merged["note"] == "two GPU runs" and merged["failed_parts"] == []
     (tmp_path / "other.json").write_text(json.dumps({"benchmark": "decode_speed"}))
     with pytest.raises(SystemExit, match="other.json: not a gpu_suite results file"):
-        suite["main"](["--merge", str(tmp_path / "other.json"), "--out", str(out)])
+        suite.main(["--merge", str(tmp_path / "other.json"), "--out", str(out)])
 
 
 @pytest.mark.parametrize("options", [
@@ -123,22 +123,20 @@ def test_parts_of_several_runs_merge_into_one_file(tmp_path: Path) -> None:
     {"norm": "pre", "positions": "learned", "embedding_norm": True, "output_bias": True, "tie_output": False},
 ])
 def test_the_static_step_decodes_as_the_model_does(options: dict[str, Any]) -> None:
-    graphs = runpy.run_path(str(ROOT / "benchmarks" / "step_graphs.py"))
     model = tiny_model(vocab=23, seed=4, **options)
     if model.output_bias is not None:
         with torch.no_grad():
             model.output_bias.normal_()  # zeros at first: make it count
     src = torch.tensor([[5, 6, 7, 8, EOS], [9, 10, EOS, PAD, PAD], [11, EOS, PAD, PAD, PAD]])
     with torch.no_grad():
-        ref_tokens, ref_logits, _ = graphs["reference"](model, src, 20)
-        step = graphs["StaticStep"](model, src, capacity=32)
-        tokens, logits, _ = graphs["greedy"](step, 3, 20, torch.device("cpu"))
+        ref_tokens, ref_logits, _ = static_step.reference(model, src, 20)
+        step = static_step.StaticStep(model, src, capacity=32)
+        tokens, logits, _ = static_step.greedy(step, 3, 20, torch.device("cpu"))
     assert torch.equal(tokens, ref_tokens)  # 20 steps: over the first bucket's 16 positions
     torch.testing.assert_close(logits, ref_logits, atol=1e-5, rtol=1e-5)
 
 
 def test_the_static_step_refuses_attention_it_does_not_have() -> None:
-    graphs = runpy.run_path(str(ROOT / "benchmarks" / "step_graphs.py"))
     model = tiny_model(decoder_attention="additive")
     with pytest.raises(ValueError, match="plain scaled dot-product attention only"):
-        graphs["StaticStep"](model, torch.tensor([[5, EOS]]), capacity=16)
+        static_step.StaticStep(model, torch.tensor([[5, EOS]]), capacity=16)

@@ -4,47 +4,40 @@ line, and the picture is drawn from a well-formed one."""
 from __future__ import annotations
 
 import json
-import runpy
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def bench() -> dict[str, Any]:
-    return runpy.run_path(str(ROOT / "benchmarks" / "simultaneous_multi30k.py"))
+from benchmarks import simultaneous_multi30k as bench
 
 
 def _row(model: str, bleu: float, al: float, wait_k: int | None = None) -> dict[str, Any]:
     return {"model": model, "wait_k": wait_k, "bleu": bleu, "stream_al": al}
 
 
-def test_a_malformed_results_file_is_named_with_its_line(bench: dict[str, Any], tmp_path: Path) -> None:
+def test_a_malformed_results_file_is_named_with_its_line(tmp_path: Path) -> None:
     path = tmp_path / "results.json"
     path.write_text('{\n  "benchmark": "simultaneous_multi30k",\n  "simultaneous": [\n    {"model": \n')
     with pytest.raises(SystemExit, match=rf"{path}:5: not valid JSON"):
-        bench["read_results"](path)
+        bench.read_results(path)
 
 
-def test_another_benchmarks_file_and_incomplete_rows_are_refused(bench: dict[str, Any],
-                                                                  tmp_path: Path) -> None:
+def test_another_benchmarks_file_and_incomplete_rows_are_refused(tmp_path: Path) -> None:
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"benchmark": "decode_speed"}))
     with pytest.raises(SystemExit, match=rf"{other}:1: not this benchmark's results"):
-        bench["read_results"](other)
+        bench.read_results(other)
     incomplete = tmp_path / "incomplete.json"
     incomplete.write_text(json.dumps({"benchmark": "simultaneous_multi30k",
                                       "simultaneous": [_row("full", 30.0, 12.0), {"model": "multi-k"}]}))
     with pytest.raises(SystemExit, match=r"simultaneous row 2 lacks bleu, stream_al"):
-        bench["read_results"](incomplete)
+        bench.read_results(incomplete)
     with pytest.raises(SystemExit, match=rf"{tmp_path / 'missing.json'}: No such file"):
-        bench["read_results"](tmp_path / "missing.json")
+        bench.read_results(tmp_path / "missing.json")
 
 
-def test_the_picture_is_drawn_from_the_results(bench: dict[str, Any], tmp_path: Path) -> None:
+def test_the_picture_is_drawn_from_the_results(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     path = tmp_path / "results.json"
     rows = [_row("full", 30.0, 12.0), _row("wait-3", 24.0, 3.1),
@@ -52,12 +45,6 @@ def test_the_picture_is_drawn_from_the_results(bench: dict[str, Any], tmp_path: 
             _row("milk-0.1", 27.0, 5.0), _row("milk-0.5", 25.0, 3.0)]
     path.write_text(json.dumps({"benchmark": "simultaneous_multi30k", "simultaneous": rows}))
     picture = tmp_path / "picture.png"
-    bench["plot"](bench["read_results"](path), picture)
+    bench.plot(bench.read_results(path), picture)
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(tmp_path.glob("*.tmp.png"))
-
-
-def test_the_budget_scales_warmup_and_averaging_to_the_updates(bench: dict[str, Any]) -> None:
-    assert bench["budget"](650) == ["train.max_steps=650", "train.max_minutes=0", "train.warmup=260",
-                                    "train.checkpoint_every=32", "train.average_last=5",
-                                    "train.keep_checkpoints=5"]

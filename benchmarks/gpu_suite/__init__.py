@@ -1,9 +1,9 @@
 """Everything a lent GPU should measure, in one command, into one results JSON.
 
-    python benchmarks/gpu_suite.py                  # on a CUDA machine: meant for <= 40 minutes
-    python benchmarks/gpu_suite.py --smoke          # every part on the CPU, tiny sizes, seconds
-    python benchmarks/gpu_suite.py --parts decode_speed step_graphs
-    python benchmarks/gpu_suite.py --merge A.json B.json --out gpu_suite-h100.json --note "..."
+    python -m benchmarks gpu_suite                  # on a CUDA machine: meant for <= 40 minutes
+    python -m benchmarks gpu_suite --smoke          # every part on the CPU, tiny sizes, seconds
+    python -m benchmarks gpu_suite --parts decode_speed step_graphs
+    python -m benchmarks gpu_suite --merge A.json B.json --out gpu_suite-h100.json --note "..."
 
 Parts, each recorded with its device, dtype, torch version and processor or GPU name:
 
@@ -13,7 +13,7 @@ Parts, each recorded with its device, dtype, torch version and processor or GPU 
   at batch 1 and 32, through ``decode_speed.run_case``;
 - ``step_graphs``: the decoder step with static shapes over bucketed cache lengths, in
   CUDA graphs and under ``torch.compile(mode="reduce-overhead")``, against eager decoding,
-  the tokens compared (``step_graphs.compare``);
+  the tokens compared (``static_step.compare``);
 - ``train_mfu``: training tokens/s and MFU against the measured bf16 matmul peak, under bf16
   autocast, a batch of about 25,000 tokens (``train_speed``'s step);
 - ``multi30k``: the translation task's ``base`` preset trained for 15 minutes on Multi30k
@@ -45,16 +45,21 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import decode_speed  # noqa: E402
-import step_graphs  # noqa: E402
-import train_speed  # noqa: E402
-from common import RESULTS, arguments, device_name, gemm_peak, memory_bandwidth, pick_device, write_results  # noqa: E402
+from benchmarks import decode_speed, train_speed
+from benchmarks.common import (
+    RESULTS,
+    ROOT,
+    arguments,
+    device_name,
+    gemm_peak,
+    memory_bandwidth,
+    pick_device,
+    write_results,
+)
+from benchmarks.gpu_suite import static_step
+from seqtrans.data.vocab import PAD
+from seqtrans.training.step import resolve_precision
 
-from seqtrans.data.vocab import PAD  # noqa: E402
-from seqtrans.training.step import resolve_precision  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("gpu_tests", "decode_speed", "step_graphs", "train_mfu", "multi30k")
 
 # The base preset on Multi30k: the WMT 2014 data settings give way to the dataset's own
@@ -192,7 +197,7 @@ def graphs(device: torch.device, sizes: Sizes, work: Path, *, smoke: bool) -> di
         for batch in sizes.step_batches:
             src = decode_speed.sources(batch, sizes.shape["vocab"]).to(device)
             try:
-                row = step_graphs.compare(model, src, out_len=sizes.step_out_len, runner=runner,
+                row = static_step.compare(model, src, out_len=sizes.step_out_len, runner=runner,
                                           backend=backend)
             except Exception as e:  # the other runner and batch still run
                 errors.append(f"{runner} batch {batch}: {type(e).__name__}: {e}")
@@ -278,7 +283,9 @@ def merge(paths: list[Path], out: Path, note: str | None) -> int:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("benchmark") != "gpu_suite":
             raise SystemExit(f"{path}: not a gpu_suite results file")
-        sources.append({"file": path.name, "command": data["command"], "time": data["time"],
+        # the command: in the provenance, or (files from before it recorded one) beside it
+        command = (data.get("provenance") or {}).get("command") or data.get("command")
+        sources.append({"file": path.name, "command": command, "time": data["time"],
                         "minutes": data.get("minutes")})
         for name, part in data["parts"].items():
             parts[name] = {**part, "provenance": data.get("provenance")}
@@ -295,7 +302,7 @@ def merge(paths: list[Path], out: Path, note: str | None) -> int:
     return 1 if results["failed_parts"] else 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     parser = arguments(__doc__)
     parser.add_argument("--smoke", action="store_true",
                         help="Every part on the CPU with tiny shapes and sizes, in seconds.")
@@ -324,7 +331,6 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     results: dict[str, Any] = {
         "benchmark": "gpu_suite", "smoke": args.smoke,
-        "command": " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
         "time": time.strftime("%Y-%m-%d %H:%M:%S"), "platform": platform.platform(),
         **machine(device, "per part"), "threads": torch.get_num_threads(), "parts": {}}
     with contextlib.ExitStack() as stack:
@@ -342,7 +348,3 @@ def main(argv: list[str] | None = None) -> int:
             write_results(out, results, sort_keys=False)
     print(f"wrote {out}")
     return 1 if results["failed_parts"] else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

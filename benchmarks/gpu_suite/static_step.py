@@ -1,5 +1,7 @@
 """The decoder step with static shapes, for CUDA graphs and ``torch.compile``, against eager.
 
+What the GPU suite's ``step_graphs`` part measures; not the library's decoding path.
+
 ``Transformer.decode`` grows its key/value caches by one position a step, so every step
 has a new shape and a graph of it would be captured anew each time. :class:`StaticStep`
 computes the same next-token logits from the same weights with fixed shapes instead:
