@@ -1,0 +1,82 @@
+"""``seqtrans import hf`` on damaged or foreign model directories: each is refused with
+a message naming the file and the field or tensor, and nothing is written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hf_models import hf_directory
+
+from seqtrans.errors import ConfigError, DataError
+from seqtrans.inference import formats
+from seqtrans.inference.loading import load
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+
+@pytest.fixture(scope="module")
+def nllb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return hf_directory("nllb", tmp_path_factory.mktemp("nllb") / "hf", train_steps=0)
+
+
+def _edit_config(**changes: object) -> Callable[[Path], None]:
+    def edit(directory: Path) -> None:
+        path = directory / "config.json"
+        config = json.loads(path.read_text(encoding="utf-8"))
+        config.update(changes)
+        path.write_text(json.dumps(config), encoding="utf-8")
+
+    return edit
+
+
+def _truncate(directory: Path) -> None:
+    path = directory / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _pickled(directory: Path) -> None:
+    import torch
+
+    (directory / "model.safetensors").unlink()
+    torch.save({"x": torch.zeros(1)}, directory / "pytorch_model.bin")
+
+
+CASES: dict[str, tuple[Callable[[Path], None], str]] = {
+    "unsupported family": (_edit_config(model_type="pegasus"),
+                           r"config\.json: field 'model_type' is 'pegasus': not a family seqtrans imports "
+                           r"\(it imports marian, bart, mbart, m2m_100"),
+    "no tokenizer": (lambda d: (d / "tokenizer.json").unlink(), r"tokenizer\.json: missing"),
+    "no weights": (lambda d: (d / "model.safetensors").unlink(), r"model\.safetensors: missing"),
+    "wrong shape": (_edit_config(encoder_ffn_dim=48, decoder_ffn_dim=48),
+                    r"model\.safetensors: tensor 'model\.encoder\.layers\.0\.fc1\.weight' has shape \(64, 32\), "
+                    r"but config\.json implies \(48, 32\)"),
+    "truncated": (_truncate, r"model\.safetensors: (truncated|not a safetensors file|tensor '[^']*': its byte range)"),
+    "pickle": (_pickled, r"pytorch_model\.bin: is a pickle, and loading a pickle can run any code it holds"),
+    "vocabulary too small": (_edit_config(vocab_size=10), r"token id \d+ is beyond config\.json's vocab_size 10"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_directories_are_refused_naming_what_is_wrong(nllb: Path, tmp_path: Path, case: str) -> None:
+    damage, message = CASES[case]
+    directory = tmp_path / "hf"
+    shutil.copytree(nllb, directory)
+    damage(directory)
+    with pytest.raises(DataError, match=message):
+        formats.load("hf").import_model(directory, out=tmp_path / "runs" / "run")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_an_unknown_language_code_is_named_with_the_models_codes(nllb: Path, tmp_path: Path) -> None:
+    run = formats.load("hf").import_model(nllb, out=tmp_path / "run")
+    with pytest.raises(ConfigError, match=r"'decode\.target_lang': unknown language code 'deu_Latm'; this model's "
+                                          r"codes: eng_Latn, deu_Latn, fra_Latn"):
+        load(run, device="cpu", overrides=["decode.target_lang=deu_Latm"])
+    loaded = load(run, device="cpu", overrides=["decode.target_lang=fra_Latn"])
+    assert loaded.codec.target_tokens("x")[0] == "fra_Latn"  # type: ignore[attr-defined]
