@@ -20,7 +20,7 @@ from seqtrans.inference.evaluation import decode_sources
 from seqtrans.inference.phrases import banned_ids
 from seqtrans.model.transformer import Transformer
 from seqtrans.shortlist.table import Shortlist
-from seqtrans.tasks.protocol import Codec, Task
+from seqtrans.tasks.protocol import Codec, Task, bind_languages
 
 
 @dataclass
@@ -48,6 +48,15 @@ class Loaded:
         """What decodes: the model, or the ensemble of all models."""
         return Ensemble(self.models) if self.others else self.model
 
+    def codec_for(self, decode: DecodeConfig) -> Codec[Any, Any, Any]:
+        """The codec bound to the languages ``decode`` names, where they are not the run's
+        (a request's own, in a server); a :class:`~seqtrans.errors.ConfigError` names an
+        unknown code."""
+        ours = self.config.decode
+        if (decode.source_lang, decode.target_lang) == (ours.source_lang, ours.target_lang):
+            return self.codec
+        return bind_languages(self.codec, source=decode.source_lang, target=decode.target_lang)
+
     def decode(self, sources: Sequence[Any], *, decode: DecodeConfig | None = None,
                progress: bool = False, positions: Sequence[int] | None = None,
                prefixes: Sequence[list[int]] | None = None, required: Sequence[Phrases] | None = None,
@@ -60,9 +69,10 @@ class Loaded:
         ``cancelled(i)`` whether source i's output is no longer wanted, asked between
         decoding steps (see :func:`decode_sources`)."""
         decode = decode or self.config.decode
-        common = banned_ids(self.task, self.codec, decode)
+        codec = self.codec_for(decode)
+        common = banned_ids(self.task, codec, decode)
         if common:
             banned = [[*common, *own] for own in (banned or [[] for _ in sources])]
-        return decode_sources(self.searcher, self.codec, sources, decode, device=self.device,
+        return decode_sources(self.searcher, codec, sources, decode, device=self.device,
                               progress=progress, positions=positions, prefixes=prefixes, required=required,
                               banned=banned, cancelled=cancelled, shortlist=self.shortlist)

@@ -202,7 +202,8 @@ class Server:
             return maps
         loaded = served.loaded
         sources = [s for p in requests for s in p.sources]
-        ids = [source_ids(loaded.codec, sources[i]) for i in picked]
+        codec = requests[0].codec  # a batch's requests share their languages (the batcher's key)
+        ids = [source_ids(codec, sources[i]) for i in picked]
         targets = [hyps[i][0].tokens if hyps[i] else [] for i in picked]
         weights = attention_weights(loaded.searcher, ids, targets, layer=None, device=loaded.device,
                                     batch_tokens=loaded.config.decode.batch_tokens)

@@ -22,7 +22,7 @@ from seqtrans.decoding.search import Hypothesis, length_penalty
 from seqtrans.errors import ConfigError, SeqtransError, UsageError
 from seqtrans.inference.loading import Loaded
 from seqtrans.serving.settings import ServeSettings
-from seqtrans.tasks.protocol import TargetParsing
+from seqtrans.tasks.protocol import Codec, Multilingual, TargetParsing
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,8 @@ class Served:
                 "decode": cfg.to_dict(self.loaded.config.decode),
                 "attention": {"encoder": model.encoder_attention, "decoder": model.decoder_attention,
                               "cross": model.cross_attention},
-                "ensemble": len(self.loaded.models), "streaming": self.streams}
+                "ensemble": len(self.loaded.models), "streaming": self.streams,
+                "languages": list(codec.languages) if isinstance(codec := self.loaded.codec, Multilingual) else []}
 
 
 def model_names(paths: Sequence[str]) -> dict[str, str]:
@@ -115,7 +116,7 @@ LENGTH_PENALTIES = typing.get_args(typing.get_type_hints(DecodeConfig)["length_p
 #: Per-request options of predict: the JSON types each takes.
 OPTIONS: dict[str, tuple[type, ...]] = {"beam": (int,), "nbest": (int,), "alpha": (int, float),
                                         "length_penalty": (str,), "precision": (str,), "scores": (bool,),
-                                        "attention": (bool,)}
+                                        "attention": (bool,), "source_lang": (str,), "target_lang": (str,)}
 #: The largest length-penalty alpha a request may ask for: far above any useful value
 #: (0.6 to 2), and low enough that lp(Y) stays finite at any length the models reach.
 MAX_ALPHA = 5.0
@@ -131,6 +132,7 @@ class Prediction:
     decode: DecodeConfig
     scores: bool
     attention: bool  # the encoder-decoder attention of each best output
+    codec: Codec[Any, Any, Any]  # the model's, bound to the request's languages
 
 
 def parse_predict(served: Served, body: Any, settings: ServeSettings) -> Prediction:
@@ -170,8 +172,8 @@ def parse_predict(served: Served, body: Any, settings: ServeSettings) -> Predict
         raise RequestError(422, "invalid_request", "precision int8 is for models served on a CPU",
                            field="precision")
     decode = served.loaded.config.decode
-    changes = {k: body[k] for k in ("beam", "nbest", "alpha", "length_penalty", "precision")
-               if body.get(k) is not None}
+    changes = {k: body[k] for k in ("beam", "nbest", "alpha", "length_penalty", "precision", "source_lang",
+                                    "target_lang") if body.get(k) is not None}
     if changes.get("length_penalty", "gnmt") not in LENGTH_PENALTIES:
         raise RequestError(422, "invalid_request", f"'length_penalty' must be one of "
                            f"{', '.join(LENGTH_PENALTIES)}, got {_short(changes['length_penalty'])}",
@@ -185,23 +187,29 @@ def parse_predict(served: Served, body: Any, settings: ServeSettings) -> Predict
         raise RequestError(422, "invalid_request", f"precision {decode.precision} needs float weights, "
                            "and this model is served in int8 only (loaded with decode.precision=int8)",
                            field="precision")
-    sources, tokens = _read_inputs(served, inputs, settings)
-    return Prediction(sources, tokens, decode, bool(body.get("scores")), bool(body.get("attention")))
+    try:
+        codec = served.loaded.codec_for(decode)
+    except ConfigError as exc:
+        raise RequestError(422, "invalid_request", _option_problem(exc),
+                           field=exc.key.removeprefix("decode.")) from None
+    sources, tokens = _read_inputs(served, inputs, settings, codec)
+    return Prediction(sources, tokens, decode, bool(body.get("scores")), bool(body.get("attention")), codec)
 
 
-def _read_inputs(served: Served, inputs: list[str], settings: ServeSettings) -> tuple[list[Any], int]:
+def _read_inputs(served: Served, inputs: list[str], settings: ServeSettings,
+                 codec: Codec[Any, Any, Any]) -> tuple[list[Any], int]:
     """The task's sources of a request's inputs and their tokens, each within the limits."""
     sources, tokens = [], 0
     for i, text in enumerate(inputs):
         field = f"inputs[{i}]"
         source = _by_task(served, field, served.loaded.task.parse_source, text)
-        length = len(_by_task(served, field, source_ids, served.loaded.codec, source))
+        length = len(_by_task(served, field, source_ids, codec, source))
         if length - 1 > settings.max_input_tokens:
             raise RequestError(422, "input_too_long", f"input {i}: {length - 1} source tokens, more than the "
                                f"{settings.max_input_tokens} the server allows", limit="max_input_tokens",
                                field=field)
         for model in served.loaded.models:
-            problem = too_long(model.config, served.loaded.codec, source)
+            problem = too_long(model.config, codec, source)
             if problem is not None:
                 raise RequestError(422, "input_too_long", f"input {i}: {problem}",
                                    limit="model.max_positions", field=field)
@@ -314,13 +322,13 @@ def outputs(served: Served, request: Prediction, hyps: Sequence[list[Hypothesis]
     """One JSON object per input: ``output`` (the best, formatted by the task); with
     n-best or scores asked for, ``hypotheses``, best first; with ``attention`` (a [T, S]
     map per input, of its best output), the map with its tokens."""
-    loaded = served.loaded
+    loaded, codec = served.loaded, request.codec
     several = request.decode.outputs_per_input > 1
     out = []
     for k, (source, nbest) in enumerate(zip(request.sources, hyps)):
-        texts = [loaded.task.format(prediction(loaded.codec, h.tokens, source)) for h in nbest]
+        texts = [loaded.task.format(prediction(codec, h.tokens, source)) for h in nbest]
         record: dict[str, Any] = {"output": texts[0] if texts else
-                                  loaded.task.format(prediction(loaded.codec, [], source))}
+                                  loaded.task.format(prediction(codec, [], source))}
         if several or request.scores:
             hypotheses = []
             for hyp, text in zip(nbest, texts):
@@ -329,15 +337,15 @@ def outputs(served: Served, request: Prediction, hyps: Sequence[list[Hypothesis]
                     lp = float(length_penalty(float(len(hyp.tokens) + 1), request.decode.alpha,
                                               kind=request.decode.length_penalty))
                     entry.update(score=hyp.score, log_prob=hyp.log_prob, normalized_score=hyp.log_prob / lp,
-                                 tokens=loaded.codec.vocabularies.target.decode(hyp.tokens))
+                                 tokens=codec.vocabularies.target.decode(hyp.tokens))
                 hypotheses.append(entry)
             record["hypotheses"] = hypotheses
         weights = attention[k] if attention is not None else None
         if weights is not None:
             best = nbest[0].tokens if nbest else []
             record["attention"] = {
-                "source": [*loaded.codec.source_tokens(source), "</s>"],
-                "target": [*loaded.codec.vocabularies.target.decode(best), "</s>"],
+                "source": [*codec.source_tokens(source), "</s>"],
+                "target": [*codec.vocabularies.target.decode(best), "</s>"],
                 "weights": [[round(w, 4) for w in row] for row in weights.tolist()]}  # [T, S]
         out.append(record)
     return out

@@ -68,7 +68,11 @@ def schema() -> dict[str, Any]:
                       precision={"enum": ["fp32", "bf16", "int8"]},
                       scores={"type": "boolean", "description": "Each hypothesis with its scores."},
                       attention={"type": "boolean", "description": "The best output's encoder-decoder "
-                                 "attention, layers and heads averaged."})
+                                 "attention, layers and heads averaged."},
+                      source_lang={"type": "string", "description": "The sources' language, for a model of "
+                                   "several (one of the model's languages, GET /v1/models/NAME)."},
+                      target_lang={"type": "string", "description": "The language to translate into, for a "
+                                   "model of several."})
     attention = _object(source=_array(STRING), target=_array(STRING),
                         weights={**_array(_array(NUMBER)), "description": "A row per target token."})
     outputs = _object(model=STRING, outputs=_array(_object(output=STRING, hypotheses=_array(hypothesis),
@@ -77,7 +81,8 @@ def schema() -> dict[str, Any]:
     scores = _object(model=STRING, scores=_array(_object(log_prob=NUMBER, per_token=NUMBER, tokens=INTEGER,
                                                          normalized_score=NUMBER)))
     model = _object(name=STRING, task=STRING, decode={"type": "object"}, attention={"type": "object"},
-                    ensemble=INTEGER, streaming=BOOLEAN)
+                    ensemble=INTEGER, streaming=BOOLEAN,
+                    languages={**_array(STRING), "description": "The language codes of a model of several."})
     status = _json(_object(status=STRING), "The status.")
     return {
         "openapi": "3.1.0",

@@ -86,6 +86,9 @@ class HFCodec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "vocabularies", Vocabularies(self.ids.vocab, self.ids.vocab))
         object.__setattr__(self, "_tokenizer", load_tokenizer(self.tokenizer_json, Path(TOKENIZER)))
+        self._check_languages()
+
+    def _check_languages(self) -> None:
         if self.layout.languages:
             for side, lang in (("source", self.layout.source_lang), ("target", self.layout.target_lang)):
                 if lang is not None:
@@ -133,7 +136,12 @@ class HFCodec:
             return self
         layout = replace(self.layout, source_lang=source or self.layout.source_lang,
                          target_lang=target or self.layout.target_lang)
-        return HFCodec(self.tokenizer_json, self.ids, layout)
+        bound = object.__new__(HFCodec)  # the parsed tokenizer is shared, not parsed again
+        for name in ("tokenizer_json", "ids", "vocabularies", "_tokenizer"):
+            object.__setattr__(bound, name, getattr(self, name))
+        object.__setattr__(bound, "layout", layout)
+        bound._check_languages()
+        return bound
 
     def _check_language(self, key: str, lang: str) -> None:
         if lang not in self.layout.languages:
