@@ -434,7 +434,8 @@ class DecodeConfig:
     )
     source_lang: str = option(
         "", "The language of the sources, for a model of several languages (a code the model knows, such "
-        "as eng_Latn or en_XX); empty: the one its tokenizer was saved with. An error lists the model's codes."
+        "as eng_Latn or en_XX); empty: the one its tokenizer was saved with. An error lists the model's "
+        "codes."
     )
     target_lang: str = option(
         "", "The language to translate into, for a model of several languages: its code is forced as the "

@@ -67,8 +67,8 @@ class Positions(nn.Module):
         elif frequencies == "fairseq":
             # 1 / 10000^(i / (D/2 - 1)) for i < D/2
             half = d_model // 2
-            self.register_buffer("inv_freq", torch.exp(torch.arange(half) * -(math.log(10000.0) / (half - 1))),
-                                 persistent=False)
+            inv_freq = torch.exp(torch.arange(half) * -(math.log(10000.0) / (half - 1)))
+            self.register_buffer("inv_freq", inv_freq, persistent=False)
         else:
             # PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...)
             inv_freq = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
@@ -309,8 +309,12 @@ class Transformer(nn.Module):
                source: bool) -> Tensor:
         """Token embeddings, scaled, plus positions (and a task's ``extra``), normalised
         where the model says so: the encoder's (``source``) or the decoder's.  [N, T] -> [N, T, D]"""
-        positions = self.positions if source or self.decoder_positions is None else self.decoder_positions
-        norm = self.embedding_norm if source or self.decoder_embedding_norm is None else self.decoder_embedding_norm
+        positions, norm = self.positions, self.embedding_norm
+        if not source:  # the decoder's own table and norm, where it has them (model.shared_positions)
+            if self.decoder_positions is not None:
+                positions = self.decoder_positions
+            if self.decoder_embedding_norm is not None:
+                norm = self.decoder_embedding_norm
         x = embed(tokens) * self.scale  # [N, T, D]
         x = x + positions(tokens.size(1), offset=offset, device=tokens.device).to(x.dtype)
         if extra is not None:

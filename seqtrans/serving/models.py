@@ -72,13 +72,13 @@ class Served:
         return True
 
     def describe(self) -> dict[str, Any]:
-        model = self.loaded.config.model
+        model, codec = self.loaded.config.model, self.loaded.codec
         return {"name": self.name, "task": self.loaded.config.task,
                 "decode": cfg.to_dict(self.loaded.config.decode),
                 "attention": {"encoder": model.encoder_attention, "decoder": model.decoder_attention,
                               "cross": model.cross_attention},
                 "ensemble": len(self.loaded.models), "streaming": self.streams,
-                "languages": list(codec.languages) if isinstance(codec := self.loaded.codec, Multilingual) else []}
+                "languages": list(codec.languages) if isinstance(codec, Multilingual) else []}
 
 
 def model_names(paths: Sequence[str]) -> dict[str, str]:

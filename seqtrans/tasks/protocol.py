@@ -355,7 +355,8 @@ def bind_languages(codec: Codec[Any, Any, Any], *, source: str, target: str) -> 
         return codec.with_languages(source or None, target or None)
     for key, value in (("decode.source_lang", source), ("decode.target_lang", target)):
         if value:
-            raise ConfigError(key, f"is {value!r}, but this model's vocabulary has no language codes; leave it empty")
+            raise ConfigError(key, f"is {value!r}, but this model's vocabulary has no language codes; "
+                                   "leave it empty")
     return codec
 
 

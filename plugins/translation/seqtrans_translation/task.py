@@ -17,8 +17,8 @@ from seqtrans.runtime import download
 from seqtrans.tasks import DataDigest, Example, Skipped, TaskClass, TrainingFiles, check_split
 from seqtrans_translation import datasets, metrics
 from seqtrans_translation.config import TranslationConfig
-from seqtrans_translation.presets import DEFAULTS, PRESETS
 from seqtrans_translation.hf.codec import HFCodec, has_hf_files
+from seqtrans_translation.presets import DEFAULTS, PRESETS
 from seqtrans_translation.pretrained import PretrainedCodec, has_pretrained_files
 from seqtrans_translation.readers import TextFile, read_parallel, read_tsv
 from seqtrans_translation.subwords import Subwords, SubwordSettings, build, one_line

@@ -78,10 +78,12 @@ def hf_directory(family: str, directory: Path, *, seed: int = 0, d_model: int = 
     }
     torch.manual_seed(seed)
     if family == "nllb":
-        hf_config = transformers.M2M100Config(**common, scale_embedding=True, activation_function="relu", **config)
+        hf_config = transformers.M2M100Config(**common, scale_embedding=True, activation_function="relu",
+                                              **config)
         model = transformers.M2M100ForConditionalGeneration(hf_config)
     elif family == "mbart50":
-        hf_config = transformers.MBartConfig(**common, scale_embedding=True, activation_function="gelu", **config)
+        hf_config = transformers.MBartConfig(**common, scale_embedding=True, activation_function="gelu",
+                                             **config)
         model = transformers.MBartForConditionalGeneration(hf_config)
     else:
         hf_config = transformers.BartConfig(**common, forced_bos_token_id=tok.bos_token_id,

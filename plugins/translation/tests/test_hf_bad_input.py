@@ -54,11 +54,13 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "no tokenizer": (lambda d: (d / "tokenizer.json").unlink(), r"tokenizer\.json: missing"),
     "no weights": (lambda d: (d / "model.safetensors").unlink(), r"model\.safetensors: missing"),
     "wrong shape": (_edit_config(encoder_ffn_dim=48, decoder_ffn_dim=48),
-                    r"model\.safetensors: tensor 'model\.encoder\.layers\.0\.fc1\.weight' has shape \(64, 32\), "
-                    r"but config\.json implies \(48, 32\)"),
-    "truncated": (_truncate, r"model\.safetensors: (truncated|not a safetensors file|tensor '[^']*': its byte range)"),
-    "pickle": (_pickled, r"pytorch_model\.bin: is a pickle, and loading a pickle can run any code it holds"),
-    "vocabulary too small": (_edit_config(vocab_size=10), r"token id \d+ is beyond config\.json's vocab_size 10"),
+                    r"model\.safetensors: tensor 'model\.encoder\.layers\.0\.fc1\.weight' has shape "
+                    r"\(64, 32\), but config\.json implies \(48, 32\)"),
+    "truncated": (_truncate,
+                  r"model\.safetensors: (truncated|not a safetensors file|tensor '[^']*': its byte range)"),
+    "pickle": (_pickled, r"pytorch_model\.bin: is a pickle, and loading a pickle can run any code"),
+    "vocabulary too small": (_edit_config(vocab_size=10),
+                             r"token id \d+ is beyond config\.json's vocab_size 10"),
 }
 
 
@@ -75,8 +77,8 @@ def test_bad_directories_are_refused_naming_what_is_wrong(nllb: Path, tmp_path: 
 
 def test_an_unknown_language_code_is_named_with_the_models_codes(nllb: Path, tmp_path: Path) -> None:
     run = formats.load("hf").import_model(nllb, out=tmp_path / "run")
-    with pytest.raises(ConfigError, match=r"'decode\.target_lang': unknown language code 'deu_Latm'; this model's "
-                                          r"codes: eng_Latn, deu_Latn, fra_Latn"):
+    with pytest.raises(ConfigError, match=r"'decode\.target_lang': unknown language code 'deu_Latm'; "
+                                          r"this model's codes: eng_Latn, deu_Latn, fra_Latn"):
         load(run, device="cpu", overrides=["decode.target_lang=deu_Latm"])
     loaded = load(run, device="cpu", overrides=["decode.target_lang=fra_Latn"])
     assert loaded.codec.target_tokens("x")[0] == "fra_Latn"  # type: ignore[attr-defined]

@@ -28,7 +28,8 @@ FAMILIES = ["nllb", "mbart50", "bart"]
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
-def imported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Loaded]:
+def imported(request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Loaded]:
     family = request.param
     base = tmp_path_factory.mktemp(family)
     source = hf_directory(family, base / "hf")
@@ -73,7 +74,8 @@ def test_log_probabilities_equal_transformers(imported: tuple[str, Path, Loaded]
     tgt = _ours(loaded, TARGETS, target=True)
     pad = hf.config.pad_token_id
     with torch.no_grad():
-        ours = torch.log_softmax(loaded.model(pad_batch(src), pad_batch(tgt, before=BOS)), dim=-1)  # [B, T, V+1]
+        logits = loaded.model(pad_batch(src), pad_batch(tgt, before=BOS))
+        ours = torch.log_softmax(logits, dim=-1)  # [B, T, V+1]
         src_hf = pad_batch(_theirs(loaded, src), pad=pad)
         tgt_hf = pad_batch(_theirs(loaded, [[BOS, *t] for t in tgt]), pad=pad)  # <s>: the decoder start
         theirs = torch.log_softmax(hf(input_ids=src_hf, attention_mask=src_hf.ne(pad),
@@ -93,13 +95,15 @@ def _generate(family: str, hf: Any, tokenizer: Any, *, beam: int, lp: float) -> 
     _, _, tgt_lang = LANGUAGES[family]
     forced = tokenizer.convert_tokens_to_ids(tgt_lang) if tgt_lang else tokenizer.bos_token_id  # BART: <s>
     out = hf.generate(**batch, num_beams=beam, do_sample=False, max_length=MAX_LENGTH, length_penalty=lp,
-                      early_stopping="never", forced_bos_token_id=forced, bad_words_ids=[[hf.config.pad_token_id]])
+                      early_stopping="never", forced_bos_token_id=forced,
+                      bad_words_ids=[[hf.config.pad_token_id]])
     eos = hf.config.eos_token_id
     return [row[1: row.index(eos, 1)] for row in out.tolist()]  # after the start, up to the end
 
 
 @pytest.mark.parametrize("beam, lp", [(1, 0.0), (4, 0.0)])
-def test_greedy_and_beam_outputs_equal_generate(imported: tuple[str, Path, Loaded], beam: int, lp: float) -> None:
+def test_greedy_and_beam_outputs_equal_generate(imported: tuple[str, Path, Loaded], beam: int,
+                                                lp: float) -> None:
     """With lp 0 the forced first token's score is a constant of each sentence, which ranks
     no hypothesis above another (transformers scores it 0, seqtrans as the model does)."""
     family, source, loaded = imported

@@ -100,7 +100,7 @@ CASES = {
         _truncated_weights,
         r"model\.safetensors: tensor '[^']*': its byte range .* does not fit the file",
     ),
-    "pickled code": (_pickled_code, r"pytorch_model\.bin: is a pickle, and loading a pickle can run any code"),
+    "pickled code": (_pickled_code, r"pytorch_model\.bin: is a pickle, and loading a pickle can run"),
 }
 
 
@@ -144,6 +144,6 @@ def test_an_allowed_pickle_is_still_read_as_weights_only(marian: Path, tmp_path:
     directory = tmp_path / "hf"
     shutil.copytree(marian, directory)
     _pickled_code(directory)
-    with pytest.raises(DataError, match=r"pytorch_model\.bin: not a plain weight file: it holds pickled code"):
+    with pytest.raises(DataError, match=r"pytorch_model\.bin: not a plain weight file: it holds pickled"):
         formats.load("hf-marian").import_model(directory, out=tmp_path / "run", allow_pickle=True)
     assert not (directory / "EXECUTED").exists() and not (tmp_path / "run").exists()

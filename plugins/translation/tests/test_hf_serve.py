@@ -47,7 +47,7 @@ def url(run: Path) -> Iterator[str]:
     try:
         deadline = time.monotonic() + 180
         while True:
-            assert process.poll() is None, f"the server ended: {process.stderr.read() if process.stderr else ''}"
+            assert process.poll() is None, f"the server ended: {process.communicate()[1]}"
             try:
                 if httpx.get(address + "/ready", timeout=5).status_code == 200:
                     break

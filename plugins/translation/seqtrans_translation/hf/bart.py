@@ -41,7 +41,8 @@ LEARNED_OFFSET = 2
 def model_config(s: Settings) -> ModelConfig:
     """The seqtrans model of a BART-family ``config.json``."""
     kind = s.get("model_type", str)
-    for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
+    pairs = (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim"))
+    for a, b in pairs:
         if s.values.get(a) != s.values.get(b):
             raise s.fail(b, f"differs from '{a}' ({s.values.get(a)}); seqtrans's encoder and decoder layers "
                             "have one width and one head count")
@@ -139,7 +140,8 @@ def layout_of(s: Settings, tokenizer_config: Settings, languages: tuple[str, ...
         return (bos,), (bos,)
     if not languages:
         raise DataError(tokenizer_config.path, None, "lists no language codes (extra_special_tokens or "
-                                                     "additional_special_tokens): a multilingual model needs them")
+                                                     "additional_special_tokens): a model of several "
+                                                     "languages needs them")
     if tokenizer_config.values.get("legacy_behaviour"):
         raise tokenizer_config.fail("legacy_behaviour", "the legacy layout puts the language code after the "
                                                         "end symbol, which seqtrans's sources cannot hold")

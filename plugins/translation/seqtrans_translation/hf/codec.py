@@ -109,8 +109,9 @@ class HFCodec:
             raise DataError(directory / missing[0], None,
                             f"missing: an imported model's vocabulary needs {', '.join(FILES)}")
         saved = json.loads((directory / LAYOUT).read_text(encoding="utf-8"))
-        layout = Layout(tuple(saved["source_prefix"]), tuple(saved["target_prefix"]), tuple(saved["languages"]),
-                        saved["source_lang"], saved["target_lang"], bool(saved.get("clean_up_spaces")))
+        layout = Layout(tuple(saved["source_prefix"]), tuple(saved["target_prefix"]),
+                        tuple(saved["languages"]), saved["source_lang"], saved["target_lang"],
+                        bool(saved.get("clean_up_spaces")))
         vocab = Vocab.load(directory / VOCAB_FILE)
         return cls((directory / TOKENIZER).read_bytes(), IdMap(vocab, tuple(saved["hf_ids"])), layout)
 
@@ -155,8 +156,9 @@ class HFCodec:
                 key = "decode.source_lang" if token == SOURCE_LANG else "decode.target_lang"
                 lang = self.layout.source_lang if token == SOURCE_LANG else self.layout.target_lang
                 if lang is None:
-                    raise ConfigError(key, "this model translates between several languages: set "
-                                           f"{key} to one of its codes ({', '.join(self.layout.languages[:8])}, ...)")
+                    codes = ", ".join(self.layout.languages[:8])
+                    raise ConfigError(key, f"this model translates between several languages: set {key} "
+                                           f"to one of its codes ({codes}, ...)")
                 token = lang
             hf_id = self._tokenizer.token_to_id(token)
             out.append(self.ids.symbols_of([hf_id])[0])

@@ -113,7 +113,8 @@ def _read(path: Path) -> dict[str, Tensor]:
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # noqa: BLE001 - any failure of a damaged or hostile file
-        raise DataError(path, None, f"not a plain weight file ({type(exc).__name__}: {str(exc)[:200]})") from None
+        raise DataError(path, None,
+                        f"not a plain weight file ({type(exc).__name__}: {str(exc)[:200]})") from None
     if not isinstance(loaded, Mapping) or not all(isinstance(v, Tensor) for v in loaded.values()):
         raise DataError(path, None, "does not hold a mapping of tensor names to tensors")
     return dict(loaded)
@@ -129,7 +130,8 @@ def weights(directory: Path, *, allow_pickle: bool = False) -> Weights:
         index = read_json(directory / INDEX, what="the index of the weight shards")
         mapping = index.get("weight_map")
         if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
-            raise DataError(directory / INDEX, None, "field 'weight_map' is not a map of tensor names to files")
+            raise DataError(directory / INDEX, None,
+                            "field 'weight_map' is not a map of tensor names to files")
         files = {}
         for shard in sorted(set(mapping.values())):
             path = directory / shard
@@ -139,7 +141,8 @@ def weights(directory: Path, *, allow_pickle: bool = False) -> Weights:
             for name, where in mapping.items():
                 if where == shard:
                     if name not in held:
-                        raise DataError(path, None, f"tensor '{name}' is missing, though {INDEX} lists it here")
+                        raise DataError(path, None,
+                                        f"tensor '{name}' is missing, though {INDEX} lists it here")
                     files[name] = path
         return Weights(files)
     if (directory / PICKLED).is_file():

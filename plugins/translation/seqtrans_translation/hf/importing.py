@@ -43,7 +43,8 @@ def _languages(tokenizer_config: Settings, tokenizer: Any) -> tuple[str, ...]:
     if isinstance(listed, dict):  # transformers 5 may keep named extra tokens
         listed = list(listed.values())
     codes = [t if isinstance(t, str) else t.get("content") for t in listed]
-    return tuple(c for c in codes if isinstance(c, str) and c not in _ROLES and tokenizer.token_to_id(c) is not None)
+    return tuple(c for c in codes
+                 if isinstance(c, str) and c not in _ROLES and tokenizer.token_to_id(c) is not None)
 
 
 def _id_map(s: Settings, tokenizer: Any, generation: Settings) -> IdMap:
@@ -51,8 +52,8 @@ def _id_map(s: Settings, tokenizer: Any, generation: Settings) -> IdMap:
     tokens = {i: t for t, i in tokenizer.get_vocab(with_added_tokens=True).items()}
     over = [i for i in tokens if not 0 <= i < size]
     if over:
-        raise DataError(Path(TOKENIZER), None, f"token id {max(over)} is beyond config.json's vocab_size {size}: "
-                                               "the tokenizer does not belong to this model")
+        raise DataError(Path(TOKENIZER), None, f"token id {max(over)} is beyond config.json's vocab_size "
+                                               f"{size}: the tokenizer does not belong to this model")
     unk = tokenizer.token_to_id("<unk>")
     if unk is None:
         raise DataError(Path(TOKENIZER), None, "has no '<unk>' token")
@@ -90,8 +91,9 @@ def read_model(directory: Path, *, allow_pickle: bool = False,
     ids = _id_map(s, tokenizer, generation)
     languages = _languages(tokenizer_config, tokenizer)
     source_prefix, target_prefix = bart.layout_of(s, tokenizer_config, languages)
-    layout = Layout(source_prefix, target_prefix, languages if any("{" in t for t in source_prefix + target_prefix)
-                    else (), tokenizer_config.optional("src_lang", str), tokenizer_config.optional("tgt_lang", str),
+    multilingual = any("{" in t for t in source_prefix + target_prefix)
+    layout = Layout(source_prefix, target_prefix, languages if multilingual else (),
+                    tokenizer_config.optional("src_lang", str), tokenizer_config.optional("tgt_lang", str),
                     bool(tokenizer_config.values.get("clean_up_tokenization_spaces", False)))
     codec = HFCodec(data, ids, layout)
     model = bart.model_config(s)
@@ -127,6 +129,7 @@ def import_hf(directory: Path, *, out: Path, allow_pickle: bool = False) -> Path
             (scratch / "vocab" / name).write_bytes(blob)
         checkpoint.save_atomic(payload, scratch / "checkpoints" / "average.pt")
     m = config.model
-    log.info("imported %s (%s, %d symbols, %d+%d layers of width %d) as %s", directory, s.get("model_type", str),
-             len(codec.ids.vocab), m.encoder_layers, m.decoder_layers, m.d_model, out)
+    log.info("imported %s (%s, %d symbols, %d+%d layers of width %d) as %s", directory,
+             s.get("model_type", str), len(codec.ids.vocab), m.encoder_layers, m.decoder_layers, m.d_model,
+             out)
     return out
