@@ -23,9 +23,9 @@ class HF:
         return import_hf(source, out=out, allow_pickle=allow_pickle)
 
     def export_model(self, loaded: Loaded, *, out: Path) -> Path:
-        from seqtrans.errors import UsageError
+        from seqtrans_translation.hf.exporting import export_hf
 
-        raise UsageError("export to the hf format is not built yet; --to hf-marian exports Marian models")
+        return export_hf(loaded, out=out)
 
 
 FORMAT = HF()

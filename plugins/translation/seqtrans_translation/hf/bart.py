@@ -76,54 +76,67 @@ def model_config(s: Settings) -> ModelConfig:
         raise DataError(s.path, None, f"does not make a seqtrans model: {exc}") from None
 
 
-def state_dict(w: Weights, c: ModelConfig, order: Tensor, *, vocab_size: int) -> dict[str, Tensor]:
-    """seqtrans's weights of a BART-family model's tensors."""
-    d, f = c.d_model, c.d_ff
-    out: dict[str, Tensor] = {}
-    embed = w.first_of(("model.shared.weight", "model.encoder.embed_tokens.weight", "shared.weight"),
-                       (vocab_size, d))  # [V, D]
-    out["source_embed.weight"] = out["target_embed.weight"] = rows(embed, order)
-    if not c.tie_output:
-        out["output.weight"] = rows(w.take("lm_head.weight", (vocab_size, d)), order)
-    bias = w.take("final_logits_bias", (1, vocab_size))[0] if "final_logits_bias" in w else None
-    out["output_bias"] = logits_bias(bias, order)
+#: One seqtrans tensor and the model's tensors it is made of, concatenated along the
+#: first dimension (self-attention's fused query, key and value), each with its shape.
+Entry = tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]
 
-    def linear(ours: str, theirs: str, out_dim: int, in_dim: int) -> None:
-        out[f"{ours}.weight"] = w.take(f"{theirs}.weight", (out_dim, in_dim))
-        out[f"{ours}.bias"] = w.take(f"{theirs}.bias", (out_dim,))
+
+def key_map(c: ModelConfig) -> list[Entry]:
+    """Every tensor of the stacks, by seqtrans's name and the model's (the embeddings and
+    the output bias, whose rows are reordered, are not here). Import and export read it."""
+    d, f = c.d_model, c.d_ff
+    entries: list[Entry] = []
+
+    def linear(ours: str, theirs: tuple[str, ...], out_dim: int, in_dim: int) -> None:
+        entries.append((f"{ours}.weight", tuple((f"{t}.weight", (out_dim, in_dim)) for t in theirs)))
+        entries.append((f"{ours}.bias", tuple((f"{t}.bias", (out_dim,)) for t in theirs)))
 
     def norm(ours: str, theirs: str) -> None:
-        out[f"{ours}.weight"] = w.take(f"{theirs}.weight", (d,))
-        out[f"{ours}.bias"] = w.take(f"{theirs}.bias", (d,))
-
-    def fused(ours: str, theirs: str, parts: tuple[str, ...]) -> None:
-        out[f"{ours}.weight"] = torch.cat([w.take(f"{theirs}.{p}_proj.weight", (d, d)) for p in parts])
-        out[f"{ours}.bias"] = torch.cat([w.take(f"{theirs}.{p}_proj.bias", (d,)) for p in parts])
+        entries.append((f"{ours}.weight", ((f"{theirs}.weight", (d,)),)))
+        entries.append((f"{ours}.bias", ((f"{theirs}.bias", (d,)),)))
 
     for side, own, layers in (("encoder", "", c.encoder_layers), ("decoder", "decoder_", c.decoder_layers)):
         stack = f"model.{side}"
         if c.positions == "learned":
-            out[f"{own}positions.table.weight"] = w.take(
-                f"{stack}.embed_positions.weight", (c.max_positions + c.position_offset, d))
+            entries.append((f"{own}positions.table.weight",
+                            ((f"{stack}.embed_positions.weight", (c.max_positions + c.position_offset, d)),)))
         if c.embedding_norm:
             norm(f"{own}embedding_norm", f"{stack}.layernorm_embedding")
         if c.norm == "pre":
             norm(f"{side}_norm", f"{stack}.layer_norm")
         for i in range(layers):
             ours, theirs = f"{side}.{i}", f"{stack}.layers.{i}"
-            fused(f"{ours}.self_attn.qkv", f"{theirs}.self_attn", ("q", "k", "v"))
-            linear(f"{ours}.self_attn.out", f"{theirs}.self_attn.out_proj", d, d)
+            linear(f"{ours}.self_attn.qkv", tuple(f"{theirs}.self_attn.{p}_proj" for p in "qkv"), d, d)
+            linear(f"{ours}.self_attn.out", (f"{theirs}.self_attn.out_proj",), d, d)
             norm(f"{ours}.r1.norm", f"{theirs}.self_attn_layer_norm")
             last = "r2"
             if side == "decoder":  # the encoder-decoder attention sits between the two
-                linear(f"{ours}.cross_attn.q", f"{theirs}.encoder_attn.q_proj", d, d)
-                fused(f"{ours}.cross_attn.kv", f"{theirs}.encoder_attn", ("k", "v"))
-                linear(f"{ours}.cross_attn.out", f"{theirs}.encoder_attn.out_proj", d, d)
+                linear(f"{ours}.cross_attn.q", (f"{theirs}.encoder_attn.q_proj",), d, d)
+                linear(f"{ours}.cross_attn.kv", tuple(f"{theirs}.encoder_attn.{p}_proj" for p in "kv"), d, d)
+                linear(f"{ours}.cross_attn.out", (f"{theirs}.encoder_attn.out_proj",), d, d)
                 norm(f"{ours}.r2.norm", f"{theirs}.encoder_attn_layer_norm")
                 last = "r3"
-            linear(f"{ours}.ffn.inner", f"{theirs}.fc1", f, d)
-            linear(f"{ours}.ffn.outer", f"{theirs}.fc2", d, f)
+            linear(f"{ours}.ffn.inner", (f"{theirs}.fc1",), f, d)
+            linear(f"{ours}.ffn.outer", (f"{theirs}.fc2",), d, f)
             norm(f"{ours}.{last}.norm", f"{theirs}.final_layer_norm")
+    return entries
+
+
+#: Where the model keeps its shared embedding matrix, by the name it was saved under.
+EMBEDDINGS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "shared.weight")
+
+
+def state_dict(w: Weights, c: ModelConfig, order: Tensor, *, vocab_size: int) -> dict[str, Tensor]:
+    """seqtrans's weights of a BART-family model's tensors."""
+    out: dict[str, Tensor] = {}
+    embed = w.first_of(EMBEDDINGS, (vocab_size, c.d_model))  # [V, D]
+    out["source_embed.weight"] = out["target_embed.weight"] = rows(embed, order)
+    if not c.tie_output:
+        out["output.weight"] = rows(w.take("lm_head.weight", (vocab_size, c.d_model)), order)
+    bias = w.take("final_logits_bias", (1, vocab_size))[0] if "final_logits_bias" in w else None
+    out["output_bias"] = logits_bias(bias, order)
+    for ours, parts in key_map(c):
+        out[ours] = torch.cat([w.take(name, shape) for name, shape in parts])
     return out
 
 

@@ -31,6 +31,9 @@ TOKENIZER = "tokenizer.json"
 LAYOUT = "hf.json"
 VOCAB_FILE = "vocab.txt"
 FILES = (TOKENIZER, LAYOUT, VOCAB_FILE)
+#: The model directory's own settings, kept as they were for ``export --to hf``, each
+#: under ``hf-NAME`` in the run's ``vocab/``.
+ORIGINALS = ("config.json", "generation_config.json", "tokenizer_config.json")
 SOURCE_LANG, TARGET_LANG = "{source_lang}", "{target_lang}"
 
 
@@ -80,6 +83,7 @@ class HFCodec:
     tokenizer_json: bytes
     ids: IdMap
     layout: Layout
+    originals: tuple[tuple[str, bytes], ...] = ()  # (name in ORIGINALS, its bytes)
     vocabularies: Vocabularies = field(init=False)
     _tokenizer: Any = field(init=False, repr=False, compare=False)
 
@@ -95,7 +99,8 @@ class HFCodec:
                     self._check_language(f"decode.{side}_lang", lang)
 
     def __getstate__(self) -> dict[str, Any]:  # the Rust tokenizer does not pickle: remade from its file
-        return {"tokenizer_json": self.tokenizer_json, "ids": self.ids, "layout": self.layout}
+        return {"tokenizer_json": self.tokenizer_json, "ids": self.ids, "layout": self.layout,
+                "originals": self.originals}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for key, value in state.items():
@@ -113,14 +118,17 @@ class HFCodec:
                         tuple(saved["languages"]), saved["source_lang"], saved["target_lang"],
                         bool(saved.get("clean_up_spaces")))
         vocab = Vocab.load(directory / VOCAB_FILE)
-        return cls((directory / TOKENIZER).read_bytes(), IdMap(vocab, tuple(saved["hf_ids"])), layout)
+        originals = tuple((name, (directory / f"hf-{name}").read_bytes()) for name in ORIGINALS
+                          if (directory / f"hf-{name}").is_file())
+        return cls((directory / TOKENIZER).read_bytes(), IdMap(vocab, tuple(saved["hf_ids"])), layout, originals)
 
     def files(self) -> dict[str, bytes]:
         """The vocabulary files by name, as a run directory's ``vocab/`` holds them."""
         layout = {**self.layout.to_json(), "hf_ids": list(self.ids.hf_ids)}
         return {TOKENIZER: self.tokenizer_json,
                 LAYOUT: json.dumps(layout, ensure_ascii=False, indent=1).encode("utf-8"),
-                VOCAB_FILE: "".join(s + "\n" for s in self.ids.vocab.symbols).encode("utf-8")}
+                VOCAB_FILE: "".join(s + "\n" for s in self.ids.vocab.symbols).encode("utf-8"),
+                **{f"hf-{name}": data for name, data in self.originals}}
 
     # languages (seqtrans.tasks.Multilingual)
 
@@ -138,7 +146,7 @@ class HFCodec:
         layout = replace(self.layout, source_lang=source or self.layout.source_lang,
                          target_lang=target or self.layout.target_lang)
         bound = object.__new__(HFCodec)  # the parsed tokenizer is shared, not parsed again
-        for name in ("tokenizer_json", "ids", "vocabularies", "_tokenizer"):
+        for name in ("tokenizer_json", "ids", "originals", "vocabularies", "_tokenizer"):
             object.__setattr__(bound, name, getattr(self, name))
         object.__setattr__(bound, "layout", layout)
         bound._check_languages()

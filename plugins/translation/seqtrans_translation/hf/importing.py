@@ -19,7 +19,7 @@ from seqtrans.runtime import atomic
 from seqtrans.training import checkpoint
 from seqtrans_translation.config import TranslationConfig
 from seqtrans_translation.hf import bart
-from seqtrans_translation.hf.codec import TOKENIZER, HFCodec, Layout, load_tokenizer
+from seqtrans_translation.hf.codec import ORIGINALS, TOKENIZER, HFCodec, Layout, load_tokenizer
 from seqtrans_translation.hf.directory import CONFIG, GENERATION_CONFIG, Settings, read_json, weights
 from seqtrans_translation.hf.vocabulary import IdMap, id_map
 from seqtrans_translation.presets import DEFAULTS
@@ -95,7 +95,8 @@ def read_model(directory: Path, *, allow_pickle: bool = False,
     layout = Layout(source_prefix, target_prefix, languages if multilingual else (),
                     tokenizer_config.optional("src_lang", str), tokenizer_config.optional("tgt_lang", str),
                     bool(tokenizer_config.values.get("clean_up_tokenization_spaces", False)))
-    codec = HFCodec(data, ids, layout)
+    originals = tuple((name, (directory / name).read_bytes()) for name in ORIGINALS if (directory / name).is_file())
+    codec = HFCodec(data, ids, layout, originals)
     model = bart.model_config(s)
     w = weights(directory, allow_pickle=allow_pickle)
     state = bart.state_dict(w, model, ids.order, vocab_size=s.get("vocab_size", int))
