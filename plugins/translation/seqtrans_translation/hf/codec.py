@@ -120,7 +120,8 @@ class HFCodec:
         vocab = Vocab.load(directory / VOCAB_FILE)
         originals = tuple((name, (directory / f"hf-{name}").read_bytes()) for name in ORIGINALS
                           if (directory / f"hf-{name}").is_file())
-        return cls((directory / TOKENIZER).read_bytes(), IdMap(vocab, tuple(saved["hf_ids"])), layout, originals)
+        ids = IdMap(vocab, tuple(saved["hf_ids"]))
+        return cls((directory / TOKENIZER).read_bytes(), ids, layout, originals)
 
     def files(self) -> dict[str, bytes]:
         """The vocabulary files by name, as a run directory's ``vocab/`` holds them."""

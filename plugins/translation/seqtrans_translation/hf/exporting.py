@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 def _rows_back(table: Tensor, hf_ids: tuple[int, ...], size: int) -> Tensor:
     """The model's table [V, ...] from seqtrans's [V', ...]: each id takes the row of the
     first symbol naming it, ``<s>`` last (a copy of the decoder start's row)."""
-    source = {}
+    source: dict[int, int] = {}
     for ours, theirs in enumerate(hf_ids):
         if ours != BOS:
             source.setdefault(theirs, ours)

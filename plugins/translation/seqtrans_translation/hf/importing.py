@@ -95,7 +95,8 @@ def read_model(directory: Path, *, allow_pickle: bool = False,
     layout = Layout(source_prefix, target_prefix, languages if multilingual else (),
                     tokenizer_config.optional("src_lang", str), tokenizer_config.optional("tgt_lang", str),
                     bool(tokenizer_config.values.get("clean_up_tokenization_spaces", False)))
-    originals = tuple((name, (directory / name).read_bytes()) for name in ORIGINALS if (directory / name).is_file())
+    originals = tuple((name, (directory / name).read_bytes()) for name in ORIGINALS
+                      if (directory / name).is_file())
     codec = HFCodec(data, ids, layout, originals)
     model = bart.model_config(s)
     w = weights(directory, allow_pickle=allow_pickle)
