@@ -42,7 +42,7 @@ from seqtrans.prepare.join import join
 from seqtrans.prepare.vocabulary import COUNT, VOCAB, build_codec
 from seqtrans.prepare.vocabulary import examples_of as examples_of  # what the pipeline reads through
 from seqtrans.prepare.workers import encode_examples
-from seqtrans.tasks.protocol import Codec, Task
+from seqtrans.tasks.protocol import Codec, Task, bind_languages
 
 __all__ = ["Prepared", "examples_of", "prepare"]
 
@@ -81,7 +81,7 @@ def prepare(task: Task[Any, Any, Any], config: RunConfig, *, vocabulary: Mapping
             key = dataset_key(config, data, vocabulary)
 
     def reuse(directory: Path, built: bool) -> Prepared:
-        prepared = _open(task, directory, key, verify=verify and not built)
+        prepared = _open(task, directory, key, verify=verify and not built, config=config)
         prepared.reused = not built
         if not built:
             log.info("prepared data: reusing %s (%d pairs)", directory, len(prepared.dataset))
@@ -92,18 +92,26 @@ def prepare(task: Task[Any, Any, Any], config: RunConfig, *, vocabulary: Mapping
                                                        progress=progress))
 
 
-def _open(task: Task[Any, Any, Any], directory: Path, key: str, *, verify: bool) -> Prepared:
+def _bound(codec: Codec[Any, Any, Any], config: RunConfig) -> Codec[Any, Any, Any]:
+    """The codec of a model of several languages bound to the run's (``decode.source_lang``
+    and ``decode.target_lang``), which its training pairs are encoded with."""
+    return bind_languages(codec, source=config.decode.source_lang, target=config.decode.target_lang)
+
+
+def _open(task: Task[Any, Any, Any], directory: Path, key: str, *, verify: bool,
+          config: RunConfig) -> Prepared:
     dataset = open_dataset(directory, key=key, verify=verify)
     vocab_dir = directory / VOCAB
     if not vocab_dir.is_dir():
         raise PreparedError(vocab_dir, None, "missing")
-    return Prepared(dataset, task.load_vocabulary(vocab_dir), read_assets(vocab_dir), reused=True)
+    codec = _bound(task.load_vocabulary(vocab_dir), config)
+    return Prepared(dataset, codec, read_assets(vocab_dir), reused=True)
 
 
 def _build(task: Task[Any, Any, Any], config: RunConfig, key: str, partial: Path, *,
            vocabulary: Mapping[str, bytes] | None, progress: bool) -> None:
     partial.mkdir(exist_ok=True)
-    codec = build_codec(task, partial, vocabulary, progress=progress)
+    codec = _bound(build_codec(task, partial, vocabulary, progress=progress), config)
     count_path = partial / COUNT
     total = json.loads(count_path.read_text())["examples"] if count_path.is_file() else None
     shards = partial / "shards"

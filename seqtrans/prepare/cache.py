@@ -58,6 +58,9 @@ def dataset_key(config: RunConfig, data: str, vocabulary: Mapping[str, bytes] | 
         "dedup": config.train.dedup,
         "vocabulary": assets_digest(vocabulary) if vocabulary else "built",
     }
+    languages = (config.decode.source_lang, config.decode.target_lang)
+    if any(languages):  # a model of several languages encodes its pairs with their codes
+        parts["languages"] = list(languages)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
