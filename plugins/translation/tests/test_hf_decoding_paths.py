@@ -1,0 +1,77 @@
+"""The decoding paths of seqtrans on an imported NLLB model with its languages set: int8,
+sampling, n-best, forced prefixes, scoring files, an ensemble of one vocabulary. Each
+keeps the target language's code as the output's first token, and leaves it out of the
+text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hf_models import hf_directory
+from marian_models import SOURCES, TARGETS
+
+from seqtrans.config import DecodeConfig
+from seqtrans.data.vocab import EOS
+from seqtrans.inference import formats
+from seqtrans.inference.loading import Loaded, load, load_ensemble
+from seqtrans.inference.scoring import score_files
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+LANGUAGES = ["decode.source_lang=eng_Latn", "decode.target_lang=deu_Latn"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("nllb")
+    return formats.load("hf").import_model(hf_directory("nllb", base / "hf"), out=base / "run")
+
+
+def _starts_with_the_language(loaded: Loaded, hypotheses: list[list[object]]) -> bool:
+    code = loaded.codec.vocabularies.target.index("deu_Latn")
+    return all(h.tokens[0] == code for nbest in hypotheses for h in nbest)  # type: ignore[attr-defined]
+
+
+def test_int8_decodes_close_to_float32(run: Path) -> None:
+    fp32, _ = load(run, device="cpu", overrides=[*LANGUAGES, "decode.beam=1"]).decode(SOURCES)
+    int8 = load(run, device="cpu", overrides=[*LANGUAGES, "decode.beam=1", "decode.precision=int8"])
+    predictions, hypotheses = int8.decode(SOURCES)
+    assert _starts_with_the_language(int8, hypotheses) and not any("deu_Latn" in p for p in predictions)
+    assert sum(a == b for a, b in zip(predictions, fp32)) >= len(SOURCES) // 2
+
+
+def test_sampling_nbest_and_prefixes(run: Path) -> None:
+    loaded = load(run, device="cpu", overrides=LANGUAGES)
+    _, samples = loaded.decode(SOURCES[:3], decode=DecodeConfig(sample=3, seed=1, target_lang="deu_Latn"))
+    assert [len(s) for s in samples] == [3, 3, 3] and _starts_with_the_language(loaded, samples)
+    _, nbest = loaded.decode(SOURCES[:3], decode=DecodeConfig(beam=4, nbest=4, target_lang="deu_Latn"))
+    assert all(len(n) == 4 for n in nbest) and _starts_with_the_language(loaded, nbest)
+    codec = loaded.codec
+    prefix = codec.vocabularies.target.encode(codec.target_tokens("der"))  # the code and a word
+    _, forced = loaded.decode(SOURCES[:2], prefixes=[prefix, prefix[1:]])  # with or without the code
+    assert all(h[0].tokens[: len(prefix)] == prefix for h in forced)
+
+
+def test_scores_are_the_log_probabilities_of_the_targets_in_the_language(run: Path, tmp_path: Path) -> None:
+    loaded = load(run, device="cpu", overrides=LANGUAGES)
+    (tmp_path / "src").write_text("\n".join(SOURCES[:3]) + "\n", encoding="utf-8")
+    (tmp_path / "tgt").write_text("\n".join(TARGETS[:3]) + "\n", encoding="utf-8")
+    scores = score_files(loaded, tmp_path / "src", tmp_path / "tgt")
+    codec, vocab = loaded.codec, loaded.codec.vocabularies.target
+    for score, source, target in zip(scores, SOURCES, TARGETS):
+        src = torch.tensor([vocab.encode(codec.source_tokens(source)) + [EOS]])
+        tgt = vocab.encode(codec.target_tokens(target))
+        with torch.no_grad():
+            log_probs = torch.log_softmax(loaded.model(src, torch.tensor([[1, *tgt]])), dim=-1)[0]
+        expected = sum(float(log_probs[i, t]) for i, t in enumerate([*tgt, EOS]))
+        assert score.tokens == len(tgt) + 1 and score.log_prob == pytest.approx(expected, abs=1e-4)
+
+
+def test_an_ensemble_of_one_vocabulary(run: Path) -> None:
+    single, _ = load(run, device="cpu", overrides=[*LANGUAGES, "decode.beam=2"]).decode(SOURCES)
+    ensemble = load_ensemble([run, run], device="cpu", overrides=[*LANGUAGES, "decode.beam=2"])
+    predictions, hypotheses = ensemble.decode(SOURCES)
+    assert predictions == single and _starts_with_the_language(ensemble, hypotheses)
