@@ -5,6 +5,7 @@ the same bytes today, and ``seqtrans upgrade`` converts them for good."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -14,8 +15,35 @@ from pathlib import Path
 import pytest
 import torch
 
+from seqtrans.runtime.system import cpu_features
+
 FIXTURES = Path(__file__).parent / "fixtures" / "runs-0.1.0"
 KINDS = ["copy", "translation", "parsing", "parsing-cursors", "parsing-vectors"]
+# The expected outputs were printed on processors with AVX-512, whose kernels sum in the
+# order seqtrans's decoding copies ask for at every batch size; elsewhere (AVX2) PyTorch's
+# kernels may sum a few products in another order, so a printed score can move in its
+# last digit there. Bytes are equal only within one processor kind.
+SAME_KERNELS = "avx512f" in cpu_features().split()
+
+
+def _same(got: str, expected: str) -> bool:
+    """``got`` prints what ``expected`` does: the same bytes on the processors the fixtures
+    were printed on; elsewhere the same text, each number within its last printed digits."""
+    if SAME_KERNELS or got == expected:
+        return got == expected
+    got_fields = got.replace("\t", "\n").split("\n")
+    expected_fields = expected.replace("\t", "\n").split("\n")
+    if len(got_fields) != len(expected_fields):
+        return False
+    for a, b in zip(got_fields, expected_fields):
+        if a == b:
+            continue
+        try:
+            if not math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=2e-4):
+                return False
+        except ValueError:
+            return False
+    return True
 
 
 def seqtrans(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -41,16 +69,16 @@ def test_an_earlier_run_predicts_and_scores_the_same_bytes(kind: str, tmp_path: 
     lines = (inputs / f"{task}.in").read_text(encoding="utf-8")
     done = seqtrans("predict", kind, "--device", "cpu", cwd=tmp_path, stdin=lines)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == (run / "predict.expected").read_text(encoding="utf-8")
+    assert _same(done.stdout, (run / "predict.expected").read_text(encoding="utf-8"))
     if (run / "predict-nbest2.expected").exists():
         done = seqtrans("predict", kind, "--device", "cpu", "--set", "decode.nbest=2", cwd=tmp_path,
                         stdin=lines)
         assert done.returncode == 0, done.stderr
-        assert done.stdout == (run / "predict-nbest2.expected").read_text(encoding="utf-8")
+        assert _same(done.stdout, (run / "predict-nbest2.expected").read_text(encoding="utf-8"))
     done = seqtrans("score", kind, "--device", "cpu", "--src", str(inputs / f"{task}.src"),
                     "--tgt", str(inputs / f"{task}.tgt"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == (run / "score.expected").read_text(encoding="utf-8")
+    assert _same(done.stdout, (run / "score.expected").read_text(encoding="utf-8"))
 
 
 def test_upgrade_converts_the_files_once_and_the_run_decodes_the_same(tmp_path: Path) -> None:
@@ -75,7 +103,7 @@ def test_upgrade_converts_the_files_once_and_the_run_decodes_the_same(tmp_path: 
     assert again.returncode == 0 and "already current" in again.stdout
     lines = (FIXTURES / "inputs" / "parsing.in").read_text(encoding="utf-8")
     done = seqtrans("predict", str(run), "--device", "cpu", cwd=tmp_path, stdin=lines)
-    assert done.stdout == (run / "predict.expected").read_text(encoding="utf-8")
+    assert _same(done.stdout, (run / "predict.expected").read_text(encoding="utf-8"))
 
 
 def test_upgrade_refuses_what_is_not_a_run_directory(tmp_path: Path) -> None:
