@@ -1,0 +1,210 @@
+"""Imported Hugging Face families against CTranslate2 on the same weights: import, decoding speed, memory.
+
+A model of NLLB-200-distilled-600M's shape (``--shape nllb-600m``: 12 + 12 layers,
+d_model 1,024, d_ff 4,096, 16 heads, 256,206 words, M2M-100's architecture) is built
+with random weights by transformers and saved as a model directory, with a tokenizer
+of that many made-up pieces (``▁w0`` ...) and NLLB's language codes, saved as
+transformers saves NLLB's. ``--shape nllb-small`` is the same architecture at 2 + 2
+layers of width 256, for a quick look. Then, each in its own process so that its time
+and peak memory are its own:
+
+- ``seqtrans import hf`` of the directory: seconds and peak resident memory, also as a
+  multiple of the weights' size;
+- CTranslate2's own converter (``ct2-transformers-converter``) of the same directory,
+  to float32 and to int8;
+- decoding ``--sentences`` sources of ``--source-tokens`` pieces at beam 4, batch 1 (one
+  sentence at a time) and batch ``--batch`` (all together), to ``--tokens`` output
+  tokens (random weights never end by themselves; both systems are held to that
+  length), in float32 and int8, by seqtrans and by CTranslate2 with each OpenMP wait
+  policy (CTranslate2 bundles its own libgomp, whose ``ACTIVE`` policy is several times
+  faster at batch 1 on some processors); each system's tokens per second and peak
+  memory, and seqtrans's ratio against CTranslate2 at its best policy for that case.
+
+Needs the ``bench`` extra (transformers, ctranslate2) and the translation plugin's
+``hf`` extra. Results go to benchmarks/results/pretrained_families-SHAPE-CPU.json.
+
+    python -m benchmarks pretrained_families --shape nllb-small --sentences 8
+    python -m benchmarks pretrained_families --shape nllb-600m --sentences 8 --batch 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import RESULTS, ROOT, arguments, cpu_info, process_peak_mib, write_results
+
+SHAPES: dict[str, dict[str, int]] = {
+    "nllb-600m": {"layers": 12, "d_model": 1024, "d_ff": 4096, "heads": 16, "vocab": 256206},
+    "nllb-small": {"layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 256206},
+}
+LANGUAGES = ("eng_Latn", "deu_Latn", "fra_Latn")
+POLICIES = ("PASSIVE", "ACTIVE")
+
+
+def build(shape: str, directory: Path) -> dict[str, Any]:
+    """A random model of ``shape`` and its tokenizer, saved into ``directory``."""
+    import torch
+    import transformers
+
+    s = SHAPES[shape]
+    codes = list(LANGUAGES)
+    pieces = s["vocab"] - 4 - len(codes) - 1  # the specials, the codes and <mask> after the pieces
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{f"▁w{i}": 4 + i for i in range(pieces)}}
+    tokenizer = transformers.NllbTokenizer(vocab=vocab, merges=[], extra_special_tokens=codes,
+                                           src_lang=codes[0], tgt_lang=codes[1])
+    config = transformers.M2M100Config(
+        vocab_size=s["vocab"], d_model=s["d_model"], encoder_layers=s["layers"], decoder_layers=s["layers"],
+        encoder_attention_heads=s["heads"], decoder_attention_heads=s["heads"], encoder_ffn_dim=s["d_ff"],
+        decoder_ffn_dim=s["d_ff"], max_position_embeddings=1024, scale_embedding=True, dropout=0.0,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    torch.manual_seed(0)
+    model = transformers.M2M100ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        # no symbol may end an output early: random weights would end some sentences at once
+        model.model.shared.weight[2].zero_()
+    tokenizer.save_pretrained(directory)
+    model.save_pretrained(directory)
+    assert len(tokenizer) <= s["vocab"], (len(tokenizer), s["vocab"])
+    return {"parameters": sum(p.numel() for p in model.parameters())}
+
+
+def convert(source: Path, out: Path) -> dict[str, Any]:
+    """``seqtrans import hf`` in this process: seconds and peak memory."""
+    from seqtrans.inference import formats
+
+    start = time.perf_counter()
+    formats.load("hf").import_model(source, out=out)
+    return {"seconds": time.perf_counter() - start, "peak_mib": process_peak_mib()}
+
+
+def sources(count: int, length: int, vocab: int) -> list[str]:
+    pieces = vocab - 8
+    return [" ".join(f"w{(i * 7919 + j * 104729) % pieces}" for j in range(length)) for i in range(count)]
+
+
+def decode_seqtrans(run: Path, texts: list[str], *, precision: str, batch: int,
+                    tokens: int) -> dict[str, Any]:
+    from seqtrans.config import DecodeConfig
+    from seqtrans.inference.loading import load
+
+    loaded = load(run, device="cpu", overrides=[f"decode.precision={precision}"])
+    settings = DecodeConfig(beam=4, max_len_a=0.0, max_len_b=tokens, min_len=tokens, precision=precision,
+                            batch_tokens=10**7, target_lang=LANGUAGES[1], source_lang=LANGUAGES[0])
+    loaded.decode(texts[:1], decode=settings)  # warm: the decoding copy, the kernels
+    start = time.perf_counter()
+    produced = 0
+    for i in range(0, len(texts), batch):
+        _, hyps = loaded.decode(texts[i:i + batch], decode=settings)
+        produced += sum(len(h[0].tokens) for h in hyps)
+    return {"tokens": produced, "seconds": time.perf_counter() - start, "peak_mib": process_peak_mib()}
+
+
+def decode_ct2(model: Path, hf: Path, texts: list[str], *, batch: int, tokens: int) -> dict[str, Any]:
+    import ctranslate2
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(hf, src_lang=LANGUAGES[0])
+    inputs = [tokenizer.convert_ids_to_tokens(tokenizer(t)["input_ids"]) for t in texts]
+    translator = ctranslate2.Translator(str(model), device="cpu", intra_threads=int(os.environ["THREADS"]))
+    options = {"beam_size": 4, "max_decoding_length": tokens + 1, "min_decoding_length": tokens + 1,
+               "target_prefix": None}
+    prefix = [[LANGUAGES[1]]]
+    translator.translate_batch(inputs[:1], target_prefix=prefix, **{k: v for k, v in options.items()
+                                                                   if k != "target_prefix"})
+    start = time.perf_counter()
+    produced = 0
+    for i in range(0, len(inputs), batch):
+        chunk = inputs[i:i + batch]
+        out = translator.translate_batch(chunk, target_prefix=prefix * len(chunk),
+                                         **{k: v for k, v in options.items() if k != "target_prefix"})
+        produced += sum(len(r.hypotheses[0]) for r in out)
+    return {"tokens": produced, "seconds": time.perf_counter() - start, "peak_mib": process_peak_mib()}
+
+
+def _child(args: list[str], *, env: dict[str, str] | None = None) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-m", "benchmarks", "pretrained_families", *args], cwd=ROOT,
+                         check=True, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _phase(args: argparse.Namespace) -> dict[str, Any]:
+    phase, *paths = args.phase
+    if phase == "build":
+        return build(args.shape, Path(paths[0]))
+    if phase == "import":
+        return convert(Path(paths[0]), Path(paths[1]))
+    texts = sources(args.sentences, args.source_tokens, SHAPES[args.shape]["vocab"])
+    batch = int(paths[-1])
+    if phase == "seqtrans":
+        return decode_seqtrans(Path(paths[0]), texts, precision=paths[1], batch=batch, tokens=args.tokens)
+    return decode_ct2(Path(paths[0]), Path(paths[1]), texts, batch=batch, tokens=args.tokens)
+
+
+def _ct2_convert(hf: Path, out: Path, quantization: str) -> float:
+    start = time.perf_counter()
+    subprocess.run(["ct2-transformers-converter", "--model", str(hf), "--output_dir", str(out),
+                    "--quantization", quantization], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def _cases(args: argparse.Namespace, base: Path, common: list[str], threads: str) -> list[dict[str, Any]]:
+    rows = []
+    for precision, ct2_type in (("fp32", "float32"), ("int8", "int8")):
+        for batch in (1, args.batch):
+            row: dict[str, Any] = {"precision": precision, "batch": batch, "beam": 4}
+            ours = _child([*common, "--phase", "seqtrans", str(base / "run"), precision, str(batch)],
+                          env={"SEQTRANS_THREADS": threads, "OMP_WAIT_POLICY": "PASSIVE"})
+            row["seqtrans_tok_s"] = ours["tokens"] / ours["seconds"]
+            row["seqtrans_peak_mib"] = ours["peak_mib"]
+            for policy in POLICIES:
+                theirs = _child([*common, "--phase", "ct2", str(base / f"ct2-{ct2_type}"), str(base / "hf"),
+                                 str(batch)], env={"THREADS": threads, "OMP_WAIT_POLICY": policy})
+                row[f"ct2_{policy.lower()}_tok_s"] = theirs["tokens"] / theirs["seconds"]
+                row[f"ct2_{policy.lower()}_peak_mib"] = theirs["peak_mib"]
+            best = max(POLICIES, key=lambda p: row[f"ct2_{p.lower()}_tok_s"])
+            row["ct2_best_policy"] = best
+            row["ratio_vs_ct2_best"] = row["seqtrans_tok_s"] / row[f"ct2_{best.lower()}_tok_s"]
+            row["memory_ratio_vs_ct2_best"] = row["seqtrans_peak_mib"] / row[f"ct2_{best.lower()}_peak_mib"]
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    parser = arguments(__doc__)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="nllb-small")
+    parser.add_argument("--sentences", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=8, help="The larger batch (sentences decoded together).")
+    parser.add_argument("--source-tokens", type=int, default=20)
+    parser.add_argument("--tokens", type=int, default=24, help="Output tokens per sentence.")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--phase", nargs="+", help=argparse.SUPPRESS)  # one step, in a process of its own
+    args = parser.parse_args(argv)
+    if args.phase:
+        print(json.dumps(_phase(args)))
+        return
+    common = ["--shape", args.shape, "--sentences", str(args.sentences), "--source-tokens",
+              str(args.source_tokens), "--tokens", str(args.tokens)]
+    with tempfile.TemporaryDirectory(prefix="families-bench-") as scratch:
+        base = Path(scratch)
+        built = _child([*common, "--phase", "build", str(base / "hf")])
+        weights_mib = (base / "hf" / "model.safetensors").stat().st_size / 2**20
+        imported = _child([*common, "--phase", "import", str(base / "hf"), str(base / "run")])
+        ct2_seconds = {q: _ct2_convert(base / "hf", base / f"ct2-{q}", q) for q in ("float32", "int8")}
+        print(json.dumps({"built": built, "weights_mib": weights_mib, "import": imported,
+                          "ct2_convert_s": ct2_seconds}), flush=True)
+        rows = _cases(args, base, common, str(args.threads))
+    tag = "amd" if "AMD" in cpu_info()["model"] else "intel" if "Intel" in cpu_info()["model"] else "cpu"
+    write_results(RESULTS / f"pretrained_families-{args.shape}-{tag}.json", {
+        "shape": {"name": args.shape, **SHAPES[args.shape], "parameters": built["parameters"]},
+        "weights_mib": weights_mib,
+        "import": {**imported, "memory_over_weights": imported["peak_mib"] / weights_mib},
+        "ct2_convert_s": ct2_seconds, "threads": args.threads, "rows": rows})
