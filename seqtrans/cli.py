@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +31,6 @@ from seqtrans.runtime import atomic, environment
 from seqtrans.runtime.system import keep_freed_memory
 from seqtrans.runtime.threads import parse_threads, parse_wait_policy, set_threads, set_wait_policy
 from seqtrans.tasks.discovery import COMMAND_GROUP, TaskEntry, installed, load_object
-
-log = logging.getLogger("seqtrans")
 
 MODELS_HELP = ("A run directory or checkpoint; several (of one vocabulary) decode as an ensemble that "
                "averages their log-probabilities at each step, with the first one's task and decoding "
@@ -503,8 +500,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from seqtrans.pipeline import resolve_config, run
-    from seqtrans.training import distributed
+    from seqtrans.pipeline import default_directory, resolve_config, run
+    from seqtrans.training.world import world_from_env
 
     config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
                             overrides=args.overrides)
@@ -523,31 +520,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         vocabulary = vocabulary_of(args.vocab, config)
     if args.nproc < 1:
         raise UsageError(f"--nproc must be at least 1, got {args.nproc}")
-    out = args.out or Path("runs") / f"{args.task}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if args.nproc > 1 and not distributed.world_from_env().distributed:
-        return distributed.launch(args.nproc, [*args.argv, *([] if args.out else ["--out", str(out)])])
-    world = distributed.init(args.device, timeout=config.train.dist_timeout)
-    try:
-        out = distributed.broadcast(out)  # ranks started by torchrun at different seconds
-        if world.main:
-            out.mkdir(parents=True, exist_ok=True)
-            handler = logging.FileHandler(out / "run.log", encoding="utf-8")
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-            logging.getLogger().addHandler(handler)
-            log.info("run directory: %s", out)
-        try:
-            metrics = run(config, out, device=args.device, progress=_progress(args), init=init,
-                          vocabulary=vocabulary)
-        except RuntimeError as exc:
-            lost = distributed.lost_contact(exc, timeout=config.train.dist_timeout)
-            if not world.distributed or lost is None:
-                raise
-            raise lost from None
-        if world.main:
-            print(json.dumps(metrics, indent=2, sort_keys=True))
-            print(f"run directory: {out}", file=sys.stderr)
-    finally:
-        distributed.shutdown()
+    out = args.out or default_directory(args.task)
+    world = world_from_env()
+    if args.nproc > 1 and not world.distributed:
+        from seqtrans.training.distributed import launch
+
+        # this command line again in each rank, with the run directory named here for all
+        return launch(args.nproc, [*args.argv, *([] if args.out else ["--out", str(out)])])
+    metrics = run(config, out, device=args.device, progress=_progress(args), init=init, vocabulary=vocabulary)
+    if world.main:
+        print(json.dumps(metrics, indent=2, sort_keys=True))
+        print(f"run directory: {out}", file=sys.stderr)
     return 0
 
 

@@ -1,7 +1,8 @@
 """The run's record while it trains: a log line every ``train.log_every`` updates (with
 the first) and one per validation, the same records as JSON lines in ``train.jsonl``,
 TensorBoard's event files, and the progress bar that stands in for the per-update
-lines on the console (:mod:`seqtrans.training.tracking`).
+lines on the console (:mod:`seqtrans.training.tracking`); and the run's text log,
+``run.log``, which holds every log record of the run (:func:`to_file`).
 
 Every rank computes the lines (the window's loss is summed over ranks, a collective
 all of them join); only the rank given a file, a directory or a bar writes them."""
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -22,6 +24,41 @@ from seqtrans.training.tracking import UPDATE_LINE, TensorBoard, TrainingBar, co
 
 #: The logger of every training record; its name is the one run logs have always shown.
 log = logging.getLogger("seqtrans.training.loop")
+
+#: The lines of ``run.log``.
+FILE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+@contextlib.contextmanager
+def to_file(path: Path) -> Iterator[None]:
+    """Every record the root logger passes also written to ``path`` (appended) while inside.
+
+    Where the process's logging is configured (the command line configures it), the file
+    gets what that configuration lets through. Where nobody configured it (no handler on
+    the root logger), the file gets the records of level INFO and above, as the command
+    line's does, and standard error keeps showing what it showed before: the warnings
+    that logging's last resort prints, which a handler of ours would otherwise silence."""
+    root = logging.getLogger()
+    level = root.level
+    file = logging.FileHandler(path, encoding="utf-8")
+    file.setFormatter(logging.Formatter(FILE_FORMAT))
+    added: list[logging.Handler] = [file]
+    if not root.handlers:
+        if logging.lastResort is not None:
+            console = logging.StreamHandler(sys.stderr)
+            console.setLevel(max(root.getEffectiveLevel(), logging.lastResort.level))
+            added.append(console)
+        if root.getEffectiveLevel() > logging.INFO:
+            root.setLevel(logging.INFO)
+    for handler in added:
+        root.addHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in added:
+            root.removeHandler(handler)
+        file.close()
+        root.setLevel(level)
 
 
 class RunLog:
