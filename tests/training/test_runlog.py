@@ -1,10 +1,13 @@
 """The run log: which updates get a line, the loss per token of each window (against
-sums by hand), the records of train.jsonl, and what TensorBoard is handed."""
+sums by hand), the records of train.jsonl, what TensorBoard is handed, and what run.log
+gets."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -104,3 +107,42 @@ def test_tensorboard_gets_the_train_and_validation_records_and_is_closed(
     assert board.directory == tmp_path / "tb" and board.closed
     assert [(kind, r["step"]) for kind, r in board.seen] == [("train", 1), ("train", 3), ("train", 6),
                                                             ("validation", 6)]
+
+
+def test_the_run_log_file_of_an_unconfigured_process_gets_info_and_the_console_still_warnings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    console = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", console)
+    root, logger = logging.getLogger(), logging.getLogger("seqtrans.somewhere")
+    handlers, level = root.handlers, root.level
+    root.handlers = []  # as in a script that configured no logging (pytest's are put back below)
+    root.setLevel(logging.WARNING)
+    try:
+        with runlog.to_file(tmp_path / "run.log"):
+            logger.info("into the file")
+            logger.warning("into the file and onto the console")
+        logger.info("after the run")
+        assert root.handlers == [] and root.level == logging.WARNING  # logging as it was
+    finally:
+        root.handlers = handlers
+        root.setLevel(level)
+    lines = (tmp_path / "run.log").read_text(encoding="utf-8").splitlines()
+    assert [line.split(" ", 2)[2] for line in lines] == [
+        "INFO seqtrans.somewhere: into the file",
+        "WARNING seqtrans.somewhere: into the file and onto the console"]
+    assert console.getvalue() == "into the file and onto the console\n"
+
+
+def test_the_run_log_file_gets_what_configured_logging_lets_through(tmp_path: Path) -> None:
+    root, logger = logging.getLogger(), logging.getLogger("seqtrans.somewhere")
+    level = root.level
+    root.setLevel(logging.WARNING)  # pytest's handlers are on the root logger: it is configured
+    try:
+        with runlog.to_file(tmp_path / "run.log"):
+            logger.info("left out, as on the console")
+            logger.warning("kept")
+        assert root.level == logging.WARNING
+    finally:
+        root.setLevel(level)
+    lines = (tmp_path / "run.log").read_text(encoding="utf-8").splitlines()
+    assert [line.split(" ", 2)[2] for line in lines] == ["WARNING seqtrans.somewhere: kept"]
