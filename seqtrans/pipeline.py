@@ -179,9 +179,10 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
         vocabulary: Initial | None = None) -> dict[str, Metric]:
     """Prepare data, build the vocabulary, train, average checkpoints, decode and score
     the test split. Continues a run already in ``out``. Returns the metrics. Writes
-    ``out/run.log`` while it runs: every log record the process's logging lets through,
+    ``out/run.log``: every log record of the run that the process's logging lets through,
     or, where logging is not configured, those of level INFO and above
-    (:func:`seqtrans.training.runlog.to_file`).
+    (:func:`seqtrans.training.runlog.to_file`). A run refused for its settings or its
+    data before it writes ``out`` leaves nothing there.
 
     With ``init`` (its model options already in ``config``, :func:`with_initial_model`),
     training starts from its weights and its vocabulary instead of building one; with
@@ -201,13 +202,13 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     try:
         out = distributed.broadcast(Path(out))
         with contextlib.ExitStack() as logged:
+            run_log = None
             if world.main:
-                out.mkdir(parents=True, exist_ok=True)
-                logged.enter_context(runlog.to_file(out / "run.log"))
+                run_log = logged.enter_context(runlog.to_file(out / "run.log"))
                 log.info("run directory: %s", out)
             try:
                 return _train_and_test(config, out, world, device=device, progress=progress and world.main,
-                                       init=init, vocabulary=vocabulary)
+                                       init=init, vocabulary=vocabulary, run_log=run_log)
             except RuntimeError as exc:
                 lost = distributed.lost_contact(exc, timeout=config.train.dist_timeout)
                 if not world.distributed or lost is None:
@@ -219,9 +220,9 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
 
 
 def _train_and_test(config: RunConfig, out: Path, world: distributed.World, *, device: str | torch.device,
-                    progress: bool, init: Initial | None,
-                    vocabulary: Initial | None) -> dict[str, Metric]:
-    """:func:`run`'s work, in this process's part of the group."""
+                    progress: bool, init: Initial | None, vocabulary: Initial | None,
+                    run_log: runlog.RunLogFile | None) -> dict[str, Metric]:
+    """:func:`run`'s work, in this process's part of the group (``run_log`` on rank 0)."""
     dev_ = distributed.device_of(device if isinstance(device, torch.device) else select_device(device),
                                  world)
     task_cls = tasks.load(config.task)
@@ -237,8 +238,8 @@ def _train_and_test(config: RunConfig, out: Path, world: distributed.World, *, d
     if init is not None:
         _start_from(model, init)
     # everything the settings ask of the task has been checked: the run directory is written from here
-    if world.main:
-        _start_run_directory(out, config, data.assets)
+    if run_log is not None:
+        _start_run_directory(out, config, data.assets, run_log)
     distributed.barrier()
     params = model.num_parameters()
     log.info("model: %s parameters (%.1f M)", f"{params:,}", params / 1e6)
@@ -334,9 +335,11 @@ def _data(task: Task[Any, Any, Any], config: RunConfig, vocab_dir: Path, world: 
                  dev_examples, dev)
 
 
-def _start_run_directory(out: Path, config: RunConfig, assets: dict[str, bytes]) -> None:
+def _start_run_directory(out: Path, config: RunConfig, assets: dict[str, bytes],
+                         run_log: runlog.RunLogFile) -> None:
     for sub in ("checkpoints", "predictions"):
         (out / sub).mkdir(parents=True, exist_ok=True)
+    run_log.open()
     atomic.write_json(out / "config.json", cfg.to_dict(config))
     vocab_dir = out / "vocab"
     if not vocab_dir.is_dir() or not any(vocab_dir.iterdir()):

@@ -29,9 +29,48 @@ log = logging.getLogger("seqtrans.training.loop")
 FILE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+class RunLogFile(logging.Handler):
+    """``run.log``: the records it is handed, held until :meth:`open` opens the file
+    (to append), then written there as they come. So a run refused before it writes its
+    directory leaves nothing behind, and the file of one that goes on still begins with
+    what was logged before the directory was written."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.setFormatter(logging.Formatter(FILE_FORMAT))
+        self._held: list[logging.LogRecord] = []
+        self._file: logging.FileHandler | None = None
+
+    def open(self) -> None:
+        """Open the file (its directory must exist) and write the records held so far."""
+        self.acquire()
+        try:
+            if self._file is None:
+                self._file = logging.FileHandler(self.path, encoding="utf-8")
+                self._file.setFormatter(self.formatter)
+                for record in self._held:
+                    self._file.emit(record)
+                self._held.clear()
+        finally:
+            self.release()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._file is None:
+            self._held.append(record)
+        else:
+            self._file.emit(record)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        super().close()
+
+
 @contextlib.contextmanager
-def to_file(path: Path) -> Iterator[None]:
-    """Every record the root logger passes also written to ``path`` (appended) while inside.
+def to_file(path: Path) -> Iterator[RunLogFile]:
+    """Every record the root logger passes handed to a :class:`RunLogFile` of ``path``
+    while inside; the caller opens it once the run's directory is written.
 
     Where the process's logging is configured (the command line configures it), the file
     gets what that configuration lets through. Where nobody configured it (no handler on
@@ -40,8 +79,7 @@ def to_file(path: Path) -> Iterator[None]:
     that logging's last resort prints, which a handler of ours would otherwise silence."""
     root = logging.getLogger()
     level = root.level
-    file = logging.FileHandler(path, encoding="utf-8")
-    file.setFormatter(logging.Formatter(FILE_FORMAT))
+    file = RunLogFile(path)
     added: list[logging.Handler] = [file]
     if not root.handlers:
         if logging.lastResort is not None:
@@ -53,7 +91,7 @@ def to_file(path: Path) -> Iterator[None]:
     for handler in added:
         root.addHandler(handler)
     try:
-        yield
+        yield file
     finally:
         for handler in added:
             root.removeHandler(handler)

@@ -4,11 +4,12 @@ gets."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -118,8 +119,9 @@ def test_the_run_log_file_of_an_unconfigured_process_gets_info_and_the_console_s
     root.handlers = []  # as in a script that configured no logging (pytest's are put back below)
     root.setLevel(logging.WARNING)
     try:
-        with runlog.to_file(tmp_path / "run.log"):
+        with runlog.to_file(tmp_path / "run.log") as file:
             logger.info("into the file")
+            file.open()
             logger.warning("into the file and onto the console")
         logger.info("after the run")
         assert root.handlers == [] and root.level == logging.WARNING  # logging as it was
@@ -138,7 +140,8 @@ def test_the_run_log_file_gets_what_configured_logging_lets_through(tmp_path: Pa
     level = root.level
     root.setLevel(logging.WARNING)  # pytest's handlers are on the root logger: it is configured
     try:
-        with runlog.to_file(tmp_path / "run.log"):
+        with runlog.to_file(tmp_path / "run.log") as file:
+            file.open()
             logger.info("left out, as on the console")
             logger.warning("kept")
         assert root.level == logging.WARNING
@@ -146,3 +149,31 @@ def test_the_run_log_file_gets_what_configured_logging_lets_through(tmp_path: Pa
         root.setLevel(level)
     lines = (tmp_path / "run.log").read_text(encoding="utf-8").splitlines()
     assert [line.split(" ", 2)[2] for line in lines] == ["WARNING seqtrans.somewhere: kept"]
+
+
+def test_the_run_log_file_holds_records_until_it_is_opened_and_is_not_written_if_never(
+        tmp_path: Path) -> None:
+    logger = logging.getLogger("seqtrans.somewhere")
+    with caught(runlog.RunLogFile(tmp_path / "refused.log")):
+        logger.warning("a run refused before its directory was written")
+    assert not (tmp_path / "refused.log").exists()
+    with caught(runlog.RunLogFile(tmp_path / "run.log")) as file:
+        logger.warning("before")
+        assert not (tmp_path / "run.log").exists()
+        file.open()
+        logger.warning("after")
+    lines = (tmp_path / "run.log").read_text(encoding="utf-8").splitlines()
+    assert [line.split(" ", 2)[2] for line in lines] == ["WARNING seqtrans.somewhere: before",
+                                                         "WARNING seqtrans.somewhere: after"]
+
+
+@contextlib.contextmanager
+def caught(handler: runlog.RunLogFile) -> Iterator[runlog.RunLogFile]:
+    """``handler`` on the root logger while inside, then closed."""
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        handler.close()
