@@ -4,14 +4,17 @@ score the test split) and ``average``. Loading, decoding and scoring a trained r
 
 A run directory holds ``config.json``, ``vocab/`` (the task's files),
 ``checkpoints/`` (step checkpoints, ``average.pt`` and ``best.pt``), ``predictions/test.txt``,
-``metrics.json`` and ``train.jsonl`` (log records).
+``metrics.json``, ``train.jsonl`` (log records) and ``run.log`` (the log); ``seqtrans run``
+writes the same files, through :func:`run`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +38,7 @@ from seqtrans.runtime import atomic
 from seqtrans.shortlist import table as shortlists
 from seqtrans.tasks import resolve_config as resolve_config  # part of the operations API
 from seqtrans.tasks.protocol import Codec, Example, Metric, SegmentationSampling, Task, metric_mode
-from seqtrans.training import checkpoint, distributed
+from seqtrans.training import checkpoint, distributed, runlog
 from seqtrans.training.loop import Trainer
 from seqtrans.training.tracking import require_tensorboard
 from seqtrans.training.upgrade import check_current
@@ -166,26 +169,62 @@ class _Data:
     dev: Pairs
 
 
+def default_directory(task: str) -> Path:
+    """The run directory of a run not given one: ``runs/TASK-YYYYMMDD-HHMMSS``."""
+    return Path("runs") / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
 def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "auto",
         progress: bool = False, init: Initial | None = None,
         vocabulary: Initial | None = None) -> dict[str, Metric]:
     """Prepare data, build the vocabulary, train, average checkpoints, decode and score
-    the test split. Continues a run already in ``out``. Returns the metrics.
+    the test split. Continues a run already in ``out``. Returns the metrics. Writes
+    ``out/run.log``: every log record of the run that the process's logging lets through,
+    or, where logging is not configured, those of level INFO and above
+    (:func:`seqtrans.training.runlog.to_file`). A run refused for its settings or its
+    data before it writes ``out`` leaves nothing there.
 
     With ``init`` (its model options already in ``config``, :func:`with_initial_model`),
     training starts from its weights and its vocabulary instead of building one; with
     ``vocabulary`` (:func:`vocabulary_of`), from new weights with that model's vocabulary.
 
     Started by torchrun (or ``seqtrans run --nproc``), every process calls this with the
-    same arguments: it joins the process group, rank 0 prepares the data and the others
-    open what it prepared, training is data-parallel, and the test split is decoded by
-    all ranks; rank 0 writes the run directory (which all ranks must see)."""
-    out = Path(out)
+    same arguments: it joins the process group (and leaves it at the end), rank 0's
+    ``out`` is every rank's (ranks started at different seconds name
+    :func:`default_directory` differently), rank 0 prepares the data and the others open
+    what it prepared, training is data-parallel, and the test split is decoded by all
+    ranks; rank 0 writes the run directory (which all ranks must see). A collective that
+    fails because another rank is gone or late raises a
+    :class:`~seqtrans.errors.SeqtransError` that says so."""
+    joined = not distributed.current().distributed
     world = distributed.init(device if isinstance(device, str) else device.type,
                              timeout=config.train.dist_timeout)
+    try:
+        out = distributed.broadcast(Path(out))
+        with contextlib.ExitStack() as logged:
+            run_log = None
+            if world.main:
+                run_log = logged.enter_context(runlog.to_file(out / "run.log"))
+                log.info("run directory: %s", out)
+            try:
+                return _train_and_test(config, out, world, device=device, progress=progress and world.main,
+                                       init=init, vocabulary=vocabulary, run_log=run_log)
+            except RuntimeError as exc:
+                lost = distributed.lost_contact(exc, timeout=config.train.dist_timeout)
+                if not world.distributed or lost is None:
+                    raise
+                raise lost from None
+    finally:
+        if joined:
+            distributed.shutdown()
+
+
+def _train_and_test(config: RunConfig, out: Path, world: distributed.World, *, device: str | torch.device,
+                    progress: bool, init: Initial | None, vocabulary: Initial | None,
+                    run_log: runlog.RunLogFile | None) -> dict[str, Metric]:
+    """:func:`run`'s work, in this process's part of the group (``run_log`` on rank 0)."""
     dev_ = distributed.device_of(device if isinstance(device, torch.device) else select_device(device),
                                  world)
-    progress = progress and world.main
     task_cls = tasks.load(config.task)
     task = task_cls(config.data)
     _check_resumable(out, config)
@@ -199,8 +238,8 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     if init is not None:
         _start_from(model, init)
     # everything the settings ask of the task has been checked: the run directory is written from here
-    if world.main:
-        _start_run_directory(out, config, data.assets)
+    if run_log is not None:
+        _start_run_directory(out, config, data.assets, run_log)
     distributed.barrier()
     params = model.num_parameters()
     log.info("model: %s parameters (%.1f M)", f"{params:,}", params / 1e6)
@@ -296,9 +335,11 @@ def _data(task: Task[Any, Any, Any], config: RunConfig, vocab_dir: Path, world: 
                  dev_examples, dev)
 
 
-def _start_run_directory(out: Path, config: RunConfig, assets: dict[str, bytes]) -> None:
+def _start_run_directory(out: Path, config: RunConfig, assets: dict[str, bytes],
+                         run_log: runlog.RunLogFile) -> None:
     for sub in ("checkpoints", "predictions"):
         (out / sub).mkdir(parents=True, exist_ok=True)
+    run_log.open()
     atomic.write_json(out / "config.json", cfg.to_dict(config))
     vocab_dir = out / "vocab"
     if not vocab_dir.is_dir() or not any(vocab_dir.iterdir()):

@@ -47,6 +47,50 @@ def test_run_writes_the_documented_files(run_dir: Path) -> None:
                      "checkpoint_00000012.pt"]
 
 
+#: seqtrans.run(config, out) from a plain Python process, whose logging nobody configured
+API_RUN = """
+import sys
+import seqtrans
+config = seqtrans.resolve_config("copy", overrides=sys.argv[2:])
+seqtrans.run(config, sys.argv[1], device="cpu")
+"""
+
+
+def _files(directory: Path) -> set[str]:
+    return {p.relative_to(directory).as_posix() for p in directory.rglob("*")}
+
+
+def _log_kinds(path: Path) -> set[str]:
+    """Each line of a run.log without its time and numbers: the level, the logger and
+    the message's first words."""
+    kinds = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        level, logger, message = line.split(" ", 4)[2:]
+        kinds.add(" ".join([level, logger, *message.split()[:2]]))
+    return kinds
+
+
+def test_the_python_api_writes_the_files_the_command_line_writes(tmp_path: Path) -> None:
+    settings = [*TINY, "train.max_steps=5", "train.log_every=2"]
+    cli, api = tmp_path / "cli", tmp_path / "api"
+    # each prepares its data afresh, so that both logs tell of it alike
+    done = seqtrans("run", "copy", "--out", str(cli), "--device", "cpu", "--set", *settings,
+                    f"train.data_cache={tmp_path / 'cli-data'}")
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([sys.executable, "-c", API_RUN, str(api), *settings,
+                           f"train.data_cache={tmp_path / 'api-data'}"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert " INFO " not in done.stderr  # the console shows what it did before: warnings only
+    assert {"run.log", "metrics.json", "config.json", "train.jsonl", "predictions/test.txt",
+            "checkpoints/average.pt", "vocab"} <= _files(cli)
+    assert _files(api) == _files(cli)
+    kinds = _log_kinds(cli / "run.log")
+    assert {"INFO seqtrans.pipeline: run directory:", "INFO seqtrans.training.loop: step 1",
+            "INFO seqtrans.pipeline: test: exact_match"} <= kinds
+    assert _log_kinds(api / "run.log") == kinds
+
+
 def test_predict_reads_stdin_and_writes_one_line_per_input(run_dir: Path) -> None:
     done = seqtrans("predict", str(run_dir), "--device", "cpu", stdin="1 2 3\n\n4 4\n")
     assert done.returncode == 0, done.stderr

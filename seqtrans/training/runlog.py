@@ -1,7 +1,8 @@
 """The run's record while it trains: a log line every ``train.log_every`` updates (with
 the first) and one per validation, the same records as JSON lines in ``train.jsonl``,
 TensorBoard's event files, and the progress bar that stands in for the per-update
-lines on the console (:mod:`seqtrans.training.tracking`).
+lines on the console (:mod:`seqtrans.training.tracking`); and the run's text log,
+``run.log``, which holds every log record of the run (:func:`to_file`).
 
 Every rank computes the lines (the window's loss is summed over ranks, a collective
 all of them join); only the rank given a file, a directory or a bar writes them."""
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -22,6 +24,79 @@ from seqtrans.training.tracking import UPDATE_LINE, TensorBoard, TrainingBar, co
 
 #: The logger of every training record; its name is the one run logs have always shown.
 log = logging.getLogger("seqtrans.training.loop")
+
+#: The lines of ``run.log``.
+FILE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class RunLogFile(logging.Handler):
+    """``run.log``: the records it is handed, held until :meth:`open` opens the file
+    (to append), then written there as they come. So a run refused before it writes its
+    directory leaves nothing behind, and the file of one that goes on still begins with
+    what was logged before the directory was written."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.setFormatter(logging.Formatter(FILE_FORMAT))
+        self._held: list[logging.LogRecord] = []
+        self._file: logging.FileHandler | None = None
+
+    def open(self) -> None:
+        """Open the file (its directory must exist) and write the records held so far."""
+        self.acquire()
+        try:
+            if self._file is None:
+                self._file = logging.FileHandler(self.path, encoding="utf-8")
+                self._file.setFormatter(self.formatter)
+                for record in self._held:
+                    self._file.emit(record)
+                self._held.clear()
+        finally:
+            self.release()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._file is None:
+            self._held.append(record)
+        else:
+            self._file.emit(record)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        super().close()
+
+
+@contextlib.contextmanager
+def to_file(path: Path) -> Iterator[RunLogFile]:
+    """Every record the root logger passes handed to a :class:`RunLogFile` of ``path``
+    while inside; the caller opens it once the run's directory is written.
+
+    Where the process's logging is configured (the command line configures it), the file
+    gets what that configuration lets through. Where nobody configured it (no handler on
+    the root logger), the file gets the records of level INFO and above, as the command
+    line's does, and standard error keeps showing what it showed before: the warnings
+    that logging's last resort prints, which a handler of ours would otherwise silence."""
+    root = logging.getLogger()
+    level = root.level
+    file = RunLogFile(path)
+    added: list[logging.Handler] = [file]
+    if not root.handlers:
+        if logging.lastResort is not None:
+            console = logging.StreamHandler(sys.stderr)
+            console.setLevel(max(root.getEffectiveLevel(), logging.lastResort.level))
+            added.append(console)
+        if root.getEffectiveLevel() > logging.INFO:
+            root.setLevel(logging.INFO)
+    for handler in added:
+        root.addHandler(handler)
+    try:
+        yield file
+    finally:
+        for handler in added:
+            root.removeHandler(handler)
+        file.close()
+        root.setLevel(level)
 
 
 class RunLog:

@@ -1,11 +1,15 @@
 """The run log: which updates get a line, the loss per token of each window (against
-sums by hand), the records of train.jsonl, and what TensorBoard is handed."""
+sums by hand), the records of train.jsonl, what TensorBoard is handed, and what run.log
+gets."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -104,3 +108,72 @@ def test_tensorboard_gets_the_train_and_validation_records_and_is_closed(
     assert board.directory == tmp_path / "tb" and board.closed
     assert [(kind, r["step"]) for kind, r in board.seen] == [("train", 1), ("train", 3), ("train", 6),
                                                             ("validation", 6)]
+
+
+def test_the_run_log_file_of_an_unconfigured_process_gets_info_and_the_console_still_warnings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    console = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", console)
+    root, logger = logging.getLogger(), logging.getLogger("seqtrans.somewhere")
+    handlers, level = root.handlers, root.level
+    root.handlers = []  # as in a script that configured no logging (pytest's are put back below)
+    root.setLevel(logging.WARNING)
+    try:
+        with runlog.to_file(tmp_path / "run.log") as file:
+            logger.info("into the file")
+            file.open()
+            logger.warning("into the file and onto the console")
+        logger.info("after the run")
+        assert root.handlers == [] and root.level == logging.WARNING  # logging as it was
+    finally:
+        root.handlers = handlers
+        root.setLevel(level)
+    lines = (tmp_path / "run.log").read_text(encoding="utf-8").splitlines()
+    assert [line.split(" ", 2)[2] for line in lines] == [
+        "INFO seqtrans.somewhere: into the file",
+        "WARNING seqtrans.somewhere: into the file and onto the console"]
+    assert console.getvalue() == "into the file and onto the console\n"
+
+
+def test_the_run_log_file_gets_what_configured_logging_lets_through(tmp_path: Path) -> None:
+    root, logger = logging.getLogger(), logging.getLogger("seqtrans.somewhere")
+    level = root.level
+    root.setLevel(logging.WARNING)  # pytest's handlers are on the root logger: it is configured
+    try:
+        with runlog.to_file(tmp_path / "run.log") as file:
+            file.open()
+            logger.info("left out, as on the console")
+            logger.warning("kept")
+        assert root.level == logging.WARNING
+    finally:
+        root.setLevel(level)
+    lines = (tmp_path / "run.log").read_text(encoding="utf-8").splitlines()
+    assert [line.split(" ", 2)[2] for line in lines] == ["WARNING seqtrans.somewhere: kept"]
+
+
+def test_the_run_log_file_holds_records_until_it_is_opened_and_is_not_written_if_never(
+        tmp_path: Path) -> None:
+    logger = logging.getLogger("seqtrans.somewhere")
+    with caught(runlog.RunLogFile(tmp_path / "refused.log")):
+        logger.warning("a run refused before its directory was written")
+    assert not (tmp_path / "refused.log").exists()
+    with caught(runlog.RunLogFile(tmp_path / "run.log")) as file:
+        logger.warning("before")
+        assert not (tmp_path / "run.log").exists()
+        file.open()
+        logger.warning("after")
+    lines = (tmp_path / "run.log").read_text(encoding="utf-8").splitlines()
+    assert [line.split(" ", 2)[2] for line in lines] == ["WARNING seqtrans.somewhere: before",
+                                                         "WARNING seqtrans.somewhere: after"]
+
+
+@contextlib.contextmanager
+def caught(handler: runlog.RunLogFile) -> Iterator[runlog.RunLogFile]:
+    """``handler`` on the root logger while inside, then closed."""
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        handler.close()

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqtrans.cli import _progress, build_parser
+from seqtrans.cli import build_parser
+from seqtrans.cli.arguments import progress
 from seqtrans.config import ModelConfig, RunConfig, TrainConfig
 from seqtrans.data.batches import Pairs
 from seqtrans.errors import ConfigError
@@ -125,10 +126,10 @@ def test_the_bar_counts_minutes_when_the_time_budget_binds(tmp_path: Path, conso
 def test_the_progress_option_forces_bars_on_or_off() -> None:
     parser = build_parser()
     assert not sys.stderr.isatty()
-    assert not _progress(parser.parse_args(["tasks"]))
-    assert _progress(parser.parse_args(["--progress", "on", "tasks"]))
-    assert _progress(parser.parse_args(["-q", "--progress", "on", "tasks"]))
-    assert not _progress(parser.parse_args(["--progress", "off", "tasks"]))
+    assert not progress(parser.parse_args(["tasks"]))
+    assert progress(parser.parse_args(["--progress", "on", "tasks"]))
+    assert progress(parser.parse_args(["-q", "--progress", "on", "tasks"]))
+    assert not progress(parser.parse_args(["--progress", "off", "tasks"]))
 
 
 TINY_COPY = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16", "model.d_ff=32",

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from seqtrans.data.vocab import BOS, SPECIALS, Vocab
+
+if TYPE_CHECKING:  # torch is imported where tensors are made: listing the tasks loads no torch
+    from torch import Tensor
 
 #: The logits bias of a symbol the model does not have as an output: e^-100 of the mass
 #: of any real symbol, nothing in float32, yet finite, so that label smoothing still has
@@ -46,6 +47,8 @@ class IdMap:
     @property
     def order(self) -> Tensor:
         """The model's row for each seqtrans id.  -> [V + 1]"""
+        import torch
+
         return torch.tensor(self.hf_ids)
 
     def symbols_of(self, ids: Sequence[int]) -> list[str]:
@@ -100,6 +103,8 @@ def rows(table: Tensor, order: Tensor) -> Tensor:
 def logits_bias(bias: Tensor | None, order: Tensor) -> Tensor:
     """The output bias in seqtrans's order: the model's (zeros where it has none), with
     :data:`ABSENT_LOGIT` for ``<s>``, which the model never emits.  [V] -> [V + 1]"""
+    import torch
+
     out = torch.zeros(order.numel()) if bias is None else rows(bias.float(), order).clone()
     out[BOS] = ABSENT_LOGIT
     return out
