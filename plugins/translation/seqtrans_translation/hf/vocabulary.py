@@ -22,7 +22,7 @@ Shapes: V the model's vocabulary (rows of its embedding matrix).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from seqtrans.data.vocab import BOS, SPECIALS, Vocab
@@ -43,6 +43,17 @@ class IdMap:
 
     vocab: Vocab
     hf_ids: tuple[int, ...]  # [V + 1]: seqtrans id -> model id
+    # the two lookups, made once: a model's vocabulary may hold 256,206 symbols
+    _symbol: dict[int, str] = field(init=False, repr=False, compare=False)
+    _hf_id: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        symbol: dict[int, str] = {}
+        for ours, theirs in enumerate(self.hf_ids):
+            if ours != BOS:  # <s> repeats the decoder start's row; the id's own symbol names it
+                symbol.setdefault(theirs, self.vocab.symbols[ours])
+        object.__setattr__(self, "_symbol", symbol)
+        object.__setattr__(self, "_hf_id", {s: self.hf_ids[i] for i, s in enumerate(self.vocab.symbols)})
 
     @property
     def order(self) -> Tensor:
@@ -53,20 +64,11 @@ class IdMap:
 
     def symbols_of(self, ids: Sequence[int]) -> list[str]:
         """The seqtrans symbols of model ids."""
-        table = self._symbol_of_id()
-        return [table[i] for i in ids]
+        return [self._symbol[i] for i in ids]
 
     def ids_of(self, symbols: Sequence[str]) -> list[int]:
         """The model ids of seqtrans symbols (``<s>`` gives the decoder start's id)."""
-        index = {s: i for i, s in enumerate(self.vocab.symbols)}
-        return [self.hf_ids[index[s]] for s in symbols]
-
-    def _symbol_of_id(self) -> dict[int, str]:
-        out: dict[int, str] = {}
-        for ours, theirs in enumerate(self.hf_ids):
-            if ours != BOS:  # <s> repeats the decoder start's row; the id's own symbol names it
-                out.setdefault(theirs, self.vocab.symbols[ours])
-        return out
+        return [self._hf_id[s] for s in symbols]
 
 
 def id_map(tokens: Mapping[int, str], *, size: int, pad: int, eos: int, unk: int, start: int) -> IdMap:
