@@ -11,6 +11,7 @@ engine's own export (:mod:`seqtrans.inference.export`) and is not listed here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -18,6 +19,9 @@ from seqtrans.errors import TaskError, UsageError
 from seqtrans.tasks import discovery
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
+    from seqtrans.config import RunConfig
     from seqtrans.inference.loading import Loaded
 
 GROUP = "seqtrans.formats"
@@ -61,3 +65,25 @@ def load(name: str) -> ModelFormat:
             f"model format {entries[0].label}: {entries[0].target} has no import_model and export_model"
         )
     return obj
+
+
+def write_run(out: Path, config: RunConfig, assets: Mapping[str, bytes], weights: Mapping[str, Tensor], *,
+              imported: str) -> Path:
+    """Write an imported model as the new run directory ``out``, whole or not at all (made
+    beside it, then renamed): ``config.json``, the vocabulary files in ``vocab/`` and the
+    weights as ``checkpoints/average.pt``, which ``imported`` describes (the format and
+    the model's directory). What every format's ``import_model`` ends with."""
+    from seqtrans import config as cfg
+    from seqtrans.runtime import atomic
+    from seqtrans.training import checkpoint
+
+    settings = cfg.to_dict(config)
+    payload = {"format": checkpoint.FORMAT, "config": settings, "assets": dict(assets),
+               "model": dict(weights), "imported": imported}
+    with atomic.new_directory(out) as scratch:
+        atomic.write_json(scratch / "config.json", settings)
+        (scratch / "vocab").mkdir()
+        for name, data in assets.items():
+            (scratch / "vocab" / name).write_bytes(data)
+        checkpoint.save_atomic(payload, scratch / "checkpoints" / "average.pt")
+    return out

@@ -15,8 +15,7 @@ from torch import Tensor
 from seqtrans import config as cfg
 from seqtrans.config import ModelConfig, RunConfig
 from seqtrans.errors import DataError
-from seqtrans.runtime import atomic
-from seqtrans.training import checkpoint
+from seqtrans.inference.formats import write_run
 from seqtrans_translation.config import TranslationConfig
 from seqtrans_translation.hf import bart
 from seqtrans_translation.hf.codec import ORIGINALS, TOKENIZER, HFCodec, Layout, load_tokenizer
@@ -121,15 +120,7 @@ def import_hf(directory: Path, *, out: Path, allow_pickle: bool = False) -> Path
 
         return import_marian(directory, out=out, allow_pickle=allow_pickle)
     config, codec, state = read_model(directory, allow_pickle=allow_pickle)
-    assets = codec.files()
-    payload = {"format": checkpoint.FORMAT, "config": cfg.to_dict(config), "assets": assets, "model": state,
-               "imported": f"hf {s.get('model_type', str)} {directory.name}"}
-    with atomic.new_directory(out) as scratch:
-        atomic.write_json(scratch / "config.json", cfg.to_dict(config))
-        (scratch / "vocab").mkdir()
-        for name, blob in assets.items():
-            (scratch / "vocab" / name).write_bytes(blob)
-        checkpoint.save_atomic(payload, scratch / "checkpoints" / "average.pt")
+    write_run(out, config, codec.files(), state, imported=f"hf {s.get('model_type', str)} {directory.name}")
     m = config.model
     log.info("imported %s (%s, %d symbols, %d+%d layers of width %d) as %s", directory,
              s.get("model_type", str), len(codec.ids.vocab), m.encoder_layers, m.decoder_layers, m.d_model,

@@ -40,8 +40,7 @@ from seqtrans import config as cfg
 from seqtrans.config import ModelConfig, RunConfig
 from seqtrans.data.vocab import SPECIALS, Vocab
 from seqtrans.errors import ConfigError, DataError
-from seqtrans.runtime import atomic
-from seqtrans.training import checkpoint
+from seqtrans.inference.formats import write_run
 from seqtrans_translation.config import TranslationConfig
 from seqtrans_translation.hf_marian.tensors import read_weights, weights_file
 from seqtrans_translation.presets import DEFAULTS
@@ -362,20 +361,7 @@ def import_marian(directory: Path, *, out: Path, allow_pickle: bool = False) -> 
     path = weights_file(directory, allow_pickle=allow_pickle)
     state = weights(read_weights(path), model, order, path, vocab_size=marian["vocab_size"])
     config = run_config(model, directory)
-    assets = codec.files()
-    payload = {
-        "format": checkpoint.FORMAT,
-        "config": cfg.to_dict(config),
-        "assets": assets,
-        "model": state,
-        "imported": f"hf-marian {directory.name}",
-    }
-    with atomic.new_directory(out) as scratch:
-        atomic.write_json(scratch / "config.json", cfg.to_dict(config))
-        (scratch / "vocab").mkdir()
-        for name, data in assets.items():
-            (scratch / "vocab" / name).write_bytes(data)
-        checkpoint.save_atomic(payload, scratch / "checkpoints" / "average.pt")
+    write_run(out, config, codec.files(), state, imported=f"hf-marian {directory.name}")
     log.info(
         "imported %s (%d symbols, %d+%d layers of width %d) as %s",
         directory,
