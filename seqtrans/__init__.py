@@ -86,6 +86,11 @@ if TYPE_CHECKING:
     from seqtrans.tasks.protocol import Codec, Example, Skipped, Task, TaskClass
 
 
+def __dir__() -> list[str]:
+    """The public names, loaded or not: what ``dir(seqtrans)`` and completion show."""
+    return list(__all__)
+
+
 def __getattr__(name: str) -> Any:
     if name == "tasks":
         return importlib.import_module("seqtrans.tasks")
