@@ -6,6 +6,7 @@ decodes incrementally as it computes whole targets, and leaving them off changes
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -18,6 +19,8 @@ from seqtrans.attention.cache import KVCache
 from seqtrans.config import ModelConfig
 from seqtrans.data.vocab import BOS, EOS
 from seqtrans.errors import ConfigError
+from seqtrans.linear.int8 import Int8Linear
+from seqtrans.linear.quantize import int8_only, quantized
 from seqtrans.model.norms import RMSNorm
 from seqtrans.model.relative import RelativePositionBias, relative_buckets
 from seqtrans.model.transformer import FeedForward
@@ -27,7 +30,8 @@ pytestmark = pytest.mark.usefixtures("no_grad")
 #: every variant on at once, as T5 v1.1 has them (few buckets, so that 12 positions reach the log-spaced ones)
 VARIANTS = {"norm": "pre", "norm_kind": "rms", "norm_eps": 1e-6, "positions": "relative",
             "relative_buckets": 8, "relative_max_distance": 12, "bias": False, "attention_scale": False,
-            "head_dim": 6, "activation": "gelu_tanh", "gated_ffn": True, "scale_embeddings": False, "scale_output": True}
+            "head_dim": 6, "activation": "gelu_tanh", "gated_ffn": True, "scale_embeddings": False,
+            "scale_output": True}
 
 
 def reference_bucket(relative: int, *, bidirectional: bool, buckets: int, max_distance: int) -> int:
@@ -237,3 +241,14 @@ def test_gelu_tanh_is_the_tanh_approximation() -> None:
     x = torch.linspace(-4, 4, 81)
     ffn = FeedForward(1, 1, dropout=0.0, activation="gelu_tanh")
     torch.testing.assert_close(ffn.activation(x), F.gelu(x, approximate="tanh"))
+
+
+def test_int8_decoding_copies_of_the_variants_quantize_every_layer_and_stay_close() -> None:
+    model = tiny_model(vocab=40, seed=0, d_model=32, d_ff=64, **VARIANTS)
+    src = torch.tensor([[4, 5, 6, 7, 8, 9, 10, 11, EOS], [9, 30, 12, EOS, 0, 0, 0, 0, 0]])
+    tgt = torch.cat([torch.full((2, 1), BOS), src[:, :6]], dim=1)
+    expected = model(src, tgt).log_softmax(-1)
+    for twin in (quantized(model), int8_only(copy.deepcopy(model))):
+        assert isinstance(twin.encoder_layers[0].ffn.gate, Int8Linear)
+        assert not any(type(m) is torch.nn.Linear for m in twin.modules())
+        assert (twin(src, tgt).log_softmax(-1) - expected).abs().max() < 0.15

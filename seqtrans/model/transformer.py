@@ -311,8 +311,9 @@ class Transformer(nn.Module):
         self.decoder_relative_bias: RelativePositionBias | None = None
         if c.positions == "relative":
             def relative(bidirectional: bool) -> RelativePositionBias:
-                return RelativePositionBias(c.heads, buckets=c.relative_buckets, max_distance=c.relative_max_distance,
-                                            bidirectional=bidirectional, d_model=c.d_model)
+                return RelativePositionBias(c.heads, buckets=c.relative_buckets,
+                                            max_distance=c.relative_max_distance, bidirectional=bidirectional,
+                                            d_model=c.d_model)
 
             self.relative_bias = relative(True)
             self.decoder_relative_bias = relative(False)
