@@ -115,6 +115,13 @@ def test_int8_stores_quantized_weights_that_decode(tmp_path: Path) -> None:
     ({"encoder_attention": "restricted"}, "model.encoder_attention"),
     ({"causal_encoder": True}, "model.causal_encoder"),
     ({"wait_k": 3}, "model.wait_k"),
+    ({"positions": "relative"}, "model.positions"),
+    ({"norm_kind": "rms"}, "model.norm_kind"),
+    ({"gated_ffn": True}, "model.gated_ffn"),
+    ({"bias": False}, "model.bias"),
+    ({"attention_scale": False}, "model.attention_scale"),
+    ({"head_dim": 8}, "model.head_dim"),
+    ({"scale_output": True}, "model.scale_output"),
 ])
 def test_what_ctranslate2_cannot_compute_is_refused_by_its_setting(overrides: dict[str, object], key: str,
                                                                    tmp_path: Path) -> None:

@@ -57,7 +57,7 @@ def test_shared_vocabulary_ties_embeddings_and_output() -> None:
 def test_embeddings_are_scaled_by_sqrt_d_model() -> None:
     model = tiny_model(encoder_layers=1, decoder_layers=1)
     tokens = torch.tensor([[5, 6]])
-    x = model._embed(model.source_embed, tokens, 0)
+    x = model._embed(model.source_embed, tokens, 0, source=True)
     expected = model.source_embed.weight[tokens] * 4.0 + model.positions(2, device=tokens.device)
     torch.testing.assert_close(x, expected)
 

@@ -54,7 +54,7 @@ def test_unscaled_embeddings_with_a_norm() -> None:
     tokens = torch.tensor([[5, 6, 7]])
     summed = model.source_embed.weight[tokens] + model.positions(3, device=tokens.device)
     expected = F.layer_norm(summed, (16,), model.embedding_norm.weight, model.embedding_norm.bias)
-    torch.testing.assert_close(model._embed(model.source_embed, tokens, 0), expected)
+    torch.testing.assert_close(model._embed(model.source_embed, tokens, 0, source=True), expected)
 
 
 def test_output_bias_is_added_to_every_logit() -> None:

@@ -3,8 +3,9 @@
 The engine has three attention sites, each configured by a ``model`` key:
 ``encoder_attention`` and ``decoder_attention`` (self-attention) and ``cross_attention``
 (encoder-decoder attention). A site takes a module with the call signature of its
-family: self-attention ``forward(x, mask=..., causal=..., cache=...)`` with
-``new_cache(rows, capacity, like=...)``; encoder-decoder attention
+family: self-attention ``forward(x, mask=..., causal=..., cache=..., position_bias=...)``
+with ``new_cache(rows, capacity, like=...)`` (a module that cannot add a position bias
+to its logits refuses one); encoder-decoder attention
 ``prepare(memory, mask) -> state`` (once per source) then ``forward(x, state)``. Every
 piece of per-sentence or per-hypothesis decoding state implements
 ``reorder(rows, sentences)``. See docs/attention.md for the mechanisms.
@@ -55,7 +56,7 @@ class DecodingState(Protocol):
 
 class SelfAttentionModule(Protocol):
     def __call__(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False,
-                 cache: KVCache | None = None) -> Tensor: ...
+                 cache: KVCache | None = None, position_bias: Tensor | None = None) -> Tensor: ...
 
     def new_cache(self, rows: int, capacity: int, *, like: Tensor) -> KVCache: ...
 
@@ -131,14 +132,17 @@ SCORES: dict[str, Callable[[ModelConfig], Any]] = {
 
 # The mechanisms of each site, by their config name.
 SELF_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
-    "scaled_dot": lambda c: SelfAttention(c.d_model, c.heads, dropout=c.attention_dropout),
+    "scaled_dot": lambda c: SelfAttention(c.d_model, c.heads, dropout=c.attention_dropout,
+                                          head_dim=c.head_dim, bias=c.bias, scaled=c.attention_scale,
+                                          relative=c.positions == "relative"),
     **{name: _content_self(score) for name, score in SCORES.items()},
     "restricted": lambda c: RestrictedSelfAttention(c.d_model, c.heads, radius=c.restricted_radius,
                                                     dropout=c.attention_dropout),
 }
 
 CROSS_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
-    "scaled_dot": lambda c: CrossAttention(c.d_model, c.heads, dropout=c.attention_dropout, lag=c.wait_k),
+    "scaled_dot": lambda c: CrossAttention(c.d_model, c.heads, dropout=c.attention_dropout, lag=c.wait_k,
+                                           head_dim=c.head_dim, bias=c.bias, scaled=c.attention_scale),
     **{name: _content_cross(score) for name, score in SCORES.items()},
     "local": lambda c: LocalAttention(c.d_model, c.heads, window=c.local_window,
                                       alignment=c.local_alignment, dropout=c.attention_dropout),

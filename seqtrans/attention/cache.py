@@ -135,14 +135,15 @@ class BeamKVCache(KVCache):
         self.store(k, v)
         return self.gathered()
 
-    def attend(self, q: Tensor) -> Tensor:
+    def attend(self, q: Tensor, *, scale: float | None = None) -> Tensor:
         """Softmax attention of one new query per hypothesis, q [N, H, 1, d], over all
-        positions stored so far (:meth:`store` them first) -> [N, H, 1, d]."""
+        positions stored so far (:meth:`store` them first), its logits multiplied by
+        ``scale`` (None: 1/sqrt(d)) -> [N, H, 1, d]."""
         from seqtrans.native import beam_attention_unchecked
 
         # the rows are the cache's own, each a row it wrote: no need to check them at every step
         out = beam_attention_unchecked(q.squeeze(2).contiguous(), self._k, self._v, self.sources[: self.rows],
-                                       self.length, group=self.beam)
+                                       self.length, group=self.beam, scale=scale)
         return out.unsqueeze(2)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:

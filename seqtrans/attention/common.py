@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqtrans.model.masks import causal_mask, key_mask
+from seqtrans.model.masks import additive_mask, causal_mask, key_mask
 
 
 def masked_softmax(scores: Tensor, allowed: Tensor | None, *, dim: int = -1) -> Tensor:
@@ -95,13 +95,16 @@ def prefix_lengths(mask: Tensor) -> list[int] | None:
     return lengths.tolist() if torch.equal(prefix, mask) else None
 
 
-def each_sentence(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], *, causal: bool) -> Tensor:
+def each_sentence(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], *, causal: bool,
+                  scale: float | None = None, bias: Tensor | None = None) -> Tensor:
     """Attention of each sentence over its first ``lengths[i]`` keys, its real queries in
     the call a batch of that sentence alone makes (no mask, so the same bits), its padded
     queries in a call of their own (over the real keys, as a key mask has them).
     Sentences of one length share a call: the kernel computes each (sentence, head) on its
     own, with blocks set by the lengths alone, so the bits are those of a call per sentence
     (tests/decoding/test_batch_invariance.py), at a call per length rather than per sentence.
+    ``scale`` multiplies the logits (None: 1/sqrt(d)); ``bias`` [1, H, T, T], the same for
+    every sentence (relative positions), is added to them.
     q, k, v [N, H, T, d] -> [N, H, T, d]"""
     out = torch.empty_like(q)
     groups: dict[int, list[int]] = {}
@@ -116,8 +119,16 @@ def each_sentence(q: Tensor, k: Tensor, v: Tensor, lengths: list[int], *, causal
         index: slice | Tensor = (slice(first, last) if last - first == len(rows)
                                  else torch.tensor(rows, device=q.device))
         kr, vr = k[index, :, :length], v[index, :, :length]
-        out[index, :, :length] = F.scaled_dot_product_attention(q[index, :, :length], kr, vr,
-                                                                is_causal=causal)
+        if bias is None:
+            out[index, :, :length] = F.scaled_dot_product_attention(q[index, :, :length], kr, vr,
+                                                                    is_causal=causal, scale=scale)
+        else:
+            real = bias[:, :, :length, :length]  # [1, H, length, length]
+            allowed = causal_mask(length, length, device=q.device) if causal else None
+            out[index, :, :length] = F.scaled_dot_product_attention(
+                q[index, :, :length], kr, vr, attn_mask=additive_mask(real, allowed), scale=scale)
         if length < q.size(2):
-            out[index, :, length:] = F.scaled_dot_product_attention(q[index, :, length:], kr, vr)
+            padded = None if bias is None else bias[:, :, length:, :length]  # [1, H, T - length, length]
+            out[index, :, length:] = F.scaled_dot_product_attention(q[index, :, length:], kr, vr,
+                                                                    attn_mask=padded, scale=scale)
     return out

@@ -76,7 +76,10 @@ class ContentSelfAttention(_ScoredHeads):
         return KVCache(rows, self.heads, d, capacity, dtype=like.dtype, device=like.device)
 
     def forward(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False,
-                cache: KVCache | None = None) -> Tensor:
+                cache: KVCache | None = None, position_bias: Tensor | None = None) -> Tensor:
+        if position_bias is not None:
+            raise ValueError("attention with a score function takes no position bias "
+                             "(model.positions=relative)")
         keys = self.score.keys(x)  # [N, H, T, d]
         values = split_heads(x, self.heads)  # [N, H, T, d]
         if cache is not None:

@@ -5,7 +5,8 @@ the inputs its forward pass reads: nothing is kept on modules, and a forward pas
 was not asked for maps does no extra work. A :class:`Recorder` passed down the layers'
 forward calls collects them, layer by layer.
 
-- self-attention: ``weights(x [B, T, D], *, mask=[B, T] | None, causal=bool) -> [B, H, T, T]``
+- self-attention: ``weights(x [B, T, D], *, mask=[B, T] | None, causal=bool) -> [B, H, T, T]``,
+  and ``position_bias=[1, H, T, T]`` where the model adds one (``model.positions=relative``)
 - encoder-decoder: ``weights(x [B, T, D], memory [B, S, D], mask [B, S]) -> CrossWeights``:
   ``[B, H, T, S]`` for mechanisms that attend over source positions, :class:`MemoryWeights`
   for memory attention, :class:`MonotonicWeights` for monotonic attention (one monotonic head
@@ -19,7 +20,7 @@ Shapes: B sentences, S source, T target, H heads, D model, M memory slots (Britz
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from torch import Tensor
 
@@ -95,11 +96,12 @@ class Recorder:
     decoder: list[Tensor] = field(default_factory=list)
     cross: list[CrossWeights] = field(default_factory=list)
 
-    def encoder_self(self, module: object, x: Tensor, *, mask: Tensor | None, causal: bool) -> None:
-        self.encoder.append(_self_weights(module).weights(x, mask=mask, causal=causal))
+    def encoder_self(self, module: object, x: Tensor, *, mask: Tensor | None, causal: bool,
+                     position_bias: Tensor | None = None) -> None:
+        self.encoder.append(_weights(module, x, mask=mask, causal=causal, position_bias=position_bias))
 
-    def decoder_self(self, module: object, x: Tensor) -> None:
-        self.decoder.append(_self_weights(module).weights(x, causal=True))
+    def decoder_self(self, module: object, x: Tensor, *, position_bias: Tensor | None = None) -> None:
+        self.decoder.append(_weights(module, x, mask=None, causal=True, position_bias=position_bias))
 
     def encoder_decoder(self, module: object, x: Tensor) -> None:
         if self.memory is None or self.mask is None:
@@ -112,7 +114,17 @@ class Recorder:
         return AttentionMaps(self.encoder, self.decoder, self.cross)
 
 
-def _self_weights(module: object) -> SelfWeights:
+class BiasedSelfWeights(Protocol):
+    """Self-attention whose logits take a position bias (``model.positions=relative``)."""
+
+    def weights(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False,
+                position_bias: Tensor | None = None) -> Tensor: ...
+
+
+def _weights(module: object, x: Tensor, *, mask: Tensor | None, causal: bool,
+             position_bias: Tensor | None) -> Tensor:
     if not isinstance(module, SelfWeights):
         raise NoAttentionWeights(f"{type(module).__name__} does not report its attention weights")
-    return module
+    if position_bias is None:
+        return module.weights(x, mask=mask, causal=causal)
+    return cast(BiasedSelfWeights, module).weights(x, mask=mask, causal=causal, position_bias=position_bias)

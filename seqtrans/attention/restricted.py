@@ -35,7 +35,9 @@ class RestrictedSelfAttention(SelfAttention):
         self.weight_dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False,
-                cache: KVCache | None = None) -> Tensor:
+                cache: KVCache | None = None, position_bias: Tensor | None = None) -> Tensor:
+        if position_bias is not None:
+            raise ValueError("restricted attention takes no position bias (model.positions=relative)")
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))  # [N, H, T, d]
         q = q * q.size(-1) ** -0.5
         if cache is None:
@@ -46,8 +48,11 @@ class RestrictedSelfAttention(SelfAttention):
             out = self._cached(q, *cache.append(k, v), causal)
         return self.out(merge_heads(out))
 
-    def weights(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+    def weights(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False,
+                position_bias: Tensor | None = None) -> Tensor:
         """The window's weights placed in the full matrix, zero outside it.  x [N, T, D] -> [N, H, T, T]"""
+        if position_bias is not None:
+            raise ValueError("restricted attention takes no position bias (model.positions=relative)")
         q, k, _ = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))  # [N, H, T, d]
         t = x.size(1)
         pos = torch.arange(t, device=x.device)

@@ -20,8 +20,17 @@ hypothesis (float32, with the native kernels) self-attention over the cache and
 encoder-decoder attention over each source's own length in
 :func:`seqtrans.native.beam_attention`, whose sums run in an order no other row changes.
 
+Variants of the paper's attention that models trained elsewhere use (T5's, Raffel et al.
+2020), each a model option: heads of another width than D/H (``model.head_dim``),
+projections without biases (``model.bias``), logits not divided by sqrt(d)
+(``model.attention_scale``), and self-attention logits plus a bias that the caller
+computes from the positions (``position_bias``, ``model.positions=relative``). The
+native kernel adds no such bias: self-attention that takes one goes through SDPA with
+a float mask, its cache a :class:`KVCache`.
+
 Shapes: B sentences, K hypotheses per sentence (beam), N = B*K rows, S source,
-T target (new tokens this call), L cached target positions, H heads, D model, d = D/H.
+T target (new tokens this call), L cached target positions, H heads, D model, d the
+width of a head (D/H unless ``model.head_dim`` says).
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from torch import Tensor, nn
 
 from seqtrans.attention.cache import BeamKVCache, KVCache, new_cache
 from seqtrans.attention.common import each_sentence, masked_softmax, prefix_lengths, self_attention_mask
-from seqtrans.model.masks import causal_mask, key_mask
+from seqtrans.model.masks import additive_mask, causal_mask, key_mask
 
 if TYPE_CHECKING:
     from seqtrans.attention.monotonic import SourceStream
@@ -64,51 +73,75 @@ def waiting(lag: int | None) -> Iterator[None]:
 
 
 def split_heads(x: Tensor, heads: int) -> Tensor:
-    """[N, T, D] -> [N, H, T, d]"""
-    n, t, d_model = x.shape
-    return x.view(n, t, heads, d_model // heads).transpose(1, 2)
+    """[N, T, H*d] -> [N, H, T, d]"""
+    n, t, width = x.shape
+    return x.view(n, t, heads, width // heads).transpose(1, 2)
 
 
 def merge_heads(x: Tensor) -> Tensor:
-    """[N, H, T, d] -> [N, T, D]"""
+    """[N, H, T, d] -> [N, T, H*d]"""
     n, h, t, d = x.shape
     return x.transpose(1, 2).reshape(n, t, h * d)
+
+
+def _projections(*pairs: tuple[int, int], bias: bool) -> list[nn.Linear]:
+    """Linear layers [in -> out] for each (in, out) pair, with or without biases."""
+    return [nn.Linear(i, o, bias=bias) for i, o in pairs]
+
+
+def _zero_biases(*layers: nn.Linear) -> None:
+    for layer in layers:
+        if layer.bias is not None:
+            nn.init.zeros_(layer.bias)
 
 
 class SelfAttention(nn.Module):
     """Multi-head self-attention with one fused query/key/value projection.
 
-    ``forward(x [N, T, D], mask=[N, T] | None, causal=bool, cache=KVCache | None) -> [N, T, D]``
+    ``forward(x [N, T, D], mask=[N, T] | None, causal=bool, cache=KVCache | None,
+    position_bias=[1, H, T, L] | None) -> [N, T, D]``
+
+    ``head_dim`` (default D/H), ``bias`` and ``scaled`` (logits divided by sqrt(d)) are
+    the model's options; ``relative``: the caller adds a ``position_bias`` to the logits
+    at every call, so that decoding keeps a :class:`KVCache` (the native kernel, which a
+    :class:`BeamKVCache` needs, adds none).
     """
 
-    def __init__(self, d_model: int, heads: int, *, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, heads: int, *, dropout: float = 0.0, head_dim: int | None = None,
+                 bias: bool = True, scaled: bool = True, relative: bool = False) -> None:
         super().__init__()
         self.heads = heads
         self.dropout = dropout
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.out = nn.Linear(d_model, d_model)
+        self.scale = None if scaled else 1.0  # None: SDPA's and the kernel's 1/sqrt(d)
+        self.relative = relative
+        inner = heads * (head_dim or d_model // heads)
+        self.qkv, self.out = _projections((d_model, 3 * inner), (inner, d_model), bias=bias)
         nn.init.xavier_uniform_(self.qkv.weight, gain=1 / math.sqrt(2))
         nn.init.xavier_uniform_(self.out.weight)
-        nn.init.zeros_(self.qkv.bias)
-        nn.init.zeros_(self.out.bias)
+        _zero_biases(self.qkv, self.out)
 
     def new_cache(self, rows: int, capacity: int, *, like: Tensor) -> KVCache:
         """A cache for ``rows`` hypotheses (:func:`seqtrans.attention.cache.new_cache`)."""
-        return new_cache(rows, self.heads, self.out.in_features // self.heads, capacity, like=like)
+        head_dim = self.out.in_features // self.heads
+        if self.relative:
+            return KVCache(rows, self.heads, head_dim, capacity, dtype=like.dtype, device=like.device)
+        return new_cache(rows, self.heads, head_dim, capacity, like=like)
 
     def forward(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False,
-                cache: KVCache | None = None) -> Tensor:
-        q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 x [N, T, D]
+                cache: KVCache | None = None, position_bias: Tensor | None = None) -> Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 x [N, T, H*d]
         q, k, v = (split_heads(t, self.heads) for t in (q, k, v))  # [N, H, T, d]
+        if position_bias is not None:
+            return self.out(merge_heads(self._biased(q, k, v, position_bias, mask=mask, causal=causal,
+                                                     cache=cache)))
         one_query = q.size(2) == 1 and q.dtype == torch.float32 and mask is None
         if isinstance(cache, BeamKVCache) and one_query:
             cache.store(k, v)
-            return self.out(merge_heads(cache.attend(q)))
-        if (mask is not None and cache is None and x.device.type == "cpu" and not self.training
-                and not torch.is_grad_enabled()):  # decoding on the CPU, the same bits in any batch
+            return self.out(merge_heads(cache.attend(q, scale=self.scale)))
+        if mask is not None and cache is None and self._decoding_on_cpu(x):  # the same bits in any batch
             lengths = prefix_lengths(mask)
             if lengths is not None:
-                return self.out(merge_heads(each_sentence(q, k, v, lengths, causal=causal)))
+                return self.out(merge_heads(each_sentence(q, k, v, lengths, causal=causal, scale=self.scale)))
         attn_mask = key_mask(mask) if mask is not None else None  # [N, 1, 1, T]
         is_causal = causal
         if cache is not None:
@@ -123,16 +156,49 @@ class SelfAttention(nn.Module):
             is_causal = False
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, is_causal=is_causal,
-            dropout_p=self.dropout if self.training else 0.0,
+            dropout_p=self.dropout if self.training else 0.0, scale=self.scale,
         )  # [N, H, T, d]
         return self.out(merge_heads(out))
 
-    def weights(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False) -> Tensor:
-        """softmax(q k^T / sqrt(d)) over the allowed keys.  x [N, T, D] -> [N, H, T, T]"""
+    def _decoding_on_cpu(self, x: Tensor) -> bool:
+        return x.device.type == "cpu" and not self.training and not torch.is_grad_enabled()
+
+    def _biased(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor, *, mask: Tensor | None, causal: bool,
+                cache: KVCache | None) -> Tensor:
+        """Attention whose logits get ``bias`` [1, H, T, L] added, through SDPA with a float
+        mask (bias where allowed, -inf elsewhere).  q, k, v [N, H, T, d] -> [N, H, T, d]"""
+        bias = bias.to(q.dtype)
+        if cache is not None:
+            if mask is not None:
+                raise ValueError("a key padding mask cannot be combined with a cache")
+            k, v = cache.append(k, v)  # [N, H, L, d]
+        elif mask is not None and self._decoding_on_cpu(q):  # the same bits in any batch
+            lengths = prefix_lengths(mask)
+            if lengths is not None:
+                return each_sentence(q, k, v, lengths, causal=causal, scale=self.scale, bias=bias)
+        # the queries are the last T of L positions; one new query may see every key
+        allowed = self_attention_mask(mask, causal=causal and q.size(2) > 1, queries=q.size(2),
+                                      keys=k.size(2), device=q.device)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=additive_mask(bias, allowed), dropout_p=self.dropout if self.training else 0.0,
+            scale=self.scale,
+        )
+
+    def weights(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False,
+                position_bias: Tensor | None = None) -> Tensor:
+        """softmax(q k^T / sqrt(d) + bias) over the allowed keys.  x [N, T, D] -> [N, H, T, T]"""
         q, k, _ = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))  # [N, H, T, d]
         allowed = self_attention_mask(mask, causal=causal, queries=x.size(1), keys=x.size(1),
                                       device=x.device)
-        return masked_softmax(q @ k.transpose(-1, -2) * q.size(-1) ** -0.5, allowed)
+        scores = q @ k.transpose(-1, -2) * _scale(self.scale, q)  # [N, H, T, T]
+        if position_bias is not None:
+            scores = scores + position_bias
+        return masked_softmax(scores, allowed)
+
+
+def _scale(scale: float | None, q: Tensor) -> float:
+    """The factor of the logits: ``scale``, or 1/sqrt(d) where it is None."""
+    return q.size(-1) ** -0.5 if scale is None else scale
 
 
 @dataclass
@@ -187,17 +253,20 @@ class CrossAttention(nn.Module):
     ``forward(x [N, T, D], state) -> [N, T, D]`` with N a multiple of the state's B.
     """
 
-    def __init__(self, d_model: int, heads: int, *, dropout: float = 0.0, lag: int = 0) -> None:
+    def __init__(self, d_model: int, heads: int, *, dropout: float = 0.0, lag: int = 0,
+                 head_dim: int | None = None, bias: bool = True, scaled: bool = True) -> None:
         super().__init__()
         self.heads = heads
+        self.head_dim = head_dim or d_model // heads
         self.dropout = dropout
+        self.scale = None if scaled else 1.0  # None: SDPA's and the kernel's 1/sqrt(d)
         self.lag = lag  # wait-k (model.wait_k); 0: the whole source
-        self.q = nn.Linear(d_model, d_model)
-        self.kv = nn.Linear(d_model, 2 * d_model)
-        self.out = nn.Linear(d_model, d_model)
+        inner = heads * self.head_dim
+        self.q, self.kv, self.out = _projections((d_model, inner), (d_model, 2 * inner), (inner, d_model),
+                                                 bias=bias)
         for lin in (self.q, self.kv, self.out):
             nn.init.xavier_uniform_(lin.weight, gain=1 / math.sqrt(2) if lin is not self.out else 1.0)
-            nn.init.zeros_(lin.bias)
+        _zero_biases(self.q, self.kv, self.out)
 
     def prepare(self, memory: Tensor, mask: Tensor) -> CrossState:
         """memory [B, S, D], mask [B, S] (True at real tokens) -> keys and values per head."""
@@ -220,8 +289,7 @@ class CrossAttention(nn.Module):
     def follow(self, source: SourceStream, *, like: Tensor) -> CrossState:
         """The state of one hypothesis over a source that arrives while decoding: each step
         reads the source as far as its wait-k lag needs, or to its end without a lag."""
-        d = self.out.in_features // self.heads
-        empty = like.new_zeros(1, self.heads, 0, d)
+        empty = like.new_zeros(1, self.heads, 0, self.head_dim)
         lag = self.current_lag()
         return CrossState(empty, empty, None, lag=lag, source=source,
                           lengths=torch.zeros(1, dtype=torch.long, device=like.device))
@@ -243,14 +311,14 @@ class CrossAttention(nn.Module):
             state.lag = state.k.size(2)  # everything read: no position is hidden
 
     def forward(self, x: Tensor, state: CrossState) -> Tensor:
-        n, t, d_model = x.shape
+        n, t, _ = x.shape
         if state.source is not None:
             self._read(state, t)
         b = state.k.size(0)
         beam = n // b
         if t == 1 and not state.lag and state.source is None and self._native(x, state):
             return self.out(self._attend_each(x, state, beam))
-        q = self.q(x).view(b, beam, t, self.heads, d_model // self.heads)  # [B, K, T, H, d]
+        q = self.q(x).view(b, beam, t, self.heads, self.head_dim)  # [B, K, T, H, d]
         q = q.permute(0, 3, 1, 2, 4).reshape(b, self.heads, beam * t, -1)  # [B, H, K*T, d]
         mask = state.mask
         if state.lag:
@@ -259,10 +327,10 @@ class CrossAttention(nn.Module):
             state.offset += t
         out = F.scaled_dot_product_attention(
             q, state.k, state.v, attn_mask=mask,
-            dropout_p=self.dropout if self.training else 0.0,
+            dropout_p=self.dropout if self.training else 0.0, scale=self.scale,
         )  # [B, H, K*T, d]
         out = out.view(b, self.heads, beam, t, -1).permute(0, 2, 3, 1, 4)  # [B, K, T, H, d]
-        return self.out(out.reshape(n, t, d_model))
+        return self.out(out.reshape(n, t, self.heads * self.head_dim))  # [N, T, H*d]
 
     def _native(self, x: Tensor, state: CrossState) -> bool:
         """Whether this step goes through the native kernel: decoding in float32 on a CPU
@@ -283,9 +351,9 @@ class CrossAttention(nn.Module):
         from seqtrans.native import beam_attention, beam_attention_unchecked
 
         assert state.sizes is not None
-        n, _, d_model = x.shape
+        n = x.size(0)
         b, _, s, _ = state.k.shape
-        q = self.q(x).reshape(n, self.heads, d_model // self.heads).contiguous()  # [N, H, d]
+        q = self.q(x).reshape(n, self.heads, self.head_dim).contiguous()  # [N, H, d]
         attend = beam_attention_unchecked
         if state.native_rows is None or state.native_rows.shape != (n, s):
             sentence = torch.arange(b, device=x.device).repeat_interleave(beam)  # [N]
@@ -293,8 +361,8 @@ class CrossAttention(nn.Module):
             state.native_sizes = state.sizes.repeat_interleave(beam)  # [N]
             attend = beam_attention  # checked once, when the rows and lengths are new
         out = attend(q, state.k, state.v, state.native_rows, s, group=beam,
-                     lengths=state.native_sizes)  # [N, H, d]
-        return out.view(n, 1, d_model)
+                     lengths=state.native_sizes, scale=self.scale)  # [N, H, d]
+        return out.view(n, 1, self.heads * self.head_dim)  # [N, 1, H*d]
 
     def weights(self, x: Tensor, memory: Tensor, mask: Tensor) -> Tensor:
         """x [B, T, D], memory [B, S, D], mask [B, S] -> [B, H, T, S]"""
@@ -305,4 +373,4 @@ class CrossAttention(nn.Module):
         if lag:
             state = CrossState(k, k, None, lag=lag, lengths=mask.sum(1))
             allowed = allowed & state.visible(x.size(1)).unsqueeze(1)
-        return masked_softmax(q @ k.transpose(-1, -2) * q.size(-1) ** -0.5, allowed)
+        return masked_softmax(q @ k.transpose(-1, -2) * _scale(self.scale, q), allowed)

@@ -31,9 +31,15 @@ class ModelConfig:
 
     encoder_layers: int = option(6, "N, the number of encoder layers.")
     decoder_layers: int = option(6, "N, the number of decoder layers.")
-    d_model: int = option(512, "Model width d_model; d_k = d_v = d_model / heads.")
+    d_model: int = option(512, "Model width d_model; d_k = d_v = d_model / heads unless model.head_dim says.")
     d_ff: int = option(2048, "Inner width of the position-wise feed-forward layers.")
     heads: int = option(8, "h, the number of attention heads.")
+    head_dim: int = option(
+        0, "d_k = d_v, the width of each head's queries, keys and values; the attention projections are "
+        "heads * head_dim wide. 0: d_model / heads, as in the paper. Another width lets heads * head_dim "
+        "differ from d_model (not in the paper), as mT5-small has it (d_model 512, 6 heads of 64; Xue et al. "
+        "2021). Needs scaled_dot attention at every site."
+    )
     dropout: float = option(
         0.1, "P_drop: dropout on each sub-layer output and on embedding + position sums."
     )
@@ -42,8 +48,31 @@ class ModelConfig:
     norm: Literal["post", "pre"] = option(
         "post", "'post': LayerNorm(x + Sublayer(x)) as in the paper; 'pre': x + Sublayer(LayerNorm(x))."
     )
-    positions: Literal["sinusoidal", "learned"] = option(
-        "sinusoidal", "Positional encodings: sinusoidal, or learned (Table 3, row E)."
+    norm_kind: Literal["layer", "rms"] = option(
+        "layer", "The normalisation of every residual, of the final norms of pre-norm stacks and of "
+        "model.embedding_norm: 'layer', LayerNorm with a bias, as in the paper; 'rms', RMSNorm (Zhang and "
+        "Sennrich 2019): x / sqrt(mean(x^2) + eps) times a learned scale, with no mean subtracted and no "
+        "bias, as T5 has it (Raffel et al. 2020)."
+    )
+    norm_eps: float = option(
+        1e-5, "epsilon of every normalisation (model.norm_kind), added to the variance: 1e-5 is PyTorch's "
+        "LayerNorm default; T5's RMSNorm uses 1e-6."
+    )
+    positions: Literal["sinusoidal", "learned", "relative"] = option(
+        "sinusoidal", "Positional encodings: sinusoidal, or learned (Table 3, row E); 'relative' adds none "
+        "to the embeddings: instead every self-attention layer adds to its logits a learned bias per head "
+        "and bucket of relative distance (Raffel et al. 2020, section 2.1, as T5 has it), from one table "
+        "per stack (model.relative_buckets, model.relative_max_distance); the encoder's buckets tell the "
+        "two directions apart, the decoder's hold past positions only. Needs scaled_dot self-attention."
+    )
+    relative_buckets: int = option(
+        32, "positions=relative: buckets of relative distance per stack. In the decoder, half of them hold "
+        "one distance each and the rest log-spaced distances up to model.relative_max_distance; the "
+        "encoder splits them between the two directions, each as the decoder does (Raffel et al. 2020: 32)."
+    )
+    relative_max_distance: int = option(
+        128, "positions=relative: distances of this or more share their direction's last bucket (Raffel et "
+        "al. 2020: 128). More than half of model.relative_buckets."
     )
     sinusoid_layout: Literal["interleaved", "split"] = option(
         "interleaved", "Sinusoidal encodings: 'interleaved' sin and cos of each frequency as in the paper's "
@@ -62,9 +91,23 @@ class ModelConfig:
         True, "One position table and one embedding LayerNorm (model.embedding_norm) for both stacks; false: "
         "the encoder and the decoder each have their own (BART, mBART)."
     )
-    activation: Literal["relu", "gelu", "silu"] = option(
-        "relu", "Feed-forward activation: relu as in the paper; gelu (exact, erf form); silu (swish, "
-        "x * sigmoid(x))."
+    activation: Literal["relu", "gelu", "gelu_tanh", "silu"] = option(
+        "relu", "Feed-forward activation: relu as in the paper; gelu (exact, erf form); gelu_tanh (GELU's "
+        "tanh approximation, as GPT-2 and T5 v1.1 compute it); silu (swish, x * sigmoid(x))."
+    )
+    gated_ffn: bool = option(
+        False, "Gated feed-forward layers (not in the paper; Shazeer 2020, GLU variants): "
+        "FFN(x) = (act(x W1) * (x V)) W2, with a third matrix V; activation=gelu_tanh makes the gated GELU "
+        "of T5 v1.1, mT5 and ByT5 (Raffel et al. 2020's later checkpoints), silu SwiGLU."
+    )
+    bias: bool = option(
+        True, "Biases in the attention projections and the feed-forward layers, as in the paper; false: "
+        "none, as T5 has it (Raffel et al. 2020). Needs scaled_dot attention at every site."
+    )
+    attention_scale: bool = option(
+        True, "Divide the attention logits by sqrt(d_k) (paper, 3.2.1); false: no scaling, as T5 has it "
+        "(Raffel et al. 2020; its initialisation of the query projection makes up for it). Needs "
+        "scaled_dot attention at every site."
     )
     scale_embeddings: bool = option(
         True, "Multiply token embeddings by sqrt(d_model) before the positions are added (paper, 3.4)."
@@ -79,6 +122,10 @@ class ModelConfig:
         True, "Share source and target embeddings when the task's vocabulary is shared."
     )
     tie_output: bool = option(True, "Tie the pre-softmax projection to the target embeddings.")
+    scale_output: bool = option(
+        False, "Multiply the decoder's output by d_model^-0.5 before the pre-softmax projection (not in the "
+        "paper): T5 v1.0 does so, its projection being the tied embedding matrix (Raffel et al. 2020)."
+    )
     encoder_attention: Mechanism = option(
         "scaled_dot", "Encoder self-attention: scaled_dot, dot, general, additive, location or "
         "restricted (docs/attention.md)."
@@ -174,7 +221,8 @@ class ModelConfig:
                     "restricted_radius", "local_window", "memory_slots", "memory_heads"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"model.{key}", f"must be at least 1, got {getattr(self, key)}")
-        for key in ("location_max_length", "monotonic_dim", "monotonic_noise", "wait_k", "position_offset"):
+        for key in ("location_max_length", "monotonic_dim", "monotonic_noise", "wait_k", "position_offset",
+                    "head_dim"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"model.{key}", f"must not be negative, got {getattr(self, key)}")
         for key in ("encoder_attention", "decoder_attention"):
@@ -201,10 +249,31 @@ class ModelConfig:
                 "model.location_max_length",
                 f"model.{using_location[0]}=location needs the longest sequence it attends over; "
                 "set it to at least the longest source (and target, at self-attention sites) plus one")
-        if self.d_model % self.heads:
+        if self.d_model % self.heads and not self.head_dim:
             raise ConfigError(
-                "model.heads", f"d_model {self.d_model} is not divisible by {self.heads} heads"
+                "model.heads", f"d_model {self.d_model} is not divisible by {self.heads} heads "
+                "(model.head_dim sets another width)"
             )
+        # options only scaled dot-product attention implements
+        changed = (("head_dim", 0), ("bias", True), ("attention_scale", True))
+        scaled_dot_only = [key for key, default in changed if getattr(self, key) != default]
+        if self.positions == "relative":
+            scaled_dot_only.append("positions")
+        self_sites = ("encoder_attention", "decoder_attention")
+        for key in scaled_dot_only:
+            for site in self_sites if key == "positions" else (*self_sites, "cross_attention"):
+                if getattr(self, site) != "scaled_dot":
+                    raise ConfigError(f"model.{key}", f"{key}={getattr(self, key)!r} is a variant of scaled "
+                                      "dot-product attention; this model has "
+                                      f"model.{site}={getattr(self, site)}")
+        if self.relative_buckets < 4:
+            raise ConfigError("model.relative_buckets", f"must be at least 4, got {self.relative_buckets}")
+        if self.relative_max_distance <= self.relative_buckets // 2:
+            raise ConfigError("model.relative_max_distance",
+                              f"must be more than half of model.relative_buckets ({self.relative_buckets}), "
+                              f"got {self.relative_max_distance}")
+        if not (math.isfinite(self.norm_eps) and self.norm_eps > 0):
+            raise ConfigError("model.norm_eps", f"must be positive, got {self.norm_eps}")
         content = self.memory_decoder_score == "content"
         if self.memory_heads > 1 and (self.d_model % self.memory_heads or not content):
             raise ConfigError("model.memory_heads",
@@ -225,6 +294,11 @@ class ModelConfig:
         """The most positions a sequence may have (its end or start symbol included):
         ``max_positions`` with learned positions, None with sinusoidal ones (no limit)."""
         return self.max_positions if self.positions == "learned" else None
+
+    @property
+    def head_width(self) -> int:
+        """d_k = d_v: ``head_dim``, or d_model / heads where it is 0."""
+        return self.head_dim or self.d_model // self.heads
 
 
 @dataclass(frozen=True)

@@ -67,9 +67,13 @@ def unsupported(config: ModelConfig) -> list[tuple[str, str]]:
         problems.append(("model.causal_encoder", "CTranslate2's encoder is bidirectional"))
     if config.wait_k:
         problems.append(("model.wait_k", "CTranslate2's encoder-decoder attention has no wait-k mask"))
+    if config.positions == "relative":
+        problems.append(("model.positions", "this export writes a table of absolute positions; relative "
+                                            "position biases are not written"))
     # options this export does not write yet (the position table is written out whatever its layout)
     defaults = ModelConfig()
-    for key in ("activation", "scale_embeddings", "embedding_norm", "output_bias"):
+    for key in ("activation", "gated_ffn", "scale_embeddings", "embedding_norm", "output_bias", "norm_kind",
+                "bias", "attention_scale", "head_dim", "scale_output"):
         if getattr(config, key) != getattr(defaults, key):
             problems.append((f"model.{key}", f"this export writes only {key}={getattr(defaults, key)!r}"))
     return problems
@@ -128,7 +132,7 @@ def _attention(spec: Any, module: object, *, cross: bool) -> None:
         _linear(linear_spec, linear)
 
 
-def _feed_forward(spec: Any, ffn: FeedForward, norm: nn.LayerNorm) -> None:
+def _feed_forward(spec: Any, ffn: FeedForward, norm: nn.Module) -> None:
     _linear(spec.linear_0, ffn.inner)
     _linear(spec.linear_1, ffn.outer)
     _layer_norm(spec.layer_norm, norm)
@@ -146,6 +150,7 @@ def ctranslate2_spec(model: Transformer, vocabularies: Vocabularies) -> Any:
     pre = c.norm == "pre"
     spec = TransformerSpec.from_config((c.encoder_layers, c.decoder_layers), c.heads, pre_norm=pre)
     # the same table serves encoder and decoder; it is copied, and aliased on save
+    assert model.positions is not None  # relative positions do not export (check_exportable)
     positions = _array(model.positions(c.max_positions, device=model.target_embed.weight.device))  # [P, D]
 
     enc = spec.encoder
@@ -175,7 +180,7 @@ def ctranslate2_spec(model: Transformer, vocabularies: Vocabularies) -> Any:
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = unk, bos, eos
     spec.config.decoder_start_token = bos
     spec.config.add_source_eos = True  # every seqtrans source ends in EOS
-    spec.config.layer_norm_epsilon = 1e-5  # nn.LayerNorm's, which seqtrans uses throughout
+    spec.config.layer_norm_epsilon = c.norm_eps
     spec.register_source_vocabulary(list(vocabularies.source.symbols))
     spec.register_target_vocabulary(list(vocabularies.target.symbols))
     log.debug("built a CTranslate2 %s spec with ctranslate2 %s", spec.name, ct2.__version__)

@@ -29,3 +29,12 @@ def causal_mask(queries: int, keys: int, *, device: torch.device | None = None) 
 def key_mask(mask: Tensor) -> Tensor:
     """A key padding mask shaped for attention over heads and queries.  [B, S] -> [B, 1, 1, S]"""
     return mask[:, None, None, :]
+
+
+def additive_mask(bias: Tensor, allowed: Tensor | None) -> Tensor:
+    """An additive float mask for attention logits: ``bias`` where ``allowed`` (a bool
+    mask as above), -inf elsewhere; ``bias`` itself where every key is allowed.
+    bias [1|N, H, T, L], allowed broadcastable to it -> [N|1, H, T, L]"""
+    if allowed is None:
+        return bias
+    return torch.where(allowed, bias, torch.tensor(float("-inf"), dtype=bias.dtype, device=bias.device))

@@ -7,6 +7,12 @@ per source. A task adds model-side parts through the extension seam
 (:mod:`seqtrans.model.extension`): they are called at the source embeddings and at the
 decoder inputs, and their decoding state travels in the :class:`DecoderState`.
 
+Variants that models trained elsewhere use are model options, each off by default:
+RMSNorm (:mod:`seqtrans.model.norms`), relative position biases
+(:mod:`seqtrans.model.relative`), gated feed-forward layers, no biases, unscaled
+attention, heads of another width (:mod:`seqtrans.attention.scaled_dot`) and a scaled
+output; docs/configuration.md says where each comes from.
+
 Shapes: B sentences, K hypotheses per sentence, N = B*K rows, S source length,
 T target length (this call), D d_model, V vocabulary.
 """
@@ -40,6 +46,8 @@ from seqtrans.linear.fp32 import output_projection
 from seqtrans.model.dropout import Dropout
 from seqtrans.model.extension import ExtensionState, Feature, ModelExtension, check_supported
 from seqtrans.model.masks import padding_mask
+from seqtrans.model.norms import make_norm
+from seqtrans.model.relative import RelativePositionBias
 from seqtrans.tasks.protocol import Codec, ModelExtending
 
 
@@ -92,24 +100,38 @@ class Positions(nn.Module):
         return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # [T, D] interleaved
 
 
-_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+def _gelu_tanh(x: Tensor) -> Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh, "silu": F.silu,
+}
 
 
 class FeedForward(nn.Module):
     """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3); GELU or SiLU in place of the max
-    with ``activation``."""
+    with ``activation``. ``gated``: FFN(x) = (act(x W1) * (x V)) W2 (Shazeer 2020), V
+    being ``gate``; ``bias``: False leaves out b1, b2 (and V's)."""
 
-    def __init__(self, d_model: int, d_ff: int, *, dropout: float, activation: str = "relu") -> None:
+    def __init__(self, d_model: int, d_ff: int, *, dropout: float, activation: str = "relu",
+                 gated: bool = False, bias: bool = True) -> None:
         super().__init__()
         self.activation = _ACTIVATIONS[activation]
-        self.inner = nn.Linear(d_model, d_ff)
-        self.outer = nn.Linear(d_ff, d_model)
+        self.inner = nn.Linear(d_model, d_ff, bias=bias)
+        self.outer = nn.Linear(d_ff, d_model, bias=bias)
+        # made after the others, so that a model without it initialises as before
+        self.gate = nn.Linear(d_model, d_ff, bias=bias) if gated else None
         self.dropout = Dropout(dropout)
-        for lin in (self.inner, self.outer):
-            nn.init.xavier_uniform_(lin.weight)
-            nn.init.zeros_(lin.bias)
+        for lin in (self.inner, self.outer, self.gate):
+            if lin is not None:
+                nn.init.xavier_uniform_(lin.weight)
+                if lin.bias is not None:
+                    nn.init.zeros_(lin.bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.gate is not None:
+            return self.outer(self.dropout(self.activation(self.inner(x)) * self.gate(x)))
         if self.activation is F.relu and not torch.is_grad_enabled():
             # decoding: the activation over the inner product's own fresh output, in the
             # product's last pass where the layer offers it (an int8 layer's scales)
@@ -121,11 +143,13 @@ class FeedForward(nn.Module):
 
 class Residual(nn.Module):
     """Dropout, residual connection and LayerNorm around one sub-layer: post-norm
-    ``LN(x + drop(f(x)))`` as in the paper, or pre-norm ``x + drop(f(LN(x)))``."""
+    ``LN(x + drop(f(x)))`` as in the paper, or pre-norm ``x + drop(f(LN(x)))``; RMSNorm
+    in place of LayerNorm with ``norm="rms"``."""
 
-    def __init__(self, d_model: int, *, dropout: float, pre_norm: bool) -> None:
+    def __init__(self, d_model: int, *, dropout: float, pre_norm: bool, norm: str = "layer",
+                 eps: float = 1e-5) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = make_norm(norm, d_model, eps=eps)
         self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
@@ -139,44 +163,54 @@ class Residual(nn.Module):
         return self.norm(x) if self.pre_norm else x
 
 
+def _feed_forward(c: ModelConfig) -> FeedForward:
+    return FeedForward(c.d_model, c.d_ff, dropout=c.activation_dropout, activation=c.activation,
+                       gated=c.gated_ffn, bias=c.bias)
+
+
+def _residual(c: ModelConfig) -> Residual:
+    return Residual(c.d_model, dropout=c.dropout, pre_norm=c.norm == "pre", norm=c.norm_kind, eps=c.norm_eps)
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, c: ModelConfig) -> None:
         super().__init__()
-        pre = c.norm == "pre"
         self.self_attn = self_attention(c.encoder_attention, c)
         self.causal = c.causal_encoder
-        self.ffn = FeedForward(c.d_model, c.d_ff, dropout=c.activation_dropout, activation=c.activation)
-        self.r1 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
-        self.r2 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
+        self.ffn = _feed_forward(c)
+        self.r1 = _residual(c)
+        self.r2 = _residual(c)
 
     def forward(self, x: Tensor, mask: Tensor | None, *, cache: KVCache | None = None,
-                record: Recorder | None = None) -> Tensor:
-        """x [B, S, D], mask [B, S] -> [B, S, D]; a causal encoder may extend a cache."""
+                record: Recorder | None = None, position_bias: Tensor | None = None) -> Tensor:
+        """x [B, S, D], mask [B, S] -> [B, S, D]; a causal encoder may extend a cache;
+        ``position_bias`` [1, H, S, S'] is added to the self-attention logits."""
         h = self.r1.input(x)
         if record is not None:
-            record.encoder_self(self.self_attn, h, mask=mask, causal=self.causal)
-        x = self.r1(x, self.self_attn(h, mask=mask, causal=self.causal, cache=cache))
+            record.encoder_self(self.self_attn, h, mask=mask, causal=self.causal, position_bias=position_bias)
+        x = self.r1(x, self.self_attn(h, mask=mask, causal=self.causal, cache=cache,
+                                      position_bias=position_bias))
         return self.r2(x, self.ffn(self.r2.input(x)))
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, c: ModelConfig) -> None:
         super().__init__()
-        pre = c.norm == "pre"
         self.self_attn = self_attention(c.decoder_attention, c)
         self.cross_attn = cross_attention(c.cross_attention, c)
-        self.ffn = FeedForward(c.d_model, c.d_ff, dropout=c.activation_dropout, activation=c.activation)
-        self.r1 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
-        self.r2 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
-        self.r3 = Residual(c.d_model, dropout=c.dropout, pre_norm=pre)
+        self.ffn = _feed_forward(c)
+        self.r1 = _residual(c)
+        self.r2 = _residual(c)
+        self.r3 = _residual(c)
 
     def forward(self, x: Tensor, cross: DecodingState, *, cache: KVCache | None = None,
-                record: Recorder | None = None) -> Tensor:
-        """x [N, T, D] -> [N, T, D]"""
+                record: Recorder | None = None, position_bias: Tensor | None = None) -> Tensor:
+        """x [N, T, D] -> [N, T, D]; ``position_bias`` [1, H, T, L] is added to the
+        self-attention logits."""
         h = self.r1.input(x)
         if record is not None:
-            record.decoder_self(self.self_attn, h)
-        x = self.r1(x, self.self_attn(h, causal=True, cache=cache))
+            record.decoder_self(self.self_attn, h, position_bias=position_bias)
+        x = self.r1(x, self.self_attn(h, causal=True, cache=cache, position_bias=position_bias))
         h = self.r2.input(x)
         if record is not None:
             record.encoder_decoder(self.cross_attn, h)
@@ -245,9 +279,14 @@ class Transformer(nn.Module):
             self.source_embed = nn.Embedding(source_vocab_size, c.d_model, padding_idx=PAD)
             nn.init.normal_(self.source_embed.weight, std=c.d_model**-0.5)
             nn.init.zeros_(self.source_embed.weight[PAD])
-        def positions() -> Positions:
+        def positions() -> Positions | None:
+            if c.positions == "relative":  # no encodings added: a bias in self-attention instead
+                return None
             return Positions(c.positions, c.d_model, c.max_positions, layout=c.sinusoid_layout,
                              frequencies=c.sinusoid_frequencies, offset=c.position_offset)
+
+        def norm() -> nn.Module:
+            return make_norm(c.norm_kind, c.d_model, eps=c.norm_eps)
 
         # one table for both stacks, or the decoder its own (model.shared_positions)
         self.positions = positions()
@@ -257,17 +296,28 @@ class Transformer(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
         pre = c.norm == "pre"
         # pre-norm leaves the stacks' outputs unnormalised: one final LayerNorm each
-        self.encoder_norm = nn.LayerNorm(c.d_model) if pre else nn.Identity()
-        self.decoder_norm = nn.LayerNorm(c.d_model) if pre else nn.Identity()
+        self.encoder_norm = norm() if pre else nn.Identity()
+        self.decoder_norm = norm() if pre else nn.Identity()
         self.output: nn.Linear | None = None
         if not c.tie_output:
             self.output = nn.Linear(c.d_model, target_vocab_size, bias=False)
             nn.init.normal_(self.output.weight, std=c.d_model**-0.5)
         # optional parts made only when asked for, so that a model without them initialises as before
-        self.embedding_norm = nn.LayerNorm(c.d_model) if c.embedding_norm else None
-        self.decoder_embedding_norm = (nn.LayerNorm(c.d_model) if c.embedding_norm and not c.shared_positions
-                                       else None)
+        self.embedding_norm = norm() if c.embedding_norm else None
+        self.decoder_embedding_norm = norm() if c.embedding_norm and not c.shared_positions else None
         self.output_bias = nn.Parameter(torch.zeros(target_vocab_size)) if c.output_bias else None  # [V]
+        # model.positions=relative: each stack's bias table, computed once a call for all its layers
+        self.relative_bias: RelativePositionBias | None = None
+        self.decoder_relative_bias: RelativePositionBias | None = None
+        if c.positions == "relative":
+            def relative(bidirectional: bool) -> RelativePositionBias:
+                return RelativePositionBias(c.heads, buckets=c.relative_buckets,
+                                            max_distance=c.relative_max_distance, bidirectional=bidirectional,
+                                            d_model=c.d_model)
+
+            self.relative_bias = relative(True)
+            self.decoder_relative_bias = relative(False)
+        self.output_scale = c.d_model**-0.5 if c.scale_output else None
         # the task's model-side parts (seqtrans.model.extension), in the order they are applied;
         # registered last, so that their parameters come after the Transformer's own
         self.extensions = nn.ModuleDict()
@@ -316,7 +366,8 @@ class Transformer(nn.Module):
             if self.decoder_embedding_norm is not None:
                 norm = self.decoder_embedding_norm
         x = embed(tokens) * self.scale  # [N, T, D]
-        x = x + positions(tokens.size(1), offset=offset, device=tokens.device).to(x.dtype)
+        if positions is not None:
+            x = x + positions(tokens.size(1), offset=offset, device=tokens.device).to(x.dtype)
         if extra is not None:
             x = x + extra
         if norm is not None:
@@ -331,8 +382,9 @@ class Transformer(nn.Module):
         for _, extension in self.named_extensions():
             extra = _plus(extra, extension.encoder_input(src))
         x = self._embed(self.source_embed, src, 0, extra, source=True)
+        bias = None if self.relative_bias is None else self.relative_bias(src.size(1), src.size(1))
         for layer in self.encoder:
-            x = layer(x, mask, record=record)
+            x = layer(x, mask, record=record, position_bias=bias)
         memory = self.encoder_norm(x)
         context = {name: extension.source_context(src, memory) for name, extension in self.named_extensions()}
         return Encoded(memory, mask, context)
@@ -352,8 +404,10 @@ class Transformer(nn.Module):
         of the whole source.  tokens [B, S'] (no padding) -> [B, S', D]"""
         # start_encoding has checked that every extension can stream: not again per token
         x = self._embed(self.source_embed, tokens, state.length, source=True)
+        new, seen = tokens.size(1), state.length + tokens.size(1)
+        bias = None if self.relative_bias is None else self.relative_bias(new, seen, offset=state.length)
         for layer, cache in zip(self.encoder, state.caches):
-            x = layer(x, None, cache=cache)
+            x = layer(x, None, cache=cache, position_bias=bias)
         state.length += tokens.size(1)
         return self.encoder_norm(x)
 
@@ -423,7 +477,7 @@ class Transformer(nn.Module):
 
     def decode_hidden(self, tokens: Tensor, encoded: Encoded | None = None, *,
                       state: DecoderState | None = None, record: Recorder | None = None) -> Tensor:
-        """The decoder's last hidden states, before the output projection.  [N, T] -> [N, T, D]
+        """The decoder's last hidden states, as the output projection reads them.  [N, T] -> [N, T, D]
 
         ``record`` (a whole target, no ``state``) collects each layer's attention weights."""
         extra: Tensor | None = None
@@ -447,9 +501,14 @@ class Transformer(nn.Module):
             for name, extension in self.named_extensions():
                 extra = _plus(extra, extension.step(tokens, state.extensions.get(name)))
         x = self._embed(self.target_embed, tokens, offset, extra, source=False)
+        bias = None
+        if self.decoder_relative_bias is not None:
+            bias = self.decoder_relative_bias(tokens.size(1), offset + tokens.size(1), offset=offset)
         for layer, cross_state, cache in zip(self.decoder, cross, caches):
-            x = layer(x, cross_state, cache=cache, record=record)
-        return self.decoder_norm(x)
+            x = layer(x, cross_state, cache=cache, record=record, position_bias=bias)
+        x = self.decoder_norm(x)
+        # model.scale_output: what the projection reads is scaled, in training and decoding alike
+        return x if self.output_scale is None else x * self.output_scale
 
     def _training_lag(self, mask: Tensor) -> int | None:
         """Multi-k training's wait-k lag of a batch, drawn from 1 to its longest source

@@ -136,6 +136,10 @@ def test_an_imported_model_exports_back(tmp_path: Path) -> None:
         ({"norm": "pre"}, "model.norm"),
         ({"positions": "learned"}, "model.positions"),
         ({"embedding_norm": True}, "model.embedding_norm"),
+        ({"norm_kind": "rms"}, "model.norm_kind"),
+        ({"gated_ffn": True}, "model.gated_ffn"),
+        ({"bias": False}, "model.bias"),
+        ({"head_dim": 8}, "model.head_dim"),
     ],
 )
 def test_what_the_format_cannot_hold_is_refused_by_name(tmp_path: Path, setting: dict, key: str) -> None:

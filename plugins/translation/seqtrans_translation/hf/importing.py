@@ -1,7 +1,7 @@
 """``seqtrans import hf DIR --out RUN_DIR``: a local Hugging Face model directory read as
 a seqtrans translation run. ``config.json``'s ``model_type`` names the family; each
 family's module reads its config into seqtrans model options and renames its tensors
-(:mod:`.bart`; Marian models go through :mod:`seqtrans_translation.hf_marian`).
+(:mod:`.bart`, :mod:`.t5`; Marian models go through :mod:`seqtrans_translation.hf_marian`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,16 @@ from seqtrans.config import ModelConfig, RunConfig
 from seqtrans.errors import DataError
 from seqtrans.inference.formats import write_run
 from seqtrans_translation.config import TranslationConfig
-from seqtrans_translation.hf import bart
-from seqtrans_translation.hf.codec import ORIGINALS, TOKENIZER, HFCodec, Layout, load_tokenizer
+from seqtrans_translation.hf import bart, t5
+from seqtrans_translation.hf.codec import (
+    ORIGINALS,
+    TOKENIZER,
+    TOKENIZER_FILES,
+    HFCodec,
+    Layout,
+    TextTokenizer,
+    make_tokenizer,
+)
 from seqtrans_translation.hf.directory import CONFIG, GENERATION_CONFIG, Settings, read_json, weights
 from seqtrans_translation.hf.vocabulary import IdMap, id_map
 from seqtrans_translation.presets import DEFAULTS
@@ -26,7 +34,7 @@ from seqtrans_translation.presets import DEFAULTS
 log = logging.getLogger(__name__)
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
-SUPPORTED = ("marian", *bart.MODEL_TYPES)
+SUPPORTED = ("marian", *bart.MODEL_TYPES, *t5.MODEL_TYPES)
 _ROLES = ("<s>", "</s>", "<pad>", "<unk>", "<mask>")
 
 
@@ -46,9 +54,9 @@ def _languages(tokenizer_config: Settings, tokenizer: Any) -> tuple[str, ...]:
                  if isinstance(c, str) and c not in _ROLES and tokenizer.token_to_id(c) is not None)
 
 
-def _id_map(s: Settings, tokenizer: Any, generation: Settings) -> IdMap:
+def _id_map(s: Settings, tokenizer: TextTokenizer, generation: Settings) -> IdMap:
     size = s.get("vocab_size", int)
-    tokens = {i: t for t, i in tokenizer.get_vocab(with_added_tokens=True).items()}
+    tokens = tokenizer.tokens()
     over = [i for i in tokens if not 0 <= i < size]
     if over:
         raise DataError(Path(TOKENIZER), None, f"token id {max(over)} is beyond config.json's vocab_size "
@@ -57,6 +65,9 @@ def _id_map(s: Settings, tokenizer: Any, generation: Settings) -> IdMap:
     if unk is None:
         raise DataError(Path(TOKENIZER), None, "has no '<unk>' token")
     start = generation.optional("decoder_start_token_id", int)
+    start = s.optional("decoder_start_token_id", int) if start is None else start
+    if start is None and s.get("model_type", str) in t5.MODEL_TYPES:
+        start = s.get("pad_token_id", int)  # T5 starts from its padding id
     start = s.get("decoder_start_token_id", int) if start is None else start
     return id_map(tokens, size=size, pad=s.get("pad_token_id", int), eos=s.get("eos_token_id", int), unk=unk,
                   start=start)
@@ -78,28 +89,34 @@ def read_model(directory: Path, *, allow_pickle: bool = False,
     """The run config, codec and weights of the model in ``directory``."""
     s = _settings(directory / CONFIG, what="a Hugging Face model directory has config.json")
     kind = s.get("model_type", str)
-    if kind not in bart.MODEL_TYPES:
+    if kind not in bart.MODEL_TYPES + t5.MODEL_TYPES:
         raise s.fail("model_type", f"not a family seqtrans imports (it imports {', '.join(SUPPORTED)})")
+    family = t5 if kind in t5.MODEL_TYPES else bart
     generation = _settings(directory / GENERATION_CONFIG, what="", required=False)
     tokenizer_config = _settings(directory / TOKENIZER_CONFIG, what="", required=False)
     path = directory / TOKENIZER
-    if not path.is_file():
+    tokenizer_kind, added = "tokenizers", dict[str, int]()
+    if family is t5:
+        tokenizer_kind, data, added = t5.tokenizer_of(directory, tokenizer_config)
+    elif not path.is_file():
         raise DataError(path, None, "missing: the model's tokenizer is read from its tokenizer.json")
-    data = path.read_bytes()
-    tokenizer = load_tokenizer(data, path)
+    else:
+        data = path.read_bytes()
+    origin = directory / (TOKENIZER_FILES[tokenizer_kind] or TOKENIZER_CONFIG)
+    tokenizer = make_tokenizer(tokenizer_kind, data, added, origin)
     ids = _id_map(s, tokenizer, generation)
     languages = _languages(tokenizer_config, tokenizer)
-    source_prefix, target_prefix = bart.layout_of(s, tokenizer_config, languages)
+    source_prefix, target_prefix = family.layout_of(s, tokenizer_config, languages)
     multilingual = any("{" in t for t in source_prefix + target_prefix)
     layout = Layout(source_prefix, target_prefix, languages if multilingual else (),
                     tokenizer_config.optional("src_lang", str), tokenizer_config.optional("tgt_lang", str),
                     bool(tokenizer_config.values.get("clean_up_tokenization_spaces", False)))
     originals = tuple((name, (directory / name).read_bytes()) for name in ORIGINALS
                       if (directory / name).is_file())
-    codec = HFCodec(data, ids, layout, originals)
-    model = bart.model_config(s)
+    codec = HFCodec(data, ids, layout, originals, tokenizer_kind, tuple(added.items()))
     w = weights(directory, allow_pickle=allow_pickle)
-    state = bart.state_dict(w, model, ids.order, vocab_size=s.get("vocab_size", int))
+    model = t5.model_config(s, w) if family is t5 else bart.model_config(s)
+    state = family.state_dict(w, model, ids.order, vocab_size=s.get("vocab_size", int))
     unused = sorted(set(w.names()) - w.taken - {"lm_head.weight"})
     if unused:
         log.warning("%s: %d tensors not used (%s ...)", directory, len(unused), ", ".join(unused[:3]))

@@ -69,6 +69,21 @@ def unsupported(config: ModelConfig) -> list[tuple[str, str]]:
         problems.append(("model.positions", "Marian's positions are sinusoidal and not stored"))
     if config.embedding_norm:
         problems.append(("model.embedding_norm", "Marian has no LayerNorm on its embeddings"))
+    if config.activation not in ACTIVATION_NAMES:
+        problems.append(("model.activation", f"this export writes {', '.join(ACTIVATION_NAMES)} only"))
+    if config.gated_ffn:
+        problems.append(("model.gated_ffn", "Marian's feed-forward layers have no gate"))
+    if config.norm_kind != "layer" or config.norm_eps != 1e-5:
+        key = "model.norm_kind" if config.norm_kind != "layer" else "model.norm_eps"
+        problems.append((key, "Marian's layers hold LayerNorms of epsilon 1e-5"))
+    if not config.bias:
+        problems.append(("model.bias", "Marian's attention and feed-forward layers have biases"))
+    if not config.attention_scale:
+        problems.append(("model.attention_scale", "Marian divides its attention logits by sqrt(d_k)"))
+    if config.head_dim:
+        problems.append(("model.head_dim", "Marian's heads are d_model / heads wide"))
+    if config.scale_output:
+        problems.append(("model.scale_output", "Marian does not scale the decoder's output"))
     return problems
 
 

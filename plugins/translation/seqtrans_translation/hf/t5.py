@@ -1,0 +1,227 @@
+"""The T5 family of Hugging Face models: ``t5`` (T5 v1.0, v1.1, Flan-T5, ByT5) and ``mt5``.
+A pre-norm Transformer with each of seqtrans's model options for it:
+
+| T5 | seqtrans |
+|---|---|
+| RMSNorm without bias, ``layer_norm_epsilon`` | ``model.norm_kind=rms``, ``model.norm_eps`` |
+| relative position bias, kept by each stack's first layer | ``model.positions=relative`` |
+| no 1/sqrt(d_kv) on the logits | ``model.attention_scale=false`` |
+| ``d_kv`` | ``model.head_dim`` |
+| no biases anywhere | ``model.bias=false`` |
+| ``feed_forward_proj`` ``relu`` (v1.0) or ``gated-gelu`` | ``model.activation``, ``model.gated_ffn`` |
+| unscaled embeddings, shared by both stacks | ``model.scale_embeddings=false`` |
+| v1.0's tied head, the decoder output times d_model^-0.5 | ``model.tie_output``, ``model.scale_output`` |
+
+so what remains is a renaming of tensors (self-attention's query, key and value
+projections fused into one, encoder-decoder attention's key and value) and the
+vocabulary's order (:mod:`.vocabulary`): the decoder starts from the padding id, which
+seqtrans's ``<s>`` copies. A source is its pieces and ``</s>``, a target too: no prefix.
+
+The tokenizer: ``tokenizer.json`` where the directory has one (transformers 5 saves T5
+tokenizers so), else ``spiece.model`` read with sentencepiece, with the ``extra_ids``
+sentinels after its pieces; ByT5 (``ByT5Tokenizer``) has neither: its ids are bytes
+(:class:`~seqtrans_translation.hf.codec.ByteTokenizer`).
+
+Whether the head is tied and scaled is read as transformers 5 reads it: the head is
+``lm_head.weight`` where the weights hold one that is not the shared matrix, else the
+shared matrix; T5 scales the decoder's output where ``config.json`` says
+``scale_decoder_outputs`` (else where ``tie_word_embeddings`` is not false), mT5 never.
+
+Shapes: V the model's vocabulary, D d_model, F d_ff, H heads, d d_kv.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from torch import Tensor
+
+from seqtrans.config import ModelConfig
+from seqtrans.errors import ConfigError, DataError
+from seqtrans_translation.hf.codec import SENTENCEPIECE, TOKENIZER
+from seqtrans_translation.hf.directory import Settings, Weights
+from seqtrans_translation.hf.vocabulary import logits_bias, rows
+
+MODEL_TYPES = ("t5", "mt5")
+
+# transformers' activation names (ACT2FN) and seqtrans's equivalents
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+               "silu": "silu", "swish": "silu"}
+ADDED_TOKENS = "added_tokens.json"
+#: Tensors the import leaves aside: copies of the shared matrix, and a bias table that old
+#: checkpoints keep in the first encoder-decoder attention, which transformers ignores too.
+IGNORED = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
+           "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight")
+
+
+def _feed_forward(s: Settings) -> tuple[str, bool]:
+    """seqtrans's activation and gating of ``feed_forward_proj`` (``ACT`` or ``gated-ACT``),
+    as transformers reads it: ``gated-gelu`` is the tanh approximation."""
+    proj = s.get("feed_forward_proj", str, "relu")
+    parts = proj.split("-")
+    gated = len(parts) == 2 and parts[0] == "gated"
+    act = "gelu_new" if proj == "gated-gelu" else parts[-1]
+    if len(parts) > 2 or (len(parts) == 2 and not gated) or act not in ACTIVATIONS:
+        known = ", ".join(sorted(ACTIVATIONS))
+        raise s.fail("feed_forward_proj", f"not ACT or gated-ACT with ACT one of {known}")
+    return ACTIVATIONS[act], gated
+
+
+def _head(s: Settings, w: Weights, vocab_size: int) -> tuple[bool, bool]:
+    """Whether the output projection is the shared matrix, and whether the decoder's
+    output is scaled by d_model^-0.5 before it."""
+    tied = True
+    if "lm_head.weight" in w:
+        d = s.get("d_model", int)
+        shared = w.first_of(("shared.weight", "encoder.embed_tokens.weight"), (vocab_size, d))
+        tied = torch.equal(w.take("lm_head.weight", (vocab_size, d)), shared)
+    elif s.values.get("tie_word_embeddings") is False:
+        raise s.fail("tie_word_embeddings", "is false, but the weights hold no 'lm_head.weight'")
+    if s.get("model_type", str) == "mt5":
+        return tied, False
+    scale = s.values.get("scale_decoder_outputs")
+    if scale is None:
+        scale = s.values.get("tie_word_embeddings") is not False
+    return tied, bool(scale)
+
+
+def model_config(s: Settings, w: Weights) -> ModelConfig:
+    """The seqtrans model of a T5-family ``config.json`` and its weights (which say
+    whether the head is tied)."""
+    activation, gated = _feed_forward(s)
+    tied, scaled = _head(s, w, s.get("vocab_size", int))
+    dropout = s.get("dropout_rate", float, 0.1)
+    layers = s.get("num_layers", int)
+    decoder_layers = s.values.get("num_decoder_layers")
+    if s.get("d_kv", int) < 1:  # 0 would be seqtrans's d_model / heads
+        raise s.fail("d_kv", "must be at least 1")
+    try:
+        return ModelConfig(
+            encoder_layers=layers,
+            decoder_layers=layers if decoder_layers is None else s.get("num_decoder_layers", int),
+            d_model=s.get("d_model", int), d_ff=s.get("d_ff", int), heads=s.get("num_heads", int),
+            head_dim=s.get("d_kv", int),
+            # T5 drops out attention weights and the feed-forward activations at the same rate
+            dropout=dropout, attention_dropout=dropout, activation_dropout=dropout,
+            norm="pre", norm_kind="rms", norm_eps=s.get("layer_norm_epsilon", float, 1e-6),
+            positions="relative", relative_buckets=s.get("relative_attention_num_buckets", int, 32),
+            relative_max_distance=s.get("relative_attention_max_distance", int, 128),
+            bias=False, attention_scale=False, activation=cast(Any, activation), gated_ffn=gated,
+            scale_embeddings=False, embedding_norm=False,
+            output_bias=True,  # zeros, and the absent <s>
+            share_embeddings=True, tie_output=tied, scale_output=scaled,
+        )
+    except ConfigError as exc:
+        raise DataError(s.path, None, f"does not make a seqtrans model: {exc}") from None
+
+
+def state_dict(w: Weights, c: ModelConfig, order: Tensor, *, vocab_size: int) -> dict[str, Tensor]:
+    """seqtrans's weights of a T5-family model's tensors."""
+    d, f, h = c.d_model, c.d_ff, c.heads
+    inner = h * c.head_width  # H*d
+    out: dict[str, Tensor] = {}
+    embed = w.first_of(("shared.weight", "encoder.embed_tokens.weight"), (vocab_size, d))  # [V, D]
+    out["source_embed.weight"] = out["target_embed.weight"] = rows(embed, order)
+    if not c.tie_output:
+        out["output.weight"] = rows(w.take("lm_head.weight", (vocab_size, d)), order)
+    out["output_bias"] = logits_bias(None, order)
+    w.taken.update(name for name in IGNORED if name in w)
+
+    def take(ours: str, theirs: str, shape: tuple[int, ...]) -> None:
+        out[ours] = w.take(theirs, shape)
+
+    def fused(ours: str, theirs: str, parts: tuple[str, ...]) -> None:
+        out[f"{ours}.weight"] = torch.cat([w.take(f"{theirs}.{p}.weight", (inner, d)) for p in parts])
+
+    def feed_forward(ours: str, theirs: str) -> None:
+        if c.gated_ffn:  # wo(act(wi_0 x) * wi_1 x)
+            take(f"{ours}.inner.weight", f"{theirs}.wi_0.weight", (f, d))
+            take(f"{ours}.gate.weight", f"{theirs}.wi_1.weight", (f, d))
+        else:
+            take(f"{ours}.inner.weight", f"{theirs}.wi.weight", (f, d))
+        take(f"{ours}.outer.weight", f"{theirs}.wo.weight", (d, f))
+
+    for side, layers in (("encoder", c.encoder_layers), ("decoder", c.decoder_layers)):
+        own = "" if side == "encoder" else "decoder_"
+        take(f"{own}relative_bias.table.weight",
+             f"{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight", (c.relative_buckets, h))
+        take(f"{side}_norm.weight", f"{side}.final_layer_norm.weight", (d,))
+        for i in range(layers):
+            ours, theirs = f"{side}.{i}", f"{side}.block.{i}.layer"
+            fused(f"{ours}.self_attn.qkv", f"{theirs}.0.SelfAttention", ("q", "k", "v"))
+            take(f"{ours}.self_attn.out.weight", f"{theirs}.0.SelfAttention.o.weight", (d, inner))
+            take(f"{ours}.r1.norm.weight", f"{theirs}.0.layer_norm.weight", (d,))
+            last = 1
+            if side == "decoder":  # the encoder-decoder attention sits between the two
+                take(f"{ours}.cross_attn.q.weight", f"{theirs}.1.EncDecAttention.q.weight", (inner, d))
+                fused(f"{ours}.cross_attn.kv", f"{theirs}.1.EncDecAttention", ("k", "v"))
+                take(f"{ours}.cross_attn.out.weight", f"{theirs}.1.EncDecAttention.o.weight", (d, inner))
+                take(f"{ours}.r2.norm.weight", f"{theirs}.1.layer_norm.weight", (d,))
+                last = 2
+            feed_forward(f"{ours}.ffn", f"{theirs}.{last}.DenseReluDense")
+            take(f"{ours}.r{last + 1}.norm.weight", f"{theirs}.{last}.layer_norm.weight", (d,))
+    return out
+
+
+def layout_of(s: Settings, tokenizer_config: Settings, languages: tuple[str, ...],
+              ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """No tokens before a source's or a target's pieces (seqtrans adds the end symbol)."""
+    return (), ()
+
+
+def _added_tokens(directory: Path, tokenizer_config: Settings) -> dict[str, int] | None:
+    """The tokens a tokenizer adds after its own (content -> id), from
+    ``tokenizer_config.json``'s ``added_tokens_decoder`` or ``added_tokens.json``; None
+    where neither lists them."""
+    listed = tokenizer_config.values.get("added_tokens_decoder")
+    if isinstance(listed, dict):
+        out = {}
+        for key, token in listed.items():
+            content = token.get("content") if isinstance(token, dict) else None
+            if not (isinstance(content, str) and str(key).isdigit()):
+                raise tokenizer_config.fail("added_tokens_decoder", f"entry {key!r} is not an id and a token")
+            out[content] = int(key)
+        return out
+    path = directory / ADDED_TOKENS
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DataError(path, None, f"not JSON: {exc}") from None
+        if not isinstance(data, dict) or not all(isinstance(i, int) for i in data.values()):
+            raise DataError(path, None, "not a map of tokens to ids")
+        return {str(t): int(i) for t, i in data.items()}
+    return None
+
+
+def _sentinels(directory: Path, tokenizer_config: Settings) -> dict[str, int]:
+    """T5's ``extra_ids`` sentinels after a sentencepiece model's pieces, ``<extra_id_0>``
+    last, as transformers numbers them."""
+    added = _added_tokens(directory, tokenizer_config)
+    if added is not None:
+        return added
+    import sentencepiece as spm
+
+    model = spm.SentencePieceProcessor()
+    model.LoadFromSerializedProto((directory / SENTENCEPIECE).read_bytes())
+    size, extra = model.get_piece_size(), tokenizer_config.get("extra_ids", int, 100)
+    return {f"<extra_id_{i}>": size + extra - 1 - i for i in range(extra)}
+
+
+def tokenizer_of(directory: Path, tokenizer_config: Settings) -> tuple[str, bytes, dict[str, int]]:
+    """The kind of a T5-family directory's tokenizer, its file's bytes and the tokens it
+    adds after its own: ``tokenizer.json``, else ``spiece.model``, else ByT5's bytes."""
+    if (directory / TOKENIZER).is_file():
+        return "tokenizers", (directory / TOKENIZER).read_bytes(), {}
+    if (directory / SENTENCEPIECE).is_file():
+        data = (directory / SENTENCEPIECE).read_bytes()
+        return "sentencepiece", data, _sentinels(directory, tokenizer_config)
+    if tokenizer_config.values.get("tokenizer_class") == "ByT5Tokenizer":
+        added = _added_tokens(directory, tokenizer_config) or {}
+        return "bytes", b"", {t: i for t, i in added.items() if i >= 3}  # <pad>, </s>, <unk>: ByT5's own
+    raise DataError(directory / TOKENIZER, None,
+                    f"missing: a T5 model's tokenizer is read from its {TOKENIZER} or {SENTENCEPIECE} "
+                    "(ByT5's tokenizer_config.json names ByT5Tokenizer, which has no file)")

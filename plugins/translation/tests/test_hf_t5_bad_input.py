@@ -1,0 +1,82 @@
+"""``seqtrans import hf`` on damaged T5 directories: each is refused with a message naming
+the file and the field or tensor, and nothing is written; and ByT5's byte tokenizer
+against transformers' on text no model writes (invalid UTF-8, special tokens)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from t5_models import EXTRA_IDS, t5_directory
+
+from seqtrans.errors import DataError
+from seqtrans.inference import formats
+from seqtrans_translation.hf.codec import ByteTokenizer
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+
+@pytest.fixture(scope="module")
+def t5(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return t5_directory("t5", tmp_path_factory.mktemp("t5") / "hf", train_steps=0)
+
+
+def _edit_config(**changes: object) -> Callable[[Path], None]:
+    def edit(directory: Path) -> None:
+        path = directory / "config.json"
+        config = json.loads(path.read_text(encoding="utf-8"))
+        config.update(changes)
+        path.write_text(json.dumps(config), encoding="utf-8")
+
+    return edit
+
+
+CASES: dict[str, tuple[Callable[[Path], None], str]] = {
+    "no tokenizer": (lambda d: (d / "tokenizer.json").unlink(),
+                     r"tokenizer\.json: missing: a T5 model's tokenizer is read from its tokenizer\.json or "
+                     r"spiece\.model"),
+    "wrong shape": (_edit_config(relative_attention_num_buckets=16),
+                    r"model\.safetensors: tensor 'encoder\.block\.0\.layer\.0\.SelfAttention\."
+                    r"relative_attention_bias\.weight' has shape \(8, 4\), but config\.json implies "
+                    r"\(16, 4\)"),
+    "feed-forward": (_edit_config(feed_forward_proj="gated-gelu-x"),
+                     r"config\.json: field 'feed_forward_proj' is 'gated-gelu-x': not ACT or gated-ACT"),
+    "no head": (_edit_config(tie_word_embeddings=False),
+                r"config\.json: field 'tie_word_embeddings' is False: .* no 'lm_head\.weight'"),
+    "no heads": (_edit_config(d_kv=0), r"config\.json: field 'd_kv' is 0: must be at least 1"),
+    "no model": (_edit_config(relative_attention_max_distance=2),
+                 r"config\.json: does not make a seqtrans model: .*model\.relative_max_distance"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_directories_are_refused_naming_what_is_wrong(t5: Path, tmp_path: Path, case: str) -> None:
+    damage, message = CASES[case]
+    directory = tmp_path / "hf"
+    shutil.copytree(t5, directory)
+    damage(directory)
+    with pytest.raises(DataError, match=message):
+        formats.load("hf").import_model(directory, out=tmp_path / "runs" / "run")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_byte_tokens_are_those_of_byt5() -> None:
+    """Bytes on the way in; on the way out, special tokens and bytes that are not UTF-8
+    left out as ``ByT5Tokenizer.decode`` leaves them."""
+    theirs = transformers.ByT5Tokenizer(extra_ids=EXTRA_IDS)
+    added = {f"<extra_id_{i}>": theirs.convert_tokens_to_ids(f"<extra_id_{i}>") for i in range(EXTRA_IDS)}
+    ours = ByteTokenizer(added)
+    for text in ("läuft", "a\tb\n c  ", "日本語 ✓ 🙂", ""):
+        assert ours.encode(text) + [1] == theirs(text)["input_ids"]
+    e_acute = [0xC3 + 3, 0xA9 + 3]  # é
+    cases = [e_acute, e_acute[:1], e_acute[1:] + e_acute, [e_acute[0], 1, e_acute[1]],
+             [e_acute[0], added["<extra_id_0>"], e_acute[1], 0, 2], [104 + 3, 0xF0 + 3, 0x9F + 3, 105 + 3],
+             [0, 1, 2], list(range(3, 259))]
+    for ids in cases:
+        assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True), ids
+    assert ours.token_to_id("<extra_id_0>") == theirs.convert_tokens_to_ids("<extra_id_0>")
+    assert ours.tokens() == {0: "<pad>", 1: "</s>", 2: "<unk>", **{i: t for t, i in added.items()}}
