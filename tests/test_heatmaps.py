@@ -15,6 +15,7 @@ from seqtrans.cli import main
 from seqtrans.data.vocab import BOS
 from seqtrans.inference.heatmaps import Attended, attend, draw
 from seqtrans.inference.loading import load
+from seqtrans.model.transformer import attention_maps
 
 PNG = b"\x89PNG\r\n\x1a\n"
 TINY = [*TINY_COPY_RUN, "model.decoder_layers=2"]  # a grid of more than one layer
@@ -86,7 +87,7 @@ def test_without_matplotlib_the_error_names_the_extra(run_dir: Path, monkeypatch
 def test_memory_and_monotonic_attention_are_drawn(options: dict[str, Any], tmp_path: Path) -> None:
     model = tiny_model(**options)
     src, tgt = src_batch()[:1], torch.tensor([[BOS, 5, 6, 7]])
-    maps = model.attention_maps(src, tgt)
+    maps = attention_maps(model, src, tgt)
     seen = Attended(list("abcde"), ["<s>", "x", "y", "z"], ["x", "y", "z", "</s>"], maps)
     for path in draw(seen, tmp_path):
         assert path.read_bytes().startswith(PNG)

@@ -23,7 +23,7 @@ from seqtrans.linear.int8 import Int8Linear
 from seqtrans.linear.quantize import int8_only, quantized
 from seqtrans.model.norms import RMSNorm
 from seqtrans.model.relative import RelativePositionBias, relative_buckets
-from seqtrans.model.transformer import FeedForward
+from seqtrans.model.transformer import FeedForward, attention_maps
 
 pytestmark = pytest.mark.usefixtures("no_grad")
 
@@ -191,7 +191,7 @@ def test_a_causal_encoder_with_relative_positions_encodes_incrementally() -> Non
 def test_attention_maps_of_a_relative_model_include_the_bias() -> None:
     model = tiny_model(**VARIANTS)
     src, tgt = src_batch(), torch.tensor([[BOS, 4, 5], [BOS, 6, 7]])
-    maps = model.attention_maps(src, tgt)
+    maps = attention_maps(model, src, tgt)
     layer = model.encoder_layers[0]
     assert model.relative_bias is not None
     h = layer.r1.input(model._embed(model.source_embed, src, 0, source=True))

@@ -1,4 +1,5 @@
-"""Attention weights as data, computed only when asked for (``Transformer.attention_maps``).
+"""Attention weights as data, computed only when asked for
+(:func:`seqtrans.model.transformer.attention_maps`).
 
 Each mechanism reports its weights with a ``weights`` method that recomputes them from
 the inputs its forward pass reads: nothing is kept on modules, and a forward pass that

@@ -217,77 +217,7 @@ class ModelConfig:
     )
 
     def __post_init__(self) -> None:
-        for key in ("encoder_layers", "decoder_layers", "d_model", "d_ff", "heads", "max_positions",
-                    "restricted_radius", "local_window", "memory_slots", "memory_heads"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"model.{key}", f"must be at least 1, got {getattr(self, key)}")
-        for key in ("location_max_length", "monotonic_dim", "monotonic_noise", "wait_k", "position_offset",
-                    "head_dim"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"model.{key}", f"must not be negative, got {getattr(self, key)}")
-        for key in ("encoder_attention", "decoder_attention"):
-            name = getattr(self, key)
-            if name not in SELF_MECHANISMS:
-                raise ConfigError(
-                    f"model.{key}", f"'{name}' is not a self-attention mechanism"
-                    + (" (it attends from the target to the source: use it as model.cross_attention)"
-                       if name in CROSS_MECHANISMS else "")
-                    + f"; choose one of {', '.join(SELF_MECHANISMS)}")
-        if self.cross_attention not in CROSS_MECHANISMS:
-            raise ConfigError(
-                "model.cross_attention", f"'{self.cross_attention}' is a self-attention mechanism; "
-                f"choose one of {', '.join(CROSS_MECHANISMS)} (local is restricted attention's "
-                "encoder-decoder counterpart)")
-        if (self.wait_k or self.multi_k) and self.cross_attention != "scaled_dot":
-            raise ConfigError("model.wait_k" if self.wait_k else "model.multi_k",
-                              "wait-k masks scaled-dot encoder-decoder attention; this model has "
-                              f"model.cross_attention={self.cross_attention}")
-        using_location = [key for key in ("encoder_attention", "decoder_attention", "cross_attention")
-                          if getattr(self, key) == "location"]
-        if using_location and self.location_max_length < 1:
-            raise ConfigError(
-                "model.location_max_length",
-                f"model.{using_location[0]}=location needs the longest sequence it attends over; "
-                "set it to at least the longest source (and target, at self-attention sites) plus one")
-        if self.d_model % self.heads and not self.head_dim:
-            raise ConfigError(
-                "model.heads", f"d_model {self.d_model} is not divisible by {self.heads} heads "
-                "(model.head_dim sets another width)"
-            )
-        # options only scaled dot-product attention implements
-        changed = (("head_dim", 0), ("bias", True), ("attention_scale", True))
-        scaled_dot_only = [key for key, default in changed if getattr(self, key) != default]
-        if self.positions == "relative":
-            scaled_dot_only.append("positions")
-        self_sites = ("encoder_attention", "decoder_attention")
-        for key in scaled_dot_only:
-            for site in self_sites if key == "positions" else (*self_sites, "cross_attention"):
-                if getattr(self, site) != "scaled_dot":
-                    raise ConfigError(f"model.{key}", f"{key}={getattr(self, key)!r} is a variant of scaled "
-                                      "dot-product attention; this model has "
-                                      f"model.{site}={getattr(self, site)}")
-        if self.relative_buckets < 4:
-            raise ConfigError("model.relative_buckets", f"must be at least 4, got {self.relative_buckets}")
-        if self.relative_max_distance <= self.relative_buckets // 2:
-            raise ConfigError("model.relative_max_distance",
-                              f"must be more than half of model.relative_buckets ({self.relative_buckets}), "
-                              f"got {self.relative_max_distance}")
-        if not (math.isfinite(self.norm_eps) and self.norm_eps > 0):
-            raise ConfigError("model.norm_eps", f"must be positive, got {self.norm_eps}")
-        content = self.memory_decoder_score == "content"
-        if self.memory_heads > 1 and (self.d_model % self.memory_heads or not content):
-            raise ConfigError("model.memory_heads",
-                              f"{self.memory_heads} heads need model.memory_decoder_score=content (got "
-                              f"{self.memory_decoder_score}) and must divide d_model {self.d_model}")
-        if not (math.isfinite(self.memory_local_width) and self.memory_local_width >= 0):
-            raise ConfigError("model.memory_local_width", f"must be finite and not negative, "
-                              f"got {self.memory_local_width}")
-        if not (math.isfinite(self.monotonic_temperature) and self.monotonic_temperature > 0):
-            raise ConfigError("model.monotonic_temperature",
-                              f"must be positive, got {self.monotonic_temperature}")
-        for key in ("dropout", "attention_dropout", "activation_dropout"):
-            if not 0.0 <= getattr(self, key) < 1.0:
-                raise ConfigError(f"model.{key}", f"must be in [0, 1), got {getattr(self, key)}")
+        check_model(self)
 
     @property
     def position_limit(self) -> int | None:
@@ -299,6 +229,106 @@ class ModelConfig:
     def head_width(self) -> int:
         """d_k = d_v: ``head_dim``, or d_model / heads where it is 0."""
         return self.head_dim or self.d_model // self.heads
+
+
+
+# What makes a model's settings consistent, checked when a ModelConfig is made: each
+# problem is a ConfigError naming the key.
+
+
+def check_model(c: ModelConfig) -> None:
+    """Refuse settings of ``c`` that no model can have, naming the key."""
+    _check_ranges(c)
+    _check_mechanisms(c)
+    _check_variants(c)
+    _check_numbers(c)
+
+
+def _check_ranges(c: ModelConfig) -> None:
+    """Counts and sizes at least 1; lags, offsets and widths not negative."""
+    for key in ("encoder_layers", "decoder_layers", "d_model", "d_ff", "heads", "max_positions",
+                "restricted_radius", "local_window", "memory_slots", "memory_heads"):
+        if getattr(c, key) < 1:
+            raise ConfigError(f"model.{key}", f"must be at least 1, got {getattr(c, key)}")
+    for key in ("location_max_length", "monotonic_dim", "monotonic_noise", "wait_k", "position_offset",
+                "head_dim"):
+        if getattr(c, key) < 0:
+            raise ConfigError(f"model.{key}", f"must not be negative, got {getattr(c, key)}")
+
+
+def _check_mechanisms(c: ModelConfig) -> None:
+    """Each site's mechanism is one it can have, and what it needs is set."""
+    for key in ("encoder_attention", "decoder_attention"):
+        name = getattr(c, key)
+        if name not in SELF_MECHANISMS:
+            raise ConfigError(
+                f"model.{key}", f"'{name}' is not a self-attention mechanism"
+                + (" (it attends from the target to the source: use it as model.cross_attention)"
+                   if name in CROSS_MECHANISMS else "")
+                + f"; choose one of {', '.join(SELF_MECHANISMS)}")
+    if c.cross_attention not in CROSS_MECHANISMS:
+        raise ConfigError(
+            "model.cross_attention", f"'{c.cross_attention}' is a self-attention mechanism; "
+            f"choose one of {', '.join(CROSS_MECHANISMS)} (local is restricted attention's "
+            "encoder-decoder counterpart)")
+    if (c.wait_k or c.multi_k) and c.cross_attention != "scaled_dot":
+        raise ConfigError("model.wait_k" if c.wait_k else "model.multi_k",
+                          "wait-k masks scaled-dot encoder-decoder attention; this model has "
+                          f"model.cross_attention={c.cross_attention}")
+    using_location = [key for key in ("encoder_attention", "decoder_attention", "cross_attention")
+                      if getattr(c, key) == "location"]
+    if using_location and c.location_max_length < 1:
+        raise ConfigError(
+            "model.location_max_length",
+            f"model.{using_location[0]}=location needs the longest sequence it attends over; "
+            "set it to at least the longest source (and target, at self-attention sites) plus one")
+    if c.d_model % c.heads and not c.head_dim:
+        raise ConfigError(
+            "model.heads", f"d_model {c.d_model} is not divisible by {c.heads} heads "
+            "(model.head_dim sets another width)"
+        )
+
+
+def _check_variants(c: ModelConfig) -> None:
+    """Variants of scaled dot-product attention only at its sites; the relative buckets."""
+    # options only scaled dot-product attention implements
+    changed = (("head_dim", 0), ("bias", True), ("attention_scale", True))
+    scaled_dot_only = [key for key, default in changed if getattr(c, key) != default]
+    if c.positions == "relative":
+        scaled_dot_only.append("positions")
+    self_sites = ("encoder_attention", "decoder_attention")
+    for key in scaled_dot_only:
+        for site in self_sites if key == "positions" else (*self_sites, "cross_attention"):
+            if getattr(c, site) != "scaled_dot":
+                raise ConfigError(f"model.{key}", f"{key}={getattr(c, key)!r} is a variant of scaled "
+                                  "dot-product attention; this model has "
+                                  f"model.{site}={getattr(c, site)}")
+    if c.relative_buckets < 4:
+        raise ConfigError("model.relative_buckets", f"must be at least 4, got {c.relative_buckets}")
+    if c.relative_max_distance <= c.relative_buckets // 2:
+        raise ConfigError("model.relative_max_distance",
+                          f"must be more than half of model.relative_buckets ({c.relative_buckets}), "
+                          f"got {c.relative_max_distance}")
+
+
+def _check_numbers(c: ModelConfig) -> None:
+    """Epsilons, widths, temperatures and dropouts in their ranges."""
+    if not (math.isfinite(c.norm_eps) and c.norm_eps > 0):
+        raise ConfigError("model.norm_eps", f"must be positive, got {c.norm_eps}")
+    content = c.memory_decoder_score == "content"
+    if c.memory_heads > 1 and (c.d_model % c.memory_heads or not content):
+        raise ConfigError("model.memory_heads",
+                          f"{c.memory_heads} heads need model.memory_decoder_score=content (got "
+                          f"{c.memory_decoder_score}) and must divide d_model {c.d_model}")
+    if not (math.isfinite(c.memory_local_width) and c.memory_local_width >= 0):
+        raise ConfigError("model.memory_local_width", f"must be finite and not negative, "
+                          f"got {c.memory_local_width}")
+    if not (math.isfinite(c.monotonic_temperature) and c.monotonic_temperature > 0):
+        raise ConfigError("model.monotonic_temperature",
+                          f"must be positive, got {c.monotonic_temperature}")
+    for key in ("dropout", "attention_dropout", "activation_dropout"):
+        if not 0.0 <= getattr(c, key) < 1.0:
+            raise ConfigError(f"model.{key}", f"must be in [0, 1), got {getattr(c, key)}")
 
 
 @dataclass(frozen=True)

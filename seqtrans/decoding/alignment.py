@@ -1,5 +1,5 @@
 """Source-target word alignments from encoder-decoder attention: pure functions from the
-weights of a teacher-forced pass (:meth:`seqtrans.model.transformer.Transformer.attention_maps`) to
+weights of a teacher-forced pass (:func:`seqtrans.model.transformer.attention_maps`) to
 Pharaoh ``i-j`` pairs of word indices.
 
 Each target token is aligned to the source token it attends to most (heads averaged,

@@ -24,7 +24,7 @@ from seqtrans.decoding.ensemble import Ensemble, members
 from seqtrans.decoding.generate import length_batches
 from seqtrans.decoding.search import Hypothesis
 from seqtrans.inference.scoring import token_log_probs
-from seqtrans.model.transformer import Transformer
+from seqtrans.model.transformer import Transformer, attention_maps
 from seqtrans.tasks.protocol import Codec, TokenWords
 
 
@@ -56,7 +56,7 @@ def attention_weights(model: Transformer | Ensemble, sources: Sequence[list[int]
     for idx in length_batches(lengths, batch_tokens):
         src = pad_batch([sources[i] for i in idx]).to(device)  # [B, S]
         tgt_in = pad_batch([targets[i] for i in idx], before=BOS).to(device)  # [B, T]
-        weights = torch.stack([layer_weights(m.eval().attention_maps(src, tgt_in).cross, layer=layer)
+        weights = torch.stack([layer_weights(attention_maps(m.eval(), src, tgt_in).cross, layer=layer)
                                for m in members(model)]).mean(dim=0).cpu()  # [M, B, T, S] -> [B, T, S]
         for b, i in enumerate(idx):
             out[i] = weights[b, : len(targets[i]) + 1, : len(sources[i])]  # [T, S] without padding

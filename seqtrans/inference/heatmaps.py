@@ -2,7 +2,7 @@
 Needs matplotlib (``pip install seqtrans[plot]``).
 
 The input is decoded (or a given target taken) and run through the model once more,
-teacher-forced, asking for its attention weights (:meth:`Transformer.attention_maps`).
+teacher-forced, asking for its attention weights (:func:`~seqtrans.model.transformer.attention_maps`).
 One PNG per stack: ``encoder.png`` (self-attention), ``decoder.png`` (causal
 self-attention) and ``cross.png`` (encoder-decoder attention), each a grid of layers
 (rows) by heads (columns), tokens as tick labels. A row of a decoder map is the step that
@@ -29,6 +29,7 @@ from seqtrans.data.batches import source_ids, too_long
 from seqtrans.data.vocab import BOS, EOS, UNK
 from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.loading import Loaded
+from seqtrans.model.transformer import attention_maps
 from seqtrans.runtime import atomic
 
 #: Longest source or target drawn: beyond it the tick labels cannot be read.
@@ -76,8 +77,8 @@ def attend(loaded: Loaded, line: str, *, target: str | None = None) -> Attended:
         raise UsageError(f"the output has {len(out) + 1} tokens (with the end symbol); at most {MAX_TOKENS} "
                          "can be drawn legibly")
     device = loaded.device
-    maps = model.attention_maps(torch.tensor([src], device=device),
-                                torch.tensor([[BOS, *out]], device=device))
+    tgt_in = torch.tensor([[BOS, *out]], device=device)
+    maps = attention_maps(model, torch.tensor([src], device=device), tgt_in)
     names, symbols = codec.vocabularies.source.symbols, vocab.symbols
     return Attended([names[i] for i in src], [symbols[i] for i in [BOS, *out]],
                     [symbols[i] for i in [*out, EOS]], _cpu(maps))

@@ -32,7 +32,6 @@ from seqtrans.attention import (
     AttentionMaps,
     DecodingState,
     KVCache,
-    LatencyReporting,
     Recorder,
     SourceStream,
     StreamingCrossAttention,
@@ -270,15 +269,9 @@ class Transformer(nn.Module):
         super().__init__()
         c = self.config = config
         self.scale = math.sqrt(c.d_model) if c.scale_embeddings else 1.0
-        self.target_embed = nn.Embedding(target_vocab_size, c.d_model, padding_idx=PAD)
-        nn.init.normal_(self.target_embed.weight, std=c.d_model**-0.5)
-        nn.init.zeros_(self.target_embed.weight[PAD])
-        if shared_vocab and c.share_embeddings:
-            self.source_embed = self.target_embed
-        else:
-            self.source_embed = nn.Embedding(source_vocab_size, c.d_model, padding_idx=PAD)
-            nn.init.normal_(self.source_embed.weight, std=c.d_model**-0.5)
-            nn.init.zeros_(self.source_embed.weight[PAD])
+        self.target_embed = _token_embeddings(target_vocab_size, c.d_model)
+        shared = shared_vocab and c.share_embeddings
+        self.source_embed = self.target_embed if shared else _token_embeddings(source_vocab_size, c.d_model)
         def positions() -> Positions | None:
             if c.positions == "relative":  # no encodings added: a bias in self-attention instead
                 return None
@@ -307,16 +300,8 @@ class Transformer(nn.Module):
         self.decoder_embedding_norm = norm() if c.embedding_norm and not c.shared_positions else None
         self.output_bias = nn.Parameter(torch.zeros(target_vocab_size)) if c.output_bias else None  # [V]
         # model.positions=relative: each stack's bias table, computed once a call for all its layers
-        self.relative_bias: RelativePositionBias | None = None
-        self.decoder_relative_bias: RelativePositionBias | None = None
-        if c.positions == "relative":
-            def relative(bidirectional: bool) -> RelativePositionBias:
-                return RelativePositionBias(c.heads, buckets=c.relative_buckets,
-                                            max_distance=c.relative_max_distance, bidirectional=bidirectional,
-                                            d_model=c.d_model)
-
-            self.relative_bias = relative(True)
-            self.decoder_relative_bias = relative(False)
+        self.relative_bias = _relative_bias(c, bidirectional=True)
+        self.decoder_relative_bias = _relative_bias(c, bidirectional=False)
         self.output_scale = c.d_model**-0.5 if c.scale_output else None
         # the task's model-side parts (seqtrans.model.extension), in the order they are applied;
         # registered last, so that their parameters come after the Transformer's own
@@ -488,7 +473,7 @@ class Transformer(nn.Module):
         if state is None:
             if encoded is None:
                 raise ValueError("decode() needs the encoder output or a decoding state")
-            with waiting(self._training_lag(encoded.mask)):
+            with waiting(training_lag(self, encoded.mask)):
                 cross = [layer.cross_attn.prepare(encoded.memory, encoded.mask)
                          for layer in self.decoder_layers]
             caches: list[KVCache | None] = [None] * len(self.decoder)
@@ -510,42 +495,48 @@ class Transformer(nn.Module):
         # model.scale_output: what the projection reads is scaled, in training and decoding alike
         return x if self.output_scale is None else x * self.output_scale
 
-    def _training_lag(self, mask: Tensor) -> int | None:
-        """Multi-k training's wait-k lag of a batch, drawn from 1 to its longest source
-        (with the global generator, so that a seed repeats it); None otherwise."""
-        if not (self.training and self.config.multi_k):
-            return None
-        return int(torch.randint(1, int(mask.sum(1).max()) + 1, ()))
-
-    def expected_delays(self) -> list[Tensor]:
-        """The expected delays of each decoder layer whose encoder-decoder attention has a
-        read policy, from the last training forward pass; taken once: [B, T] for one
-        monotonic head per layer (MILk), [B, H, T] for one per head (MMA)."""
-        delays = []
-        for layer in self.decoder_layers:
-            if isinstance(layer.cross_attn, LatencyReporting):
-                taken = layer.cross_attn.take_delays()
-                if taken is not None:
-                    delays.append(taken)
-        return delays
-
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """src [B, S], tgt_in [B, T] -> logits [B, T, V]"""
         return self.decode(tgt_in, self.encode(src))
-
-    @torch.no_grad()
-    def attention_maps(self, src: Tensor, tgt_in: Tensor) -> AttentionMaps:
-        """The attention weights of every layer for sources and teacher-forced targets, as
-        in the model's current mode (``eval()`` for what decoding does).
-        src [B, S], tgt_in [B, T] (BOS first) -> :class:`AttentionMaps`"""
-        record = Recorder()
-        self.decode_hidden(tgt_in, self.encode(src, record=record), record=record)
-        return record.maps()
 
     def hidden(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """src [B, S], tgt_in [B, T] -> the decoder's last hidden states [B, T, D]"""
         return self.decode_hidden(tgt_in, self.encode(src))
 
+
+
+@torch.no_grad()
+def attention_maps(model: Transformer, src: Tensor, tgt_in: Tensor) -> AttentionMaps:
+    """The attention weights of every layer of ``model`` for sources and teacher-forced
+    targets, as in the model's current mode (``eval()`` for what decoding does).
+    src [B, S], tgt_in [B, T] (BOS first) -> :class:`AttentionMaps`"""
+    record = Recorder()
+    model.decode_hidden(tgt_in, model.encode(src, record=record), record=record)
+    return record.maps()
+
+
+def _token_embeddings(vocab_size: int, d_model: int) -> nn.Embedding:
+    """A token embedding table, N(0, d_model^-0.5), its padding row zero."""
+    table = nn.Embedding(vocab_size, d_model, padding_idx=PAD)
+    nn.init.normal_(table.weight, std=d_model**-0.5)
+    nn.init.zeros_(table.weight[PAD])
+    return table
+
+
+def _relative_bias(c: ModelConfig, *, bidirectional: bool) -> RelativePositionBias | None:
+    """A stack's relative position bias table (model.positions=relative), else None."""
+    if c.positions != "relative":
+        return None
+    return RelativePositionBias(c.heads, buckets=c.relative_buckets, max_distance=c.relative_max_distance,
+                                bidirectional=bidirectional, d_model=c.d_model)
+
+
+def training_lag(model: Transformer, mask: Tensor) -> int | None:
+    """Multi-k training's wait-k lag of a batch, drawn from 1 to its longest source
+    (with the global generator, so that a seed repeats it); None otherwise."""
+    if not (model.training and model.config.multi_k):
+        return None
+    return int(torch.randint(1, int(mask.sum(1).max()) + 1, ()))
 
 def _plus(extra: Tensor | None, more: Tensor | None) -> Tensor | None:
     if more is None:

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from seqtrans.attention.maps import HeadMonotonicWeights, MonotonicWeights
 from seqtrans.data.vocab import PAD
-from seqtrans.model.transformer import Transformer
+from seqtrans.model.transformer import Transformer, attention_maps
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def policy_report(model: Transformer, batches: Iterable[tuple[Tensor, Tensor]]) 
     model.eval()
     sums: dict[int, _Sums] = {}
     for src, tgt_in in batches:
-        maps = model.attention_maps(src, tgt_in)
+        maps = attention_maps(model, src, tgt_in)
         lengths = src.ne(PAD).sum(1)  # [B]
         steps = tgt_in.ne(PAD)  # [B, T]
         real = steps.unsqueeze(2) & src.ne(PAD).unsqueeze(1)  # [B, T, S]

@@ -13,8 +13,10 @@ from contextlib import nullcontext
 
 import numpy as np
 import torch
+from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
+from seqtrans.attention import LatencyReporting
 from seqtrans.config import TrainConfig
 from seqtrans.data.batches import Pairs
 from seqtrans.data.vocab import PAD
@@ -44,6 +46,19 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return "fp32"
 
 
+
+def expected_delays(model: Transformer) -> list[Tensor]:
+    """The expected delays of each decoder layer whose encoder-decoder attention has a
+    read policy, from the last training forward pass; taken once: [B, T] for one
+    monotonic head per layer (MILk), [B, H, T] for one per head (MMA)."""
+    delays = []
+    for layer in model.decoder_layers:
+        if isinstance(layer.cross_attn, LatencyReporting):
+            taken = layer.cross_attn.take_delays()
+            if taken is not None:
+                delays.append(taken)
+    return delays
+
 class LossModule(torch.nn.Module):
     """The model with its loss as ``forward``, the unit that data parallelism wraps
     (so that its gradient hooks see every parameter the loss uses)."""
@@ -66,7 +81,7 @@ class LossModule(torch.nn.Module):
             hidden = self.model.hidden(src, tgt_in)  # [B, T, D]
             loss, nll = projected_label_smoothed_loss(hidden, self.model.output_weight, tgt_out,
                                                       bias=self.model.output_bias, smoothing=self.smoothing)
-        delays = self.model.expected_delays()
+        delays = expected_delays(self.model)
         if delays and (self.latency_weight or self.latency_weight_var):
             words = src.ne(PAD).sum(1) - 1  # source tokens without the end symbol
             average, variance = latency_losses([d.float() for d in delays], tgt_out.ne(PAD), words)

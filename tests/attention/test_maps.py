@@ -19,6 +19,7 @@ from seqtrans.attention.monotonic import MonotonicAttention
 from seqtrans.attention.restricted import RestrictedSelfAttention
 from seqtrans.attention.scaled_dot import SelfAttention
 from seqtrans.data.vocab import BOS, PAD
+from seqtrans.model.transformer import attention_maps
 
 pytestmark = pytest.mark.usefixtures("no_grad")
 
@@ -45,7 +46,7 @@ def hand_softmax(x: Tensor, w: Tensor, b: Tensor, y: Tensor, w_k: Tensor, b_k: T
 
 def test_scaled_dot_weights_equal_a_hand_computation() -> None:
     model = tiny_model()
-    maps = model.attention_maps(SRC, TGT)
+    maps = attention_maps(model, SRC, TGT)
     d_model, heads = model.config.d_model, model.config.heads
     for b in range(2):
         # the first encoder layer reads the embedded source (post-norm: as it is)
@@ -121,7 +122,7 @@ def test_weights_are_distributions_over_what_may_be_attended(options: dict[str, 
 
 def test_monotonic_hard_alignment_is_where_decoding_attends() -> None:
     model = build({"cross_attention": "monotonic", "monotonic_r_init": 0.3})
-    maps = model.attention_maps(SRC, TGT)
+    maps = attention_maps(model, SRC, TGT)
     state = model.start(model.encode(SRC), capacity=8)
     for i in range(TGT.size(1)):  # one step at a time, as decoding does
         model.decode(TGT[:, i:i + 1], state=state)

@@ -24,7 +24,7 @@ from seqtrans.config import DecodeConfig
 from seqtrans.data.batches import pad_batch
 from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding import generate
-from seqtrans.model.transformer import Transformer
+from seqtrans.model.transformer import Transformer, attention_maps
 from seqtrans.streaming.decoder import check_streamable
 from seqtrans.training.loss import latency_losses
 from seqtrans.training.step import LossModule
@@ -129,7 +129,7 @@ def slowest_heads(model: Transformer, source: list[int], output: list[int]) -> l
     symbol is not a token)."""
     src = torch.tensor([source + [EOS]])
     tgt = torch.tensor([[BOS, *output]])
-    maps = model.attention_maps(src, tgt)
+    maps = attention_maps(model, src, tgt)
     furthest = torch.stack([w.positions[0] for w in maps.cross]).amax(dim=(0, 1))  # type: ignore[union-attr]
     return [min(int(p) + 1, len(source)) for p in furthest[: len(output)]]
 

@@ -22,7 +22,8 @@ from seqtrans.data.batches import pad_batch
 from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding import generate
 from seqtrans.errors import ConfigError, UsageError
-from seqtrans.model.transformer import Transformer
+from seqtrans.model import transformer
+from seqtrans.model.transformer import Transformer, training_lag
 from seqtrans.streaming.decoder import check_streamable, stream_greedy
 from seqtrans.training.loss import expected_lagging
 from seqtrans.training.step import LossModule
@@ -138,18 +139,18 @@ def test_multi_k_draws_a_lag_per_batch_from_one_to_the_longest_source() -> None:
     model = tiny_model(seed=0, multi_k=True, causal_encoder=True).train()
     mask = torch.ones(2, 7, dtype=torch.bool)
     torch.manual_seed(11)
-    lags = [model._training_lag(mask) for _ in range(200)]
+    lags = [training_lag(model, mask) for _ in range(200)]
     assert set(lags) == set(range(1, 8))
     torch.manual_seed(11)
-    assert [model._training_lag(mask) for _ in range(200)] == lags  # a seed repeats them
-    assert model.eval()._training_lag(mask) is None
+    assert [training_lag(model, mask) for _ in range(200)] == lags  # a seed repeats them
+    assert training_lag(model.eval(), mask) is None
 
 
 def test_multi_k_training_masks_each_batch_at_its_drawn_lag(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_model(seed=0, multi_k=True, causal_encoder=True).train()
     src = pad_batch([s + [EOS] for s in SOURCES[:4]])
     tgt = torch.randint(4, 11, (4, 5))
-    monkeypatch.setattr(model, "_training_lag", lambda mask: 2)
+    monkeypatch.setattr(transformer, "training_lag", lambda model, mask: 2)
     drawn = model(src, tgt)
     fixed = tiny_model(seed=0, wait_k=2, causal_encoder=True).train()
     assert torch.allclose(drawn, fixed(src, tgt), atol=1e-6)
