@@ -27,7 +27,8 @@ from seqtrans.model.transformer import FeedForward, attention_maps
 
 pytestmark = pytest.mark.usefixtures("no_grad")
 
-#: every variant on at once, as T5 v1.1 has them (few buckets, so that 12 positions reach the log-spaced ones)
+#: every variant on at once, as Raffel et al.'s later checkpoints have them (few buckets, so that 12
+#: positions reach the log-spaced ones)
 VARIANTS = {"norm": "pre", "norm_kind": "rms", "norm_eps": 1e-6, "positions": "relative",
             "relative_buckets": 8, "relative_max_distance": 12, "bias": False, "attention_scale": False,
             "head_dim": 6, "activation": "gelu_tanh", "gated_ffn": True, "scale_embeddings": False,

@@ -20,7 +20,7 @@ hypothesis (float32, with the native kernels) self-attention over the cache and
 encoder-decoder attention over each source's own length in
 :func:`seqtrans.native.beam_attention`, whose sums run in an order no other row changes.
 
-Variants of the paper's attention that models trained elsewhere use (T5's, Raffel et al.
+Variants of the paper's attention that models trained elsewhere use (Raffel et al.
 2020), each a model option: heads of another width than D/H (``model.head_dim``),
 projections without biases (``model.bias``), logits not divided by sqrt(d)
 (``model.attention_scale``), and self-attention logits plus a bias that the caller

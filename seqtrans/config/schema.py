@@ -37,8 +37,8 @@ class ModelConfig:
     head_dim: int = option(
         0, "d_k = d_v, the width of each head's queries, keys and values; the attention projections are "
         "heads * head_dim wide. 0: d_model / heads, as in the paper. Another width lets heads * head_dim "
-        "differ from d_model (not in the paper), as mT5-small has it (d_model 512, 6 heads of 64; Xue et al. "
-        "2021). Needs scaled_dot attention at every site."
+        "differ from d_model (not in the paper; Xue et al. 2021's smallest model has d_model 512 and 6 heads "
+        "of 64). Needs scaled_dot attention at every site."
     )
     dropout: float = option(
         0.1, "P_drop: dropout on each sub-layer output and on embedding + position sums."
@@ -52,16 +52,16 @@ class ModelConfig:
         "layer", "The normalisation of every residual, of the final norms of pre-norm stacks and of "
         "model.embedding_norm: 'layer', LayerNorm with a bias, as in the paper; 'rms', RMSNorm (Zhang and "
         "Sennrich 2019): x / sqrt(mean(x^2) + eps) times a learned scale, with no mean subtracted and no "
-        "bias, as T5 has it (Raffel et al. 2020)."
+        "bias (Raffel et al. 2020)."
     )
     norm_eps: float = option(
         1e-5, "epsilon of every normalisation (model.norm_kind), added to the variance: 1e-5 is PyTorch's "
-        "LayerNorm default; T5's RMSNorm uses 1e-6."
+        "LayerNorm default; Raffel et al. 2020 use 1e-6 with RMSNorm."
     )
     positions: Literal["sinusoidal", "learned", "relative"] = option(
         "sinusoidal", "Positional encodings: sinusoidal, or learned (Table 3, row E); 'relative' adds none "
         "to the embeddings: instead every self-attention layer adds to its logits a learned bias per head "
-        "and bucket of relative distance (Raffel et al. 2020, section 2.1, as T5 has it), from one table "
+        "and bucket of relative distance (Raffel et al. 2020, section 2.1), from one table "
         "per stack (model.relative_buckets, model.relative_max_distance); the encoder's buckets tell the "
         "two directions apart, the decoder's hold past positions only. Needs scaled_dot self-attention."
     )
@@ -93,20 +93,20 @@ class ModelConfig:
     )
     activation: Literal["relu", "gelu", "gelu_tanh", "silu"] = option(
         "relu", "Feed-forward activation: relu as in the paper; gelu (exact, erf form); gelu_tanh (GELU's "
-        "tanh approximation, as GPT-2 and T5 v1.1 compute it); silu (swish, x * sigmoid(x))."
+        "tanh approximation, as GPT-2 computes it); silu (swish, x * sigmoid(x))."
     )
     gated_ffn: bool = option(
         False, "Gated feed-forward layers (not in the paper; Shazeer 2020, GLU variants): "
         "FFN(x) = (act(x W1) * (x V)) W2, with a third matrix V; activation=gelu_tanh makes the gated GELU "
-        "of T5 v1.1, mT5 and ByT5 (Raffel et al. 2020's later checkpoints), silu SwiGLU."
+        "of Raffel et al. 2020's later checkpoints, silu SwiGLU."
     )
     bias: bool = option(
         True, "Biases in the attention projections and the feed-forward layers, as in the paper; false: "
-        "none, as T5 has it (Raffel et al. 2020). Needs scaled_dot attention at every site."
+        "none (Raffel et al. 2020). Needs scaled_dot attention at every site."
     )
     attention_scale: bool = option(
-        True, "Divide the attention logits by sqrt(d_k) (paper, 3.2.1); false: no scaling, as T5 has it "
-        "(Raffel et al. 2020; its initialisation of the query projection makes up for it). Needs "
+        True, "Divide the attention logits by sqrt(d_k) (paper, 3.2.1); false: no scaling (Raffel et al. "
+        "2020, whose initialisation of the query projection makes up for it). Needs "
         "scaled_dot attention at every site."
     )
     scale_embeddings: bool = option(
@@ -124,7 +124,7 @@ class ModelConfig:
     tie_output: bool = option(True, "Tie the pre-softmax projection to the target embeddings.")
     scale_output: bool = option(
         False, "Multiply the decoder's output by d_model^-0.5 before the pre-softmax projection (not in the "
-        "paper): T5 v1.0 does so, its projection being the tied embedding matrix (Raffel et al. 2020)."
+        "paper): Raffel et al. 2020 do so, their projection being the tied embedding matrix."
     )
     encoder_attention: Mechanism = option(
         "scaled_dot", "Encoder self-attention: scaled_dot, dot, general, additive, location or "

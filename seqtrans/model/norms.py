@@ -1,6 +1,6 @@
 """The normalisations of the residual stream (``model.norm_kind``): the paper's LayerNorm,
 or RMSNorm (Zhang and Sennrich 2019), which rescales by the root mean square alone, with
-no mean subtracted and no bias, as T5 has it (Raffel et al. 2020).
+no mean subtracted and no bias, as Raffel et al. (2020) use it.
 
 Shapes: D model width; any leading dimensions.
 """
@@ -14,7 +14,7 @@ from torch import Tensor, nn
 class RMSNorm(nn.Module):
     """``x / sqrt(mean(x^2) + eps) * weight`` over the last dimension.  [..., D] -> [..., D]
 
-    The mean of squares is taken in float32 whatever the input's type, as T5's own
+    The mean of squares is taken in float32 whatever the input's type, as Raffel et al.'s
     implementation does, so that bfloat16 activations do not lose it."""
 
     def __init__(self, d_model: int, *, eps: float) -> None:

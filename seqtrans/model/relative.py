@@ -1,8 +1,8 @@
-"""Relative position biases (``model.positions=relative``; Raffel et al. 2020, section 2.1,
-as T5 has them): no position is added to the embeddings; instead each self-attention
-layer adds to its logits a learned scalar per head and bucket of the distance from the
-query to the key. A stack has one table; it computes the bias once for a call and every
-layer adds the same.
+"""Relative position biases (``model.positions=relative``; Raffel et al. 2020, section
+2.1, a simpler form of Shaw et al. 2018's): no position is added to the embeddings;
+instead each self-attention layer adds to its logits a learned scalar per head and
+bucket of the distance from the query to the key. A stack has one table; it computes
+the bias once for a call and every layer adds the same.
 
 Distances are bucketed: small ones exactly, larger ones on a log scale up to a maximum
 distance, beyond which all share the last bucket. The encoder's buckets are
@@ -21,9 +21,9 @@ from torch import Tensor, nn
 
 
 def relative_buckets(relative: Tensor, *, bidirectional: bool, buckets: int, max_distance: int) -> Tensor:
-    """The bucket of each relative position (key position minus query position), as T5's
-    Mesh TensorFlow code computes it, in float32 as it does, so that distances near a
-    bucket's edge fall on the same side.  relative [...] (int64) -> [...] (int64)"""
+    """The bucket of each relative position (key position minus query position), as
+    Raffel et al.'s Mesh TensorFlow code computes it, in float32 as it does, so that
+    distances near a bucket's edge fall on the same side.  relative [...] (int64) -> [...] (int64)"""
     out = torch.zeros_like(relative)
     if bidirectional:
         buckets //= 2

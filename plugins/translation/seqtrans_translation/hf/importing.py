@@ -97,7 +97,7 @@ def read_model(directory: Path, *, allow_pickle: bool = False,
     path = directory / TOKENIZER
     tokenizer_kind, added = "tokenizers", dict[str, int]()
     if family is t5:
-        tokenizer_kind, data, added = t5.tokenizer_of(directory, tokenizer_config)
+        tokenizer_kind, data, added = t5.tokenizer_of(directory, s, tokenizer_config)
     elif not path.is_file():
         raise DataError(path, None, "missing: the model's tokenizer is read from its tokenizer.json")
     else:

@@ -41,7 +41,7 @@ from torch import Tensor
 
 from seqtrans.config import ModelConfig
 from seqtrans.errors import ConfigError, DataError
-from seqtrans_translation.hf.codec import SENTENCEPIECE, TOKENIZER
+from seqtrans_translation.hf.codec import SENTENCEPIECE, TOKENIZER, ByteTokenizer
 from seqtrans_translation.hf.directory import Settings, Weights
 from seqtrans_translation.hf.vocabulary import logits_bias, rows
 
@@ -211,17 +211,28 @@ def _sentinels(directory: Path, tokenizer_config: Settings) -> dict[str, int]:
     return {f"<extra_id_{i}>": size + extra - 1 - i for i in range(extra)}
 
 
-def tokenizer_of(directory: Path, tokenizer_config: Settings) -> tuple[str, bytes, dict[str, int]]:
+def _byte_sentinels(directory: Path, tokenizer_config: Settings) -> dict[str, int]:
+    """ByT5's ``extra_ids`` sentinels after the 256 bytes, ``<extra_id_0>`` first, as
+    transformers numbers them."""
+    added = _added_tokens(directory, tokenizer_config)
+    if added is None:
+        first = ByteTokenizer.OFFSET + 256
+        added = {f"<extra_id_{i}>": first + i for i in range(tokenizer_config.get("extra_ids", int, 125))}
+    return {t: i for t, i in added.items() if t not in ByteTokenizer.SPECIALS}
+
+
+def tokenizer_of(directory: Path, s: Settings, tokenizer_config: Settings,
+                 ) -> tuple[str, bytes, dict[str, int]]:
     """The kind of a T5-family directory's tokenizer, its file's bytes and the tokens it
-    adds after its own: ``tokenizer.json``, else ``spiece.model``, else ByT5's bytes."""
+    adds after its own: ``tokenizer.json``, else ``spiece.model``, else ByT5's bytes
+    (``tokenizer_class`` ``ByT5Tokenizer`` in ``tokenizer_config.json`` or ``config.json``)."""
     if (directory / TOKENIZER).is_file():
         return "tokenizers", (directory / TOKENIZER).read_bytes(), {}
     if (directory / SENTENCEPIECE).is_file():
         data = (directory / SENTENCEPIECE).read_bytes()
         return "sentencepiece", data, _sentinels(directory, tokenizer_config)
-    if tokenizer_config.values.get("tokenizer_class") == "ByT5Tokenizer":
-        added = _added_tokens(directory, tokenizer_config) or {}
-        return "bytes", b"", {t: i for t, i in added.items() if i >= 3}  # <pad>, </s>, <unk>: ByT5's own
+    if "ByT5Tokenizer" in (tokenizer_config.values.get("tokenizer_class"), s.values.get("tokenizer_class")):
+        return "bytes", b"", _byte_sentinels(directory, tokenizer_config)
     raise DataError(directory / TOKENIZER, None,
                     f"missing: a T5 model's tokenizer is read from its {TOKENIZER} or {SENTENCEPIECE} "
-                    "(ByT5's tokenizer_config.json names ByT5Tokenizer, which has no file)")
+                    "(ByT5's config names ByT5Tokenizer, which has no file)")

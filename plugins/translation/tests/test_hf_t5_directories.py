@@ -1,6 +1,8 @@
 """``seqtrans import hf`` on damaged T5 directories: each is refused with a message naming
-the file and the field or tensor, and nothing is written; and ByT5's byte tokenizer
-against transformers' on text no model writes (invalid UTF-8, special tokens)."""
+the file and the field or tensor, and nothing is written. ByT5's byte tokenizer against
+transformers' on text no model writes (invalid UTF-8, special tokens), and on a ByT5
+directory as the Hub keeps them (the tokenizer named in ``config.json`` alone); the
+relative position buckets against transformers'."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from t5_models import EXTRA_IDS, t5_directory
 
 from seqtrans.errors import DataError
 from seqtrans.inference import formats
+from seqtrans.inference.loading import load
+from seqtrans.model.relative import relative_buckets
 from seqtrans_translation.hf.codec import ByteTokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -80,3 +85,35 @@ def test_byte_tokens_are_those_of_byt5() -> None:
         assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True), ids
     assert ours.token_to_id("<extra_id_0>") == theirs.convert_tokens_to_ids("<extra_id_0>")
     assert ours.tokens() == {0: "<pad>", 1: "</s>", 2: "<unk>", **{i: t for t, i in added.items()}}
+
+
+def test_a_byt5_directory_named_only_in_its_config_imports_with_its_sentinels(tmp_path: Path) -> None:
+    """The Hub's ByT5 directories name ByT5Tokenizer in config.json and list no added
+    tokens: the sentinels follow the bytes, <extra_id_0> first, as transformers has them."""
+    directory = t5_directory("byt5", tmp_path / "hf", train_steps=0)
+    expected = load(formats.load("hf").import_model(directory, out=tmp_path / "run"), device="cpu")
+    (directory / "added_tokens.json").unlink(missing_ok=True)
+    path = directory / "tokenizer_config.json"
+    settings = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({"extra_ids": EXTRA_IDS, "eos_token": "</s>"}), encoding="utf-8")
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    config["tokenizer_class"] = settings["tokenizer_class"]
+    (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    again = load(formats.load("hf").import_model(directory, out=tmp_path / "again"), device="cpu")
+    symbols = again.codec.vocabularies.source.symbols
+    assert symbols == expected.codec.vocabularies.source.symbols
+    assert symbols.index("<extra_id_0>") < symbols.index(f"<extra_id_{EXTRA_IDS - 1}>")
+    assert again.codec.source_tokens("läuft") == expected.codec.source_tokens("läuft")
+
+
+@pytest.mark.parametrize("buckets, max_distance", [(32, 128), (8, 20)])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_relative_buckets_are_those_of_transformers(buckets: int, max_distance: int,
+                                                    bidirectional: bool) -> None:
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    relative = torch.arange(-400, 401)
+    theirs = T5Attention._relative_position_bucket(relative, bidirectional=bidirectional, num_buckets=buckets,
+                                                   max_distance=max_distance)
+    ours = relative_buckets(relative, bidirectional=bidirectional, buckets=buckets, max_distance=max_distance)
+    assert torch.equal(ours, theirs)
