@@ -25,8 +25,9 @@ IMPORT = Command(
     "Convert the model in directory DIR, in the format FORMAT that an installed plugin "
     "registers (seqtrans.formats entry points; the translation plugin: hf, a Hugging Face "
     "model directory of the families its config.json names (NLLB, M2M-100, mBART-50, BART, "
-    "T5, Flan-T5, mT5, ByT5, Marian), and hf-marian), into a new run directory that predict, evaluate, score, serve, "
-    "export and 'run --init' accept, written whole or not at all. See docs/pretrained.md.",
+    "T5, Flan-T5, mT5, ByT5, Marian), and hf-marian), into a new run directory that predict, "
+    "evaluate, score, serve, export and 'run --init' accept, written whole or not at all. See "
+    "docs/pretrained.md.",
     (arg("format", metavar="FORMAT", help="The format of DIR."),
      arg("source", metavar="DIR", type=Path, help="The model directory to read."),
      arg("--out", metavar="RUN_DIR", type=Path, required=True,
