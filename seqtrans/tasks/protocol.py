@@ -15,8 +15,10 @@ and its decoding defaults. A plugin provides two objects:
 
 A codec may have optional abilities, each a runtime-checkable protocol the engine
 tests with ``isinstance``: :class:`Constraining` (restrict next tokens during
-search), :class:`SegmentationSampling` (``train.subword_sampling``) and
-:class:`ModelExtending` (model-side parts of the task's own, :mod:`seqtrans.model.extension`).
+search), :class:`SegmentationSampling` (``train.subword_sampling``),
+:class:`ModelExtending` (model-side parts of the task's own, :mod:`seqtrans.model.extension`),
+:class:`Multilingual` (a model of several languages, bound by ``decode.source_lang`` and
+``decode.target_lang``) and :class:`TargetPrefixing` (tokens every output starts with, forced).
 A codec without one writes nothing for it. A task may name its training data by a
 digest (:class:`DataDigest`), so that prepared data is found without reading the data
 again, and a task class may convert runs saved by earlier versions of its plugin
