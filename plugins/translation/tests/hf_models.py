@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,17 @@ def _sentencepiece_bpe(directory: Path) -> None:
                                    model_type="bpe", character_coverage=1.0, hard_vocab_limit=False,
                                    minloglevel=2)
     (directory / "sentencepiece.bpe.model").write_bytes(buffer.getvalue())
+
+
+def edit_config(**changes: object) -> Callable[[Path], None]:
+    """A damage for a bad-input test: ``config.json``'s fields set to ``changes``."""
+    def edit(directory: Path) -> None:
+        path = directory / "config.json"
+        config = json.loads(path.read_text(encoding="utf-8"))
+        config.update(changes)
+        path.write_text(json.dumps(config), encoding="utf-8")
+
+    return edit
 
 
 def tokenizer(family: str, directory: Path) -> Any:
@@ -95,16 +107,18 @@ def hf_directory(family: str, directory: Path, *, seed: int = 0, d_model: int = 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model: one thread is fastest, and kind to a busy machine
     try:
-        _train(model, tok, train_steps, seed)
+        train_briefly(model, tok, train_steps, _pairs(32, seed + 3))
     finally:
         torch.set_num_threads(threads)
     model.save_pretrained(directory)
     return directory
 
 
-def _train(model: Any, tok: Any, steps: int, seed: int) -> None:
+def train_briefly(model: Any, tok: Any, steps: int, pairs: tuple[list[str], list[str]]) -> None:
+    """``steps`` Adam updates at lr 1e-2 of a transformers model on ``pairs`` (sources,
+    targets), all in one batch: enough for a tiny model's outputs to follow the input."""
     if steps:
-        sources, targets = _pairs(32, seed + 3)
+        sources, targets = pairs
         batch = tok(sources, text_target=targets, return_tensors="pt", padding=True)
         batch["labels"] = batch["labels"].masked_fill(batch["labels"].eq(tok.pad_token_id), -100)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)

@@ -17,6 +17,7 @@ from typing import Any
 
 import sentencepiece as spm
 import torch
+from hf_models import train_briefly
 from marian_models import SOURCE_WORDS, SOURCES, TARGET_WORDS, _pairs, sentences
 
 VARIANTS = ("t5", "t5v11", "mt5", "byt5")
@@ -91,7 +92,7 @@ def t5_directory(variant: str, directory: Path, *, seed: int = 0, d_model: int =
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model: one thread is fastest, and kind to a busy machine
     try:
-        _train(model, tok, train_steps, seed)
+        train_briefly(model, tok, train_steps, training_pairs(seed))
     finally:
         torch.set_num_threads(threads)
     model.save_pretrained(directory)
@@ -112,17 +113,3 @@ def training_pairs(seed: int) -> tuple[list[str], list[str]]:
     sources, targets = _pairs(32, seed + 3)
     words = dict(zip(SOURCE_WORDS, TARGET_WORDS))
     return sources + SOURCES, targets + [" ".join(words[w] for w in s.split() if w in words) for s in SOURCES]
-
-
-def _train(model: Any, tok: Any, steps: int, seed: int) -> None:
-    if steps:
-        sources, targets = training_pairs(seed)
-        batch = tok(sources, text_target=targets, return_tensors="pt", padding=True)
-        batch["labels"] = batch["labels"].masked_fill(batch["labels"].eq(tok.pad_token_id), -100)
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-        model.train()
-        for _ in range(steps):
-            optimizer.zero_grad()
-            model(**batch).loss.backward()
-            optimizer.step()
-        model.eval()

@@ -3,13 +3,12 @@ a message naming the file and the field or tensor, and nothing is written."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hf_models import hf_directory
+from hf_models import edit_config, hf_directory
 
 from seqtrans.errors import ConfigError, DataError
 from seqtrans.inference import formats
@@ -22,16 +21,6 @@ pytest.importorskip("tokenizers")
 @pytest.fixture(scope="module")
 def nllb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return hf_directory("nllb", tmp_path_factory.mktemp("nllb") / "hf", train_steps=0)
-
-
-def _edit_config(**changes: object) -> Callable[[Path], None]:
-    def edit(directory: Path) -> None:
-        path = directory / "config.json"
-        config = json.loads(path.read_text(encoding="utf-8"))
-        config.update(changes)
-        path.write_text(json.dumps(config), encoding="utf-8")
-
-    return edit
 
 
 def _truncate(directory: Path) -> None:
@@ -48,18 +37,18 @@ def _pickled(directory: Path) -> None:
 
 
 CASES: dict[str, tuple[Callable[[Path], None], str]] = {
-    "unsupported family": (_edit_config(model_type="pegasus"),
+    "unsupported family": (edit_config(model_type="pegasus"),
                            r"config\.json: field 'model_type' is 'pegasus': not a family seqtrans imports "
                            r"\(it imports marian, bart, mbart, m2m_100"),
     "no tokenizer": (lambda d: (d / "tokenizer.json").unlink(), r"tokenizer\.json: missing"),
     "no weights": (lambda d: (d / "model.safetensors").unlink(), r"model\.safetensors: missing"),
-    "wrong shape": (_edit_config(encoder_ffn_dim=48, decoder_ffn_dim=48),
+    "wrong shape": (edit_config(encoder_ffn_dim=48, decoder_ffn_dim=48),
                     r"model\.safetensors: tensor 'model\.encoder\.layers\.0\.fc1\.weight' has shape "
                     r"\(64, 32\), but config\.json implies \(48, 32\)"),
     "truncated": (_truncate,
                   r"model\.safetensors: (truncated|not a safetensors file|tensor '[^']*': its byte range)"),
     "pickle": (_pickled, r"pytorch_model\.bin: is a pickle, and loading a pickle can run any code"),
-    "vocabulary too small": (_edit_config(vocab_size=10),
+    "vocabulary too small": (edit_config(vocab_size=10),
                              r"token id \d+ is beyond config\.json's vocab_size 10"),
 }
 

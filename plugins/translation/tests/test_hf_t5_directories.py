@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hf_models import edit_config
 from t5_models import EXTRA_IDS, t5_directory
 
 from seqtrans.errors import DataError
@@ -30,30 +31,20 @@ def t5(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return t5_directory("t5", tmp_path_factory.mktemp("t5") / "hf", train_steps=0)
 
 
-def _edit_config(**changes: object) -> Callable[[Path], None]:
-    def edit(directory: Path) -> None:
-        path = directory / "config.json"
-        config = json.loads(path.read_text(encoding="utf-8"))
-        config.update(changes)
-        path.write_text(json.dumps(config), encoding="utf-8")
-
-    return edit
-
-
 CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "no tokenizer": (lambda d: (d / "tokenizer.json").unlink(),
                      r"tokenizer\.json: missing: a T5 model's tokenizer is read from its tokenizer\.json or "
                      r"spiece\.model"),
-    "wrong shape": (_edit_config(relative_attention_num_buckets=16),
+    "wrong shape": (edit_config(relative_attention_num_buckets=16),
                     r"model\.safetensors: tensor 'encoder\.block\.0\.layer\.0\.SelfAttention\."
                     r"relative_attention_bias\.weight' has shape \(8, 4\), but config\.json implies "
                     r"\(16, 4\)"),
-    "feed-forward": (_edit_config(feed_forward_proj="gated-gelu-x"),
+    "feed-forward": (edit_config(feed_forward_proj="gated-gelu-x"),
                      r"config\.json: field 'feed_forward_proj' is 'gated-gelu-x': not ACT or gated-ACT"),
-    "no head": (_edit_config(tie_word_embeddings=False),
+    "no head": (edit_config(tie_word_embeddings=False),
                 r"config\.json: field 'tie_word_embeddings' is False: .* no 'lm_head\.weight'"),
-    "no heads": (_edit_config(d_kv=0), r"config\.json: field 'd_kv' is 0: must be at least 1"),
-    "no model": (_edit_config(relative_attention_max_distance=2),
+    "no heads": (edit_config(d_kv=0), r"config\.json: field 'd_kv' is 0: must be at least 1"),
+    "no model": (edit_config(relative_attention_max_distance=2),
                  r"config\.json: does not make a seqtrans model: .*model\.relative_max_distance"),
 }
 
