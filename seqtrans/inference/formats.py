@@ -73,6 +73,7 @@ def write_run(out: Path, config: RunConfig, assets: Mapping[str, bytes], weights
     beside it, then renamed): ``config.json``, the vocabulary files in ``vocab/`` and the
     weights as ``checkpoints/average.pt``, which ``imported`` describes (the format and
     the model's directory). What every format's ``import_model`` ends with."""
+    # here, not at the top: listing the formats (seqtrans import --help) loads no torch
     from seqtrans import config as cfg
     from seqtrans.runtime import atomic
     from seqtrans.training import checkpoint

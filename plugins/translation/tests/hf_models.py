@@ -128,3 +128,42 @@ def train_briefly(model: Any, tok: Any, steps: int, pairs: tuple[list[str], list
             model(**batch).loss.backward()
             optimizer.step()
         model.eval()
+
+
+def our_ids(loaded: Any, texts: list[str], *, target: bool = False) -> list[list[int]]:
+    """seqtrans ids of ``texts`` through an imported run's codec (no end symbol)."""
+    codec, vocab = loaded.codec, loaded.codec.vocabularies.source
+    return [vocab.encode(codec.target_tokens(t) if target else codec.source_tokens(t)) for t in texts]
+
+
+def model_ids(loaded: Any, rows: list[list[int]]) -> list[list[int]]:
+    """The imported model's own ids of seqtrans ids."""
+    symbols = loaded.codec.vocabularies.source.symbols
+    return [loaded.codec.ids.ids_of([symbols[i] for i in row]) for row in rows]
+
+
+def assert_log_probabilities_match(loaded: Any, hf: Any, sources: list[str], targets: list[str]) -> None:
+    """Teacher-forced log-probabilities of the imported run within 1e-4 of the model's in
+    transformers, at every position of every target; seqtrans's ``<s>`` takes none."""
+    from seqtrans.data.batches import pad_batch
+    from seqtrans.data.vocab import BOS, EOS
+
+    src = [[*s, EOS] for s in our_ids(loaded, sources)]
+    tgt = our_ids(loaded, targets, target=True)
+    pad = hf.config.pad_token_id
+    with torch.no_grad():
+        logits = loaded.model(pad_batch(src), pad_batch(tgt, before=BOS))
+        ours = torch.log_softmax(logits, dim=-1)  # [B, T, V+1]
+        src_hf = pad_batch(model_ids(loaded, src), pad=pad)
+        tgt_hf = pad_batch(model_ids(loaded, [[BOS, *t] for t in tgt]), pad=pad)  # <s>: the decoder start
+        theirs = torch.log_softmax(hf(input_ids=src_hf, attention_mask=src_hf.ne(pad),
+                                      decoder_input_ids=tgt_hf).logits, dim=-1)  # [B, T, V]
+    order = torch.tensor(loaded.codec.ids.hf_ids)
+    keep = torch.ones(order.numel(), dtype=torch.bool)
+    keep[BOS] = False  # seqtrans's <s> repeats the decoder start's row
+    for b, t in enumerate(tgt):
+        n = len(t) + 1  # <s> y -> y </s>
+        diff = (ours[b, :n, keep] - theirs[b, :n, order[keep]]).abs().max().item()
+        assert diff <= 1e-4, f"sentence {b}: log-probabilities differ by {diff}"
+        assert ours[b, :n, BOS].max().item() < -90  # e^-90 of the mass: none
+

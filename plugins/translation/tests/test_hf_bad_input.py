@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from hf_models import edit_config, hf_directory
 
 from seqtrans.errors import ConfigError, DataError
@@ -71,3 +72,17 @@ def test_an_unknown_language_code_is_named_with_the_models_codes(nllb: Path, tmp
         load(run, device="cpu", overrides=["decode.target_lang=deu_Latm"])
     loaded = load(run, device="cpu", overrides=["decode.target_lang=fra_Latn"])
     assert loaded.codec.target_tokens("x")[0] == "fra_Latn"  # type: ignore[attr-defined]
+
+
+def test_sharded_weights_import_as_the_single_file_does(nllb: Path, tmp_path: Path) -> None:
+    import transformers
+
+    sharded = tmp_path / "sharded"
+    transformers.AutoModelForSeq2SeqLM.from_pretrained(nllb).save_pretrained(sharded, max_shard_size="20KB")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (sharded / name).write_bytes((nllb / name).read_bytes())
+    assert len(list(sharded.glob("model-*.safetensors"))) > 1 and not (sharded / "model.safetensors").exists()
+    whole = load(formats.load("hf").import_model(nllb, out=tmp_path / "whole"), device="cpu")
+    shards = load(formats.load("hf").import_model(sharded, out=tmp_path / "shards"), device="cpu")
+    for (name, a), (_, b) in zip(whole.model.state_dict().items(), shards.model.state_dict().items()):
+        assert torch.equal(a, b), name

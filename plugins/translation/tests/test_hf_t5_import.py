@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
+from hf_models import assert_log_probabilities_match, model_ids, our_ids
 from marian_models import SOURCES, TARGETS
 from t5_models import MAX_LENGTH, t5_directory
 
 from seqtrans.config import DecodeConfig
-from seqtrans.data.batches import pad_batch
-from seqtrans.data.vocab import BOS, EOS
+from seqtrans.data.vocab import EOS
 from seqtrans.inference import formats
 from seqtrans.inference.loading import Loaded, load
 
@@ -44,18 +43,6 @@ def _hf(source: Path) -> tuple[Any, Any]:
     return model, transformers.AutoTokenizer.from_pretrained(source)
 
 
-def _ours(loaded: Loaded, texts: list[str], *, target: bool = False) -> list[list[int]]:
-    """seqtrans ids of ``texts`` (no end symbol)."""
-    codec, vocab = loaded.codec, loaded.codec.vocabularies.source
-    return [vocab.encode(codec.target_tokens(t) if target else codec.source_tokens(t)) for t in texts]
-
-
-def _theirs(loaded: Loaded, rows: list[list[int]]) -> list[list[int]]:
-    """The model's ids of seqtrans ids."""
-    symbols = loaded.codec.vocabularies.source.symbols
-    return [loaded.codec.ids.ids_of([symbols[i] for i in row]) for row in rows]  # type: ignore[attr-defined]
-
-
 def test_the_import_maps_the_variant_onto_model_options(imported: tuple[str, Path, Loaded]) -> None:
     variant, source, loaded = imported
     c = loaded.config.model
@@ -78,31 +65,14 @@ def test_ids_are_those_of_the_models_tokenizer(imported: tuple[str, Path, Loaded
     _, tokenizer = _hf(source)
     for text, target in zip(SOURCES + ["Größe naïve café  two  spaces"], TARGETS + ["ß"]):
         encoded = tokenizer(text, text_target=target)
-        assert _theirs(loaded, [[*_ours(loaded, [text])[0], EOS]])[0] == encoded["input_ids"]
-        assert _theirs(loaded, [[*_ours(loaded, [target], target=True)[0], EOS]])[0] == encoded["labels"]
+        assert model_ids(loaded, [[*our_ids(loaded, [text])[0], EOS]])[0] == encoded["input_ids"]
+        assert model_ids(loaded, [[*our_ids(loaded, [target], target=True)[0], EOS]])[0] == encoded["labels"]
 
 
 def test_log_probabilities_equal_transformers(imported: tuple[str, Path, Loaded]) -> None:
     _, source, loaded = imported
     hf, _ = _hf(source)
-    src = [[*s, EOS] for s in _ours(loaded, SOURCES)]
-    tgt = _ours(loaded, TARGETS, target=True)
-    pad = hf.config.pad_token_id
-    with torch.no_grad():
-        logits = loaded.model(pad_batch(src), pad_batch(tgt, before=BOS))
-        ours = torch.log_softmax(logits, dim=-1)  # [B, T, V+1]
-        src_hf = pad_batch(_theirs(loaded, src), pad=pad)
-        tgt_hf = pad_batch(_theirs(loaded, [[BOS, *t] for t in tgt]), pad=pad)  # <s>: the decoder start
-        theirs = torch.log_softmax(hf(input_ids=src_hf, attention_mask=src_hf.ne(pad),
-                                      decoder_input_ids=tgt_hf).logits, dim=-1)  # [B, T, V]
-    order = torch.tensor(loaded.codec.ids.hf_ids)  # type: ignore[attr-defined]
-    for b, t in enumerate(tgt):
-        n = len(t) + 1  # <s> y -> y </s>
-        keep = torch.ones(order.numel(), dtype=torch.bool)
-        keep[BOS] = False  # seqtrans's <s> repeats the decoder start's row and takes no probability
-        diff = (ours[b, :n, keep] - theirs[b, :n, order[keep]]).abs().max().item()
-        assert diff <= 1e-4, f"sentence {b}: log-probabilities differ by {diff}"
-        assert ours[b, :n, BOS].max().item() < -90  # e^-90 of the mass: none
+    assert_log_probabilities_match(loaded, hf, SOURCES, TARGETS)
 
 
 def _generate(variant: str, hf: Any, tokenizer: Any, *, beam: int) -> list[list[int]]:
@@ -125,7 +95,7 @@ def test_greedy_and_beam_outputs_equal_generate(imported: tuple[str, Path, Loade
     settings = DecodeConfig(beam=beam, alpha=0.0, length_penalty="power", end_in_beam=True, max_len_a=0.0,
                             max_len_b=_max_length(variant) - 2)
     predictions, hypotheses = loaded.decode(SOURCES, decode=settings)
-    assert _theirs(loaded, [h[0].tokens for h in hypotheses]) == expected
+    assert model_ids(loaded, [h[0].tokens for h in hypotheses]) == expected
     assert len({tuple(r) for r in expected}) > 1  # the outputs depend on the input
     assert all(len(r) < _max_length(variant) - 2 for r in expected)  # and end by themselves
     assert predictions == tokenizer.batch_decode(expected, skip_special_tokens=True)

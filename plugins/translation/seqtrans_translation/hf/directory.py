@@ -120,36 +120,41 @@ def _read(path: Path) -> dict[str, Tensor]:
     return dict(loaded)
 
 
+def _whole(path: Path) -> Weights:
+    """The tensors of one weight file, read once."""
+    tensors = _read(path)
+    return Weights(dict.fromkeys(tensors, path), {path: tensors})
+
+
 def weights(directory: Path, *, allow_pickle: bool = False) -> Weights:
     """The weight files of ``directory``: one safetensors file, the shards an index lists,
     or (with ``allow_pickle``) a pickled ``pytorch_model.bin``."""
     if (directory / SAFETENSORS).is_file():
-        path = directory / SAFETENSORS
-        return Weights({name: path for name in _read(path)})
+        return _whole(directory / SAFETENSORS)
     if (directory / INDEX).is_file():
         index = read_json(directory / INDEX, what="the index of the weight shards")
         mapping = index.get("weight_map")
         if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
             raise DataError(directory / INDEX, None,
                             "field 'weight_map' is not a map of tensor names to files")
-        files = {}
+        files, opened = {}, {}
         for shard in sorted(set(mapping.values())):
             path = directory / shard
             if Path(shard).name != shard or not path.is_file():
                 raise DataError(path, None, f"missing: {INDEX} lists it as a shard of the weights")
-            held = set(_read(path))
+            held = opened[path] = _read(path)
             for name, where in mapping.items():
                 if where == shard:
                     if name not in held:
                         raise DataError(path, None,
                                         f"tensor '{name}' is missing, though {INDEX} lists it here")
                     files[name] = path
-        return Weights(files)
+        return Weights(files, opened)
     if (directory / PICKLED).is_file():
         path = directory / PICKLED
         if not allow_pickle:
             raise pickle_refused(path)
-        return Weights({name: path for name in _read(path)})
+        return _whole(path)
     raise DataError(directory / SAFETENSORS, None,
                     f"missing: the model directory has neither {SAFETENSORS}, nor {INDEX} with its shards, "
                     f"nor {PICKLED}")
