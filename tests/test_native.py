@@ -25,6 +25,7 @@ from seqtrans import native
 from seqtrans.attention.cache import BeamKVCache, KVCache
 from seqtrans.data.vocab import EOS, PAD
 from seqtrans.decoding import beam_search, greedy_search
+from seqtrans.linear import int8
 from seqtrans.linear.int8 import Int8Linear, quantize_rows
 from seqtrans.linear.quantize import quantized
 
@@ -156,16 +157,16 @@ def test_the_int8_passes_give_pytorchs_bits(m: int, k: int, o: int, unsigned: bo
 
 
 @pytest.fixture
-def vnni_product(native_kernels: None) -> None:
-    """The native kernels, with their int8 product (built where the processor has AVX-512 VNNI)."""
+def int8_product_kernel(native_kernels: None) -> None:
+    """The native kernels, with their int8 product (built where the processor has AVX-512 VNNI or AVX2)."""
     if not native.int8_product_available():
-        pytest.skip("the native int8 product needs AVX-512 VNNI")
+        pytest.skip("the native int8 product needs AVX-512 VNNI or AVX2")
 
 
-needs_vnni_product = pytest.mark.usefixtures("vnni_product")
+needs_int8_product = pytest.mark.usefixtures("int8_product_kernel")
 
 
-@needs_vnni_product
+@needs_int8_product
 @pytest.mark.parametrize(("m", "k", "o"),
                          [(1, 512, 512), (4, 512, 37), (5, 65, 7), (9, 2048, 13), (3, 1, 1), (16, 200, 130),
                           (2, 63, 4), (7, 0, 5)])
@@ -179,7 +180,7 @@ def test_the_native_int8_product_gives_pytorchs_integers(m: int, k: int, o: int)
     assert torch.equal(native.int8_product(x, w), expected)
 
 
-@needs_vnni_product
+@needs_int8_product
 def test_the_native_int8_product_refuses_what_it_cannot_read() -> None:
     x, w = torch.zeros(2, 8, dtype=torch.uint8), torch.zeros(3, 8, dtype=torch.int8)
     with pytest.raises(ValueError, match="rows of 8 against a weight of"):
@@ -190,7 +191,7 @@ def test_the_native_int8_product_refuses_what_it_cannot_read() -> None:
         native.int8_product(x, w.t())
 
 
-@needs_vnni_product
+@needs_int8_product
 @pytest.mark.parametrize(("m", "k", "o"), [(1, 512, 512), (4, 70, 37), (16, 129, 5), (3, 2048, 9)])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("relu", [True, False])
@@ -211,7 +212,7 @@ def test_the_native_int8_layer_gives_the_bits_of_its_three_passes(m: int, k: int
     assert torch.equal(got, expected)
 
 
-@needs_vnni_product
+@needs_int8_product
 def test_the_native_int8_layer_refuses_what_does_not_match() -> None:
     layer = Int8Linear(torch.randn(6, 8), torch.randn(6), unsigned=True)
     args = {"compensation": layer.compensation, "bias": layer.bias}
@@ -223,9 +224,9 @@ def test_the_native_int8_layer_refuses_what_does_not_match() -> None:
         native.int8_linear(torch.zeros(2, 8, dtype=torch.float64), layer.qweight, layer.scale, **args)
 
 
-@needs_vnni_product
+@needs_int8_product
 def test_int8_layers_time_both_ways_as_they_decode_then_keep_one(monkeypatch: Any) -> None:
-    from seqtrans.linear import int8
+    monkeypatch.setattr(int8, "torch_product_is_native", lambda: True)  # VNNI: two ways to time
 
     monkeypatch.setattr(int8, "_trials", {})
     used = {"native": 0, "torch": 0}
@@ -251,6 +252,23 @@ def test_int8_layers_time_both_ways_as_they_decode_then_keep_one(monkeypatch: An
     before = used["native"]
     layer(big)
     assert used["native"] == before and key in int8.product_choices()  # many rows: PyTorch's alone
+
+
+@needs_int8_product
+@pytest.mark.parametrize("rows", [1, 4, int8.NATIVE_ROWS + 1, 130])
+def test_without_vnni_the_native_layer_serves_every_row_count_with_the_same_bits(monkeypatch: Any,
+                                                                                rows: int) -> None:
+    # there PyTorch's int8 product is a plain loop: nothing to time it against
+    monkeypatch.setattr(int8, "torch_product_is_native", lambda: False)
+    monkeypatch.setattr(int8, "_trials", {})
+    gen = torch.Generator().manual_seed(rows)
+    layer = Int8Linear(torch.randn(37, 70, generator=gen), torch.randn(37, generator=gen), unsigned=True)
+    x = torch.randn(rows, 70, generator=gen)
+    expected = layer._passes(x, relu=True, fused=True)  # PyTorch's product
+    calls: list[object] = []
+    monkeypatch.setattr(int8, "_torch_product", lambda *a: calls.append(a))
+    assert torch.equal(layer(x, relu=True), expected)
+    assert not calls and not int8.product_choices()
 
 
 def _step(cache: KVCache, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

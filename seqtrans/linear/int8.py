@@ -22,7 +22,9 @@ rows (docs/speed.md), but that is one machine, and a product timed apart from th
 step's other weights sees other caches. So the first :data:`CHOICE_TRIALS` products of
 each shape, as decoding makes them, are done each way in turn and timed, and the one with the lower
 median is kept for the process (:func:`product_choices`). Both give the same integers,
-so the choice never changes a result.
+so the choice never changes a result. That holds where PyTorch's product is native (VNNI
+or AMX); on a processor with AVX2 alone it is a plain loop, and the native layer (its AVX2
+product) serves every row count untimed (:func:`torch_product_is_native`).
 
 Shapes: M rows, K inputs, O outputs.
 """
@@ -107,12 +109,25 @@ def quantize_weight(w: Tensor, *, block: int = 4096) -> tuple[Tensor, Tensor]:
     return q, s
 
 
-def unsigned_activations() -> bool:
-    """Whether this processor multiplies int8 faster with unsigned activations:
-    AVX-512 VNNI without AMX (whose tiles multiply signed bytes directly)."""
+def _vnni_amx() -> tuple[bool, bool]:
     vnni = getattr(torch.cpu, "_is_vnni_supported", lambda: False)()
     amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
-    return bool(vnni and not amx)
+    return bool(vnni), bool(amx)
+
+
+def torch_product_is_native() -> bool:
+    """Whether PyTorch's int8 product (``torch._int_mm``) runs a native kernel on this
+    processor (VNNI or AMX). Elsewhere it is a plain loop, ten and more times slower
+    than a float32 product, and the native kernels' AVX2 product serves every row count."""
+    return any(_vnni_amx())
+
+
+def unsigned_activations() -> bool:
+    """Whether this processor multiplies int8 faster with unsigned activations:
+    AVX-512 VNNI without AMX (whose tiles multiply signed bytes directly), or neither,
+    where the native kernels' product (AVX2) takes unsigned bytes."""
+    vnni, amx = _vnni_amx()
+    return (vnni and not amx) or (not vnni and not amx and native.int8_product_available())
 
 
 class Int8Linear(nn.Module):
@@ -175,14 +190,20 @@ class Int8Linear(nn.Module):
         # the float passes in one native pass each where they can be (the same bits)
         fused = (x2.dtype == torch.float32 and x2.device.type == "cpu" and x2.stride(-1) == 1
                  and native.available())
-        if fused and self.unsigned and x2.size(0) <= NATIVE_ROWS and native.built_with_int8_product():
+        native_layer = fused and self.unsigned and native.built_with_int8_product()
+        if native_layer and not torch_product_is_native():
+            out = self._native(x2, relu=relu)
+        elif native_layer and x2.size(0) <= NATIVE_ROWS:
             key = (x2.size(0), x2.size(1), self.qweight.size(0), torch.get_num_threads())
-            out = _chosen(key, lambda: native.int8_linear_unchecked(
-                x2, self.qweight, self.scale, compensation=self.compensation, bias=self.bias, relu=relu),
+            out = _chosen(key, lambda: self._native(x2, relu=relu),
                           lambda: self._passes(x2, relu=relu, fused=True))
         else:
             out = self._passes(x2, relu=relu, fused=fused)
         return out.view(*lead, out.size(1))
+
+    def _native(self, x2: Tensor, *, relu: bool) -> Tensor:
+        return native.int8_linear_unchecked(x2, self.qweight, self.scale, compensation=self.compensation,
+                                            bias=self.bias, relu=relu)
 
     def _passes(self, x2: Tensor, *, relu: bool, fused: bool) -> Tensor:
         """The layer as quantize, PyTorch's product and dequantize: x2 [M, K] -> [M, O];

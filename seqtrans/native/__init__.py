@@ -9,7 +9,7 @@
   six operators, giving the same bits as those.
 - :func:`int8_product`: the exact int32 product of a few rows of unsigned bytes with an
   int8 weight in its own layout, each block of weight rows read once for all the rows
-  (AVX-512 VNNI only: :func:`int8_product_available`); :func:`int8_linear`: a whole int8
+  (AVX-512 VNNI or AVX2: :func:`int8_product_available`); :func:`int8_linear`: a whole int8
   layer for a few float rows in one call, those three passes.
 - :func:`topk_rows`: the few largest of each long row (beam search's candidates), in one
   pass that compares a block of elements with the k-th best so far at once, where
@@ -286,7 +286,7 @@ def dequantize(acc: Tensor, row_scale: Tensor, col_scale: Tensor, *, compensatio
 
 
 def int8_product_available() -> bool:
-    """Whether :func:`int8_product` is built here (the processor has AVX-512 VNNI)."""
+    """Whether :func:`int8_product` is built here (the processor has AVX-512 VNNI or AVX2)."""
     return environment.native_kernels() and built_with_int8_product()
 
 
@@ -308,7 +308,7 @@ def int8_product(x: Tensor, w: Tensor) -> Tensor:
     :func:`int8_product_available`."""
     library = _library_or_raise()
     if not built_with_int8_product():
-        raise RuntimeError("int8_product needs AVX-512 VNNI, which this build lacks")
+        raise RuntimeError("int8_product needs AVX-512 VNNI or AVX2, which this build lacks")
     if (x.dtype != torch.uint8 or w.dtype != torch.int8 or x.dim() != 2 or w.dim() != 2
             or not x.is_contiguous() or not w.is_contiguous() or x.device.type != "cpu"
             or w.device.type != "cpu"):
@@ -330,7 +330,7 @@ def int8_linear(x: Tensor, w: Tensor, col_scale: Tensor, *, compensation: Tensor
     -> [M, O] float32. Only when :func:`int8_product_available`."""
     _library_or_raise()
     if not built_with_int8_product():
-        raise RuntimeError("int8_linear needs AVX-512 VNNI, which this build lacks")
+        raise RuntimeError("int8_linear needs AVX-512 VNNI or AVX2, which this build lacks")
     if x.dim() != 2 or w.dim() != 2 or x.device.type != "cpu" or w.device.type != "cpu":
         raise ValueError(f"int8_linear takes a matrix of rows and a weight matrix on the CPU, not "
                          f"{tuple(x.shape)} on {x.device} and {tuple(w.shape)} on {w.device}")

@@ -28,7 +28,7 @@
  *
  * seqtrans_int8_product and seqtrans_int8_linear: the int8 product of a step's few rows
  * with a weight, and a whole int8 layer (quantize, product, dequantize) in one call;
- * built only where the processor has AVX-512 VNNI (seqtrans_int8_product_available).
+ * built only where the processor has AVX-512 VNNI or AVX2 (seqtrans_int8_product_available).
  *
  * The library is built without reassociating float arithmetic or contracting a * b + c
  * into one rounding unless the code asks (seqtrans.native.FLAGS). With AVX-512 (built with
@@ -412,9 +412,12 @@ int seqtrans_topk_rows(const float *x, int64_t m, int64_t n, int64_t stride, int
  * while it is in the first-level cache, and the rows PREFETCH_ROWS ahead are asked for
  * meanwhile: in decoding a step's weights come from memory, not the cache, and without
  * the prefetches the loads waited (docs/speed.md, benchmarks/small_steps.py).
- * Integer sums, so any order gives the same result. Built only with AVX-512 VNNI: without
- * it seqtrans_int8_product_available() is 0 and the caller uses PyTorch's product. */
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+ * With AVX2 but no VNNI, 16 bytes at a time widened to 16 bits: there PyTorch's int8
+ * product is a plain loop (over ten times slower than float32 at a step's rows), so this
+ * one serves every row count. Integer sums, so any order gives the same result. Built
+ * only with AVX-512 VNNI or AVX2: without either seqtrans_int8_product_available() is 0
+ * and the caller uses PyTorch's product. */
+#if (defined(__AVX512VNNI__) && defined(__AVX512BW__)) || defined(__AVX2__)
 typedef struct {
     const uint8_t *x;
     const int8_t *w;
@@ -427,6 +430,7 @@ typedef struct {
 #define PREFETCH_ROWS 16
 #endif
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 /* [sum(a), sum(b), sum(c), sum(d)] of four vectors of 16 int32 */
 static inline __m128i sum4(__m512i a, __m512i b, __m512i c, __m512i d) {
     const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
@@ -466,6 +470,49 @@ static inline __attribute__((always_inline)) void product_tile(const Int8Product
         else _mm_mask_storeu_epi32(y, (__mmask8)((1 << stored) - 1), sums);
     }
 }
+
+#else
+/* AVX2 without VNNI: the bytes widened to 16 bits and multiplied in pairs into int32
+ * lanes (vpmaddwd). Not the byte multiply (vpmaddubsw), whose 16-bit pair sums saturate
+ * at 255 * 127 * 2: widening is exact for every byte, in as many instructions per
+ * product. */
+
+/* [sum(a), sum(b), sum(c), sum(d)] of four vectors of 8 int32 */
+static inline __m128i sum4(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i abcd = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
+}
+
+static inline __attribute__((always_inline)) void product_tile(const Int8Product *c, int64_t r, int64_t o,
+                                                               const int R) {
+    const int64_t cols = c->cols, full = cols & ~(int64_t)15;
+    const uint8_t *x[4];
+    const int8_t *w[PRODUCT_OUTPUTS];
+    for (int i = 0; i < R; i++) x[i] = c->x + (r + i < c->rows ? r + i : c->rows - 1) * cols;
+    for (int j = 0; j < PRODUCT_OUTPUTS; j++) w[j] = c->w + (o + j < c->outputs ? o + j : c->outputs - 1) * cols;
+    __m256i acc[4][PRODUCT_OUTPUTS];
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < PRODUCT_OUTPUTS; j++) acc[i][j] = _mm256_setzero_si256();
+    for (int64_t k = 0; k < full; k += 16) {
+        __m256i xv[4];
+        for (int i = 0; i < R; i++) xv[i] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(x[i] + k)));
+        for (int j = 0; j < PRODUCT_OUTPUTS; j++) {
+            _mm_prefetch((const char *)(w[j] + PREFETCH_ROWS * cols + k), _MM_HINT_T0);
+            const __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[j] + k)));
+            for (int i = 0; i < R; i++) acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(xv[i], wv));
+        }
+    }
+    const int64_t stored = c->outputs - o < PRODUCT_OUTPUTS ? c->outputs - o : PRODUCT_OUTPUTS;
+    for (int i = 0; i < R && r + i < c->rows; i++) {
+        int32_t sums[PRODUCT_OUTPUTS];
+        _mm_storeu_si128((__m128i *)sums, sum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+        for (int j = 0; j < stored; j++) {
+            for (int64_t k = full; k < cols; k++) sums[j] += (int32_t)x[i][k] * (int32_t)w[j][k];
+            c->out[(r + i) * c->outputs + o + j] = sums[j];
+        }
+    }
+}
+#endif
 
 /* weight-row blocks begin .. end-1, each for all the activation rows while it is cached */
 static void int8_product(void *context, int64_t begin, int64_t end) {
