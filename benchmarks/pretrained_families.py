@@ -56,9 +56,14 @@ def build(shape: str, directory: Path) -> dict[str, Any]:
 
     s = SHAPES[shape]
     codes = list(LANGUAGES)
-    pieces = s["vocab"] - 4 - len(codes) - 1  # the specials, the codes and <mask> after the pieces
-    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{f"▁w{i}": 4 + i for i in range(pieces)}}
-    tokenizer = transformers.NllbTokenizer(vocab=vocab, merges=[], extra_special_tokens=codes,
+    # the specials, the codes and <mask> after the pieces; the characters the words are made of
+    letters = ["▁", "w", "▁w", *"0123456789"]
+    pieces = s["vocab"] - 4 - len(codes) - 1 - len(letters)
+    words = [f"▁w{i}" for i in range(pieces)]
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{p: 4 + i for i, p in enumerate(letters + words)}}
+    # one merge per word, onto the word one digit shorter, so that "w123" is one piece
+    merges = [("▁", "w"), *((w[:-1], w[-1]) for w in words)]
+    tokenizer = transformers.NllbTokenizer(vocab=vocab, merges=merges, extra_special_tokens=codes,
                                            src_lang=codes[0], tgt_lang=codes[1])
     config = transformers.M2M100Config(
         vocab_size=s["vocab"], d_model=s["d_model"], encoder_layers=s["layers"], decoder_layers=s["layers"],
@@ -86,25 +91,67 @@ def convert(source: Path, out: Path) -> dict[str, Any]:
 
 
 def sources(count: int, length: int, vocab: int) -> list[str]:
-    pieces = vocab - 8
+    pieces = vocab - 21  # the words build() makes, each one piece
     return [" ".join(f"w{(i * 7919 + j * 104729) % pieces}" for j in range(length)) for i in range(count)]
 
 
-def decode_seqtrans(run: Path, texts: list[str], *, precision: str, batch: int,
-                    tokens: int) -> dict[str, Any]:
-    from seqtrans.config import DecodeConfig
+def decode_seqtrans(run: Path, texts: list[str], *, precision: str, batch: int, tokens: int,
+                    shortlist: bool = False) -> dict[str, Any]:
     from seqtrans.inference.loading import load
 
-    loaded = load(run, device="cpu", overrides=[f"decode.precision={precision}"])
-    settings = DecodeConfig(beam=4, max_len_a=0.0, max_len_b=tokens, min_len=tokens, precision=precision,
-                            batch_tokens=10**7, target_lang=LANGUAGES[1], source_lang=LANGUAGES[0])
+    loaded = load(run, device="cpu", overrides=[f"decode.precision={precision}",
+                                                f"decode.shortlist={str(shortlist).lower()}"])
+    settings = _settings(precision, tokens, shortlist=shortlist)
     loaded.decode(texts[:1], decode=settings)  # warm: the decoding copy, the kernels
     start = time.perf_counter()
-    produced = 0
+    outputs: list[list[int]] = []
     for i in range(0, len(texts), batch):
         _, hyps = loaded.decode(texts[i:i + batch], decode=settings)
-        produced += sum(len(h[0].tokens) for h in hyps)
-    return {"tokens": produced, "seconds": time.perf_counter() - start, "peak_mib": process_peak_mib()}
+        outputs += [list(h[0].tokens) for h in hyps]
+    return {"tokens": sum(map(len, outputs)), "seconds": time.perf_counter() - start,
+            "peak_mib": process_peak_mib(), "outputs": outputs}
+
+
+def _settings(precision: str, tokens: int, *, shortlist: bool = False) -> Any:
+    from seqtrans.config import DecodeConfig
+
+    return DecodeConfig(beam=4, max_len_a=0.0, max_len_b=tokens, min_len=tokens, precision=precision,
+                        batch_tokens=10**7, target_lang=LANGUAGES[1], source_lang=LANGUAGES[0],
+                        shortlist=shortlist)
+
+
+def build_shortlist(run: Path, texts: list[str], *, tokens: int, top: int, frequent: int) -> dict[str, Any]:
+    """A shortlist of Marian's usual size for ``run`` (``top`` candidates per source token,
+    ``frequent`` tokens always allowed) that holds the model's unrestricted int8 outputs of
+    ``texts``: random weights have no translation table to count, so each source token's
+    candidates are the output tokens of the sentences it is in, then random target tokens
+    up to ``top``. Written to the run directory; the unrestricted outputs are returned."""
+    import numpy as np
+
+    from seqtrans.inference.loading import load
+    from seqtrans.shortlist import table
+
+    loaded = load(run, device="cpu", overrides=["decode.precision=int8"])
+    _, hyps = loaded.decode(texts, decode=_settings("int8", tokens))
+    outputs = [list(h[0].tokens) for h in hyps]
+    vocabs = loaded.codec.vocabularies
+    rng = np.random.default_rng(0)
+    candidates = np.full((len(vocabs.source), top), -1, dtype=np.int32)
+    seen: dict[int, list[int]] = {}
+    for text, out in zip(texts, outputs):
+        for s in vocabs.source.encode(loaded.codec.source_tokens(text)):
+            seen.setdefault(s, []).extend(t for t in out if t not in seen.get(s, []))
+    for s, own in seen.items():
+        fill = rng.choice(len(vocabs.target), top, replace=False).tolist()
+        row = list(dict.fromkeys(own + fill))[:top]
+        candidates[s, : len(row)] = row
+    always = rng.choice(len(vocabs.target), frequent, replace=False).astype(np.int32)
+    shortlist = table.Shortlist(candidates, always, len(vocabs.target), loaded.vocabulary_digest,
+                                table.ShortlistSettings(top=top, frequent=frequent))
+    shortlist.save(run / table.FILE)
+    ids = [vocabs.source.encode(loaded.codec.source_tokens(t)) for t in texts]
+    sizes = shortlist.allowed(ids).sum(axis=1)
+    return {"outputs": outputs, "allowed_per_sentence": [int(n) for n in sizes]}
 
 
 def decode_ct2(model: Path, hf: Path, texts: list[str], *, batch: int, tokens: int) -> dict[str, Any]:
@@ -143,8 +190,11 @@ def _phase(args: argparse.Namespace) -> dict[str, Any]:
         return convert(Path(paths[0]), Path(paths[1]))
     texts = sources(args.sentences, args.source_tokens, SHAPES[args.shape]["vocab"])
     batch = int(paths[-1])
+    if phase == "shortlist":
+        return build_shortlist(Path(paths[0]), texts, tokens=args.tokens, top=50, frequent=100)
     if phase == "seqtrans":
-        return decode_seqtrans(Path(paths[0]), texts, precision=paths[1], batch=batch, tokens=args.tokens)
+        return decode_seqtrans(Path(paths[0]), texts, precision=paths[1], batch=batch, tokens=args.tokens,
+                               shortlist=paths[2] == "shortlist")
     return decode_ct2(Path(paths[0]), Path(paths[1]), texts, batch=batch, tokens=args.tokens)
 
 
@@ -160,7 +210,7 @@ def _cases(args: argparse.Namespace, base: Path, common: list[str], threads: str
     for precision, ct2_type in (("fp32", "float32"), ("int8", "int8")):
         for batch in (1, args.batch):
             row: dict[str, Any] = {"precision": precision, "batch": batch, "beam": 4}
-            ours = _child([*common, "--phase", "seqtrans", str(base / "run"), precision, str(batch)],
+            ours = _child([*common, "--phase", "seqtrans", str(base / "run"), precision, "full", str(batch)],
                           env={"SEQTRANS_THREADS": threads, "OMP_WAIT_POLICY": "PASSIVE"})
             row["seqtrans_tok_s"] = ours["tokens"] / ours["seconds"]
             row["seqtrans_peak_mib"] = ours["peak_mib"]
@@ -176,6 +226,31 @@ def _cases(args: argparse.Namespace, base: Path, common: list[str], threads: str
             print(json.dumps(row), flush=True)
             rows.append(row)
     return rows
+
+
+def _shortlist_cases(args: argparse.Namespace, base: Path, common: list[str], threads: str,
+                     rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """seqtrans int8 with a shortlist that holds its outputs, against CTranslate2 int8
+    without one (the rows already measured), and whether the outputs stayed the same."""
+    made = _child([*common, "--phase", "shortlist", str(base / "run"), "0"],
+                  env={"SEQTRANS_THREADS": threads})
+    out = []
+    for batch in (1, args.batch):
+        ours = _child([*common, "--phase", "seqtrans", str(base / "run"), "int8", "shortlist", str(batch)],
+                      env={"SEQTRANS_THREADS": threads, "OMP_WAIT_POLICY": "PASSIVE"})
+        plain = next(r for r in rows if r["precision"] == "int8" and r["batch"] == batch)
+        ct2 = plain[f"ct2_{plain['ct2_best_policy'].lower()}_tok_s"]
+        row = {"precision": "int8", "batch": batch, "beam": 4, "shortlist": True,
+               "allowed_per_sentence": made["allowed_per_sentence"],
+               "seqtrans_tok_s": ours["tokens"] / ours["seconds"], "seqtrans_peak_mib": ours["peak_mib"],
+               "ct2_int8_without_shortlist_tok_s": ct2, "ct2_best_policy": plain["ct2_best_policy"],
+               "seqtrans_without_shortlist_tok_s": plain["seqtrans_tok_s"],
+               "equal_outputs": sum(a == b for a, b in zip(ours["outputs"], made["outputs"])),
+               "sentences": len(made["outputs"])}
+        row["ratio_vs_ct2_int8_without_shortlist"] = row["seqtrans_tok_s"] / ct2
+        print(json.dumps(row), flush=True)
+        out.append(row)
+    return out
 
 
 def main(argv: list[str]) -> None:
@@ -202,9 +277,11 @@ def main(argv: list[str]) -> None:
         print(json.dumps({"built": built, "weights_mib": weights_mib, "import": imported,
                           "ct2_convert_s": ct2_seconds}), flush=True)
         rows = _cases(args, base, common, str(args.threads))
+        shortlisted = _shortlist_cases(args, base, common, str(args.threads), rows)
     tag = "amd" if "AMD" in cpu_info()["model"] else "intel" if "Intel" in cpu_info()["model"] else "cpu"
     write_results(RESULTS / f"pretrained_families-{args.shape}-{tag}.json", {
         "shape": {"name": args.shape, **SHAPES[args.shape], "parameters": built["parameters"]},
         "weights_mib": weights_mib,
         "import": {**imported, "memory_over_weights": imported["peak_mib"] / weights_mib},
-        "ct2_convert_s": ct2_seconds, "threads": args.threads, "rows": rows})
+        "ct2_convert_s": ct2_seconds, "threads": args.threads,
+        "rows": rows, "shortlist_rows": shortlisted})

@@ -298,7 +298,12 @@ def _cmd_shortlist(args: argparse.Namespace) -> int:
     from seqtrans.shortlist.table import ShortlistSettings
 
     settings = ShortlistSettings(**{f.name: getattr(args, f.name) for f in _shortlist_fields()})
-    print(f"wrote {build_shortlist(args.model, settings=settings, progress=progress(args))}")
+    if (args.source is None) != (args.target is None):
+        raise UsageError("--source and --target name the two sides of the same pairs: give both or neither")
+    pairs = None if args.source is None else (args.source, args.target)
+    path = build_shortlist(args.model, settings=settings, progress=progress(args), pairs=pairs,
+                           overrides=args.overrides)
+    print(f"wrote {path}")
     return 0
 
 
@@ -310,8 +315,15 @@ SHORTLIST = Command(
     "the run's vocabulary files (a shortlist of another vocabulary is refused when it "
     "loads). Decoding with decode.shortlist=true then computes the output projection only "
     "over the tokens a batch's sources may produce. 'export --to ctranslate2' carries it as "
-    "CTranslate2's vocabulary map. See docs/speed.md.",
+    "CTranslate2's vocabulary map. With --source and --target, the pairs are counted from "
+    "those files instead: an imported model has no training data of its own. See docs/speed.md.",
     (MODEL,
+     arg("--source", metavar="FILE", help="Source side of parallel text to count, one sentence a line "
+         "(with --target; default: the run's training data)."),
+     arg("--target", metavar="FILE", help="Target side of the same pairs, line for line."),
+     arg("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+         help="Override decode.* or data.* keys as the pairs are read, e.g. a multilingual "
+              "model's decode.source_lang and decode.target_lang."),
      *(arg("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
            metavar="N", help=f.metadata["help"]) for f in _shortlist_fields())),
     handler=_cmd_shortlist,

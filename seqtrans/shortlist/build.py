@@ -5,6 +5,7 @@ which finds the prepared data in its cache or prepares it again)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from seqtrans.inference.loading import find_checkpoint, load, run_directory
@@ -15,10 +16,20 @@ log = logging.getLogger(__name__)
 
 
 def build_shortlist(run: str | Path, *, settings: shortlists.ShortlistSettings | None = None,
-                    progress: bool = False) -> Path:
+                    progress: bool = False, pairs: tuple[str | Path, str | Path] | None = None,
+                    overrides: Sequence[str] = ()) -> Path:
     """Build the shortlist of the run directory (or checkpoint) ``run`` from its training
-    pairs and write it to the run directory's ``shortlist.npz``; its path."""
-    loaded = load(run, overrides=["decode.precision=fp32", "decode.shortlist=false"], device="cpu")
+    pairs and write it to the run directory's ``shortlist.npz``; its path.
+
+    ``pairs``: (source file, target file) of parallel lines to count instead, read as the
+    run's task reads training files: the way for an imported model, which was trained on
+    no data of the run's. ``overrides``: config keys (``decode.source_lang=...`` for a
+    multilingual model, whose language codes are then part of each pair)."""
+    keys = list(overrides)
+    if pairs is not None:
+        keys += ["data.dataset=none", "data.train_tsv=", f"data.train_src={pairs[0]}",
+                 f"data.train_tgt={pairs[1]}"]
+    loaded = load(run, overrides=[*keys, "decode.precision=fp32", "decode.shortlist=false"], device="cpu")
     prepared = prepare(loaded.task, loaded.config, vocabulary=loaded.assets, progress=progress)
     vocabs = loaded.codec.vocabularies
     built = shortlists.build(prepared.dataset.src, prepared.dataset.tgt, source_size=len(vocabs.source),

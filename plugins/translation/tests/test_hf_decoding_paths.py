@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_models import hf_directory
-from marian_models import SOURCES, TARGETS
+from hf_models import hf_directory, our_ids
+from marian_models import SOURCES, TARGETS, _pairs
 
+from seqtrans.cli import main
 from seqtrans.config import DecodeConfig
 from seqtrans.data.vocab import EOS
 from seqtrans.inference import formats
@@ -75,3 +76,29 @@ def test_an_ensemble_of_one_vocabulary(run: Path) -> None:
     ensemble = load_ensemble([run, run], device="cpu", overrides=[*LANGUAGES, "decode.beam=2"])
     predictions, hypotheses = ensemble.decode(SOURCES)
     assert predictions == single and _starts_with_the_language(ensemble, hypotheses)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_a_shortlist_counted_from_given_pairs_keeps_the_outputs_it_covers(run: Path, tmp_path: Path,
+                                                                         precision: str) -> None:
+    # an imported model has no training data of its own: the pairs come from files
+    sources, targets = _pairs(32, 3)  # what the model was trained on
+    (tmp_path / "src").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    (tmp_path / "tgt").write_text("\n".join(targets) + "\n", encoding="utf-8")
+    assert main(["shortlist", str(run), "--source", str(tmp_path / "src"), "--target", str(tmp_path / "tgt"),
+                 "--set", *LANGUAGES, "--top", "4", "--frequent", "2"]) == 0
+    settings = [*LANGUAGES, "decode.beam=1", f"decode.precision={precision}"]
+    full = load(run, device="cpu", overrides=settings)
+    listed = load(run, device="cpu", overrides=[*settings, "decode.shortlist=true"])
+    assert listed.shortlist is not None
+    allowed = listed.shortlist.allowed([[*s, EOS] for s in our_ids(full, sources)])
+    assert allowed.sum(axis=1).max() < allowed.shape[1] // 2  # a real restriction
+    _, expected = full.decode(sources)
+    _, got = listed.decode(sources)
+    covered = 0
+    for row, want, have in zip(allowed, expected, got):
+        inside = all(row[t] for t in want[0].tokens)
+        covered += inside
+        # greedy keeps the argmax wherever the shortlist holds it, and cannot leave the list
+        assert (have[0].tokens == want[0].tokens) == inside, (want[0].tokens, have[0].tokens)
+    assert covered >= len(sources) // 3
