@@ -35,6 +35,7 @@ _API = {
     "load_ensemble": "seqtrans.inference.loading",
     "Ensemble": "seqtrans.decoding.ensemble",
     "score_files": "seqtrans.inference.scoring",
+    "PairScore": "seqtrans.inference.scoring",
     "evaluate": "seqtrans.inference.loading",
     "predict": "seqtrans.inference.online",
     "set_threads": "seqtrans.runtime.threads",
@@ -77,7 +78,7 @@ if TYPE_CHECKING:
     from seqtrans.inference.loaded import Loaded
     from seqtrans.inference.loading import evaluate, load, load_ensemble
     from seqtrans.inference.online import predict
-    from seqtrans.inference.scoring import score_files
+    from seqtrans.inference.scoring import PairScore, score_files
     from seqtrans.model.transformer import Transformer, build_model
     from seqtrans.pipeline import average, run
     from seqtrans.runtime.threads import set_threads, set_wait_policy

@@ -1,4 +1,4 @@
-"""A loaded model from Python: text (``predict``, ``parse``) and parsed sources
+"""A loaded model from Python: text (``predict``, ``parse``, ``score``) and parsed sources
 (``decode``) each checked for what they are, so that one passed for the other is a
 UsageError naming the argument instead of a silent wrong answer; each path gives what the
 command line gives for the same run."""
@@ -15,8 +15,9 @@ from test_inference import copy_run
 import seqtrans
 from seqtrans import cli
 from seqtrans.data.vocab import Vocab, Vocabularies
-from seqtrans.errors import UsageError
+from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.inputs import check_sources
+from seqtrans.inference.scoring import score_files
 
 LINES = ["3 1 4 1 5", "2 7 1 8", "6 6 9", "5 3", "12 0"]  # 12: a symbol the model has never seen
 
@@ -113,3 +114,30 @@ def test_text_is_a_parsed_source_where_the_task_reads_a_line_as_itself() -> None
     assert check_sources(task, codec, ["a b", "b"]) == ["a b", "b"]  # type: ignore[arg-type]
     with pytest.raises(UsageError, match=r"^sources\[1\]: a list \(\['a'\]\) is not a source of this task"):
         check_sources(task, codec, ["a", ["a"]])  # type: ignore[arg-type]
+
+
+def test_scoring_lists_of_lines_equals_scoring_the_same_lines_in_files(run: Path, tmp_path: Path) -> None:
+    sources, targets = ["0 1 2", "3", "5 4 3 2 1 0", "1 1"], ["0 1 2", "3 3 4 5", "5", "1 1"]
+    (tmp_path / "src.txt").write_text("".join(s + "\n" for s in sources))
+    (tmp_path / "tgt.txt").write_text("".join(t + "\n" for t in targets))
+    loaded = seqtrans.load(run, device="cpu")
+    from_files = score_files(loaded, tmp_path / "src.txt", tmp_path / "tgt.txt")
+    assert loaded.score(sources, targets) == from_files
+    assert all(isinstance(s, seqtrans.PairScore) for s in from_files)
+    _, hyps = loaded.decode(loaded.parse(sources))  # a hypothesis scores what the search reported
+    best = [nbest[0] for nbest in hyps]
+    got = loaded.score(sources, [str(h.text) for h in best])
+    assert [s.log_prob for s in got] == pytest.approx([h.log_prob for h in best], abs=1e-4)
+
+
+@pytest.mark.parametrize(("sources", "targets", "error", "message"), [
+    ("0 1", ["0 1"], UsageError, r"^sources: expected a list of lines of text \(str\), got the str '0 1'"),
+    (["0 1"], [[0, 1]], UsageError, r"^targets\[0\]: expected a line of text \(str\), got a list"),
+    (["0 1", "2"], ["0 1"], UsageError, r"^sources and targets: 2 sources and 1 targets"),
+    (["0 1", "2"], ["0 1", " "], DataError, r"^targets\[1\]: empty line"),
+])
+def test_scoring_lists_refuses_what_is_not_pairs_of_lines(run: Path, sources: Any, targets: Any,
+                                                          error: type[Exception], message: str) -> None:
+    loaded = seqtrans.load(run, device="cpu")
+    with pytest.raises(error, match=message):
+        loaded.score(sources, targets)

@@ -20,6 +20,7 @@ from seqtrans.decoding.search import Hypothesis
 from seqtrans.inference.evaluation import decode_sources
 from seqtrans.inference.inputs import check_sources, check_texts
 from seqtrans.inference.phrases import banned_ids
+from seqtrans.inference.scoring import PairScore, score_texts
 from seqtrans.model.transformer import Transformer
 from seqtrans.shortlist.table import Shortlist
 from seqtrans.tasks.protocol import Codec, Task, bind_languages
@@ -73,6 +74,13 @@ class Loaded:
                             instead="predict takes lines of text; give parsed sources to decode(sources)")
         predictions, _ = self.decode([self.task.parse_source(text) for text in texts], decode=decode)
         return [self.task.format(p) for p in predictions]
+
+    def score(self, sources: Sequence[str], targets: Sequence[str], *,
+              progress: bool = False) -> list[PairScore]:
+        """The log-probability of each target (a line of text) given its source (a line of
+        text), as ``seqtrans score`` computes it for the same lines in two files
+        (:func:`seqtrans.inference.scoring.score_texts`)."""
+        return score_texts(self, sources, targets, progress=progress)
 
     def decode(self, sources: Sequence[Any], *, decode: DecodeConfig | None = None,
                progress: bool = False, positions: Sequence[int] | None = None,
