@@ -141,3 +141,14 @@ def test_scoring_lists_refuses_what_is_not_pairs_of_lines(run: Path, sources: An
     loaded = seqtrans.load(run, device="cpu")
     with pytest.raises(error, match=message):
         loaded.score(sources, targets)
+
+
+def test_target_ids_read_a_line_as_the_task_reads_a_target(run: Path) -> None:
+    loaded = seqtrans.load(run, device="cpu")
+    assert loaded.target_ids("9 9 0") == [13, 13, 4]  # copy symbol s is id s + 4
+    _, hyps = loaded.decode(loaded.parse(["3 1 4"]), prefixes=[loaded.target_ids("7 7")])
+    assert str(hyps[0][0].text).startswith("7 7")
+    with pytest.raises(UsageError, match=r"^text '12': 1 token\(s\) not in the model's target vocabulary"):
+        loaded.target_ids("12")
+    with pytest.raises(UsageError, match=r"^text: expected a line of text \(str\), got a list"):
+        loaded.target_ids([9, 9])  # type: ignore[arg-type]

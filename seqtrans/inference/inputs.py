@@ -28,6 +28,13 @@ def check_texts(texts: Any, *, argument: str, instead: str) -> list[str]:
     return list(texts)
 
 
+def check_text(text: Any, *, argument: str) -> str:
+    """``text``, one line of text."""
+    if not isinstance(text, str):
+        raise UsageError(f"{argument}: expected a line of text (str), got {_kind(text)}")
+    return text
+
+
 def check_sources(task: Task[Any, Any, Any], codec: Codec[Any, Any, Any], sources: Any, *,
                   argument: str = "sources") -> list[Any]:
     """``sources`` as a list, each a parsed source of ``task``. A str is one only where the

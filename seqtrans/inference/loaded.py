@@ -17,9 +17,10 @@ from seqtrans.decoding.beam import Cancelled
 from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.lexical import Phrases
 from seqtrans.decoding.search import Hypothesis
+from seqtrans.errors import UsageError
 from seqtrans.inference.evaluation import decode_sources
-from seqtrans.inference.inputs import check_sources, check_texts
-from seqtrans.inference.phrases import banned_ids
+from seqtrans.inference.inputs import check_sources, check_text, check_texts
+from seqtrans.inference.phrases import Unreadable, banned_ids, target_ids
 from seqtrans.inference.scoring import PairScore, score_texts
 from seqtrans.model.transformer import Transformer
 from seqtrans.shortlist.table import Shortlist
@@ -74,6 +75,17 @@ class Loaded:
                             instead="predict takes lines of text; give parsed sources to decode(sources)")
         predictions, _ = self.decode([self.task.parse_source(text) for text in texts], decode=decode)
         return [self.task.format(p) for p in predictions]
+
+    def target_ids(self, text: str) -> list[int]:
+        """The target ids of a line of text read as the task reads a target (``parse_target``),
+        as ``decode`` takes them for ``prefixes``, ``required`` and ``banned`` phrases; a
+        :class:`~seqtrans.errors.UsageError` if the task cannot read it or the target
+        vocabulary lacks one of its tokens."""
+        check_text(text, argument="text")
+        try:
+            return target_ids(self.task, self.codec, text)
+        except Unreadable as exc:
+            raise UsageError(f"text {text[:40]!r}: {exc}") from None
 
     def score(self, sources: Sequence[str], targets: Sequence[str], *,
               progress: bool = False) -> list[PairScore]:
