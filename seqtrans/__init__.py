@@ -6,7 +6,11 @@ The public API, the same operations as the command line::
     config = seqtrans.resolve_config("copy", overrides=["train.max_steps=500"])
     metrics = seqtrans.run(config, "runs/copy")
     model = seqtrans.load("runs/copy")
-    for line in seqtrans.predict(model, ["3 1 4 1 5"]):
+    model.predict(["3 1 4 1 5"])                       # lines of text in, output text out
+    predictions, nbest = model.decode(model.parse(["3 1 4 1 5"]))  # parsed sources: hypotheses
+    model.score(["3 1 4"], ["3 1 4"])                  # log P(target | source) of each pair
+    options = seqtrans.OutputOptions(format="jsonl", token_log_probs=True, alignments=True)
+    for line in seqtrans.predict(model, ["3 1 4 1 5"], output=options):  # as `seqtrans predict`
         print(line)
     session = seqtrans.stream(model)   # a model that can stream: words in, tokens out
     session.push("3 1 4"); session.finish()
@@ -35,8 +39,10 @@ _API = {
     "load_ensemble": "seqtrans.inference.loading",
     "Ensemble": "seqtrans.decoding.ensemble",
     "score_files": "seqtrans.inference.scoring",
+    "PairScore": "seqtrans.inference.scoring",
     "evaluate": "seqtrans.inference.loading",
     "predict": "seqtrans.inference.online",
+    "OutputOptions": "seqtrans.inference.output",
     "set_threads": "seqtrans.runtime.threads",
     "set_wait_policy": "seqtrans.runtime.threads",
     "stream": "seqtrans.streaming.session",
@@ -77,7 +83,8 @@ if TYPE_CHECKING:
     from seqtrans.inference.loaded import Loaded
     from seqtrans.inference.loading import evaluate, load, load_ensemble
     from seqtrans.inference.online import predict
-    from seqtrans.inference.scoring import score_files
+    from seqtrans.inference.output import OutputOptions
+    from seqtrans.inference.scoring import PairScore, score_files
     from seqtrans.model.transformer import Transformer, build_model
     from seqtrans.pipeline import average, run
     from seqtrans.runtime.threads import set_threads, set_wait_policy

@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 import re
 import runpy
+from pathlib import Path
+
+import pytest
+from test_inference import copy_run
 
 from conftest import ROOT
 from seqtrans.cli import COMMANDS
@@ -206,3 +210,20 @@ def test_numbers_in_the_docs_name_their_results() -> None:
         found |= unsourced_paragraphs(str(page.relative_to(ROOT)), page.read_text(encoding="utf-8"))
     assert not found, ("measured numbers outside a generated table, in a paragraph that names no "
                        f"benchmarks/results/*.json (DEVELOPERS.md, 'Numbers in the docs'): {found}")
+
+
+# --- the Python examples of docs/inference.md run ---------------------------------------------
+
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def test_every_python_example_on_the_decoding_page_runs(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    page = (ROOT / "docs" / "inference.md").read_text()
+    blocks = PYTHON_BLOCK.findall(page)
+    assert len(blocks) >= 6
+    for name in ("a", "b", "copy-demo"):
+        copy_run(tmp_path / "runs" / name, seed=len(name))  # untrained: the calls are checked, not outputs
+    monkeypatch.chdir(tmp_path)
+    for number, code in enumerate(blocks, 1):
+        exec(compile(code, f"docs/inference.md, Python example {number}", "exec"), {})

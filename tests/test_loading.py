@@ -100,7 +100,7 @@ def test_a_run_loaded_in_int8_keeps_only_int8_weights_and_decodes_as_its_int8_co
         [(h.tokens, h.score) for h in hyps] for hyps in theirs]
     assert len({tuple(h[0].tokens) for h in ours}) > 1  # outputs that depend on the input
     with pytest.raises(ConfigError, match=r"decode\.precision.*fp32 needs the float weights"):
-        loaded.decode(["4 5"], decode=dataclasses.replace(loaded.config.decode, precision="fp32"))
+        loaded.decode([[4, 5]], decode=dataclasses.replace(loaded.config.decode, precision="fp32"))
 
 
 def test_a_run_that_decodes_in_int8_still_exports_its_float_weights(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import seqtrans
 def test_dir_lists_the_public_names_and_each_resolves() -> None:
     names = dir(seqtrans)
     assert names == sorted(seqtrans.__all__)
-    assert {"load", "predict", "run", "stream", "Transformer"} <= set(names)
+    assert {"load", "predict", "run", "stream", "Transformer", "OutputOptions", "PairScore"} <= set(names)
     for name in names:
         assert getattr(seqtrans, name) is not None
 

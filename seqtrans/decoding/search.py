@@ -7,7 +7,7 @@ hypotheses (n-best), L longest output.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -24,12 +24,15 @@ class Hypothesis:
     its score (what the search ranks by: length-normalised in beam search, the
     log-probability itself in greedy search and sampling). ``token_log_probs``, filled
     only when asked for (:func:`seqtrans.inference.details.with_token_log_probs`): the
-    log-probability of each token and of the end symbol, which sum to ``log_prob``."""
+    log-probability of each token and of the end symbol, which sum to ``log_prob``.
+    ``text``, filled by a loaded model's ``decode`` (None from the search functions, which
+    know no task): the output as the task writes it, what ``seqtrans predict`` prints."""
 
     tokens: list[int]
     log_prob: float
     score: float
     token_log_probs: tuple[float, ...] | None = None
+    text: str | None = field(default=None, compare=False)  # a rendering of the search result, not part of it
 
 
 def length_penalty(length: Tensor | float, alpha: float, *, kind: str = "gnmt") -> Tensor | float:

@@ -15,7 +15,7 @@ from seqtrans.data.batches import source_ids, too_long
 from seqtrans.data.vocab import UNK
 from seqtrans.decoding.lexical import Phrases
 from seqtrans.decoding.search import Hypothesis
-from seqtrans.errors import DataError
+from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.lexical import ConstraintLines, loaded_target_ids
 from seqtrans.inference.loaded import Loaded
 from seqtrans.inference.output import TEXT, OutputOptions, render, render_failure
@@ -30,6 +30,9 @@ def predict(loaded: Loaded, lines: Iterable[str], *, prefixes: bool = False,
     (samples in the order drawn) and an empty line. With ``prefixes``, a line is
     ``source<TAB>target prefix``; ``output`` chooses the format and the fields (see
     :func:`predict_batches`)."""
+    if isinstance(lines, (str, bytes)):  # iterating it would decode each character as a line
+        raise UsageError(f"lines: expected an iterable of lines of text, got the {type(lines).__name__} "
+                         f"{lines[:40]!r}; wrap one line in a list")
     return predict_batches(loaded, ([line.rstrip("\n")] for line in lines), prefixes=prefixes, output=output,
                            constraints=constraints)
 

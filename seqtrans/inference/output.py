@@ -41,10 +41,11 @@ TEXT = OutputOptions()
 def render(loaded: Loaded, options: OutputOptions, *, number: int, source: Any, hyps: Sequence[Hypothesis],
            alignments: Sequence[list[tuple[int, int]]] | None) -> list[str]:
     """The lines written for input line ``number``: its outputs ``hyps`` (best first,
-    or samples in the order drawn) and, where asked for, their alignments."""
+    or samples in the order drawn, as :meth:`Loaded.decode` returns them with their text)
+    and, where asked for, their alignments."""
     several = loaded.config.decode.outputs_per_input > 1
     hyps = hyps if several or options.format == "jsonl" else hyps[:1]
-    texts = [loaded.task.format(prediction(loaded.codec, h.tokens, source)) for h in hyps]
+    texts = [_text(h) for h in hyps]
     if options.format == "jsonl":
         alpha = loaded.config.decode.alpha
         records = []
@@ -70,6 +71,12 @@ def render(loaded: Loaded, options: OutputOptions, *, number: int, source: Any, 
     if several:
         return [*lines, ""]
     return lines or [loaded.task.format(prediction(loaded.codec, [], source))]  # no output found
+
+
+def _text(hyp: Hypothesis) -> str:
+    if hyp.text is None:  # the search functions' own hypotheses know no task
+        raise ValueError("a hypothesis without its text: render what Loaded.decode returns")
+    return hyp.text
 
 
 def render_failure(loaded: Loaded, options: OutputOptions, *, number: int, problem: str) -> list[str]:

@@ -10,9 +10,10 @@ Shapes: B pairs, S source length, T target length (with BOS in, with EOS out), V
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -20,16 +21,34 @@ from torch import Tensor
 from tqdm import tqdm
 
 from seqtrans.attention import reading
+from seqtrans.config import RunConfig
 from seqtrans.data.batches import pad_batch, source_ids, target_ids, too_long
 from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import length_batches
 from seqtrans.decoding.search import length_penalty
 from seqtrans.errors import DataError, UsageError
-from seqtrans.inference.loading import Loaded
+from seqtrans.inference.inputs import check_texts
 from seqtrans.linear.precision import autocast
 from seqtrans.model.transformer import Transformer
-from seqtrans.tasks.protocol import TargetParsing
+from seqtrans.tasks.protocol import Codec, TargetParsing, Task
+
+
+class Loaded(Protocol):
+    """What scoring reads of a loaded model or ensemble
+    (:class:`seqtrans.inference.loaded.Loaded`), declared here so that the loaded model's
+    own ``score`` can call this module."""
+
+    config: RunConfig
+    task: Task[Any, Any, Any]
+    codec: Codec[Any, Any, Any]
+    device: torch.device
+
+    @property
+    def models(self) -> list[Transformer]: ...
+
+    @property
+    def searcher(self) -> Transformer | Ensemble: ...
 
 
 @dataclass(frozen=True)
@@ -126,33 +145,46 @@ def read_pairs(loaded: Loaded, src_path: str | Path,
     """The ids of the line pairs of two files, through the task's codec. Files of
     different lengths, an empty line, a target the task cannot read, or a pair longer
     than a model's learned positions are a :class:`DataError` naming file and line."""
-    task, codec = loaded.task, loaded.codec
-    if not isinstance(task, TargetParsing):
-        raise UsageError(f"task '{loaded.config.task}' cannot read targets from text (it has no "
-                         "parse_target), so its pairs cannot be scored")
     src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
     if len(src_lines) != len(tgt_lines):
         shorter, longer = sorted([(len(src_lines), str(src_path)), (len(tgt_lines), str(tgt_path))])
         raise DataError(longer[1], shorter[0] + 1, f"{longer[1]} has {longer[0]} lines, {shorter[1]} has "
                         f"{shorter[0]}: every source line needs its target line")
+    paths = (src_path, tgt_path)
+    return pair_ids(loaded, src_lines, tgt_lines, at=lambda side, i: (paths[side], i + 1))
+
+
+#: Where pair ``i``'s source (side 0) or target (side 1) came from, as a
+#: :class:`DataError` names it: a path and a line number, or a name alone.
+Where = Callable[[int, int], tuple[str | Path, int | None]]
+
+
+def pair_ids(loaded: Loaded, src_lines: Sequence[str], tgt_lines: Sequence[str], *,
+             at: Where) -> tuple[list[list[int]], list[list[int]]]:
+    """The ids of pairs of lines of text (as many of each), read as ``seqtrans score``
+    reads them; a problem is a :class:`DataError` at the place ``at`` names."""
+    task, codec = loaded.task, loaded.codec
+    if not isinstance(task, TargetParsing):
+        raise UsageError(f"task '{loaded.config.task}' cannot read targets from text (it has no "
+                         "parse_target), so its pairs cannot be scored")
     sources, targets = [], []
-    for number, (src_line, tgt_line) in enumerate(zip(src_lines, tgt_lines), 1):
-        for path, line in ((src_path, src_line), (tgt_path, tgt_line)):
+    for i, (src_line, tgt_line) in enumerate(zip(src_lines, tgt_lines)):
+        for side, line in enumerate((src_line, tgt_line)):
             if not line.strip():
-                raise DataError(path, number, "empty line: every line must hold a source or a target")
+                raise DataError(*at(side, i), "empty line: every line must hold a source or a target")
         source = task.parse_source(src_line)
         try:
             target = task.parse_target(tgt_line)
         except DataError as exc:
-            raise DataError(tgt_path, number, exc.problem) from None
+            raise DataError(*at(1, i), exc.problem) from None
         src_ids, tgt_ids = source_ids(codec, source), target_ids(codec, target)
         for model in loaded.models:
             problem = too_long(model.config, codec, source)
             if problem is not None:
-                raise DataError(src_path, number, problem)
+                raise DataError(*at(0, i), problem)
             limit = model.config.position_limit
             if limit is not None and len(tgt_ids) + 1 > limit:
-                raise DataError(tgt_path, number, f"{len(tgt_ids) + 1} target tokens (with the start "
+                raise DataError(*at(1, i), f"{len(tgt_ids) + 1} target tokens (with the start "
                                 f"symbol), more than the {limit} positions the model learned "
                                 "(model.max_positions)")
         sources.append(src_ids)
@@ -164,7 +196,28 @@ def score_files(loaded: Loaded, src_path: str | Path, tgt_path: str | Path, *,
                 progress: bool = False) -> list[PairScore]:
     """The scores of the line pairs of two files, in input order, by the loaded model or
     ensemble, batched by ``decode.batch_tokens`` at ``decode.precision``."""
-    sources, targets = read_pairs(loaded, src_path, tgt_path)
+    return _score(loaded, *read_pairs(loaded, src_path, tgt_path), progress=progress)
+
+
+def score_texts(loaded: Loaded, sources: Sequence[str], targets: Sequence[str], *,
+                progress: bool = False) -> list[PairScore]:
+    """The scores of pairs given as lists of lines of text (source ``i`` with target
+    ``i``), as :func:`score_files` scores the same lines in two files. A problem is a
+    :class:`DataError` naming the list and index (``targets[2]: empty line ...``); lists
+    of anything but text, or of different lengths, a :class:`UsageError`."""
+    hint = "score takes lines of text, as seqtrans score reads them (loaded.task.format_source of a source)"
+    sources = check_texts(sources, argument="sources", instead=hint)
+    targets = check_texts(targets, argument="targets", instead=hint)
+    if len(sources) != len(targets):
+        raise UsageError(f"sources and targets: {len(sources)} sources and {len(targets)} targets; every "
+                         "source needs its target")
+    names = ("sources", "targets")
+    ids = pair_ids(loaded, sources, targets, at=lambda side, i: (f"{names[side]}[{i}]", None))
+    return _score(loaded, *ids, progress=progress)
+
+
+def _score(loaded: Loaded, sources: list[list[int]], targets: list[list[int]], *,
+           progress: bool) -> list[PairScore]:
     decode = loaded.config.decode
     with reading(decode):
         return score_ids(loaded.searcher, sources, targets, batch_tokens=decode.batch_tokens,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from seqtrans.config import option
 from seqtrans.data.vocab import EOS, Vocab, Vocabularies
-from seqtrans.errors import ConfigError
+from seqtrans.errors import ConfigError, UsageError
 from seqtrans.tasks import Example, TaskClass, check_split
 
 if TYPE_CHECKING:
@@ -71,6 +71,10 @@ class CopyCodec:
         return [str(s) for s in target]
 
     def prediction(self, tokens: list[str], source: Symbols) -> Symbols:
+        for token in tokens:
+            if not isinstance(token, str):  # ids given for tokens would fail inside, as an AttributeError
+                raise UsageError(f"prediction takes token strings, got the {type(token).__name__} {token!r}: "
+                                 "pass vocabularies.target.decode(ids), or read a hypothesis's text")
         return [_symbol(t) for t in tokens]
 
     def constraint(self, sources: Sequence[Symbols]) -> _Unused | None:

@@ -10,7 +10,7 @@ import torch
 
 from seqtrans import pipeline, tasks
 from seqtrans.config import DecodeConfig, ModelConfig
-from seqtrans.errors import ConfigError
+from seqtrans.errors import ConfigError, UsageError
 from seqtrans.inference import evaluation, loading
 from seqtrans.model.transformer import build_model
 from seqtrans.tasks.contract import check_task
@@ -90,3 +90,11 @@ def test_tokens_that_are_not_symbols_read_as_unknown_rather_than_fail() -> None:
     # "²" and "٣" are digits to str.isdigit; the 30-digit number is no symbol of any vocabulary
     assert task.parse_source("3 ² 4 x ٣ " + "9" * 30 + " 07") == [3, -1, 4, -1, -1, -1, 7]
     assert task.format([3, -1, 4]) == "3 <unk> 4"
+
+
+def test_a_prediction_from_ids_instead_of_tokens_is_refused_saying_what_to_pass(tmp_path: Path) -> None:
+    codec = CopyTask(CopyConfig(vocab_size=5)).build_vocabulary(tmp_path, [])
+    assert codec.prediction(codec.vocabularies.target.decode([5, 6]), [1, 2]) == [1, 2]
+    with pytest.raises(UsageError, match=r"^prediction takes token strings, got the int 5: pass "
+                                         r"vocabularies\.target\.decode\(ids\)"):
+        codec.prediction([5, 6], [1, 2])  # type: ignore[list-item]
