@@ -5,8 +5,10 @@ d_model 1,024, d_ff 4,096, 16 heads, 256,206 words, M2M-100's architecture) is b
 with random weights by transformers and saved as a model directory, with a tokenizer
 of that many made-up pieces (``▁w0`` ...) and NLLB's language codes, saved as
 transformers saves NLLB's. ``--shape nllb-small`` is the same architecture at 2 + 2
-layers of width 256, for a quick look. Then, each in its own process so that its time
-and peak memory are its own:
+layers of width 256, for a quick look. ``--shape t5-small`` is t5-small's (T5 v1.0:
+6 + 6 layers, d_model 512, d_ff 2,048, 8 heads, ReLU, the head tied to the embeddings,
+32,128 rows), with a unigram tokenizer of made-up pieces and T5's sentinels. Then, each
+in its own process so that its time and peak memory are its own:
 
 - ``seqtrans import hf`` of the directory: seconds and peak resident memory, also as a
   multiple of the weights' size;
@@ -18,13 +20,18 @@ and peak memory are its own:
   length), in float32 and int8, by seqtrans and by CTranslate2 with each OpenMP wait
   policy (CTranslate2 bundles its own libgomp, whose ``ACTIVE`` policy is several times
   faster at batch 1 on some processors); each system's tokens per second and peak
-  memory, and seqtrans's ratio against CTranslate2 at its best policy for that case.
+  memory, and seqtrans's ratio against CTranslate2 at its best policy for that case;
+- for NLLB, seqtrans in int8 with a vocabulary shortlist of Marian's usual size (50
+  candidates per source token, 100 frequent tokens) that holds its unrestricted outputs
+  (random weights have no translation table to count), against CTranslate2 int8 without
+  one, and whether the outputs stayed the same.
 
 Needs the ``bench`` extra (transformers, ctranslate2) and the translation plugin's
 ``hf`` extra. Results go to benchmarks/results/pretrained_families-SHAPE-CPU.json.
 
     python -m benchmarks pretrained_families --shape nllb-small --sentences 8
     python -m benchmarks pretrained_families --shape nllb-600m --sentences 8 --batch 8
+    python -m benchmarks pretrained_families --shape t5-small --sentences 32 --batch 32
 """
 
 from __future__ import annotations
@@ -44,25 +51,41 @@ from benchmarks.common import RESULTS, ROOT, arguments, cpu_info, process_peak_m
 SHAPES: dict[str, dict[str, int]] = {
     "nllb-600m": {"layers": 12, "d_model": 1024, "d_ff": 4096, "heads": 16, "vocab": 256206},
     "nllb-small": {"layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 256206},
+    # t5-small: v1.0 (ReLU, the head tied to the embeddings), 32,100 tokens in a table of 32,128
+    "t5-small": {"layers": 6, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 32128},
 }
 LANGUAGES = ("eng_Latn", "deu_Latn", "fra_Latn")
+LETTERS = ["▁", "w", *"0123456789"]  # what the made-up words are spelled with
+T5_WORDS = 32000 - 3 - len(LETTERS)  # T5's 32,000 pieces, of them <pad>, </s> and <unk>
+
+
+def multilingual(shape: str) -> bool:
+    return shape.startswith("nllb")
+
+
+def words(shape: str) -> int:
+    """How many made-up words ``w0`` ... the tokenizer of ``shape`` reads as one piece each."""
+    if not multilingual(shape):
+        return T5_WORDS
+    return SHAPES[shape]["vocab"] - 4 - len(LANGUAGES) - 1 - len(LETTERS) - 1  # and "▁w"
 POLICIES = ("PASSIVE", "ACTIVE")
 
 
 def build(shape: str, directory: Path) -> dict[str, Any]:
     """A random model of ``shape`` and its tokenizer, saved into ``directory``."""
+    if not multilingual(shape):
+        return _build_t5(shape, directory)
     import torch
     import transformers
 
     s = SHAPES[shape]
     codes = list(LANGUAGES)
     # the specials, the codes and <mask> after the pieces; the characters the words are made of
-    letters = ["▁", "w", "▁w", *"0123456789"]
-    pieces = s["vocab"] - 4 - len(codes) - 1 - len(letters)
-    words = [f"▁w{i}" for i in range(pieces)]
-    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{p: 4 + i for i, p in enumerate(letters + words)}}
+    made_up = [f"▁w{i}" for i in range(words(shape))]
+    pieces = [*LETTERS, "▁w", *made_up]
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{p: 4 + i for i, p in enumerate(pieces)}}
     # one merge per word, onto the word one digit shorter, so that "w123" is one piece
-    merges = [("▁", "w"), *((w[:-1], w[-1]) for w in words)]
+    merges = [("▁", "w"), *((w[:-1], w[-1]) for w in made_up)]
     tokenizer = transformers.NllbTokenizer(vocab=vocab, merges=merges, extra_special_tokens=codes,
                                            src_lang=codes[0], tgt_lang=codes[1])
     config = transformers.M2M100Config(
@@ -81,6 +104,34 @@ def build(shape: str, directory: Path) -> dict[str, Any]:
     return {"parameters": sum(p.numel() for p in model.parameters())}
 
 
+def _build_t5(shape: str, directory: Path) -> dict[str, Any]:
+    """t5-small's shape with random weights, and a unigram tokenizer of made-up words
+    (T5's is a sentencepiece unigram model) with T5's 100 sentinels."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    s = SHAPES[shape]
+    pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), *((p, -10.0) for p in LETTERS),
+              *((f"▁w{i}", -1.0) for i in range(words(shape)))]
+    unigram = Tokenizer(models.Unigram(pieces, unk_id=2))
+    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
+    unigram.decoder = decoders.Metaspace()
+    tokenizer = transformers.T5TokenizerFast(tokenizer_object=unigram, eos_token="</s>", unk_token="<unk>",
+                                             pad_token="<pad>", extra_ids=100)
+    config = transformers.T5Config(
+        vocab_size=s["vocab"], d_model=s["d_model"], d_ff=s["d_ff"], d_kv=s["d_model"] // s["heads"],
+        num_layers=s["layers"], num_decoder_layers=s["layers"], num_heads=s["heads"], dropout_rate=0.0,
+        feed_forward_proj="relu", tie_word_embeddings=True, pad_token_id=0, eos_token_id=1,
+        decoder_start_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.T5ForConditionalGeneration(config).eval()
+    tokenizer.save_pretrained(directory)
+    model.save_pretrained(directory)
+    assert len(tokenizer) <= s["vocab"], (len(tokenizer), s["vocab"])
+    return {"parameters": sum(p.numel() for p in model.parameters())}
+
+
 def convert(source: Path, out: Path) -> dict[str, Any]:
     """``seqtrans import hf`` in this process: seconds and peak memory."""
     from seqtrans.inference import formats
@@ -90,18 +141,17 @@ def convert(source: Path, out: Path) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - start, "peak_mib": process_peak_mib()}
 
 
-def sources(count: int, length: int, vocab: int) -> list[str]:
-    pieces = vocab - 21  # the words build() makes, each one piece
+def sources(count: int, length: int, pieces: int) -> list[str]:
     return [" ".join(f"w{(i * 7919 + j * 104729) % pieces}" for j in range(length)) for i in range(count)]
 
 
 def decode_seqtrans(run: Path, texts: list[str], *, precision: str, batch: int, tokens: int,
-                    shortlist: bool = False) -> dict[str, Any]:
+                    languages: bool, shortlist: bool = False) -> dict[str, Any]:
     from seqtrans.inference.loading import load
 
     loaded = load(run, device="cpu", overrides=[f"decode.precision={precision}",
                                                 f"decode.shortlist={str(shortlist).lower()}"])
-    settings = _settings(precision, tokens, shortlist=shortlist)
+    settings = _settings(precision, tokens, languages=languages, shortlist=shortlist)
     loaded.decode(texts[:1], decode=settings)  # warm: the decoding copy, the kernels
     start = time.perf_counter()
     outputs: list[list[int]] = []
@@ -112,12 +162,12 @@ def decode_seqtrans(run: Path, texts: list[str], *, precision: str, batch: int, 
             "peak_mib": process_peak_mib(), "outputs": outputs}
 
 
-def _settings(precision: str, tokens: int, *, shortlist: bool = False) -> Any:
+def _settings(precision: str, tokens: int, *, languages: bool, shortlist: bool = False) -> Any:
     from seqtrans.config import DecodeConfig
 
     return DecodeConfig(beam=4, max_len_a=0.0, max_len_b=tokens, min_len=tokens, precision=precision,
-                        batch_tokens=10**7, target_lang=LANGUAGES[1], source_lang=LANGUAGES[0],
-                        shortlist=shortlist)
+                        batch_tokens=10**7, target_lang=LANGUAGES[1] if languages else None,
+                        source_lang=LANGUAGES[0] if languages else None, shortlist=shortlist)
 
 
 def build_shortlist(run: Path, texts: list[str], *, tokens: int, top: int, frequent: int) -> dict[str, Any]:
@@ -132,7 +182,7 @@ def build_shortlist(run: Path, texts: list[str], *, tokens: int, top: int, frequ
     from seqtrans.shortlist import table
 
     loaded = load(run, device="cpu", overrides=["decode.precision=int8"])
-    _, hyps = loaded.decode(texts, decode=_settings("int8", tokens))
+    _, hyps = loaded.decode(texts, decode=_settings("int8", tokens, languages=True))
     outputs = [list(h[0].tokens) for h in hyps]
     vocabs = loaded.codec.vocabularies
     rng = np.random.default_rng(0)
@@ -154,24 +204,28 @@ def build_shortlist(run: Path, texts: list[str], *, tokens: int, top: int, frequ
     return {"outputs": outputs, "allowed_per_sentence": [int(n) for n in sizes]}
 
 
-def decode_ct2(model: Path, hf: Path, texts: list[str], *, batch: int, tokens: int) -> dict[str, Any]:
+def decode_ct2(model: Path, hf: Path, texts: list[str], *, batch: int, tokens: int,
+               languages: bool) -> dict[str, Any]:
     import ctranslate2
     import transformers
 
-    tokenizer = transformers.AutoTokenizer.from_pretrained(hf, src_lang=LANGUAGES[0])
+    language = {"src_lang": LANGUAGES[0]} if languages else {}
+    tokenizer = transformers.AutoTokenizer.from_pretrained(hf, **language)
     inputs = [tokenizer.convert_ids_to_tokens(tokenizer(t)["input_ids"]) for t in texts]
     translator = ctranslate2.Translator(str(model), device="cpu", intra_threads=int(os.environ["THREADS"]))
-    options = {"beam_size": 4, "max_decoding_length": tokens + 1, "min_decoding_length": tokens + 1,
-               "target_prefix": None}
-    prefix = [[LANGUAGES[1]]]
-    translator.translate_batch(inputs[:1], target_prefix=prefix, **{k: v for k, v in options.items()
-                                                                   if k != "target_prefix"})
+    # the target language's code is a prefix CTranslate2 counts in the output's length
+    length = tokens + 1 if languages else tokens
+    options = {"beam_size": 4, "max_decoding_length": length, "min_decoding_length": length}
+
+    def prefix(n: int) -> list[list[str]] | None:
+        return [[LANGUAGES[1]]] * n if languages else None
+
+    translator.translate_batch(inputs[:1], target_prefix=prefix(1), **options)
     start = time.perf_counter()
     produced = 0
     for i in range(0, len(inputs), batch):
         chunk = inputs[i:i + batch]
-        out = translator.translate_batch(chunk, target_prefix=prefix * len(chunk),
-                                         **{k: v for k, v in options.items() if k != "target_prefix"})
+        out = translator.translate_batch(chunk, target_prefix=prefix(len(chunk)), **options)
         produced += sum(len(r.hypotheses[0]) for r in out)
     return {"tokens": produced, "seconds": time.perf_counter() - start, "peak_mib": process_peak_mib()}
 
@@ -188,14 +242,15 @@ def _phase(args: argparse.Namespace) -> dict[str, Any]:
         return build(args.shape, Path(paths[0]))
     if phase == "import":
         return convert(Path(paths[0]), Path(paths[1]))
-    texts = sources(args.sentences, args.source_tokens, SHAPES[args.shape]["vocab"])
+    texts = sources(args.sentences, args.source_tokens, words(args.shape))
     batch = int(paths[-1])
     if phase == "shortlist":
         return build_shortlist(Path(paths[0]), texts, tokens=args.tokens, top=50, frequent=100)
     if phase == "seqtrans":
         return decode_seqtrans(Path(paths[0]), texts, precision=paths[1], batch=batch, tokens=args.tokens,
-                               shortlist=paths[2] == "shortlist")
-    return decode_ct2(Path(paths[0]), Path(paths[1]), texts, batch=batch, tokens=args.tokens)
+                               languages=multilingual(args.shape), shortlist=paths[2] == "shortlist")
+    return decode_ct2(Path(paths[0]), Path(paths[1]), texts, batch=batch, tokens=args.tokens,
+                      languages=multilingual(args.shape))
 
 
 def _ct2_convert(hf: Path, out: Path, quantization: str) -> float:
@@ -277,7 +332,9 @@ def main(argv: list[str]) -> None:
         print(json.dumps({"built": built, "weights_mib": weights_mib, "import": imported,
                           "ct2_convert_s": ct2_seconds}), flush=True)
         rows = _cases(args, base, common, str(args.threads))
-        shortlisted = _shortlist_cases(args, base, common, str(args.threads), rows)
+        # NLLB's 256,206-word output layer is what a shortlist is for
+        shortlisted = (_shortlist_cases(args, base, common, str(args.threads), rows)
+                       if multilingual(args.shape) else [])
     tag = "amd" if "AMD" in cpu_info()["model"] else "intel" if "Intel" in cpu_info()["model"] else "cpu"
     write_results(RESULTS / f"pretrained_families-{args.shape}-{tag}.json", {
         "shape": {"name": args.shape, **SHAPES[args.shape], "parameters": built["parameters"]},
