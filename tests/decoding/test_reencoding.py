@@ -1,19 +1,26 @@
 """Streaming a model whose encoder reads the whole source, by encoding the source read so
 far again at each read: against a brute-force loop that runs the model offline for every
 write, on tiny models trained briefly to copy; what holds once the whole source is read;
-and the refusal of a learned policy without a causal encoder."""
+every streaming entry point (the session, predict --stream, evaluate --stream, the
+SimulEval agent; the WebSocket in tests/serving/test_stream.py); and the refusal of a
+learned policy without a causal encoder."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from argparse import Namespace
 from collections.abc import Sequence
 from functools import cache
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
 from decoding.test_policies import Counting
+from decoding.test_streaming import Arrivals, loaded_copy
 
+import seqtrans
 from conftest import tiny_model
 from seqtrans.attention import reading
 from seqtrans.config import DecodeConfig
@@ -22,8 +29,14 @@ from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding import greedy_search
 from seqtrans.decoding.generate import max_output_length
 from seqtrans.errors import UsageError
+from seqtrans.inference.evaluation import Split
+from seqtrans.inference.loading import Loaded
 from seqtrans.model.transformer import Transformer
+from seqtrans.streaming import predict as streaming_input
 from seqtrans.streaming.decoder import Emission, StreamDecoder, check_streamable, stream_greedy
+from seqtrans.streaming.evaluation import score_stream
+from seqtrans.streaming.latency import corpus_latency, sentence_latency
+from seqtrans.tasks import Example
 
 SOURCES = [[4, 5, 6, 7, 8, 9, 10, 4, 5], [6], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, 7, 8], [5, 5, 5, 5],
            [7, 4, 9, 6, 10, 8]]
@@ -172,3 +185,72 @@ def test_a_learned_policy_needs_a_causal_encoder_and_names_re_encoding() -> None
                                              r".*wait-k \(decode.wait_k=K\), re-encoding"):
             check_streamable(tiny_model(cross_attention=policy))
     check_streamable(copying_model(1))  # scaled-dot, any encoder
+
+
+# ------------------------------------------------------------------ the entry points
+
+
+def _waiting(loaded: Loaded, k: int) -> Loaded:
+    decode = dataclasses.replace(loaded.config.decode, wait_k=k)
+    return dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, decode=decode))
+
+
+def _agent_words(loaded: Loaded, words: list[str], monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """The words SimulEval's agent writes for ``words`` sent one per call, each with the
+    source words sent by then."""
+    pytest.importorskip("simuleval")
+    from simuleval.agents.actions import WriteAction
+
+    from seqtrans.streaming import simuleval
+
+    monkeypatch.setattr(simuleval, "load", lambda *args, **kwargs: loaded)
+    agent = simuleval.Agent(Namespace(seqtrans_run="run", seqtrans_set=[], seqtrans_device="cpu"))
+    states = SimpleNamespace(source=[], source_finished=False)
+    written: list[tuple[str, int]] = []
+    while True:
+        action = agent.policy(states)
+        if isinstance(action, WriteAction):
+            written += [(word, len(states.source)) for word in action.content.split()]
+            if action.finished:
+                return written
+        elif len(states.source) < len(words):
+            states.source.append(words[len(states.source)])
+        else:
+            states.source_finished = True
+
+
+def test_the_session_predict_evaluate_and_the_agent_stream_a_re_encoded_model(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model = copying_model(1)
+    loaded = _waiting(loaded_copy(model), 2)
+    sources = SOURCES[:4]
+    expected = [brute_force(model, s, loaded.config.decode) for s in sources]
+    texts = [[str(t - 4) for t in s] for s in sources]  # the copy task's symbols 0..6 are ids 4..10
+    for words, (reference, end) in zip(texts, expected):
+        session = seqtrans.stream(loaded)
+        for word in words:
+            session.push(word)
+        session.finish()
+        assert [(t.id, t.delay) for t in session.tokens] == [(e.token, e.delay) for e in reference]
+        assert session.end_delay == end
+        # the copy task's words are its tokens: each is complete when the next is decided, or the end
+        delays = [e.delay for e in reference]
+        assert session.word_delays == [max(a, b) for a, b in zip(delays, delays[1:] + [end])]
+        agent = _agent_words(loaded, words, monkeypatch)
+        assert agent == list(zip(session.output.split(), session.word_delays))
+
+    arrivals = Arrivals("".join(" ".join(words) + "\n" for words in texts))
+    streaming_input.stream(loaded, arrivals, arrivals.write)
+    assert "".join(text for _, text in arrivals.log).splitlines() == [
+        " ".join(str(e.token - 4) for e in reference) + "\t" + " ".join(str(e.delay) for e in reference)
+        for reference, _ in expected]
+
+    examples = [Example([t - 4 for t in s], [t - 4 for t in s], origin=f"test:{i + 1}")
+                for i, s in enumerate(sources)]
+    outputs, metrics = score_stream(loaded, Split(examples))
+    assert [(o.tokens, o.token_delays) for o in outputs] == [
+        ([e.token for e in reference], [e.delay for e in reference]) for reference, _ in expected]
+    latency = corpus_latency(sentence_latency(o.word_delays, source_length=len(s), reference_length=len(s))
+                             for o, s in zip(outputs, sources))
+    assert {name: metrics[f"stream_{name}"] for name in ("ap", "al", "dal")} == pytest.approx(
+        {name: latency[name] for name in ("ap", "al", "dal")}, abs=1e-12)
