@@ -126,8 +126,9 @@ class StreamSession:
 
     def __init__(self, loaded: Loaded, *, decode: DecodeConfig | None = None, origin: str = "<stream>",
                  line: int | None = None) -> None:
-        if decode is not None:
-            loaded = dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, decode=decode))
+        if decode is not None:  # its languages may not be the run's: the codec bound to them
+            loaded = dataclasses.replace(loaded, codec=loaded.codec_for(decode),
+                                         config=dataclasses.replace(loaded.config, decode=decode))
         check_streaming(loaded)
         self.loaded = loaded
         self.origin, self.line = origin, line
