@@ -79,7 +79,7 @@ class PrefixReencoding:
         if self.state is None or seen != self.encoded:
             src = torch.tensor([self.source.ids[:seen]], device=device)  # [1, S']
             with reading(self.config):  # the lag mask prepared as offline decoding prepares it
-                self.state = model.start(model.encode(src), capacity=len(tokens) + 16)
+                self.state = model.start(model.encode(src))
             self.encoded = seen
         fed = torch.tensor([tokens[self.state.length:]], device=device)  # [1, T']: all, or the last
         logits = model.decode(fed, state=self.state)[:, -1]  # [1, V]
