@@ -24,6 +24,8 @@ one offline greedy decoding would write after the tokens written so far.
 A sentence of n tokens costs about n encoder passes over prefixes up to n long and as
 many decoder passes over targets up to its output's length: O(n^2) per sentence where a
 causal encoder's streaming is O(n).
+
+Shapes: S' source positions seen, T' target tokens fed, D model, V vocabulary.
 """
 
 from __future__ import annotations
