@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("seqtrans.tasks", "seqtrans.decoding.constraints", "seqtrans.data.encoding", "seqtrans.data.batches"),
     ("seqtrans.model.transformer", "seqtrans.linear.quantize", "seqtrans.tasks.contract"),
     ("seqtrans.decoding", "seqtrans.shortlist.search", "seqtrans.streaming.decoder",
-     "seqtrans.streaming.latency"),
+     "seqtrans.streaming.reencoding", "seqtrans.streaming.latency"),
     ("seqtrans.training", "seqtrans.prepare"),
     ("seqtrans.inference", "seqtrans.shortlist.build", "seqtrans.streaming.session",
      "seqtrans.streaming.predict", "seqtrans.streaming.evaluation", "seqtrans.streaming.policy",

@@ -94,8 +94,9 @@ def test_a_session_refuses_words_after_its_end_and_bad_words() -> None:
 
 
 def test_a_session_needs_a_model_that_can_stream(tmp_path: Path) -> None:
-    offline = seqtrans.load(copy_run(tmp_path / "offline", seed=1), device="cpu")
-    with pytest.raises(UsageError, match="model.causal_encoder=true"):
+    learned = ("model.cross_attention=monotonic",)  # a learned policy over an encoder that reads everything
+    offline = seqtrans.load(copy_run(tmp_path / "offline", seed=1, model=learned), device="cpu")
+    with pytest.raises(UsageError, match="model.causal_encoder=true.*wait-k"):
         StreamSession(offline)
 
 
@@ -103,7 +104,7 @@ def test_the_simuleval_agent_exits_with_the_settings_a_run_needs(tmp_path: Path)
     pytest.importorskip("simuleval")
     from seqtrans.streaming.simuleval import Agent
 
-    run = copy_run(tmp_path / "offline", seed=1)
+    run = copy_run(tmp_path / "offline", seed=1, model=("model.cross_attention=monotonic",))
     args = Namespace(seqtrans_run=str(run), seqtrans_set=[], seqtrans_device="cpu")
     with pytest.raises(SystemExit, match="model.causal_encoder=true.*decode.wait_k"):
         Agent(args)

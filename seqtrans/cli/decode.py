@@ -121,11 +121,11 @@ PREDICT = Command(
               "character for a task whose stream_unit is characters) as it arrives on "
               "stdin, write each target token as soon as it is decided, and end each "
               "output with a tab and the delays (the source tokens read when each target "
-              "token was written). Greedy; needs model.causal_encoder=true and a model that "
-              "decides when to read: model.cross_attention=monotonic, milk, mma_hard or "
-              "mma_il, or wait-k "
+              "token was written). Greedy; needs a model that decides when to read: wait-k "
               "(model.wait_k, or decode.wait_k for any scaled_dot model; without a lag it "
-              "reads the whole input first)."),
+              "reads the whole input first; an encoder that is not causal encodes the input "
+              "read so far again at each read), or model.cross_attention=monotonic, milk, "
+              "mma_hard or mma_il with model.causal_encoder=true."),
      *(arg(flag, type=kind, metavar=key.upper(), help=f"decode.{key}: {_decode_help(key)}")
        for flag, key, kind in SAMPLING_FLAGS),
      arg("--prefixes", action="store_true",
@@ -196,8 +196,8 @@ EVALUATE = Command(
               "last piece, stream_piece_*; see docs/streaming.md). Also writes the metrics to "
               "RUN_DIR/metrics-stream-SPLIT.json, the --set settings in the name "
               "(metrics-stream-test.wait_k=3.json), or to --output. Needs a model that can "
-              "stream: model.causal_encoder=true and a cross-attention that decides when to "
-              "read (monotonic, milk, or scaled_dot with a wait-k lag)."),
+              "stream: scaled_dot attention under wait-k (any encoder), or a learned policy "
+              "(monotonic, milk, mma_hard, mma_il) with model.causal_encoder=true."),
      arg("--output", metavar="FILE", type=Path,
          help="With --stream: write the metrics here instead."),
      arg("--instances", metavar="FILE", type=Path,

@@ -143,7 +143,8 @@ class ModelConfig:
     )
     causal_encoder: bool = option(
         False, "Unidirectional encoder: each source position attends only to itself and earlier "
-        "ones, so encoding can follow a source as it arrives (needed by 'predict --stream')."
+        "ones, so encoding can follow a source as it arrives ('predict --stream' with a learned read "
+        "policy needs it; wait-k without it encodes the source read so far again at each read)."
     )
     wait_k: int = option(
         0, "wait-k (Ma et al. 2019): target position i attends to the first i + k source positions "

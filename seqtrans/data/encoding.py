@@ -10,12 +10,20 @@ from collections.abc import Iterable, Sized
 from typing import Any
 
 from seqtrans.data.vocab import EOS
-from seqtrans.tasks.protocol import Codec
+from seqtrans.tasks.protocol import Codec, TargetPrefixing
 
 
 def source_ids(codec: Codec[Any, Any, Any], source: Any) -> list[int]:
     """A source's ids through the task's codec, ending with EOS."""
     return codec.vocabularies.source.encode(codec.source_tokens(source)) + [EOS]
+
+
+def forced_prefix(codec: Codec[Any, Any, Any]) -> list[int]:
+    """The target ids every output of the codec starts with (a target language's code,
+    :class:`~seqtrans.tasks.protocol.TargetPrefixing`); empty for most codecs."""
+    if isinstance(codec, TargetPrefixing) and codec.target_prefix():
+        return codec.vocabularies.target.encode(codec.target_prefix())
+    return []
 
 
 def target_ids(codec: Codec[Any, Any, Any], target: Any) -> list[int]:

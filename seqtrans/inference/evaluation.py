@@ -16,6 +16,7 @@ import torch
 
 from seqtrans.config import DecodeConfig
 from seqtrans.data.batches import check_sources, prediction, source_ids
+from seqtrans.data.encoding import forced_prefix
 from seqtrans.decoding import Hypothesis, generate
 from seqtrans.decoding.beam import Cancelled
 from seqtrans.decoding.ensemble import Ensemble, members, position_limit
@@ -29,7 +30,6 @@ from seqtrans.tasks.protocol import (
     Example,
     Metric,
     Skipped,
-    TargetPrefixing,
     Task,
     check_split,
 )
@@ -68,8 +68,8 @@ def decode_sources(model: Transformer | Ensemble, codec: Codec[Any, Any, Any], s
         return (distributed.gather_in_order(len(sources), mine, preds),
                 distributed.gather_in_order(len(sources), mine, hyps))
     ids = [source_ids(codec, s) for s in sources]
-    if isinstance(codec, TargetPrefixing) and codec.target_prefix():  # a target language's code, say
-        forced = codec.vocabularies.target.encode(codec.target_prefix())
+    forced = forced_prefix(codec)
+    if forced:  # a target language's code, say
         prefixes = [list(p) if list(p[: len(forced)]) == forced else forced + list(p)
                     for p in (prefixes or [[] for _ in sources])]
     limit = position_limit(model)

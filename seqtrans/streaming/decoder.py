@@ -22,6 +22,13 @@ Reading more than that could not change the token, so the output is exactly that
 greedy decoding with the whole source at hand (and the same lag); only the time at which
 each token is known changes.
 
+An encoder that reads the whole source (not causal: every pretrained encoder) gives a
+position another state once more source has arrived. Such a model streams under wait-k
+with scaled-dot attention by re-encoding the source read so far
+(:mod:`seqtrans.streaming.reencoding`): each step's token is the one the model decoding
+offline would pick with that prefix as its source. Learned policies decide from states
+that would change under them, so they need a causal encoder.
+
 :class:`StreamDecoder` is the one implementation, push-style and without a thread: the
 caller pushes source ids as they arrive (:meth:`~StreamDecoder.push`) and says when the
 source ends (:meth:`~StreamDecoder.finish`); each call decodes as far as the source at
@@ -40,7 +47,9 @@ is complete. :mod:`seqtrans.streaming.latency` summarises delays (AP, AL, LAAL, 
 
 Greedy only: a beam would have to wait for its hypotheses to agree before writing. The
 maximum output length a * |x| + b holds as in offline decoding: while the source is
-still arriving, a step that would exceed a * (tokens read) + b reads first.
+still arriving, a step that would exceed a * (tokens read) + b reads first. Tokens every
+output starts with (a target language's code) are forced, as offline decoding forces a
+prefix, and are not emitted.
 """
 
 from __future__ import annotations
@@ -61,11 +70,14 @@ from seqtrans.decoding.generate import max_output_length
 from seqtrans.decoding.search import mask_log_probs
 from seqtrans.errors import UsageError
 from seqtrans.model.transformer import DecoderState, Transformer
+from seqtrans.streaming.reencoding import PrefixReencoding
 
 #: Encoder-decoder attention that decides when to read: hard monotonic and its lookback
 #: (MILk), monotonic multihead attention (hard and infinite lookback), and scaled-dot
 #: attention under wait-k (or reading the whole source first).
 STREAMING = ("monotonic", "milk", "mma_hard", "mma_il", "scaled_dot")
+#: Of those, the learned policies: they need a causal encoder.
+LEARNED = STREAMING[:-1]
 
 
 @dataclass(frozen=True)
@@ -80,14 +92,15 @@ def check_streamable(model: Transformer) -> None:
     """Raise :class:`UsageError` unless ``model`` can decode a stream: its settings, then
     its task's model extensions (:class:`~seqtrans.model.extension.ExtensionError`)."""
     config = model.config
-    missing = []
     if config.cross_attention not in STREAMING:
-        missing.append(f"model.cross_attention={', '.join(STREAMING[:-1])} or {STREAMING[-1]} "
-                       f"(this model has {config.cross_attention})")
-    if not config.causal_encoder:
-        missing.append("model.causal_encoder=true")
-    if missing:
-        raise UsageError("streaming needs a model trained with " + " and ".join(missing))
+        raise UsageError(f"streaming needs a model trained with model.cross_attention={', '.join(LEARNED)} "
+                         f"or {STREAMING[-1]} (this model has {config.cross_attention}); the learned "
+                         "policies also need model.causal_encoder=true")
+    if config.cross_attention in LEARNED and not config.causal_encoder:
+        raise UsageError(f"streaming with model.cross_attention={config.cross_attention} (a learned read "
+                         "policy) needs a model trained with model.causal_encoder=true; a model whose "
+                         "encoder reads the whole source streams with model.cross_attention=scaled_dot "
+                         "instead, under wait-k (decode.wait_k=K), re-encoding the source read so far")
     model.check_supported("stream")
 
 
@@ -96,21 +109,22 @@ class _NeedSource(Exception):
 
 
 class _SourceStream:
-    """Pushed source ids, run through the causal encoder one at a time as the decoder
-    asks for them; the encoder states are kept for every decoder layer to take
-    (``states_from``)."""
+    """Pushed source ids, read one position at a time as the decoder asks for them. A
+    causal encoder encodes each position as it is read, once; the encoder states are
+    kept for every decoder layer to take (``states_from``)."""
 
     def __init__(self, model: Transformer) -> None:
         self.model = model
         self.pending: deque[int] = deque()  # pushed, not read yet
         self.ended = False  # the caller said the source ends after the pending ids
-        self.encoding = model.start_encoding()
+        self.ids: list[int] = []  # the positions read, the end symbol included once read
+        self.encoding = model.start_encoding() if model.config.causal_encoder else None
         self.memory: list[Tensor] = []  # [1, 1, D] per position encoded, the end symbol included
         self.read_tokens = 0  # source tokens read, the end symbol excluded
         self.complete = False  # the end symbol has been read
 
     def read(self) -> bool:
-        """Encode one more source position (the end symbol once the source ends); False
+        """Read one more source position (the end symbol once the source ends); False
         when the source has already ended; :class:`_NeedSource` when the next id has not
         been pushed."""
         if self.complete:
@@ -121,8 +135,10 @@ class _SourceStream:
             token = None
         else:
             raise _NeedSource
-        ids = torch.tensor([[EOS if token is None else token]], device=self.model.device)  # [1, 1]
-        self.memory.append(self.model.encode_next(ids, self.encoding))
+        self.ids.append(EOS if token is None else token)
+        if self.encoding is not None:
+            ids = torch.tensor([self.ids[-1:]], device=self.model.device)  # [1, 1]
+            self.memory.append(self.model.encode_next(ids, self.encoding))
         if token is None:
             self.complete = True
         else:
@@ -150,27 +166,54 @@ def _restore(saved: list[tuple[object, dict[str, Any]]]) -> None:
         vars(obj).update(fields)
 
 
+class _Following:
+    """The steps of a causal encoder's model: one decoding state, whose encoder-decoder
+    attention reads the source as it needs (``start_streaming``), fed each token once."""
+
+    def __init__(self, model: Transformer, config: DecodeConfig, source: _SourceStream) -> None:
+        self.model = model
+        with reading(config):
+            self.state = model.start_streaming(source)
+
+    def log_probs(self, tokens: list[int]) -> Tensor:
+        """The next token's log-probabilities after ``tokens`` (BOS and the output so far),
+        feeding the state those it has not had; :class:`_NeedSource` leaves it as it was.
+        -> [1, V]"""
+        saved = _snapshot(self.state)
+        try:
+            for token in tokens[self.state.length:]:
+                fed = torch.tensor([[token]], device=self.model.device)  # [1, 1]
+                logits = self.model.decode(fed, state=self.state)[:, -1]  # [1, V]
+        except _NeedSource:
+            _restore(saved)
+            raise
+        return F.log_softmax(logits.float(), dim=-1)
+
+
 class StreamDecoder:
     """Greedy streaming decoding of one source whose ids are pushed as they arrive.
 
     ``push(ids)`` and ``finish()`` return the :class:`Emission` s decided with the
     source at hand; ``done`` is true once the output has ended, with ``end_delay`` the
     source tokens read when its end was decided (``finish()`` always ends it). Ids
-    pushed after the output has ended are not read.
+    pushed after the output has ended are not read. ``prefix``: target ids every output
+    starts with, forced and not emitted.
     """
 
-    def __init__(self, model: Transformer, config: DecodeConfig, *,
-                 position_limit: int | None = None) -> None:
+    def __init__(self, model: Transformer, config: DecodeConfig, *, position_limit: int | None = None,
+                 prefix: Sequence[int] = ()) -> None:
         check_streamable(model)
         model.eval()
         self.model = model
         self.config = config
         self.position_limit = position_limit
         self._source = _SourceStream(model)
-        with reading(config):
-            self._state = model.start_streaming(self._source)
-        self._previous = BOS
-        self._step = 0
+        # a causal encoder's states never change: one state follows the source; any other
+        # encoder's change as the source grows, so the prefix read is encoded again
+        self._steps: _Following | PrefixReencoding = (
+            _Following(model, config, self._source) if model.config.causal_encoder
+            else PrefixReencoding(model, config, self._source))
+        self._tokens = [BOS, *prefix]  # BOS, the forced prefix, the tokens written
         self._log_probs: Tensor | None = None  # the current step's, once decoded
         self.done = False
         self.end_delay: int | None = None
@@ -212,15 +255,8 @@ class StreamDecoder:
         """Decide one token (None for the end), or raise :class:`_NeedSource`."""
         source, config = self._source, self.config
         if self._log_probs is None:
-            saved = _snapshot(self._state)
-            tokens = torch.tensor([[self._previous]], device=self.model.device)  # [1, 1]
-            try:
-                logits = self.model.decode(tokens, state=self._state)[:, -1]  # [1, V]
-            except _NeedSource:
-                _restore(saved)
-                raise
-            self._log_probs = F.log_softmax(logits.float(), dim=-1)
-        step = self._step
+            self._log_probs = self._steps.log_probs(self._tokens)
+        step = len(self._tokens) - 1
         while not source.complete and step >= max_output_length(source.read_tokens, config,
                                                                 limit=self.position_limit):
             source.read()  # the bound a * |x| + b is not known yet: read before writing
@@ -233,17 +269,16 @@ class StreamDecoder:
             self.done = True
             self.end_delay = source.read_tokens
             return None
-        self._previous = token
-        self._step += 1
+        self._tokens.append(token)
         return Emission(token, source.read_tokens)
 
 
 def stream_greedy(model: Transformer, source: Iterable[int], config: DecodeConfig, *,
-                  position_limit: int | None = None) -> Iterator[Emission]:
+                  position_limit: int | None = None, prefix: Sequence[int] = ()) -> Iterator[Emission]:
     """Greedy outputs of a source given token by token (ids, no end symbol), each yielded
     as soon as it is decided; ``source`` is pulled only as far as the decoder needs (one
     id each time the decoder waits for more): :class:`StreamDecoder` over an iterator."""
-    decoder = StreamDecoder(model, config, position_limit=position_limit)
+    decoder = StreamDecoder(model, config, position_limit=position_limit, prefix=prefix)
     ids = iter(source)
     emissions: Sequence[Emission] = decoder.push(())
     while True:

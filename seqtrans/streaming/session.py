@@ -16,7 +16,9 @@ all drive it. It needs no thread: each call decodes as far as the words at hand 
 
 The task's tokenisation is applied to the words pushed so far and the new tokens are fed
 to the model; the tokens of the first n words must be a prefix of those of the first
-n + 1 (true of whitespace tokens and of sentencepiece), else :class:`DataError`.
+n + 1 (true of whitespace tokens and of sentencepiece), else :class:`DataError`. Tokens
+every output starts with (a target language's code, the codec's ``target_prefix``) are
+forced, as offline decoding forces them, and are not among the tokens written.
 
 Delays, in source words read: a target token's ``word_delay`` is the number of words up
 to the one holding the last source token the model had read when it decided the token
@@ -47,6 +49,7 @@ from typing import Any
 
 from seqtrans.config import DecodeConfig
 from seqtrans.data.batches import prediction, source_ids
+from seqtrans.data.encoding import forced_prefix
 from seqtrans.decoding.ensemble import position_limit
 from seqtrans.errors import DataError, SeqtransError, UsageError
 from seqtrans.inference.loaded import Loaded
@@ -123,13 +126,15 @@ class StreamSession:
 
     def __init__(self, loaded: Loaded, *, decode: DecodeConfig | None = None, origin: str = "<stream>",
                  line: int | None = None) -> None:
-        if decode is not None:
-            loaded = dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, decode=decode))
+        if decode is not None:  # its languages may not be the run's: the codec bound to them
+            loaded = dataclasses.replace(loaded, codec=loaded.codec_for(decode),
+                                         config=dataclasses.replace(loaded.config, decode=decode))
         check_streaming(loaded)
         self.loaded = loaded
         self.origin, self.line = origin, line
         self._decoder = StreamDecoder(loaded.model, loaded.config.decode,
-                                      position_limit=position_limit(loaded.model))
+                                      position_limit=position_limit(loaded.model),
+                                      prefix=forced_prefix(loaded.codec))
         self._source_limit = loaded.model.config.position_limit
         self.unit = stream_unit(loaded.task)  # "words", or "characters" for a task that says so
         self.words: list[str] = []  # the source words (or characters) pushed

@@ -89,9 +89,9 @@ async def stream(host: StreamHost, ws: WebSocket) -> None:
     try:
         served = host.model(name)
         if not served.streams:
-            raise RequestError(422, "cannot_stream", f"model {name!r} cannot decode a stream (it needs a "
-                               "causal encoder and attention that decides when to read: monotonic, milk or "
-                               "wait-k)")
+            raise RequestError(422, "cannot_stream", f"model {name!r} cannot decode a stream (it needs "
+                               "scaled-dot encoder-decoder attention, under wait-k, or a learned read policy "
+                               "with a causal encoder: monotonic, milk, mma_hard or mma_il)")
         host.slots.take()
     except RequestError as exc:
         await _send(ws, exc.body())

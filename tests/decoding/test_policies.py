@@ -174,8 +174,9 @@ def test_streaming_names_the_options_a_model_lacks() -> None:
     with pytest.raises(UsageError, match="cross_attention=monotonic, milk, mma_hard, mma_il or scaled_dot .*"
                                          "memory"):
         check_streamable(tiny_model(cross_attention="memory", causal_encoder=True))
-    with pytest.raises(UsageError, match="causal_encoder=true"):
-        check_streamable(tiny_model(wait_k=2))
+    with pytest.raises(UsageError, match="milk .*causal_encoder=true.*scaled_dot.*decode.wait_k"):
+        check_streamable(tiny_model(cross_attention="milk"))
+    check_streamable(tiny_model(wait_k=2))  # an encoder that reads everything: re-encoded at each read
 
 
 # ------------------------------------------------------------------ MILk

@@ -48,7 +48,7 @@ def test_the_models_are_listed_with_their_task_settings_and_attention(url: str) 
     listed = httpx.get(f"{url}/v1/models").json()["models"]
     assert [(m["name"], m["task"]) for m in listed] == [("copy", "copy")]
     assert listed[0]["decode"]["beam"] == 3 and listed[0]["attention"]["cross"] == "scaled_dot"
-    assert listed[0]["streaming"] is False
+    assert listed[0]["streaming"] is True  # scaled-dot attention streams under wait-k, re-encoding
     assert httpx.get(f"{url}/v1/models/copy").json() == listed[0]
     assert httpx.get(f"{url}/health").json() == {"status": "alive"}
     assert httpx.get(f"{url}/ready").json() == {"status": "ready", "models": ["copy"]}
