@@ -7,6 +7,10 @@ end. Here every request's line and headers must have arrived within ``header_tim
 of the connection opening, or of the previous answer on a kept-alive connection; past
 that the server closes the connection, answering 408 if part of a request had come. The body's own time counts
 against the request's ``timeout_s`` (:mod:`seqtrans.serving.app`).
+
+A request h11 cannot parse (``Content-Length: -5``, a header line without a colon, headers
+over h11's 16 KiB, bytes that are not HTTP/1.1) never reaches the app: uvicorn answers it
+400 itself, in plain text; here that answer is a JSON error like every other.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\
              b"content-length: %d\r\n\r\n%s")
 BODY = b'{"error": {"code": "header_timeout", "message": "the request\'s headers did not arrive in time", ' \
        b'"limit": "header_timeout_s"}}'
+NOT_HTTP = b'{"error": {"code": "bad_request", "message": "the request is not valid HTTP/1.1 (its request ' \
+           b'line or headers could not be parsed)"}}'
 
 
 class HeaderTimeout(H11Protocol):
@@ -52,6 +58,16 @@ class HeaderTimeout(H11Protocol):
         super().on_response_complete()
         if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
             self._await_headers()  # the next request on this connection
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request h11 could not parse, as JSON (``msg`` is uvicorn's
+        fixed text); the connection then closes, as uvicorn's does."""
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+                   (b"content-length", str(len(NOT_HTTP)).encode())]
+        for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                      h11.Data(data=NOT_HTTP), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event) or b"")
+        self.transport.close()
 
     def _await_headers(self) -> None:
         self._headers_arrived()
