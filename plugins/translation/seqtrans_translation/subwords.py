@@ -31,6 +31,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Final
 
 import sentencepiece as spm
 
@@ -44,7 +45,7 @@ MODEL_FILE = "sentencepiece.model"
 UNK = "<unk>"
 #: The Unicode normalization form of every text encoded or trained on; prepared data
 #: encoded under another form is not reused (the task's data digest names it).
-TEXT_FORM = "NFC"
+TEXT_FORM: Final = "NFC"
 
 
 def normalized(text: str) -> str:
