@@ -10,17 +10,24 @@ against the request's ``timeout_s`` (:mod:`seqtrans.serving.app`).
 
 A request h11 cannot parse (``Content-Length: -5``, a header line without a colon, headers
 over h11's 16 KiB, bytes that are not HTTP/1.1) never reaches the app: uvicorn answers it
-400 itself, in plain text; here that answer is a JSON error like every other.
+400 itself, in plain text; here that answer is a JSON error like every other. So is a
+WebSocket handshake the ``websockets`` library refuses (no ``Sec-WebSocket-Key``, another
+``Sec-WebSocket-Version``), and one the app closes before accepting it (403).
 """
 
 from __future__ import annotations
 
 import asyncio
+import http
+import json
 import logging
 from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.datastructures import Headers
+from websockets.http11 import Response
 
 log = logging.getLogger(__name__)
 
@@ -95,3 +102,28 @@ def with_header_timeout(seconds: float) -> type[H11Protocol]:
     """The protocol class for ``uvicorn.Config(http=...)`` that waits ``seconds`` for a
     request's headers."""
     return type("HeaderTimeout", (HeaderTimeout,), {"header_timeout_s": seconds})
+
+
+#: The error code of each status a WebSocket handshake may be refused with.
+REFUSALS = {400: "bad_request", 403: "forbidden", 426: "upgrade_required", 500: "internal_error"}
+
+
+def json_refusal(status: int | http.HTTPStatus, text: str) -> Response:
+    """A WebSocket handshake refusal as a JSON error: what ``websockets``' ``reject``
+    makes, with the body JSON instead of plain text."""
+    status = http.HTTPStatus(status)
+    message = text.strip() or status.phrase
+    body = json.dumps({"error": {"code": REFUSALS.get(status.value, "http_error"), "message": message}})
+    headers = Headers([("Connection", "close"), ("Content-Length", str(len(body))),
+                       ("Content-Type", "application/json")])
+    return Response(status.value, status.phrase, headers, body.encode())
+
+
+class JsonRefusals(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol, refusing handshakes with JSON errors."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # reject() is where websockets makes every refusal (and uvicorn its 403 and 500); the
+        # connection object is built in uvicorn's __init__, so its reject is replaced here
+        self.conn.reject = json_refusal  # type: ignore[method-assign]

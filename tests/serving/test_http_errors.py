@@ -114,3 +114,28 @@ def test_a_long_field_name_is_cut_short_in_the_error(url: str, body: bytes) -> N
     assert answer.status_code == 422
     error = answer.json()["error"]
     assert len(error["field"]) <= ECHOED + 3 and len(error["message"]) < 3 * ECHOED
+
+
+UPGRADE = b"GET /v1/models/copy/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+
+
+@pytest.mark.parametrize(("request_bytes", "status", "code"), [
+    (UPGRADE + b"\r\n", 400, "bad_request"),  # no Sec-WebSocket-Key
+    (UPGRADE + b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 99\r\n\r\n", 400,
+     "bad_request"),
+    (UPGRADE + b"Sec-WebSocket-Key: short\r\nSec-WebSocket-Version: 13\r\n\r\n", 400, "bad_request")])
+def test_a_websocket_handshake_the_library_refuses_gets_a_json_error(url: str, request_bytes: bytes,
+                                                                     status: int, code: str) -> None:
+    head, _, body = _raw(url, request_bytes).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d" % status), head
+    assert b"content-type: application/json" in head.lower()
+    error = httpx.Response(status, content=body).json()["error"]
+    assert error["code"] == code and "Sec-WebSocket" in error["message"]
+
+
+def test_a_websocket_refused_for_its_token_gets_a_json_403(copy_model: Served) -> None:
+    with running({"copy": copy_model}, token="s3cret") as url:
+        head, _, body = _raw(url, UPGRADE + b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                             b"Sec-WebSocket-Version: 13\r\n\r\n").partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 403") and b"content-type: application/json" in head.lower()
+    assert httpx.Response(403, content=body).json()["error"]["code"] == "forbidden"
