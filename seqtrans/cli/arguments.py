@@ -8,6 +8,7 @@ and the commands that need no model start without it."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,18 @@ class Arg:
 
 def arg(*names: str, **settings: Any) -> Arg:
     return Arg(names, settings)
+
+
+def finite_float(text: str) -> float:
+    """A float flag's value: NaN passes every range check and infinity every limit, so
+    both are refused (argparse's usage error names the flag)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
 
 
 @dataclass(frozen=True)

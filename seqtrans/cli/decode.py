@@ -15,13 +15,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from seqtrans.cli.arguments import BEAM, DECODE_SET, DEVICE, MODEL, MODELS, Command, arg, progress
+from seqtrans.cli.arguments import (
+    BEAM,
+    DECODE_SET,
+    DEVICE,
+    MODEL,
+    MODELS,
+    Command,
+    arg,
+    finite_float,
+    progress,
+)
 from seqtrans.errors import UsageError
 from seqtrans.runtime import atomic
 
 # predict's and evaluate's shortcuts for decode.* keys: (flag, key, type); the help is the key's own
-SAMPLING_FLAGS = (("--sample", "sample", int), ("--temperature", "temperature", float),
-                  ("--top-k", "top_k", int), ("--top-p", "top_p", float), ("--epsilon", "epsilon", float),
+SAMPLING_FLAGS = (("--sample", "sample", int), ("--temperature", "temperature", finite_float),
+                  ("--top-k", "top_k", int), ("--top-p", "top_p", finite_float),
+                  ("--epsilon", "epsilon", finite_float),
                   ("--seed", "seed", int))
 
 

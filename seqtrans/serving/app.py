@@ -43,6 +43,7 @@ from seqtrans.serving.models import (
     RequestError,
     Scoring,
     Served,
+    clip,
     outputs,
     parse_predict,
     parse_score,
@@ -88,8 +89,10 @@ class Server:
 
     async def body(self, request: Request, arrived: float) -> Any:
         """The request's JSON, read within what is left of its time limit (408 beyond:
-        a client sending its body slowly holds a connection no longer than a request)."""
+        a client sending its body slowly holds a connection no longer than a request);
+        415 unless it is declared ``application/json``."""
         settings = self.settings
+        json_only(request)
         left = settings.timeout_s - (time.monotonic() - arrived)
         try:
             return await asyncio.wait_for(read_json(request, settings.max_body_bytes), max(left, 0.0))
@@ -149,7 +152,8 @@ class Server:
     def model(self, name: str) -> Served:
         served = self.models.get(name)
         if served is None:
-            raise RequestError(404, "unknown_model", f"no model named {name!r}; GET /v1/models lists them")
+            raise RequestError(404, "unknown_model",
+                               f"no model named {clip(name)!r}; GET /v1/models lists them")
         return served
 
     def decode(self, works: Sequence[Work]) -> list[list[dict[str, Any]] | Expired]:
@@ -316,6 +320,17 @@ async def _disconnected(request: Request) -> None:
     """Return when the client of ``request`` (its body read) has disconnected."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+def json_only(request: Request) -> None:
+    """Refuse (415) a body not declared ``application/json``. A web page on any site may
+    send text/plain or a form to this server without asking first (no CORS preflight);
+    a JSON body it can send only after a preflight, which this server never answers."""
+    declared = request.headers.get("content-type", "")
+    if declared.split(";")[0].strip().lower() != "application/json":
+        got = f"Content-Type {clip(declared)!r}" if declared else "no Content-Type"
+        raise RequestError(415, "unsupported_media_type", f"a request body must be sent as "
+                           f"'Content-Type: application/json', got {got}")
 
 
 async def read_json(request: Request, limit: int) -> Any:

@@ -39,7 +39,7 @@ class RequestError(Exception):
         self.code = code
         self.message = message
         self.limit = limit
-        self.field = field
+        self.field = None if field is None else clip(field)  # a field may be named by a client's key
         self.headers = dict(headers or {})
 
     def body(self) -> dict[str, Any]:
@@ -299,6 +299,15 @@ def _unreadable(served: Served, field: str, exc: Exception) -> RequestError:
                 served.name, type(exc).__name__, exc)
     return RequestError(422, "invalid_input", f"{field}: the task cannot read this text "
                         f"({type(exc).__name__})", field=field)
+
+
+#: How much of a name a client sent (a model's, a field's) an error echoes.
+ECHOED = 100
+
+
+def clip(text: str) -> str:
+    """``text``, cut to ``ECHOED`` characters: an error does not echo a 100 KB name back."""
+    return text if len(text) <= ECHOED else text[:ECHOED] + "..."
 
 
 def _short(value: Any) -> str:

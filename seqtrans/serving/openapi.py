@@ -34,6 +34,7 @@ ERROR = _object(("error",), error=_object(("code", "message"), code=STRING, mess
 REASONS = {400: "Malformed JSON.", 401: "Missing or wrong bearer token.", 404: "No such model.",
            408: "The body did not arrive within timeout_s.",
            413: "Too many inputs, or too large a body.",
+           415: "The body is not declared 'Content-Type: application/json'.",
            422: "Wrong types, options or inputs, or values past the limits (error.field names it).",
            499: "The client went away (never read).",
            503: "The queue is full, or the server is stopping (see Retry-After).",
@@ -49,7 +50,7 @@ def _post(summary: str, body: dict[str, Any], answer: dict[str, Any], descriptio
     return {"post": {"summary": summary, "parameters": NAME,
                      "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
                      "responses": {"200": _json(answer, description),
-                                   **_errors(400, 401, 404, 408, 413, 422, 499, 503, 504)}}}
+                                   **_errors(400, 401, 404, 408, 413, 415, 422, 499, 503, 504)}}}
 
 
 def _get(summary: str, answer: dict[str, Any], *, named: bool = False, errors: tuple[int, ...] = (401,),

@@ -69,15 +69,15 @@ def serve(paths: Sequence[str], settings: ServeSettings, *, device: str = "auto"
 
 
 def uvicorn_config(app: Any, settings: ServeSettings, **changes: Any) -> uvicorn.Config:
-    """How uvicorn runs ``app`` under ``settings``: HTTP/1.1 with the header time limit
-    (:mod:`seqtrans.serving.connections`), WebSockets, the app's lifespan, and shutdown
-    waiting at most ``timeout_s``; ``changes`` replace any of these options."""
+    """How uvicorn runs ``app`` under ``settings``: HTTP/1.1 with the header time limit and
+    WebSockets, both refusing in JSON (:mod:`seqtrans.serving.connections`), the app's
+    lifespan, and shutdown waiting at most ``timeout_s``; ``changes`` replace any of these options."""
     import uvicorn
 
-    from seqtrans.serving.connections import with_header_timeout
+    from seqtrans.serving.connections import JsonRefusals, with_header_timeout
 
     options: dict[str, Any] = {
-        "host": settings.host, "port": settings.port, "ws": "auto", "lifespan": "on",
+        "host": settings.host, "port": settings.port, "ws": JsonRefusals, "lifespan": "on",
         "http": with_header_timeout(settings.header_timeout_s),
         "timeout_graceful_shutdown": max(1, int(settings.timeout_s)), "log_level": "info",
         "access_log": False}

@@ -3,6 +3,7 @@ builds its flags from these fields and docs/serving.md lists them."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 from seqtrans.config.schema import option
@@ -50,6 +51,8 @@ class ServeSettings:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):  # NaN passes the range checks below
+                raise ConfigError(f.name, f"must be a finite number, got {value}")
             if f.name == "max_wait_ms":
                 if value < 0:
                     raise ConfigError(f.name, f"must not be negative, got {value}")

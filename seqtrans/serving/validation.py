@@ -18,7 +18,7 @@ import math
 import re
 from typing import Any
 
-from seqtrans.serving.models import RequestError
+from seqtrans.serving.models import RequestError, clip
 
 #: Arrays and objects nested deeper than this are refused (the API's bodies nest three deep).
 MAX_DEPTH = 32
@@ -112,7 +112,7 @@ def _ascii(text: str) -> str:
 
 
 def _refused(field: str, problem: str) -> RequestError:
-    return RequestError(422, "invalid_request", f"{field}: {problem}" if field else problem,
+    return RequestError(422, "invalid_request", f"{clip(field)}: {problem}" if field else problem,
                         field=field or None)
 
 

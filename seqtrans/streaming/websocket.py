@@ -13,8 +13,9 @@ sentence; ``{"end": true}`` ends it (both may come in one message). Server messa
   delay a reader of the text sees;
 - ``{"done": true, "output": TEXT, "delays": [W, ...], "token_delays": [N, ...]}`` when
   the sentence's output is complete, ``delays`` those of its words and ``token_delays``
-  those of its tokens (words still arriving for that sentence are then skipped until
-  its end);
+  those of its tokens (words still arriving for that sentence are then skipped, and not
+  counted against ``max_input_tokens``, until its end); a sentence ended without words
+  gets an empty output at once;
 - ``{"error": {...}}`` before closing on a bad message, or after ``stream_idle_s``
   seconds without one (``idle_timeout``).
 
@@ -32,6 +33,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import reprlib
 from concurrent.futures import Executor
 from typing import Any, Protocol
 
@@ -133,17 +135,21 @@ class _Session:
             if message is None:
                 return
             words, end = message
-            for _ in words:
-                self.words += 1
-                if self.words > self.settings.max_input_tokens:  # a word is at least one source token
-                    raise RequestError(422, "input_too_long", f"more than {self.settings.max_input_tokens} "
-                                       f"{self.unit} in one sentence", limit="max_input_tokens")
-            if not self.done and (words or end):
-                await self._decode(words, end)
+            if not self.done:  # words for a sentence whose output is complete are skipped, uncounted
+                self._count(words)
+                if words or (end and self.session is not None):
+                    await self._decode(words, end)
             if end:
-                if not self.done:  # no words at all: nothing to translate
+                if not self.done:  # no words at all: the output is empty, and nothing is decoded
                     await _send(self.ws, {"done": True, "output": "", "delays": [], "token_delays": []})
                 self.session, self.words, self.done = None, 0, False
+
+    def _count(self, words: list[str]) -> None:
+        """Count the current sentence's words; 422 past ``max_input_tokens``."""
+        self.words += len(words)
+        if self.words > self.settings.max_input_tokens:  # a word is at least one source token
+            raise RequestError(422, "input_too_long", f"more than {self.settings.max_input_tokens} "
+                               f"{self.unit} in one sentence", limit="max_input_tokens")
 
     async def _receive(self) -> tuple[list[str], bool] | None:
         """The next message's words and whether it ends the sentence; None when the client has gone."""
@@ -162,7 +168,11 @@ class _Session:
         text = message.get("words")
         if text is not None and not isinstance(text, str):
             raise RequestError(422, "invalid_message", "'words' must be a string")
-        return split_units(text or "", self.unit), message.get("end") is True
+        end = message.get("end", False)
+        if not isinstance(end, bool):  # 1 or "true" is not taken as an end, nor silently dropped
+            raise RequestError(422, "invalid_request",
+                               f"'end' must be true or false, got {reprlib.repr(end)}", field="end")
+        return split_units(text or "", self.unit), end
 
     async def _decode(self, words: list[str], end: bool) -> None:
         loop = asyncio.get_running_loop()

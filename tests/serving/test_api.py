@@ -26,6 +26,7 @@ from seqtrans.serving.settings import ServeSettings
 
 INPUTS = ["1 2 3", "4 5", "6 7 8 9 1", "2", "3 3 3", "9 8 7 6", "5 1", "4 4 2 2", "7", "8 6 4", "1 9",
           "2 5 8"]
+JSON = {"Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +123,8 @@ def _batches(url: str) -> tuple[float, float]:
 ])
 def test_a_bad_request_gets_a_json_error_naming_the_problem(url: str, body: Any, status: int, code: str,
                                                             limit: str | None) -> None:
-    answer = (httpx.post(f"{url}/v1/models/copy/predict", content=body) if isinstance(body, bytes)
-              else predict(url, body))
+    answer = (httpx.post(f"{url}/v1/models/copy/predict", content=body, headers=JSON)
+              if isinstance(body, bytes) else predict(url, body))
     assert answer.status_code == status, answer.text
     error = answer.json()["error"]
     assert error["code"] == code and error.get("limit") == limit and error["message"]
@@ -358,13 +359,14 @@ def test_the_openapi_description_names_every_route_and_method(url: str, copy_mod
 
 def test_a_body_over_max_body_bytes_is_refused_whether_its_length_is_declared_or_not(url: str) -> None:
     body = b'{"inputs": ["' + b"1 " * 500_000 + b'"]}'  # just over the default 1,000,000 bytes
-    declared = httpx.post(f"{url}/v1/models/copy/predict", content=body)
+    declared = httpx.post(f"{url}/v1/models/copy/predict", content=body, headers=JSON)
 
     def chunks() -> Iterator[bytes]:
         for start in range(0, len(body), 65536):
             yield body[start:start + 65536]
 
-    streamed = httpx.post(f"{url}/v1/models/copy/predict", content=chunks())  # no Content-Length
+    # no Content-Length
+    streamed = httpx.post(f"{url}/v1/models/copy/predict", content=chunks(), headers=JSON)
     for answer in (declared, streamed):
         assert answer.status_code == 413 and answer.json()["error"]["limit"] == "max_body_bytes"
 

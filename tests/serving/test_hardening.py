@@ -37,6 +37,7 @@ def url(copy_model: Served) -> Iterator[str]:
         yield url
 
 
+JSON = {"Content-Type": "application/json"}
 DEEP = b"[" * 100_000 + b"]" * 100_000
 
 
@@ -65,7 +66,7 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
 ])
 def test_values_no_route_takes_get_a_422_naming_the_field(url: str, route: str, body: bytes, status: int,
                                                           field: str | None) -> None:
-    answer = httpx.post(f"{url}/v1/models/copy/{route}", content=body, timeout=30)
+    answer = httpx.post(f"{url}/v1/models/copy/{route}", content=body, headers=JSON, timeout=30)
     assert answer.status_code == status, answer.text
     error = answer.json()["error"]
     assert error.get("field") == field and error["message"] and "Traceback" not in answer.text
@@ -147,8 +148,8 @@ def test_connections_whose_headers_come_slowly_are_closed_after_the_header_timeo
         with httpx.Client() as client:
             assert client.post(f"{url}/v1/models/copy/predict", json={"inputs": ["1"]}).status_code == 200
         kept = socket.create_connection((host, int(port)))
-        kept.sendall(b'POST /v1/models/copy/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n'
-                     b'{"inputs": ["1"]}')
+        kept.sendall(b"POST /v1/models/copy/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n"
+                     b'Content-Type: application/json\r\n\r\n{"inputs": ["1"]}')
         kept.settimeout(10)
         assert kept.recv(4096).startswith(b"HTTP/1.1 200")  # answered, and kept alive
         kept.sendall(b"GET /health HTTP/1.1\r\nHo")
@@ -172,7 +173,8 @@ def test_connections_whose_headers_come_slowly_are_closed_after_the_header_timeo
 def test_a_body_that_comes_slowly_is_refused_at_the_request_time_limit(url: str) -> None:
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port))) as s:
-        s.sendall(b"POST /v1/models/copy/score HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        s.sendall(b"POST /v1/models/copy/score HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+                  b"Content-Type: application/json\r\n\r\n{")
         s.settimeout(10)
         started = time.monotonic()
         answer = s.recv(4096)
@@ -193,7 +195,8 @@ def test_a_client_that_disconnects_mid_body_is_a_499_without_a_traceback(url: st
         before = _count(url, "499")
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port))) as s:
-            s.sendall(b"POST /v1/models/copy/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+            s.sendall(b"POST /v1/models/copy/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
+                      b"Content-Type: application/json\r\n\r\n"
                       b'{"inputs": ["1 2')
             time.sleep(0.2)  # the server is reading the body
         deadline = time.monotonic() + 10

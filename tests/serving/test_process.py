@@ -79,3 +79,24 @@ def test_bad_settings_stop_it_before_it_loads_anything(run: Path, capsys: pytest
 def test_two_models_of_one_name_are_refused(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["serve", str(run), str(run)]) == 2
     assert "two models named 'copy'" in capsys.readouterr().err
+
+
+def test_the_token_file_wins_over_the_environment(run: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "token"
+    secret.write_text("from-file\n")
+    with serve_process(f"m={run}", "--device", "cpu", "--token-file", str(secret),
+                       env={"SEQTRANS_SERVE_TOKEN": "from-env"}) as (url, _):
+        for given, status in [("from-env", 401), ("from-file", 200)]:  # the file's line break dropped
+            answer = httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {given}"})
+            assert answer.status_code == status
+        assert httpx.get(f"{url}/health").status_code == 200  # the probes need none
+
+
+@pytest.mark.parametrize("args", [["--timeout-s", "nan"], ["--header-timeout-s", "inf"],
+                                  ["--stream-idle-s", "nan"], ["--max-wait-ms", "nan"]])
+def test_a_non_finite_setting_is_a_usage_error_before_anything_loads(
+        run: Path, capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve", str(run), *args])
+    error = capsys.readouterr().err
+    assert exited.value.code == 2 and f"argument {args[0]}: expected a finite number" in error

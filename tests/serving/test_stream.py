@@ -195,3 +195,51 @@ def test_sessions_decode_on_the_servers_decoding_thread(url: str, monkeypatch: p
     with connect(f"{url}/v1/models/monotonic/stream") as a, connect(f"{url}/v1/models/waitk/stream") as b:
         assert sentence(a, ["1", "2"])[1]["done"] and sentence(b, ["3", "4"])[1]["done"]
     assert threads and all(name.startswith("seqtrans-decode") for name in threads), threads
+
+
+@pytest.mark.parametrize("message", ['{"end": 1}', '{"end": 0}', '{"end": "true"}', '{"end": null}',
+                                     '{"words": "1", "end": 1}', '{"end": [true]}'])
+def test_an_end_that_is_not_true_or_false_is_refused_naming_it(url: str, message: str) -> None:
+    with connect(f"{url}/v1/models/monotonic/stream") as ws:
+        ws.send(message)
+        error = receive(ws)["error"]
+        assert error["code"] == "invalid_request" and error["field"] == "end" and "'end'" in error["message"]
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=30)
+
+
+@pytest.mark.parametrize("empty", ['{"end": true}', '{"words": "", "end": true}',
+                                   '{"words": " ", "end": true}'])
+def test_a_sentence_without_words_ends_with_an_empty_output(url: str, models: dict[str, Served],
+                                                            empty: str) -> None:
+    [(tokens, delays)] = streamed(models["monotonic"], [SENTENCES[0]])
+    with connect(f"{url}/v1/models/monotonic/stream") as ws:
+        ws.send(empty)
+        assert receive(ws) == {"done": True, "output": "", "delays": [], "token_delays": []}
+        sent, done, _ = sentence(ws, SENTENCES[0])  # and the next sentence is decoded as ever
+    assert " ".join(m["token"] for m in sent) == tokens and done["token_delays"] == delays
+
+
+def test_words_after_done_are_skipped_and_the_next_sentence_has_its_own_limit(
+        url: str, models: dict[str, Served], monkeypatch: pytest.MonkeyPatch) -> None:
+    from seqtrans.streaming.session import StreamSession, Update
+
+    push = StreamSession.push
+
+    def ends_at_once(self: StreamSession, words: Any) -> Update:
+        update = push(self, words)
+        return Update(update.tokens, update.words, True)  # as if the model had written its end
+
+    six = ["1", "2", "3", "4", "5", "6"]  # the server's max_input_tokens
+    [(tokens, delays)] = streamed(models["monotonic"], [six])
+    monkeypatch.setattr(StreamSession, "push", ends_at_once)
+    with connect(f"{url}/v1/models/monotonic/stream") as ws:
+        ws.send(json.dumps({"words": "1"}))
+        while "done" not in receive(ws):
+            pass
+        for _ in range(3):  # 15 more words of the finished sentence: skipped, not counted
+            ws.send(json.dumps({"words": "1 2 3 4 5"}))
+        ws.send(json.dumps({"end": True}))
+        monkeypatch.undo()
+        sent, done, _ = sentence(ws, six)  # a full sentence after it: within its own limit
+    assert " ".join(m["token"] for m in sent) == tokens and done["token_delays"] == delays

@@ -51,8 +51,9 @@ class TranslationConfig:
         2_000_000, "Train sentencepiece on a seeded sample of this many sentences; 0 uses all.")
     character_coverage: float = option(1.0, "sentencepiece character_coverage (0.9995 for large alphabets).")
     normalization: Literal["identity", "nmt_nfkc"] = option(
-        "identity", "sentencepiece normalization; 'identity' keeps detokenization exact, 'nmt_nfkc' "
-        "applies NFKC first (outputs are then NFKC-normalized).")
+        "identity", "sentencepiece normalization, after every text is put in NFC; 'identity' keeps "
+        "detokenization exact (of the NFC text), 'nmt_nfkc' applies NFKC first (outputs are then "
+        "NFKC-normalized).")
     bleu_tokenize: str = option("13a", "sacreBLEU's tokenizer for BLEU (13a is the WMT standard).")
     cache_dir: str = option(
         "", "Where downloads and subword models are cached; empty uses $SEQTRANS_CACHE_DIR or "

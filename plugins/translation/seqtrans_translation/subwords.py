@@ -11,6 +11,9 @@ The training text is a uniform random sample of the training sentences, drawn fr
 the stream in one pass (``data.subword_sample`` sentences; all of them, in order, when
 there are fewer). Trained models are cached under ``CACHE/sentencepiece/`` by the
 sha256 of that sample and the settings: a second run on the same data reuses the model.
+
+Every text is put in Unicode normalization form NFC before it is encoded, and before a
+model is trained on it: ``café`` typed as U+00E9 and as ``e`` + U+0301 are one input.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ import math
 import os
 import random
 import sys
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Final
 
 import sentencepiece as spm
 
@@ -38,6 +43,14 @@ log = logging.getLogger(__name__)
 
 MODEL_FILE = "sentencepiece.model"
 UNK = "<unk>"
+#: The Unicode normalization form of every text encoded or trained on; prepared data
+#: encoded under another form is not reused (the task's data digest names it).
+TEXT_FORM: Final = "NFC"
+
+
+def normalized(text: str) -> str:
+    """``text`` in ``TEXT_FORM``: one spelling of each character, whichever way it was typed."""
+    return unicodedata.normalize(TEXT_FORM, text)
 
 # the characters str.splitlines() breaks at, and the tab
 _LINE_BREAKS = str.maketrans(dict.fromkeys("\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029", " "))
@@ -94,7 +107,7 @@ class Subwords:
         (directory / MODEL_FILE).write_bytes(self.model)
 
     def encode(self, text: str) -> list[str]:
-        return list(self._sp.encode(text, out_type=str))
+        return list(self._sp.encode(normalized(text), out_type=str))
 
     def decode(self, pieces: Sequence[str]) -> str:
         return str(self._sp.decode_pieces([p for p in pieces if p != UNK]))
@@ -140,7 +153,7 @@ def build(texts: Iterable[str], settings: SubwordSettings, cache: Path, *,
     """The model for ``texts`` (a stream, read once and sampled to
     ``settings.sample_sentences``) and ``settings``: from the cache, or trained and cached.
     ``origin`` names where the texts come from in errors."""
-    chosen = sample(texts, settings.sample_sentences, settings.seed)
+    chosen = sample(map(normalized, texts), settings.sample_sentences, settings.seed)
     key = fingerprint(chosen, settings)
     path = cache / "sentencepiece" / f"{key}.model"
     if path.is_file():

@@ -21,7 +21,7 @@ from seqtrans_translation.hf.codec import HFCodec, has_hf_files
 from seqtrans_translation.presets import DEFAULTS, PRESETS
 from seqtrans_translation.pretrained import PretrainedCodec, has_pretrained_files
 from seqtrans_translation.readers import TextFile, read_parallel, read_tsv
-from seqtrans_translation.subwords import Subwords, SubwordSettings, build, one_line
+from seqtrans_translation.subwords import TEXT_FORM, Subwords, SubwordSettings, build, one_line
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class TranslationCodec:
         object.__setattr__(self, "vocabularies", Vocabularies(self.subwords.vocab, self.subwords.vocab))
 
     def source_tokens(self, source: str) -> list[str]:
-        return self.subwords.encode(source)
+        return self.subwords.encode(source)  # in NFC (Subwords.encode), as in training
 
     def target_tokens(self, target: str) -> list[str]:
         return self.subwords.encode(target)
@@ -177,6 +177,7 @@ class TranslationTask:
         (:class:`~seqtrans.tasks.DataDigest`)."""
         c = self.config
         options = {k: v for k, v in dataclasses.asdict(c).items() if k not in _NOT_TRAINING}
+        options["text_form"] = TEXT_FORM  # data prepared before texts were normalized is encoded anew
         digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode())
         local = c.local("train")
         if local is not None:
