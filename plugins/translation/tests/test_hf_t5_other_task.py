@@ -1,7 +1,8 @@
 """A T5 model imported with ``seqtrans import hf`` (a translation run) fine-tuned on
 another task, the copy task: the run keeps the model's codec (ByT5's bytes cut the copy
 task's text form), trains, writes checkpoints, continues from them, and decodes into the
-copy task's own predictions, through the engine's public seams alone."""
+copy task's own predictions, through the engine's public seams alone; and it exports as
+a T5 model that transformers decodes to the same sequences."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from pathlib import Path
 import pytest
 from t5_models import t5_directory
 
+from seqtrans.config import DecodeConfig
 from seqtrans.errors import UsageError
 from seqtrans.inference import formats
+from seqtrans.inference.export import export
 from seqtrans.inference.loading import load
 from seqtrans.pipeline import initial, resolve_config, run, with_initial_model
 from seqtrans.tasks.handover import FILE, TextCodec
 
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 pytest.importorskip("seqtrans_copy")
 
 
@@ -54,9 +57,18 @@ def test_an_imported_t5_model_fine_tunes_on_the_copy_task(tmp_path: Path) -> Non
     assert isinstance(tuned.codec, TextCodec)
     imported_codec = load(imported, device="cpu").codec
     assert tuned.codec.source_tokens([1, 0, 4]) == imported_codec.source_tokens("1 0 4")  # ByT5's bytes
-    predictions, _ = tuned.decode([[1, 0, 4], [3, 3]])
+    sources = [[1, 0, 4], [3, 3], [2]]
+    predictions, _ = tuned.decode(sources, decode=DecodeConfig(beam=1, max_len_a=0.0, max_len_b=10))
     assert all(isinstance(p, list) and all(isinstance(s, int) for s in p) for p in predictions)
-    assert tuned.task.format(predictions[0]) == " ".join(str(s) for s in predictions[0])
+
+    # the fine-tuned model exports as a T5 model that transformers decodes to the same sequences
+    exported = export(out, to="hf", out=tmp_path / "exported")
+    hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(exported).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(exported)
+    batch = tokenizer([tuned.task.format_source(s) for s in sources], return_tensors="pt", padding=True)
+    generated = hf.generate(**batch, num_beams=1, do_sample=False, max_length=12, bad_words_ids=[[0]])
+    texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
+    assert [tuned.task.parse_source(t) for t in texts] == predictions
 
 
 def test_a_task_without_a_text_form_is_refused_by_what_it_lacks(tmp_path: Path) -> None:

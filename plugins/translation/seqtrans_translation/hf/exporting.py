@@ -32,6 +32,7 @@ from torch import Tensor
 from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.errors import UsageError
 from seqtrans.runtime import atomic
+from seqtrans.tasks.handover import TextCodec
 from seqtrans_translation.hf import bart, t5
 from seqtrans_translation.hf.codec import TOKENIZER_CONFIG, TOKENIZER_FILES, HFCodec
 from seqtrans_translation.hf.directory import CONFIG, GENERATION_CONFIG
@@ -129,6 +130,8 @@ def export_hf(loaded: Loaded, *, out: Path) -> Path:
     """Write ``loaded`` as the Hugging Face model directory ``out``, whole or not at all:
     everything that can be refused is, before the directory is begun."""
     codec = loaded.codec
+    if isinstance(codec, TextCodec):  # a run of another task that kept this model's codec
+        codec = codec.codec
     if not isinstance(codec, HFCodec) or CONFIG not in dict(codec.originals):
         raise UsageError("--to hf writes models imported with 'seqtrans import hf' (their config.json is "
                          "kept with them); a model trained here exports with --to hf-marian or --to "
