@@ -12,10 +12,13 @@ A pre-norm Transformer with each of seqtrans's model options for it:
 | unscaled embeddings, shared by both stacks | ``model.scale_embeddings=false`` |
 | v1.0's tied head, the decoder output times d_model^-0.5 | ``model.tie_output``, ``model.scale_output`` |
 
-so what remains is a renaming of tensors (self-attention's query, key and value
-projections fused into one, encoder-decoder attention's key and value) and the
-vocabulary's order (:mod:`.vocabulary`): the decoder starts from the padding id, which
-seqtrans's ``<s>`` copies. A source is its pieces and ``</s>``, a target too: no prefix.
+so what remains is a renaming of tensors (:func:`key_map`: self-attention's query, key
+and value projections fused into one, encoder-decoder attention's key and value), which
+the export reads backwards, and the vocabulary's order (:mod:`.vocabulary`): the decoder
+starts from the padding id, which seqtrans's ``<s>`` copies; the output bias that keeps
+``<s>`` out is not trained (``model.fixed_output_bias``), T5 having no place for one. A
+source is its pieces and ``</s>``, a target too: no prefix. The export writes
+``config.json`` back from the options (:func:`config_json`).
 
 The tokenizer: ``tokenizer.json`` where the directory has one (transformers 5 saves T5
 tokenizers so), else ``spiece.model`` read with sentencepiece, with the ``extra_ids``
