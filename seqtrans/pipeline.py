@@ -16,7 +16,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from seqtrans.model.transformer import Transformer, build_model
 from seqtrans.prepare import examples_of, prepare
 from seqtrans.runtime import atomic
 from seqtrans.shortlist import table as shortlists
+from seqtrans.tasks import handover
 from seqtrans.tasks import resolve_config as resolve_config  # part of the operations API
 from seqtrans.tasks.protocol import Codec, Example, Metric, SegmentationSampling, Task, metric_mode
 from seqtrans.training import checkpoint, distributed, runlog
@@ -49,13 +50,22 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Initial:
     """A trained model that a run starts from (``seqtrans run --init``): its task, model
-    options, vocabulary files and weights."""
+    options, vocabulary files and weights, and its task's data settings."""
 
     path: Path
     task: str
     model: dict[str, Any]  # the saved model section
     assets: dict[str, bytes]
     weights: dict[str, torch.Tensor]
+    data: dict[str, Any] = field(default_factory=dict)  # the saved data section
+
+    def assets_for(self, task: str) -> dict[str, bytes]:
+        """The vocabulary files a run of ``task`` takes from this model: its own, and for a
+        run of another task the record that sees them through that task's text form
+        (:mod:`seqtrans.tasks.handover`)."""
+        if task == self.task:
+            return self.assets
+        return handover.files(self.assets, model_task=self.task, model_data=self.data)
 
 
 def initial(path: str | Path) -> Initial:
@@ -68,7 +78,7 @@ def initial(path: str | Path) -> Initial:
     upgrade_checkpoint(payload, origin=found)
     saved = payload["config"]
     return Initial(found, saved["task"], dict(saved["model"]), dict(payload.get("assets", {})),
-                   payload["model"])
+                   payload["model"], dict(saved.get("data") or {}))
 
 
 def vocabulary_of(path: str | Path, config: RunConfig) -> Initial:
@@ -84,9 +94,15 @@ def vocabulary_of(path: str | Path, config: RunConfig) -> Initial:
 
 def with_initial_model(config: RunConfig, init: Initial, overrides: Sequence[str] = ()) -> RunConfig:
     """``config`` with the model options of ``init`` (its shape decides the weights),
-    where the ``model.*`` keys of ``overrides`` (dropout, say) still apply."""
+    where the ``model.*`` keys of ``overrides`` (dropout, say) still apply. A model of
+    another task keeps its codec, seen through the text form of both tasks
+    (:mod:`seqtrans.tasks.handover`)."""
     if init.task != config.task:
-        raise UsageError(f"--init {init.path}: a model of task '{init.task}', not '{config.task}'")
+        missing = handover.problems(config.task, init.task)
+        if missing:
+            raise UsageError(f"--init {init.path}: a model of task '{init.task}', not '{config.task}'; a run "
+                             f"keeps another task's model only where both read and write text: "
+                             f"{'; '.join(missing)}")
     model_pairs = [pair for pair in overrides if pair.strip().startswith("model.")]
     given = cfg.parse_overrides(model_pairs, data_cls=None).get("model", {})
     tree = cfg.merge(cfg.to_dict(config), {"model": cfg.merge(init.model, given)})
@@ -309,12 +325,12 @@ def _data(task: Task[Any, Any, Any], config: RunConfig, vocab_dir: Path, world: 
     it again with its vocabulary), and the dev examples. The vocabulary is the run
     directory's when it has one (the same files as ``given``'s, when given), else
     ``given``'s, else built."""
-    assets = given.assets if given is not None else None
+    assets = given.assets_for(config.task) if given is not None else None
     if vocab_dir.is_dir() and any(vocab_dir.iterdir()):
         own = read_assets(vocab_dir)
-        if given is not None and assets_digest(own) != assets_digest(given.assets):
+        if given is not None and assets is not None and assets_digest(own) != assets_digest(assets):
             raise UsageError(f"{given.path} has other vocabulary files (sha256 "
-                             f"{assets_digest(given.assets)[:12]}) than the run being continued in "
+                             f"{assets_digest(assets)[:12]}) than the run being continued in "
                              f"{vocab_dir} (sha256 {assets_digest(own)[:12]}); choose a new --out")
         assets = own
     if world.main:

@@ -65,6 +65,16 @@ def test_output_bias_is_added_to_every_logit() -> None:
     torch.testing.assert_close(model(src, tgt), without + torch.arange(11, dtype=torch.float32))
 
 
+def test_a_fixed_output_bias_is_saved_and_added_but_not_trained() -> None:
+    model = tiny_model(output_bias=True, fixed_output_bias=True)
+    assert "output_bias" in model.state_dict()
+    assert all(p is not model.output_bias for p in model.parameters())  # no optimizer sees it
+    src, tgt = src_batch(), torch.tensor([[BOS, 4, 5], [BOS, 6, 7]])
+    without = model(src, tgt)
+    model.output_bias.copy_(torch.arange(11, dtype=torch.float32))
+    torch.testing.assert_close(model(src, tgt), without + torch.arange(11, dtype=torch.float32))
+
+
 def test_every_option_on_keeps_the_model_causal_and_the_cache_exact() -> None:
     model = tiny_model(**ALL_ON)
     with torch.no_grad():

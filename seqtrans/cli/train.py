@@ -60,7 +60,9 @@ RUN = Command(
      arg("--init", metavar="RUN_DIR", type=Path,
          help="Start from the model of this run directory or checkpoint (one trained, or "
               "imported with 'seqtrans import'): its model options, vocabulary and weights; "
-              "--set may still change model dropout. Fine-tuning: see docs/pretrained.md."),
+              "--set may still change model dropout. A model of another task keeps its "
+              "vocabulary where both tasks read and write text (a pretrained text-to-text "
+              "model). Fine-tuning: see docs/pretrained.md."),
      arg("--vocab", metavar="RUN_DIR", type=Path,
          help="Take the vocabulary files of this run directory or checkpoint (a model of the "
               "same task) instead of building them, and train new weights: a distilled student "

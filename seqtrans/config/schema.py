@@ -118,6 +118,11 @@ class ModelConfig:
     output_bias: bool = option(
         False, "A bias vector added to the output logits (not in the paper)."
     )
+    fixed_output_bias: bool = option(
+        False, "Keep the output bias as it was loaded instead of training it: a model converted from a "
+        "format without a bias, whose bias only shuts out symbols that format lacks, stays one that "
+        "the format can hold after fine-tuning."
+    )
     share_embeddings: bool = option(
         True, "Share source and target embeddings when the task's vocabulary is shared."
     )

@@ -30,6 +30,7 @@ from seqtrans.model.transformer import Transformer, build_model
 from seqtrans.runtime.system import release_freed_memory
 from seqtrans.shortlist import table as shortlists
 from seqtrans.streaming.evaluation import score_stream
+from seqtrans.tasks import handover
 from seqtrans.tasks.protocol import Metric, bind_languages, check_split
 from seqtrans.training import checkpoint
 from seqtrans.training.upgrade import upgrade_checkpoint
@@ -81,7 +82,7 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
     with tempfile.TemporaryDirectory(prefix="seqtrans-assets-") as scratch:
         for name, data in payload.get("assets", {}).items():
             (Path(scratch) / name).write_bytes(data)
-        codec = task.load_vocabulary(Path(scratch))  # self-contained: it pickles
+        codec = handover.load_codec(task, Path(scratch))  # self-contained: it pickles
     codec = bind_languages(codec, source=config.decode.source_lang, target=config.decode.target_lang)
     dev_ = device if isinstance(device, torch.device) else select_device(device)
     with _Unwritten():

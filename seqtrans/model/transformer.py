@@ -298,7 +298,10 @@ class Transformer(nn.Module):
         # optional parts made only when asked for, so that a model without them initialises as before
         self.embedding_norm = norm() if c.embedding_norm else None
         self.decoder_embedding_norm = norm() if c.embedding_norm and not c.shared_positions else None
-        self.output_bias = nn.Parameter(torch.zeros(target_vocab_size)) if c.output_bias else None  # [V]
+        if c.output_bias and c.fixed_output_bias:  # a buffer: saved and moved with the model, never trained
+            self.register_buffer("output_bias", torch.zeros(target_vocab_size))  # [V]
+        else:
+            self.output_bias = nn.Parameter(torch.zeros(target_vocab_size)) if c.output_bias else None  # [V]
         # model.positions=relative: each stack's bias table, computed once a call for all its layers
         self.relative_bias = _relative_bias(c, bidirectional=True)
         self.decoder_relative_bias = _relative_bias(c, bidirectional=False)

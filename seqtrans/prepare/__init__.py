@@ -42,6 +42,7 @@ from seqtrans.prepare.join import join
 from seqtrans.prepare.vocabulary import COUNT, VOCAB, build_codec
 from seqtrans.prepare.vocabulary import examples_of as examples_of  # what the pipeline reads through
 from seqtrans.prepare.workers import encode_examples
+from seqtrans.tasks import handover
 from seqtrans.tasks.protocol import Codec, Task, bind_languages
 
 __all__ = ["Prepared", "examples_of", "prepare"]
@@ -104,7 +105,7 @@ def _open(task: Task[Any, Any, Any], directory: Path, key: str, *, verify: bool,
     vocab_dir = directory / VOCAB
     if not vocab_dir.is_dir():
         raise PreparedError(vocab_dir, None, "missing")
-    codec = _bound(task.load_vocabulary(vocab_dir), config)
+    codec = _bound(handover.load_codec(task, vocab_dir), config)
     return Prepared(dataset, codec, read_assets(vocab_dir), reused=True)
 
 

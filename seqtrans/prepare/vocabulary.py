@@ -14,6 +14,7 @@ from typing import Any
 from tqdm import tqdm
 
 from seqtrans.runtime.system import release_freed_memory
+from seqtrans.tasks import handover
 from seqtrans.tasks.protocol import Codec, Example, Skipped, Task
 
 VOCAB = "vocab"  # the vocabulary files' directory in a prepared dataset
@@ -53,4 +54,4 @@ def build_codec(task: Task[Any, Any, Any], partial: Path, given: Mapping[str, by
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         release_freed_memory()  # a vocabulary trainer's; this process lives on through training
-    return task.load_vocabulary(directory)
+    return handover.load_codec(task, directory)

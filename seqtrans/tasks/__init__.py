@@ -22,6 +22,7 @@ from seqtrans.tasks.protocol import (
     TargetPrefixing,
     Task,
     TaskClass,
+    TextForm,
     TokenWords,
     TrainingFiles,
     Upgrading,
@@ -33,5 +34,5 @@ from seqtrans.tasks.protocol import (
 __all__ = ["GROUP", "METRIC_MODES", "SPLITS", "STREAM_UNITS", "Codec", "Constraining", "DataDigest",
            "Example", "ModelExtending", "Multilingual", "SegmentationSampling", "Skipped",
            "SourceFormatting", "TargetParsing", "TargetPrefixing", "Task", "TaskClass", "TaskEntry",
-           "TokenWords", "TrainingFiles", "Upgrading",
+           "TextForm", "TokenWords", "TrainingFiles", "Upgrading",
            "check_split", "find", "installed", "load", "metric_mode", "resolve_config", "stream_unit"]

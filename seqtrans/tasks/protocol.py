@@ -286,6 +286,23 @@ class TargetParsing(Protocol):
 
 
 @runtime_checkable
+class TextForm(Protocol):
+    """A task (not a codec) whose sources, targets and predictions each have a text form,
+    one line: a run of it may start from the model of a task that reads text
+    (``seqtrans run TASK --init RUN_DIR``, a pretrained text-to-text model) and keep that
+    model's codec (:mod:`seqtrans.tasks.handover`)."""
+
+    def format_source(self, source: Any) -> str: ...
+
+    def format_target(self, target: Any) -> str: ...
+
+    def parse_prediction(self, line: str, source: Any) -> Any:
+        """A prediction (what :meth:`Task.format` takes) from the text a model wrote for
+        ``source``; text that holds no valid prediction gives a wrong one, not an error."""
+        ...
+
+
+@runtime_checkable
 class TokenWords(Protocol):
     """A codec whose tokens are pieces of words (subwords): the word each token belongs
     to, counted from 0, for word alignments (``predict --alignments``). Without this

@@ -6,9 +6,12 @@ start a new task. Registered in ``pyproject.toml``::
     [project.entry-points."seqtrans.tasks"]
     copy = "seqtrans_copy:CopyTask"
 
-It shows an optional ability too: with ``data.constrain`` its codec restricts the
-search (:class:`seqtrans.tasks.Constraining`). Torch is imported only where the
-constraint is made, so that listing the installed tasks does not load it.
+It shows optional abilities too: with ``data.constrain`` its codec restricts the
+search (:class:`seqtrans.tasks.Constraining`), and its sequences have a text form
+(:class:`seqtrans.tasks.TextForm`), so that a run may start from a pretrained
+text-to-text model and keep its tokenizer (``seqtrans run copy --init RUN_DIR``).
+Torch is imported only where the constraint is made, so that listing the installed
+tasks does not load it.
 """
 
 from __future__ import annotations
@@ -148,6 +151,14 @@ class CopyTask:
 
     def parse_target(self, line: str) -> Symbols:
         return self.parse_source(line)
+
+    # the text form (seqtrans.tasks.TextForm): a run may keep a text-to-text model's codec
+
+    def format_target(self, target: Symbols) -> str:
+        return self.format_source(target)
+
+    def parse_prediction(self, line: str, source: Symbols) -> Symbols:
+        return self.parse_source(line)  # a word that is no symbol reads as -1, a wrong one
 
     def format(self, prediction: Symbols) -> str:
         return " ".join(str(s) if s >= 0 else "<unk>" for s in prediction)

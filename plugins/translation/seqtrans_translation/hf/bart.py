@@ -22,12 +22,11 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-import torch
 from torch import Tensor
 
 from seqtrans.config import ModelConfig
 from seqtrans.errors import ConfigError, DataError
-from seqtrans_translation.hf.directory import Settings, Weights
+from seqtrans_translation.hf.directory import Entry, Settings, Weights
 from seqtrans_translation.hf.vocabulary import logits_bias, rows
 
 MODEL_TYPES = ("bart", "mbart", "m2m_100")
@@ -74,11 +73,6 @@ def model_config(s: Settings) -> ModelConfig:
         )
     except ConfigError as exc:
         raise DataError(s.path, None, f"does not make a seqtrans model: {exc}") from None
-
-
-#: One seqtrans tensor and the model's tensors it is made of, concatenated along the
-#: first dimension (self-attention's fused query, key and value), each with its shape.
-Entry = tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]
 
 
 def key_map(c: ModelConfig) -> list[Entry]:
@@ -136,7 +130,7 @@ def state_dict(w: Weights, c: ModelConfig, order: Tensor, *, vocab_size: int) ->
     bias = w.take("final_logits_bias", (1, vocab_size))[0] if "final_logits_bias" in w else None
     out["output_bias"] = logits_bias(bias, order)
     for ours, parts in key_map(c):
-        out[ours] = torch.cat([w.take(name, shape) for name, shape in parts])
+        out[ours] = w.joined(parts)
     return out
 
 

@@ -37,9 +37,11 @@ LAYOUT = "hf.json"
 VOCAB_FILE = "vocab.txt"
 #: The kinds of tokenizer, and the file each keeps in a run's ``vocab/``.
 TOKENIZER_FILES = {"tokenizers": TOKENIZER, "sentencepiece": SENTENCEPIECE, "bytes": None}
+TOKENIZER_CONFIG = "tokenizer_config.json"
 #: The model directory's own settings, kept as they were for ``export --to hf``, each
-#: under ``hf-NAME`` in the run's ``vocab/``.
-ORIGINALS = ("config.json", "generation_config.json", "tokenizer_config.json")
+#: under ``hf-NAME`` in the run's ``vocab/`` (``added_tokens.json``: an older T5
+#: tokenizer's sentinels).
+ORIGINALS = ("config.json", "generation_config.json", TOKENIZER_CONFIG, "added_tokens.json")
 SOURCE_LANG, TARGET_LANG = "{source_lang}", "{target_lang}"
 
 

@@ -21,6 +21,11 @@ from torch import Tensor
 from seqtrans.errors import DataError
 from seqtrans_translation.hf_marian.tensors import pickle_refused, read_safetensors
 
+#: One seqtrans tensor and the model's tensors it is made of, concatenated along the
+#: first dimension (self-attention's fused query, key and value), each with its shape.
+#: Each family's ``key_map`` lists them; import and export read the same list.
+Entry = tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]
+
 CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
 SAFETENSORS = "model.safetensors"
@@ -95,6 +100,10 @@ class Weights:
                                         f"config.json implies {shape}")
         self.taken.add(name)
         return tensor.float()
+
+    def joined(self, parts: tuple[tuple[str, tuple[int, ...]], ...]) -> Tensor:
+        """The tensors of an :data:`Entry`, concatenated along the first dimension."""
+        return torch.cat([self.take(name, shape) for name, shape in parts])
 
     def first_of(self, names: tuple[str, ...], shape: tuple[int, ...]) -> Tensor:
         """The first of ``names`` the files hold (tied tensors are saved under one name)."""

@@ -21,6 +21,7 @@ from seqtrans_translation.hf import bart, t5
 from seqtrans_translation.hf.codec import (
     ORIGINALS,
     TOKENIZER,
+    TOKENIZER_CONFIG,
     TOKENIZER_FILES,
     HFCodec,
     Layout,
@@ -33,7 +34,6 @@ from seqtrans_translation.presets import DEFAULTS
 
 log = logging.getLogger(__name__)
 
-TOKENIZER_CONFIG = "tokenizer_config.json"
 SUPPORTED = ("marian", *bart.MODEL_TYPES, *t5.MODEL_TYPES)
 _ROLES = ("<s>", "</s>", "<pad>", "<unk>", "<mask>")
 

@@ -12,10 +12,13 @@ A pre-norm Transformer with each of seqtrans's model options for it:
 | unscaled embeddings, shared by both stacks | ``model.scale_embeddings=false`` |
 | v1.0's tied head, the decoder output times d_model^-0.5 | ``model.tie_output``, ``model.scale_output`` |
 
-so what remains is a renaming of tensors (self-attention's query, key and value
-projections fused into one, encoder-decoder attention's key and value) and the
-vocabulary's order (:mod:`.vocabulary`): the decoder starts from the padding id, which
-seqtrans's ``<s>`` copies. A source is its pieces and ``</s>``, a target too: no prefix.
+so what remains is a renaming of tensors (:func:`key_map`: self-attention's query, key
+and value projections fused into one, encoder-decoder attention's key and value), which
+the export reads backwards, and the vocabulary's order (:mod:`.vocabulary`): the decoder
+starts from the padding id, which seqtrans's ``<s>`` copies; the output bias that keeps
+``<s>`` out is not trained (``model.fixed_output_bias``), T5 having no place for one. A
+source is its pieces and ``</s>``, a target too: no prefix. The export writes
+``config.json`` back from the options (:func:`config_json`).
 
 The tokenizer: ``tokenizer.json`` where the directory has one (transformers 5 saves T5
 tokenizers so), else ``spiece.model`` read with sentencepiece, with the ``extra_ids``
@@ -39,10 +42,11 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
+from seqtrans import config as cfg
 from seqtrans.config import ModelConfig
-from seqtrans.errors import ConfigError, DataError
+from seqtrans.errors import ConfigError, DataError, UsageError
 from seqtrans_translation.hf.codec import SENTENCEPIECE, TOKENIZER, ByteTokenizer
-from seqtrans_translation.hf.directory import Settings, Weights
+from seqtrans_translation.hf.directory import Entry, Settings, Weights
 from seqtrans_translation.hf.vocabulary import logits_bias, rows
 
 MODEL_TYPES = ("t5", "mt5")
@@ -76,23 +80,31 @@ def _head(s: Settings, w: Weights, vocab_size: int) -> tuple[bool, bool]:
     tied = True
     if "lm_head.weight" in w:
         d = s.get("d_model", int)
-        shared = w.first_of(("shared.weight", "encoder.embed_tokens.weight"), (vocab_size, d))
-        tied = torch.equal(w.take("lm_head.weight", (vocab_size, d)), shared)
+        tied = torch.equal(w.take("lm_head.weight", (vocab_size, d)), w.first_of(EMBEDDINGS, (vocab_size, d)))
     elif s.values.get("tie_word_embeddings") is False:
         raise s.fail("tie_word_embeddings", "is false, but the weights hold no 'lm_head.weight'")
+    return tied, _scaled(s)
+
+
+def _scaled(s: Settings) -> bool:
+    """Whether the decoder's output is scaled before the head, as transformers 5 reads it."""
     if s.get("model_type", str) == "mt5":
-        return tied, False
+        return False
     scale = s.values.get("scale_decoder_outputs")
     if scale is None:
         scale = s.values.get("tie_word_embeddings") is not False
-    return tied, bool(scale)
+    return bool(scale)
 
 
 def model_config(s: Settings, w: Weights) -> ModelConfig:
     """The seqtrans model of a T5-family ``config.json`` and its weights (which say
     whether the head is tied)."""
-    activation, gated = _feed_forward(s)
     tied, scaled = _head(s, w, s.get("vocab_size", int))
+    return _options(s, tied=tied, scaled=scaled)
+
+
+def _options(s: Settings, *, tied: bool, scaled: bool) -> ModelConfig:
+    activation, gated = _feed_forward(s)
     dropout = s.get("dropout_rate", float, 0.1)
     layers = s.get("num_layers", int)
     decoder_layers = s.values.get("num_decoder_layers")
@@ -111,58 +123,103 @@ def model_config(s: Settings, w: Weights) -> ModelConfig:
             relative_max_distance=s.get("relative_attention_max_distance", int, 128),
             bias=False, attention_scale=False, activation=cast(Any, activation), gated_ffn=gated,
             scale_embeddings=False, embedding_norm=False,
-            output_bias=True,  # zeros, and the absent <s>
+            # zeros, and the absent <s>; kept as they are in fine-tuning, since T5 has no place for a bias
+            output_bias=True, fixed_output_bias=True,
             share_embeddings=True, tie_output=tied, scale_output=scaled,
         )
     except ConfigError as exc:
         raise DataError(s.path, None, f"does not make a seqtrans model: {exc}") from None
 
 
-def state_dict(w: Weights, c: ModelConfig, order: Tensor, *, vocab_size: int) -> dict[str, Tensor]:
-    """seqtrans's weights of a T5-family model's tensors."""
+#: Where the model keeps its shared embedding matrix, by the name it was saved under.
+EMBEDDINGS = ("shared.weight", "encoder.embed_tokens.weight")
+
+
+def key_map(c: ModelConfig) -> list[Entry]:
+    """Every tensor of the stacks, by seqtrans's name and the model's (the embeddings and
+    the head, whose rows are reordered, are not here). Import and export read it."""
     d, f, h = c.d_model, c.d_ff, c.heads
     inner = h * c.head_width  # H*d
-    out: dict[str, Tensor] = {}
-    embed = w.first_of(("shared.weight", "encoder.embed_tokens.weight"), (vocab_size, d))  # [V, D]
-    out["source_embed.weight"] = out["target_embed.weight"] = rows(embed, order)
-    if not c.tie_output:
-        out["output.weight"] = rows(w.take("lm_head.weight", (vocab_size, d)), order)
-    out["output_bias"] = logits_bias(None, order)
-    w.taken.update(name for name in IGNORED if name in w)
+    entries: list[Entry] = []
 
-    def take(ours: str, theirs: str, shape: tuple[int, ...]) -> None:
-        out[ours] = w.take(theirs, shape)
+    def one(ours: str, theirs: str, shape: tuple[int, ...]) -> None:
+        entries.append((ours, ((theirs, shape),)))
 
-    def fused(ours: str, theirs: str, parts: tuple[str, ...]) -> None:
-        out[f"{ours}.weight"] = torch.cat([w.take(f"{theirs}.{p}.weight", (inner, d)) for p in parts])
-
-    def feed_forward(ours: str, theirs: str) -> None:
-        if c.gated_ffn:  # wo(act(wi_0 x) * wi_1 x)
-            take(f"{ours}.inner.weight", f"{theirs}.wi_0.weight", (f, d))
-            take(f"{ours}.gate.weight", f"{theirs}.wi_1.weight", (f, d))
-        else:
-            take(f"{ours}.inner.weight", f"{theirs}.wi.weight", (f, d))
-        take(f"{ours}.outer.weight", f"{theirs}.wo.weight", (d, f))
+    def fused(ours: str, theirs: str, parts: str) -> None:
+        entries.append((f"{ours}.weight", tuple((f"{theirs}.{p}.weight", (inner, d)) for p in parts)))
 
     for side, layers in (("encoder", c.encoder_layers), ("decoder", c.decoder_layers)):
         own = "" if side == "encoder" else "decoder_"
-        take(f"{own}relative_bias.table.weight",
-             f"{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight", (c.relative_buckets, h))
-        take(f"{side}_norm.weight", f"{side}.final_layer_norm.weight", (d,))
+        one(f"{own}relative_bias.table.weight",
+            f"{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight", (c.relative_buckets, h))
+        one(f"{side}_norm.weight", f"{side}.final_layer_norm.weight", (d,))
         for i in range(layers):
             ours, theirs = f"{side}.{i}", f"{side}.block.{i}.layer"
-            fused(f"{ours}.self_attn.qkv", f"{theirs}.0.SelfAttention", ("q", "k", "v"))
-            take(f"{ours}.self_attn.out.weight", f"{theirs}.0.SelfAttention.o.weight", (d, inner))
-            take(f"{ours}.r1.norm.weight", f"{theirs}.0.layer_norm.weight", (d,))
+            fused(f"{ours}.self_attn.qkv", f"{theirs}.0.SelfAttention", "qkv")
+            one(f"{ours}.self_attn.out.weight", f"{theirs}.0.SelfAttention.o.weight", (d, inner))
+            one(f"{ours}.r1.norm.weight", f"{theirs}.0.layer_norm.weight", (d,))
             last = 1
             if side == "decoder":  # the encoder-decoder attention sits between the two
-                take(f"{ours}.cross_attn.q.weight", f"{theirs}.1.EncDecAttention.q.weight", (inner, d))
-                fused(f"{ours}.cross_attn.kv", f"{theirs}.1.EncDecAttention", ("k", "v"))
-                take(f"{ours}.cross_attn.out.weight", f"{theirs}.1.EncDecAttention.o.weight", (d, inner))
-                take(f"{ours}.r2.norm.weight", f"{theirs}.1.layer_norm.weight", (d,))
+                one(f"{ours}.cross_attn.q.weight", f"{theirs}.1.EncDecAttention.q.weight", (inner, d))
+                fused(f"{ours}.cross_attn.kv", f"{theirs}.1.EncDecAttention", "kv")
+                one(f"{ours}.cross_attn.out.weight", f"{theirs}.1.EncDecAttention.o.weight", (d, inner))
+                one(f"{ours}.r2.norm.weight", f"{theirs}.1.layer_norm.weight", (d,))
                 last = 2
-            feed_forward(f"{ours}.ffn", f"{theirs}.{last}.DenseReluDense")
-            take(f"{ours}.r{last + 1}.norm.weight", f"{theirs}.{last}.layer_norm.weight", (d,))
+            ffn, dense = f"{ours}.ffn", f"{theirs}.{last}.DenseReluDense"
+            if c.gated_ffn:  # wo(act(wi_0 x) * wi_1 x)
+                one(f"{ffn}.inner.weight", f"{dense}.wi_0.weight", (f, d))
+                one(f"{ffn}.gate.weight", f"{dense}.wi_1.weight", (f, d))
+            else:
+                one(f"{ffn}.inner.weight", f"{dense}.wi.weight", (f, d))
+            one(f"{ffn}.outer.weight", f"{dense}.wo.weight", (d, f))
+            one(f"{ours}.r{last + 1}.norm.weight", f"{theirs}.{last}.layer_norm.weight", (d,))
+    return entries
+
+
+def state_dict(w: Weights, c: ModelConfig, order: Tensor, *, vocab_size: int) -> dict[str, Tensor]:
+    """seqtrans's weights of a T5-family model's tensors."""
+    out: dict[str, Tensor] = {}
+    embed = w.first_of(EMBEDDINGS, (vocab_size, c.d_model))  # [V, D]
+    out["source_embed.weight"] = out["target_embed.weight"] = rows(embed, order)
+    if not c.tie_output:
+        out["output.weight"] = rows(w.take("lm_head.weight", (vocab_size, c.d_model)), order)
+    out["output_bias"] = logits_bias(None, order)
+    w.taken.update(name for name in IGNORED if name in w)
+    for ours, parts in key_map(c):
+        out[ours] = w.joined(parts)
+    return out
+
+
+#: Model options that only training reads: a difference in them changes no output.
+_TRAINING_ONLY = ("dropout", "attention_dropout", "activation_dropout", "fixed_output_bias")
+
+
+def config_json(c: ModelConfig, original: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The ``config.json`` of a T5-family model with the options ``c``: the one it was
+    imported with, its architecture fields written from ``c``. An option that field
+    cannot hold is a :class:`UsageError` naming it, found by reading the fields back as
+    the import does."""
+    kind = original.get("model_type")
+    names = {act: name for name, act in ACTIVATIONS.items() if name not in ("gelu_pytorch_tanh", "swish")}
+    if c.activation not in names:
+        raise UsageError(f"model.activation={c.activation}: the T5 format has no feed_forward_proj for it")
+    act = names[c.activation]
+    # "gated-gelu" is the tanh approximation: a gated exact GELU reads back otherwise, refused below
+    proj = ("gated-gelu" if act in ("gelu", "gelu_new") else f"gated-{act}") if c.gated_ffn else act
+    out = {**original, "d_model": c.d_model, "d_kv": c.head_width, "d_ff": c.d_ff, "num_heads": c.heads,
+           "num_layers": c.encoder_layers, "num_decoder_layers": c.decoder_layers,
+           "relative_attention_num_buckets": c.relative_buckets,
+           "relative_attention_max_distance": c.relative_max_distance, "dropout_rate": c.dropout,
+           "layer_norm_epsilon": c.norm_eps, "feed_forward_proj": proj}
+    out.pop("scale_decoder_outputs", None)
+    # transformers 5 reads T5's scaling from tie_word_embeddings (v1.1's false); mT5's never scales
+    out["tie_word_embeddings"] = c.scale_output if kind == "t5" else c.tie_output
+    read = _options(Settings(out, path), tied=c.tie_output, scaled=_scaled(Settings(out, path)))
+    differ = [k for k in cfg.to_dict(c) if k not in _TRAINING_ONLY and getattr(read, k) != getattr(c, k)]
+    if differ:
+        shown = ", ".join(f"model.{k}={getattr(c, k)!r}" for k in differ)
+        raise UsageError(f"{shown}: the {kind} format has no place for this (it would read back as "
+                         f"{', '.join(f'{k}={getattr(read, k)!r}' for k in differ)})")
     return out
 
 
