@@ -253,6 +253,19 @@ class EncoderState:
     length: int = 0  # source positions encoded so far
 
 
+def _output_parts(model: Transformer, c: ModelConfig, target_vocab_size: int) -> None:
+    """The output projection's own parts of ``model``: its weight where it is not the tied
+    embedding, a bias (trained, or a buffer never trained) and a scale."""
+    if not c.tie_output:
+        model.output = nn.Linear(c.d_model, target_vocab_size, bias=False)
+        nn.init.normal_(model.output.weight, std=c.d_model**-0.5)
+    if c.output_bias and c.fixed_output_bias:  # a buffer: saved and moved with the model, never trained
+        model.register_buffer("output_bias", torch.zeros(target_vocab_size))  # [V]
+    else:
+        model.output_bias = nn.Parameter(torch.zeros(target_vocab_size)) if c.output_bias else None  # [V]
+    model.output_scale = c.d_model**-0.5 if c.scale_output else None
+
+
 class Transformer(nn.Module):
     """Encoder-decoder Transformer.
 
@@ -263,6 +276,9 @@ class Transformer(nn.Module):
     A task's model-side parts are attached with :meth:`extend` (``build_model`` does so
     for a codec with the ``ModelExtending`` ability).
     """
+
+    output_bias: Tensor | None  # [V] (see _output_parts)
+    output_scale: float | None
 
     def __init__(self, config: ModelConfig, *, source_vocab_size: int, target_vocab_size: int,
                  shared_vocab: bool) -> None:
@@ -292,20 +308,13 @@ class Transformer(nn.Module):
         self.encoder_norm = norm() if pre else nn.Identity()
         self.decoder_norm = norm() if pre else nn.Identity()
         self.output: nn.Linear | None = None
-        if not c.tie_output:
-            self.output = nn.Linear(c.d_model, target_vocab_size, bias=False)
-            nn.init.normal_(self.output.weight, std=c.d_model**-0.5)
+        _output_parts(self, c, target_vocab_size)
         # optional parts made only when asked for, so that a model without them initialises as before
         self.embedding_norm = norm() if c.embedding_norm else None
         self.decoder_embedding_norm = norm() if c.embedding_norm and not c.shared_positions else None
-        if c.output_bias and c.fixed_output_bias:  # a buffer: saved and moved with the model, never trained
-            self.register_buffer("output_bias", torch.zeros(target_vocab_size))  # [V]
-        else:
-            self.output_bias = nn.Parameter(torch.zeros(target_vocab_size)) if c.output_bias else None  # [V]
         # model.positions=relative: each stack's bias table, computed once a call for all its layers
         self.relative_bias = _relative_bias(c, bidirectional=True)
         self.decoder_relative_bias = _relative_bias(c, bidirectional=False)
-        self.output_scale = c.d_model**-0.5 if c.scale_output else None
         # the task's model-side parts (seqtrans.model.extension), in the order they are applied;
         # registered last, so that their parameters come after the Transformer's own
         self.extensions = nn.ModuleDict()
