@@ -15,6 +15,7 @@ from marian_models import _pairs
 from seqtrans.data.batches import pad_batch
 from seqtrans.data.vocab import BOS, EOS
 from seqtrans.inference import formats
+from seqtrans.inference.export import export
 from seqtrans.inference.loading import load
 from seqtrans.pipeline import initial, resolve_config, run, with_initial_model
 from seqtrans.training.loss import label_smoothed_loss
@@ -62,3 +63,7 @@ def test_a_run_starts_from_an_imported_model_in_the_languages_it_is_given(tmp_pa
     predictions, hypotheses = tuned.decode(sources[:2])
     assert all(h[0].tokens[0] == vocab.index("fra_Latn") for h in hypotheses)
     assert not any("fra_Latn" in p for p in predictions)
+    # the bias only shuts out seqtrans's <s>: not trained, so that the tuned model exports
+    assert torch.equal(tuned.model.output_bias, loaded.model.output_bias)  # type: ignore[arg-type]
+    exported = export(tmp_path / "run", to="hf", out=tmp_path / "exported")
+    assert (exported / "model.safetensors").exists()

@@ -67,7 +67,9 @@ def model_config(s: Settings) -> ModelConfig:
             activation=cast(Any, ACTIVATIONS[activation]),
             scale_embeddings=s.get("scale_embedding", bool, False),
             embedding_norm=kind != "m2m_100",
-            output_bias=True,  # the model's bias, or zeros, and the absent <s>
+            # the model's bias, or zeros, and the absent <s>; never trained, as transformers
+            # keeps final_logits_bias as a buffer (and M2M-100 and NLLB have no place for one)
+            output_bias=True, fixed_output_bias=True,
             share_embeddings=True,
             tie_output=s.get("tie_word_embeddings", bool, True),
         )

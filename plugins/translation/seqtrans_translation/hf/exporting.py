@@ -90,9 +90,9 @@ def weights(loaded: Loaded, codec: HFCodec, config: dict[str, Any]) -> dict[str,
         bias = _bias(state)
         if kind == "m2m_100":
             if bias.abs().max() > 0:
-                raise UsageError("the model's output bias has changed (fine-tuning trains it), and M2M-100 "
-                                 "and NLLB models have no place for one: it cannot be exported without "
-                                 "changing the outputs")
+                raise UsageError("the model's output bias has changed (this run trained it: "
+                                 "model.fixed_output_bias=false), and M2M-100 and NLLB models have no "
+                                 "place for one: it cannot be exported without changing the outputs")
         else:
             out["final_logits_bias"] = _rows_back(bias, hf_ids, size).unsqueeze(0)  # [1, V]
     for ours, parts in family.key_map(c):
