@@ -15,6 +15,7 @@ from seqtrans import pipeline
 from seqtrans.errors import UsageError
 from seqtrans.inference.loading import load
 from seqtrans.tasks import resolve_config
+from seqtrans.training import initial as initial_model
 
 CAUSAL = ["model.causal_encoder=true"]
 
@@ -34,13 +35,13 @@ def _run(out: Path, *extra: str, init: Path | None = None) -> Path:
 def _started(out: Path, monkeypatch: pytest.MonkeyPatch, *extra: str, init: Path) -> dict[str, torch.Tensor]:
     """The weights a run started from ``init`` has before its first update."""
     seen: dict[str, torch.Tensor] = {}
-    original = pipeline._start_from
+    original = initial_model.start_from
 
     def started(model: torch.nn.Module, start: pipeline.Initial) -> None:
         original(model, start)  # type: ignore[arg-type]
         seen.update({k: v.clone() for k, v in model.state_dict().items()})
 
-    monkeypatch.setattr(pipeline, "_start_from", started)
+    monkeypatch.setattr(initial_model, "start_from", started)
     _run(out, *extra, "train.max_steps=1", init=init)
     return seen
 
