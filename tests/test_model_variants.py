@@ -121,16 +121,16 @@ def test_attention_with_a_position_bias_and_narrow_heads_equals_the_reference(ca
     torch.testing.assert_close(attn(x, mask=mask, causal=causal, position_bias=bias), expected)
     with torch.enable_grad():
         torch.testing.assert_close(attn(x, mask=mask, causal=causal, position_bias=bias), expected)
-    # one query at a time against a cache
-    cache = attn.new_cache(2, 2, like=x)
-    assert type(cache) is KVCache  # the native kernel's cache adds no bias
+    # one query at a time against a cache: the native kernel's (which adds the bias) where
+    # it is built, and PyTorch's
     if causal:
         rel = RelativePositionBias(3, buckets=8, max_distance=12, bidirectional=False, d_model=16)
         rel.load_state_dict({"table.weight": torch.randn(8, 3)})
         full = attn(x, causal=True, position_bias=rel(5, 5))
-        steps = [attn(x[:, t: t + 1], causal=True, cache=cache, position_bias=rel(1, t + 1, offset=t))
-                 for t in range(5)]
-        torch.testing.assert_close(torch.cat(steps, dim=1), full)
+        for cache in (attn.new_cache(2, 2, like=x), KVCache(2, 3, 5, 2, dtype=x.dtype, device=x.device)):
+            steps = [attn(x[:, t: t + 1], causal=True, cache=cache, position_bias=rel(1, t + 1, offset=t))
+                     for t in range(5)]
+            torch.testing.assert_close(torch.cat(steps, dim=1), full)
 
 
 def test_unscaled_attention_leaves_the_logits_as_they_are() -> None:

@@ -64,7 +64,8 @@ def build(request: Any, native_kernels: None, monkeypatch: Any) -> str:
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor,
-                        length: int, lengths: list[int] | None = None) -> torch.Tensor:
+                        length: int, lengths: list[int] | None = None, bias: torch.Tensor | None = None,
+                        scale: float | None = None) -> torch.Tensor:
     """One hypothesis, one head, one position at a time, in float64.  -> [N, H, d]"""
     n, heads, dim = q.shape
     out = torch.zeros(n, heads, dim, dtype=torch.float64)
@@ -73,7 +74,9 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows:
         for h in range(heads):
             keys = torch.stack([k[int(rows[r, s]), h, s] for s in range(seen)]).double()  # [L, d]
             values = torch.stack([v[int(rows[r, s]), h, s] for s in range(seen)]).double()
-            scores = keys @ q[r, h].double() / math.sqrt(dim)
+            scores = keys @ q[r, h].double() * (1 / math.sqrt(dim) if scale is None else scale)
+            if bias is not None:
+                scores = scores + bias[h, :seen].double()
             out[r, h] = torch.softmax(scores, dim=0) @ values
     return out
 
@@ -91,6 +94,24 @@ def test_beam_attention_equals_a_sequential_loop(n: int, heads: int, dim: int, l
     rows = torch.randint(0, buffer_rows, (n, capacity + 2), generator=gen)  # a wider row stride than used
     got = native.beam_attention(q, k, v, rows, length, group=group)
     torch.testing.assert_close(got.double(), reference_attention(q, k, v, rows, length), atol=1e-5, rtol=1e-5)
+
+
+@needs_native
+@pytest.mark.parametrize(("n", "length", "group"), [(6, 5, 3), (4, 37, 4), (3, 1, 1)])
+def test_beam_attention_with_a_position_bias_equals_a_sequential_loop(n: int, length: int, group: int,
+                                                                      build: str) -> None:
+    gen = torch.Generator().manual_seed(n + length)
+    heads, dim = 3, 16
+    q = torch.randn(n, heads, dim, generator=gen)
+    k = torch.randn(n, heads, length, dim, generator=gen)
+    v = torch.randn(n, heads, length, dim, generator=gen)
+    rows = torch.randint(0, n, (n, length), generator=gen)
+    bias = torch.randn(heads, length, generator=gen) * 4  # as T5's relative bias, unscaled logits
+    got = native.beam_attention(q, k, v, rows, length, group=group, scale=1.0, bias=bias)
+    torch.testing.assert_close(got.double(), reference_attention(q, k, v, rows, length, bias=bias, scale=1.0),
+                               atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="bias"):  # one position too many
+        native.beam_attention(q, k, v, rows, length, bias=torch.zeros(heads, length + 1))
 
 
 @needs_native

@@ -135,15 +135,17 @@ class BeamKVCache(KVCache):
         self.store(k, v)
         return self.gathered()
 
-    def attend(self, q: Tensor, *, scale: float | None = None) -> Tensor:
+    def attend(self, q: Tensor, *, scale: float | None = None, bias: Tensor | None = None) -> Tensor:
         """Softmax attention of one new query per hypothesis, q [N, H, 1, d], over all
         positions stored so far (:meth:`store` them first), its logits multiplied by
-        ``scale`` (None: 1/sqrt(d)) -> [N, H, 1, d]."""
+        ``scale`` (None: 1/sqrt(d)) and ``bias`` [H, L] added (the same for every
+        hypothesis: a relative position bias) -> [N, H, 1, d]."""
         from seqtrans.native import beam_attention_unchecked
 
         # the rows are the cache's own, each a row it wrote: no need to check them at every step
         out = beam_attention_unchecked(q.squeeze(2).contiguous(), self._k, self._v, self.sources[: self.rows],
-                                       self.length, group=self.beam, scale=scale)
+                                       self.length, group=self.beam, scale=scale,
+                                       bias=None if bias is None else bias.contiguous())
         return out.unsqueeze(2)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:

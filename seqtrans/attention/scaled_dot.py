@@ -24,9 +24,10 @@ Variants of the paper's attention that models trained elsewhere use (Raffel et a
 2020), each a model option: heads of another width than D/H (``model.head_dim``),
 projections without biases (``model.bias``), logits not divided by sqrt(d)
 (``model.attention_scale``), and self-attention logits plus a bias that the caller
-computes from the positions (``position_bias``, ``model.positions=relative``). The
-native kernel adds no such bias: self-attention that takes one goes through SDPA with
-a float mask, its cache a :class:`KVCache`.
+computes from the positions (``position_bias``, ``model.positions=relative``). One new
+query per hypothesis over the cache gets it through the native kernel, which adds the
+same bias to every hypothesis's logits; every other call goes through SDPA with a float
+mask.
 
 Shapes: B sentences, K hypotheses per sentence (beam), N = B*K rows, S source,
 T target (new tokens this call), L cached target positions, H heads, D model, d the
@@ -103,8 +104,8 @@ class SelfAttention(nn.Module):
 
     ``head_dim`` (default D/H), ``bias`` and ``scaled`` (logits divided by sqrt(d)) are
     the model's options; ``relative``: the caller adds a ``position_bias`` to the logits
-    at every call, so that decoding keeps a :class:`KVCache` (the native kernel, which a
-    :class:`BeamKVCache` needs, adds none).
+    at every call (one new query per hypothesis over a :class:`BeamKVCache` gets it through
+    the native kernel, which adds it to each hypothesis's logits).
     """
 
     def __init__(self, d_model: int, heads: int, *, dropout: float = 0.0, head_dim: int | None = None,
@@ -122,22 +123,21 @@ class SelfAttention(nn.Module):
 
     def new_cache(self, rows: int, capacity: int, *, like: Tensor) -> KVCache:
         """A cache for ``rows`` hypotheses (:func:`seqtrans.attention.cache.new_cache`)."""
-        head_dim = self.out.in_features // self.heads
-        if self.relative:
-            return KVCache(rows, self.heads, head_dim, capacity, dtype=like.dtype, device=like.device)
-        return new_cache(rows, self.heads, head_dim, capacity, like=like)
+        return new_cache(rows, self.heads, self.out.in_features // self.heads, capacity, like=like)
 
     def forward(self, x: Tensor, *, mask: Tensor | None = None, causal: bool = False,
                 cache: KVCache | None = None, position_bias: Tensor | None = None) -> Tensor:
         q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 x [N, T, H*d]
         q, k, v = (split_heads(t, self.heads) for t in (q, k, v))  # [N, H, T, d]
-        if position_bias is not None:
-            return self.out(merge_heads(self._biased(q, k, v, position_bias, mask=mask, causal=causal,
-                                                     cache=cache)))
         one_query = q.size(2) == 1 and q.dtype == torch.float32 and mask is None
         if isinstance(cache, BeamKVCache) and one_query:
             cache.store(k, v)
-            return self.out(merge_heads(cache.attend(q, scale=self.scale)))
+            # the one query's bias over every position [H, L]: the same for each hypothesis
+            bias = None if position_bias is None else position_bias[0, :, -1].float()
+            return self.out(merge_heads(cache.attend(q, scale=self.scale, bias=bias)))
+        if position_bias is not None:
+            return self.out(merge_heads(self._biased(q, k, v, position_bias, mask=mask, causal=causal,
+                                                     cache=cache)))
         if mask is not None and cache is None and self._decoding_on_cpu(x):  # the same bits in any batch
             lengths = prefix_lengths(mask)
             if lengths is not None:

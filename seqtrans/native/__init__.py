@@ -170,7 +170,7 @@ def _load() -> ctypes.CDLL | None:
             log.warning("native decoding kernels unavailable (%s): decoding uses PyTorch operators only", e)
             return None
         fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_int64]
+        fn.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_int64]
         pointer, integer = ctypes.c_void_p, ctypes.c_int64
         library.seqtrans_quantize_rows.restype = None
         library.seqtrans_quantize_rows.argtypes = [pointer, integer, integer, integer, pointer, pointer,
@@ -199,14 +199,17 @@ def _library_or_raise() -> ctypes.CDLL:
 
 
 def beam_attention(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, length: int, *, group: int = 1,
-                   lengths: Tensor | None = None, scale: float | None = None) -> Tensor:
+                   lengths: Tensor | None = None, scale: float | None = None,
+                   bias: Tensor | None = None) -> Tensor:
     """Attention of one query per hypothesis over the first ``length`` positions, each
     read from the buffer row ``rows`` names: q [N, H, d]; k, v [P, H, L_max, d] (float32,
     contiguous, on the CPU); rows [N, >= length] int64 (contiguous rows) -> [N, H, d].
     Logits scaled by ``scale``, by default 1/sqrt(d). ``lengths`` [N] int64 (1 .. ``length``):
     each hypothesis's own number of positions instead (a padded source). ``group``: how many consecutive
     hypotheses belong to one sentence (the beam), which sets only the order of the work.
-    A hypothesis gets the same bits whatever the other rows. Only when :func:`available`."""
+    ``bias`` [H, length] float32 (contiguous): added to every hypothesis's logits (a
+    relative position bias). A hypothesis gets the same bits whatever the other rows.
+    Only when :func:`available`."""
     _library_or_raise()
     n, heads, dim = q.shape
     if not (q.dtype == k.dtype == v.dtype == torch.float32 and rows.dtype == torch.int64):
@@ -226,11 +229,17 @@ def beam_attention(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, length: int, *
             raise ValueError(f"beam_attention: lengths {tuple(lengths.shape)} {lengths.dtype} for {n} rows")
         if n and (int(lengths.min()) < 1 or int(lengths.max()) > length):
             raise ValueError(f"beam_attention: lengths outside 1..{length}")
-    return beam_attention_unchecked(q, k, v, rows, length, group=group, lengths=lengths, scale=scale)
+    if bias is not None and (bias.dtype != torch.float32 or bias.shape != (heads, length)
+                             or not bias.is_contiguous()):
+        raise ValueError(f"beam_attention: bias {tuple(bias.shape)} {bias.dtype} for {heads} heads and "
+                         f"{length} positions (contiguous float32)")
+    return beam_attention_unchecked(q, k, v, rows, length, group=group, lengths=lengths, scale=scale,
+                                    bias=bias)
 
 
 def beam_attention_unchecked(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, length: int, *, group: int = 1,
-                             lengths: Tensor | None = None, scale: float | None = None) -> Tensor:
+                             lengths: Tensor | None = None, scale: float | None = None,
+                             bias: Tensor | None = None) -> Tensor:
     """:func:`beam_attention` for arguments its caller built to be as it wants (a cache's
     own rows and a source's own lengths), without its checks: reading the rows' and the
     lengths' extremes back is four reductions a layer would pay at every step."""
@@ -238,7 +247,8 @@ def beam_attention_unchecked(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, leng
     out = torch.empty_like(q)
     status = _library_or_raise().seqtrans_beam_attention(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), rows.data_ptr(),
-        None if lengths is None else lengths.data_ptr(), out.data_ptr(), n, heads, dim, length,
+        None if lengths is None else lengths.data_ptr(), None if bias is None else bias.data_ptr(),
+        out.data_ptr(), n, heads, dim, length,
         k.size(2), rows.stride(0), group, dim ** -0.5 if scale is None else scale, torch.get_num_threads())
     if status != 0:
         raise MemoryError("beam_attention could not allocate its working memory")

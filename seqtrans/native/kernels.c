@@ -6,11 +6,13 @@
  * rows[r, s] (the row its ancestor wrote at step s), so that following the beam never
  * copies them.
  *
- *   out[r, h] = sum_s softmax_s(scale * q[r, h] . k[rows[r, s], h, s]) * v[rows[r, s], h, s]
+ *   out[r, h] = sum_s softmax_s(scale * q[r, h] . k[rows[r, s], h, s] + bias[h, s]) * v[rows[r, s], h, s]
  *
  * Shapes (float32, contiguous): q, out [n, heads, dim]; k, v [buffer rows, heads, capacity,
  * dim]; rows [n, row_stride] int64, positions 0 .. length-1 used, or 0 .. lengths[r]-1 for
- * row r where `lengths` [n] is given (encoder-decoder attention over padded sources). Each
+ * row r where `lengths` [n] is given (encoder-decoder attention over padded sources); bias
+ * [heads, length] or NULL (none added: a relative position bias is the same for every
+ * hypothesis, as every one's new query is at the same position). Each
  * row's sums run over its own positions in the same order whatever the other rows, so a
  * row gets the same bits alone as in any batch. Two passes over the
  * positions (scores, then the weighted values) with the maximum subtracted before exp. The
@@ -166,6 +168,7 @@ static float max_abs(const float *x, int64_t n) {
 typedef struct {
     const float *q, *k, *v;
     const int64_t *rows, *lengths;
+    const float *bias; /* [heads, length] added to every row's logits, or NULL */
     float *out;
     int64_t n, group, heads, dim, length, capacity, row_stride;
     float scale;
@@ -203,6 +206,8 @@ static void attend(void *context, int64_t begin, int64_t end) {
                 const int64_t end = KEYS(r) < s1 ? KEYS(r) : s1;
                 for (int64_t s = s0; s < end; s++)
                     score[s] = dot_product(q, keys + from[s] * row_step + s * dim, dim) * a->scale;
+                if (a->bias != NULL)
+                    for (int64_t s = s0; s < end; s++) score[s] += a->bias[h * length + s];
             }
         }
         for (int64_t r = first; r < last; r++) {
@@ -234,11 +239,11 @@ static void attend(void *context, int64_t begin, int64_t end) {
 
 /* Returns 0, or -1 when working memory could not be allocated (out is then incomplete). */
 int seqtrans_beam_attention(const float *q, const float *k, const float *v, const int64_t *rows,
-                            const int64_t *lengths, float *out, int64_t n, int64_t heads, int64_t dim,
-                            int64_t length, int64_t capacity, int64_t row_stride, int64_t group, float scale,
-                            int64_t threads) {
+                            const int64_t *lengths, const float *bias, float *out, int64_t n, int64_t heads,
+                            int64_t dim, int64_t length, int64_t capacity, int64_t row_stride, int64_t group,
+                            float scale, int64_t threads) {
     if (group < 1) group = 1;
-    Attention a = {q, k, v, rows, lengths, out, n, group, heads, dim, length, capacity, row_stride, scale, 0};
+    Attention a = {q, k, v, rows, lengths, bias, out, n, group, heads, dim, length, capacity, row_stride, scale, 0};
     const int64_t pairs = n * heads * length;
     parallel(attend, &a, (n + group - 1) / group * heads, pairs < SMALL_ATTENTION ? 1 : threads);
     return a.failed ? -1 : 0;
