@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from seqtrans.config import RunConfig, markdown_table
+from seqtrans.config.layers import markdown_text
 
 DOCS = Path(__file__).resolve().parent
 RESULTS = DOCS.parent / "benchmarks" / "results"
@@ -34,7 +35,8 @@ def cli_reference() -> str:
     helps = {c.dest: c.help for c in commands._choices_actions}
     out = []
     for name, sub in commands.choices.items():
-        out.append(f"## `seqtrans {name}`\n\n{helps.get(name) or ''}\n\n{sub.description or ''}\n")
+        out.append(f"## `seqtrans {name}`\n\n{markdown_text(helps.get(name) or '')}\n\n"
+                   f"{markdown_text(sub.description or '')}\n")
         rows = []
         for action in sub._actions:
             if isinstance(action, argparse._HelpAction):
@@ -44,7 +46,7 @@ def cli_reference() -> str:
                 names += f" {action.metavar or action.dest.upper()}"
             choices = f" One of: {', '.join(map(str, action.choices))}." if action.choices else ""
             default = "" if action.default in (None, False, [], argparse.SUPPRESS) else f"`{action.default}`"
-            help_text = (action.help or "").replace("|", "\\|")
+            help_text = markdown_text(action.help or "").replace("|", "\\|")
             rows.append(f"| {names} | {default} | {help_text}{choices} |")
         if rows:
             out.append("| argument | default | what it does |\n|---|---|---|\n" + "\n".join(rows) + "\n")

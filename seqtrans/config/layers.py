@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import html
 import json
+import re
 import sys
 import typing
 from collections.abc import Iterable, Mapping
@@ -218,11 +220,20 @@ def describe(config: Any, *, prefix: str = "") -> list[tuple[str, str, Any, str]
     return rows
 
 
+def markdown_text(text: str) -> str:
+    """Plain ``text`` (a help string) for Markdown, shown as written: ``<``, ``>`` and ``&``
+    escaped outside code spans, since Markdown passes ``<TAB>`` or ``</s>`` on as an HTML tag,
+    which a browser hides."""
+    parts = re.split(r"(`[^`]*`)", text)  # odd parts are code spans, shown as they are
+    return "".join(part if i % 2 else html.escape(part, quote=False) for i, part in enumerate(parts))
+
+
 def markdown_table(config: Any, *, prefix: str = "") -> str:
     """A Markdown table of every option of ``config``: key, type, value, help."""
     lines = ["| key | type | default | help |", "|---|---|---|---|"]
     for key, kind, value, help_text in describe(config, prefix=prefix):
         shown = json.dumps(to_dict(value))
-        lines.append(f"| `{key}` | {kind.replace('|', '/')} | `{shown}` | {help_text} |")
+        cell = markdown_text(help_text).replace("|", "\\|")  # a bare | would end the cell
+        lines.append(f"| `{key}` | {kind.replace('|', '/')} | `{shown}` | {cell} |")
     return "\n".join(lines) + "\n"
 
