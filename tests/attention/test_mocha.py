@@ -7,14 +7,20 @@ decoding, and a briefly trained model."""
 
 from __future__ import annotations
 
+import json
 import math
+import random
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from decoding import test_policies as policies
 from decoding.test_policies import check_soft_decisions, check_steps_match_teacher_forcing, streamed
+from decoding.test_streaming import loaded_copy
+from test_cli import TINY, seqtrans
 
+import seqtrans as api
 from conftest import tiny_model
 from seqtrans.attention.lookback import LookbackAttention, lookback_weights, preserve_mass
 from seqtrans.attention.monotonic import expected_alignment, expected_alignments
@@ -24,6 +30,7 @@ from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding import generate
 from seqtrans.errors import ConfigError
 from seqtrans.model.transformer import Transformer
+from seqtrans.streaming.decoder import StreamDecoder, stream_greedy
 
 SOURCES = [[4, 5, 6, 7, 8, 9, 10, 4, 5], [6], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, 7, 8], [5, 5, 5, 5], []]
 CPU = torch.device("cpu")
@@ -207,6 +214,39 @@ def test_streaming_writes_what_offline_greedy_decoding_writes(seed: int, r: floa
         assert delays == sorted(delays) and all(d <= len(source) for d in delays)
         early += sum(d < len(source) for d in delays)
     assert early > 0  # tokens written before the source had ended
+
+
+def test_pushed_sources_decode_as_pulled_ones_and_a_session_writes_the_offline_output() -> None:
+    model = mocha_model(1, 0.5)
+    decode = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3)
+    rng = random.Random(0)
+    for source in SOURCES[:4]:
+        pulled = list(stream_greedy(model, source, decode))
+        decoder, pushed, rest = StreamDecoder(model, decode), [], list(source)
+        while rest:
+            n = rng.randint(0, 3)  # empty pushes too
+            pushed += decoder.push(rest[:n])
+            rest = rest[n:]
+        assert pushed + decoder.finish() == pulled
+    loaded = loaded_copy(model)
+    session = api.stream(loaded)
+    for word in "0 1 2 3 4 5 6 5".split():
+        session.push(word)
+    session.finish()
+    offline = generate(model, [[4, 5, 6, 7, 8, 9, 10, 9, EOS]], decode, device=CPU)[0]
+    assert session.done and [t - 4 for t in offline[0].tokens] == [int(w) for w in session.output.split()]
+
+
+def test_a_run_trains_and_evaluates_as_a_stream(tmp_path: Path) -> None:
+    out = tmp_path / "mocha"
+    done = seqtrans("run", "copy", "--out", str(out), "--device", "cpu", "--set", *TINY,
+                    "model.cross_attention=mocha", "model.chunk_size=3", "model.causal_encoder=true",
+                    "train.latency_weight=0.1", "train.max_steps=4", "train.eval_every=4", "data.test_size=8")
+    assert done.returncode == 0, done.stderr
+    done = seqtrans("evaluate", str(out), "--stream", "--device", "cpu")
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads(done.stdout)
+    assert {"exact_match", "stream_al", "stream_dal"} <= set(metrics)
 
 
 def test_beam_search_follows_its_hypotheses() -> None:
