@@ -124,10 +124,11 @@ def _lookback(c: ModelConfig, *, chunk: int | None) -> LookbackAttention:
                              dropout=c.attention_dropout)
 
 
-def _multihead_monotonic(c: ModelConfig, *, lookback: bool) -> MultiheadMonotonicAttention:
-    return MultiheadMonotonicAttention(c.d_model, c.heads, lookback=lookback, noise=c.monotonic_noise,
-                                       r_init=c.monotonic_r_init, temperature=c.monotonic_temperature,
-                                       dropout=c.attention_dropout)
+def _multihead_monotonic(c: ModelConfig, *, lookback: bool,
+                         chunk: int | None = None) -> MultiheadMonotonicAttention:
+    return MultiheadMonotonicAttention(c.d_model, c.heads, lookback=lookback, chunk=chunk,
+                                       noise=c.monotonic_noise, r_init=c.monotonic_r_init,
+                                       temperature=c.monotonic_temperature, dropout=c.attention_dropout)
 
 
 # The score functions that attend in a multi-head module (seqtrans.attention.content) at
@@ -161,6 +162,7 @@ CROSS_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
     "mocha": lambda c: _lookback(c, chunk=c.chunk_size),
     "mma_hard": lambda c: _multihead_monotonic(c, lookback=False),
     "mma_il": lambda c: _multihead_monotonic(c, lookback=True),
+    "mma_chunk": lambda c: _multihead_monotonic(c, lookback=True, chunk=c.chunk_size),
 }
 
 

@@ -94,7 +94,7 @@ async def stream(host: StreamHost, ws: WebSocket) -> None:
             raise RequestError(422, "cannot_stream", f"model {name!r} cannot decode a stream (it needs "
                                "scaled-dot encoder-decoder attention, under wait-k, or a learned read policy "
                                "with a causal encoder: monotonic, milk, mocha, mma_hard or "
-                               "mma_il)")
+                               "mma_il or mma_chunk)")
         host.slots.take()
     except RequestError as exc:
         await _send(ws, exc.body())

@@ -2,7 +2,8 @@
 references: the expected attention against the paper's double sum computed term by term
 (and its limits, hard monotonic attention's alignment at w = 1 and MILk's attention at w
 at least the source), gradients by finite differences, hard decisions against a
-brute-force scan over the states read so far, streaming against offline greedy
+brute-force scan over the states read so far (one monotonic head with soft heads,
+``mocha``; every head a MoChA head, ``mma_chunk``), streaming against offline greedy
 decoding, and a briefly trained model."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import seqtrans as api
 from conftest import tiny_model
 from seqtrans.attention.lookback import LookbackAttention, lookback_weights, preserve_mass
 from seqtrans.attention.monotonic import expected_alignment, expected_alignments
+from seqtrans.attention.multihead_monotonic import MultiheadMonotonicAttention
 from seqtrans.config import DecodeConfig, ModelConfig
 from seqtrans.data.batches import pad_batch
 from seqtrans.data.vocab import BOS, EOS, PAD
@@ -184,6 +186,54 @@ def test_streaming_hard_decisions_equal_a_brute_force_scan_over_the_states_read(
             assert source.given == reads[i]  # read exactly as far as the stop point
             assert torch.allclose(got, expected[i], atol=1e-5)
     assert len(set(reads)) > 1  # the cases stop at several positions, the end among them
+
+
+def brute_force_heads(attn: MultiheadMonotonicAttention, memory: torch.Tensor, queries: torch.Tensor,
+                      w: int) -> tuple[list[torch.Tensor], list[int]]:
+    """Every head a MoChA head, each step from scratch: head h stops at the first position
+    from its last stop with q.k/sqrt(d) + r >= 0 (or the last position), the step reads to
+    its slowest head, and head h takes a softmax over the w states ending where it stopped.
+    memory [1, S, D], queries [1, T, D] -> contexts [D] and positions read, per step"""
+    s, heads = memory.size(1), attn.heads
+    k_mono, k_soft, v = attn.k_mono(memory)[0], attn.k_soft(memory)[0], attn.v(memory)[0]  # [S, D] each
+    assert attn.q_soft is not None
+    d = k_mono.size(1) // heads
+    starts, outputs, reads = [0] * heads, [], []
+    for i in range(queries.size(1)):
+        x = queries[0, i]
+        q_mono, q_soft = attn.q_mono(x), attn.q_soft(x)  # [D] each
+        parts, found = [], True
+        for h in range(heads):
+            cols = slice(h * d, (h + 1) * d)
+            energy = k_mono[:, cols] @ q_mono[cols] / math.sqrt(d) + attn.r  # [S]
+            stop = next((j for j in range(starts[h], s) if float(energy[j]) >= 0), None)
+            found = found and stop is not None
+            starts[h] = stop = s - 1 if stop is None else stop
+            chunk = slice(max(0, stop - w + 1), stop + 1)
+            weights = torch.softmax(k_soft[chunk, cols] @ q_soft[cols] / math.sqrt(d), dim=0)
+            parts.append(weights @ v[chunk, cols])
+        outputs.append(attn.out(torch.cat(parts)))
+        reads.append(max(starts) + 1 if found else s)  # a head that finds nothing reads to the end
+    return outputs, reads
+
+
+@pytest.mark.parametrize("seed, w, r", [(0, 1, 0.0), (1, 2, -0.5), (2, 3, 0.5), (3, 20, 0.0)])
+def test_every_head_a_mocha_head_equals_a_brute_force_scan_over_the_states_read(seed: int, w: int,
+                                                                                 r: float) -> None:
+    torch.manual_seed(seed)
+    attn = MultiheadMonotonicAttention(16, 2, lookback=True, chunk=w).eval()
+    attn.r.data.fill_(r)
+    memory, queries = torch.randn(1, 9, 16) * 2, torch.randn(1, 7, 16) * 2
+    with torch.no_grad():
+        expected, reads = brute_force_heads(attn, memory, queries, w)
+    source = Arriving(memory)
+    state = attn.follow(source, like=memory)
+    with torch.no_grad():
+        for i in range(queries.size(1)):
+            got = attn(queries[:, i : i + 1], state)[0, 0]
+            assert source.given == reads[i]  # read exactly as far as the slowest head
+            assert torch.allclose(got, expected[i], atol=1e-5)
+    assert len(set(reads)) > 1
 
 
 def mocha_model(seed: int, r: float, w: int = 2) -> Transformer:
