@@ -12,8 +12,9 @@ in ``--work`` with the same settings, then measures on test2016:
   lag. The models: the full-sentence model with the same causal encoder (the quality
   ceiling: it reads the whole source first), one multi-k wait-k model (Elbayad et al.
   2020) decoded at k in ``--ks``, a wait-3 model, the seed's hard monotonic attention
-  (Raffel et al. 2017), and monotonic infinite lookback (MILk, Arivazhagan et al. 2019)
-  at the latency weights ``--latency-weights``;
+  (Raffel et al. 2017), monotonic infinite lookback (MILk, Arivazhagan et al. 2019)
+  at the latency weights ``--latency-weights``, and monotonic chunkwise attention
+  (MoChA, Chiu and Raffel 2018; ``mocha-0.1``, trained from scratch as the wait-k models are);
 - memory attention (Britz et al. 2017; a K sweep, four heads, a local prior) against
   scaled-dot encoder-decoder attention,
   both with the same causal encoder (so the full-sentence model above is the scaled-dot
@@ -25,6 +26,7 @@ in ``--work`` with the same settings, then measures on test2016:
 
     python -m benchmarks simultaneous_multi30k
     python -m benchmarks simultaneous_multi30k --models full multi-k
+    python -m benchmarks simultaneous_multi30k --part simultaneous --models mocha-0.1
     python -m benchmarks simultaneous_multi30k --plot benchmarks/results/simultaneous_multi30k.json
 
 Each model is scored as soon as it is trained and the results file rewritten then; a
@@ -90,6 +92,9 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
         **{f"milk-{w:g}": [*CAUSAL, "model.cross_attention=milk", f"train.latency_weight={w:g}"]
            for w in latency_weights},
         "wait-3": [*CAUSAL, "model.wait_k=3"],
+        # MoChA with chunks of two positions and MMA-IL's latency weight, from scratch like wait-3
+        "mocha-0.1": [*CAUSAL, "model.cross_attention=mocha", "model.chunk_size=2",
+                      "train.latency_weight=0.1"],
         "monotonic": [*CAUSAL, "model.cross_attention=monotonic"],
         # monotonic multihead attention with the recipes' latency weights (Ma et al. 2020;
         # fairseq's MMA-IL lambda_avg 0.1, MMA-H lambda_var 0.1), and MMA-IL fine-tuned from
@@ -136,8 +141,8 @@ INIT = {"mma-il-init": "full", "monotonic-init": "full", "monotonic-init-t0.2": 
 
 
 def learned_policy(name: str) -> bool:
-    """Whether the model's encoder-decoder attention decides when to read (monotonic, MILk, MMA)."""
-    return name.startswith(("monotonic", "milk-", "mma-"))
+    """Whether the model's encoder-decoder attention decides when to read (monotonic, MILk, MoChA, MMA)."""
+    return name.startswith(("monotonic", "milk-", "mocha-", "mma-"))
 
 
 def train(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str, Any]:
@@ -378,6 +383,7 @@ def plot(data: dict[str, Any], picture: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     names = {"full": "full sentence (causal encoder)", "wait-3": "wait-3 (single k)",
              "monotonic": "hard monotonic", "mma-il": "MMA-IL", "mma-h": "MMA-H",
+             "mocha-0.1": "MoChA w=2 λ=0.1",
              "mma-il-init": "MMA-IL from the full model", "multi-k": "multi-k wait-k",
              "multi-k-init": "multi-k wait-k from the full model",
              "monotonic-init": "hard monotonic from the full model",

@@ -65,7 +65,7 @@ def test_layers_without_a_monotonic_policy_are_left_out() -> None:
     assert policy_report(tiny_model(seed=0), [(torch.tensor([[4, EOS]]), torch.tensor([[BOS]]))]) == []
 
 
-@pytest.mark.parametrize("name", ["monotonic", "milk", "mma_hard", "mma_il"])
+@pytest.mark.parametrize("name", ["monotonic", "milk", "mocha", "mma_hard", "mma_il", "mma_chunk"])
 def test_a_temperature_below_1_sharpens_the_probabilities_and_keeps_the_decisions(name: str) -> None:
     src = torch.tensor([[4, 5, 6, 7, 8, 9, EOS], [8, 9, 10, EOS, 0, 0, 0]])
     tgt = torch.tensor([[BOS, 4, 5, 6, 7], [BOS, 8, 9, 0, 0]])
@@ -81,7 +81,7 @@ def test_a_temperature_below_1_sharpens_the_probabilities_and_keeps_the_decision
         assert cold.gap < warm.gap and cold.agreement > warm.agreement
 
 
-@pytest.mark.parametrize("name", ["monotonic", "milk", "mma_hard", "mma_il"])
+@pytest.mark.parametrize("name", ["monotonic", "milk", "mocha", "mma_hard", "mma_il", "mma_chunk"])
 def test_the_noise_is_applied_in_every_layer_while_training_only(name: str) -> None:
     """Training with noise in one layer alone changes the loss, whichever layer it is."""
     src = torch.tensor([[4, 5, 6, 7, EOS]])

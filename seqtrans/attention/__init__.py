@@ -118,10 +118,17 @@ def _location(c: ModelConfig) -> LocationScore:
     return LocationScore(c.d_model, c.heads, max_length=c.location_max_length)
 
 
-def _multihead_monotonic(c: ModelConfig, *, lookback: bool) -> MultiheadMonotonicAttention:
-    return MultiheadMonotonicAttention(c.d_model, c.heads, lookback=lookback, noise=c.monotonic_noise,
-                                       r_init=c.monotonic_r_init, temperature=c.monotonic_temperature,
-                                       dropout=c.attention_dropout)
+def _lookback(c: ModelConfig, *, chunk: int | None) -> LookbackAttention:
+    return LookbackAttention(c.d_model, c.heads, chunk=chunk, dim=c.monotonic_dim, noise=c.monotonic_noise,
+                             r_init=c.monotonic_r_init, temperature=c.monotonic_temperature,
+                             dropout=c.attention_dropout)
+
+
+def _multihead_monotonic(c: ModelConfig, *, lookback: bool,
+                         chunk: int | None = None) -> MultiheadMonotonicAttention:
+    return MultiheadMonotonicAttention(c.d_model, c.heads, lookback=lookback, chunk=chunk,
+                                       noise=c.monotonic_noise, r_init=c.monotonic_r_init,
+                                       temperature=c.monotonic_temperature, dropout=c.attention_dropout)
 
 
 # The score functions that attend in a multi-head module (seqtrans.attention.content) at
@@ -151,11 +158,11 @@ CROSS_ATTENTION: dict[str, Callable[[ModelConfig], nn.Module]] = {
                                         heads=c.memory_heads, local_width=c.memory_local_width),
     "monotonic": lambda c: MonotonicAttention(c.d_model, dim=c.monotonic_dim, noise=c.monotonic_noise,
                                               r_init=c.monotonic_r_init, temperature=c.monotonic_temperature),
-    "milk": lambda c: LookbackAttention(c.d_model, c.heads, dim=c.monotonic_dim, noise=c.monotonic_noise,
-                                        r_init=c.monotonic_r_init, temperature=c.monotonic_temperature,
-                                        dropout=c.attention_dropout),
+    "milk": lambda c: _lookback(c, chunk=None),
+    "mocha": lambda c: _lookback(c, chunk=c.chunk_size),
     "mma_hard": lambda c: _multihead_monotonic(c, lookback=False),
     "mma_il": lambda c: _multihead_monotonic(c, lookback=True),
+    "mma_chunk": lambda c: _multihead_monotonic(c, lookback=True, chunk=c.chunk_size),
 }
 
 

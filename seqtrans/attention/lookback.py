@@ -27,8 +27,22 @@ that trades quality for latency. At test time (``eval()``) the decisions are har
 the source is read only as far as they need, so ``predict --stream`` follows a source
 as it arrives.
 
+Monotonic chunkwise attention (MoChA, Chiu and Raffel 2018, "Monotonic Chunkwise
+Attention") is the same with a soft chunk of w positions ending at t_i in place of the
+whole prefix (``chunk=w``); MILk is its limit w = infinity (``chunk=None``). Its expected
+attention is
+
+    beta_ij = sum_{k=j}^{j+w-1} alpha_ik exp(u_ij) / sum_{l=k-w+1}^{k} exp(u_il),
+
+both sums moving sums of width w, each taken as a logsumexp over its own window (the
+appendix's "subtract the max", with each window's max rather than the row's, so that no
+window underflows). The paper's chunk energy is additive with one head; here it is the H
+scaled dot-product heads of the lookback (with ``model.heads=1``, one head). Where
+the paper gives a step that selects nothing a zero context, the unselected mass goes to
+the end symbol as for MILk above, so such a step attends to the source's last w positions.
+
 Shapes: B sentences, K hypotheses per sentence, N = B*K rows, S source, T target
-positions this call, H heads, D model, d = D/H.
+positions this call, H heads, D model, d = D/H, w chunk width.
 """
 
 from __future__ import annotations
@@ -69,26 +83,44 @@ def preserve_mass(alpha: Tensor, lengths: Tensor) -> Tensor:
     return alpha.scatter_add(-1, (lengths - 1).unsqueeze(1), rest)
 
 
-def lookback_weights(alpha: Tensor, scores: Tensor, mask: Tensor) -> Tensor:
-    """MILk's expected soft attention beta from the monotonic alignment and the soft scores.
+def moving_logsumexp(x: Tensor, *, before: int, after: int) -> Tensor:
+    """log sum_{l=j-before}^{j+after} exp(x_l) over the last axis, positions past either end
+    left out; each window is a logsumexp of its own, so none underflows.  [..., S] -> [..., S]"""
+    padded = F.pad(x, (before, after), value=float("-inf"))  # [..., before + S + after]
+    return torch.logsumexp(padded.unfold(-1, before + after + 1, 1), dim=-1)  # windows [..., S, w]
+
+
+def lookback_weights(alpha: Tensor, scores: Tensor, mask: Tensor, *, chunk: int | None = None) -> Tensor:
+    """The expected soft attention beta from the monotonic alignment and the soft scores:
+    MILk's over the whole prefix (``chunk`` None), MoChA's over a chunk of ``chunk`` positions.
     alpha [N, T, S], scores [N, H, T, S], mask [N, S] -> [N, H, T, S]"""
     keep = mask[:, None, None, :]
     u = scores.to(torch.promote_types(scores.dtype, torch.float32)).masked_fill(~keep, MASKED)
     log_alpha = torch.log(alpha.clamp(min=1e-30)).unsqueeze(1)  # [N, 1, T, S]
-    terms = log_alpha - torch.logcumsumexp(u, dim=-1)
-    tail = torch.logcumsumexp(terms.flip(-1), dim=-1).flip(-1)  # sum over k >= j
+    if chunk is None:
+        terms = log_alpha - torch.logcumsumexp(u, dim=-1)
+        tail = torch.logcumsumexp(terms.flip(-1), dim=-1).flip(-1)  # sum over k >= j
+    else:
+        width = min(chunk, u.size(-1)) - 1  # a window past both ends is the whole row
+        terms = log_alpha - moving_logsumexp(u, before=width, after=0)  # over l in k-w+1..k
+        tail = moving_logsumexp(terms, before=0, after=width)  # over k in j..j+w-1
     return torch.exp(u + tail) * keep
 
 
 class LookbackAttention(MonotonicAttention):
     """``prepare(memory [B, S, D], mask [B, S]) -> LookbackState``;
     ``forward(x [N, T, D], state) -> [N, T, D]``: expected attention in training
-    (recording the expected delays for the latency loss), hard decisions in ``eval()``."""
+    (recording the expected delays for the latency loss), hard decisions in ``eval()``.
+    ``chunk``: MoChA's chunk width w; None looks back over everything read (MILk)."""
 
-    def __init__(self, d_model: int, heads: int, *, dim: int = 0, noise: float = 1.0, r_init: float = -4.0,
-                 temperature: float = 1.0, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, heads: int, *, chunk: int | None = None, dim: int = 0,
+                 noise: float = 1.0, r_init: float = -4.0, temperature: float = 1.0,
+                 dropout: float = 0.0) -> None:
         super().__init__(d_model, dim=dim, noise=noise, r_init=r_init, temperature=temperature)
+        if chunk is not None and chunk < 1:
+            raise ValueError(f"a chunk holds at least one position, got {chunk}")
         self.heads = heads
+        self.chunk = chunk
         self.dropout = dropout
         self.soft_q = nn.Linear(d_model, d_model)
         self.soft_kv = nn.Linear(d_model, 2 * d_model)
@@ -162,7 +194,7 @@ class LookbackAttention(MonotonicAttention):
         scores = q.view(b, k, self.heads, t, -1).transpose(1, 2).reshape(b, self.heads, k * t, -1)
         scores = scores @ state.soft_k.transpose(-1, -2) * scores.size(-1) ** -0.5  # [B, H, K*T, S]
         scores = scores.view(b, self.heads, k, t, s).transpose(1, 2).reshape(n, self.heads, t, s)
-        beta = lookback_weights(alpha, scores, mask)  # [N, H, T, S]
+        beta = lookback_weights(alpha, scores, mask, chunk=self.chunk)  # [N, H, T, S]
         beta = F.dropout(beta, self.dropout, self.training).to(state.soft_v.dtype)
         beta = beta.view(b, k, self.heads, t, s).transpose(1, 2).reshape(b, self.heads, k * t, s)
         out = (beta @ state.soft_v).view(b, self.heads, k, t, -1).transpose(1, 2)  # [B, K, H, T, d]
@@ -182,10 +214,13 @@ class LookbackAttention(MonotonicAttention):
         for i in range(t):
             state.position = self._select(query[:, i], sentence, state)  # [N]; may read more source
             assert state.soft_k is not None and state.soft_v is not None
-            # selecting nothing (the source's end) attends over the whole source
+            # selecting nothing (the source's end) attends as if the end symbol were selected
             seen = torch.minimum(state.position + 1, state.lengths[sentence])  # [N]
-            source = torch.arange(state.soft_k.size(2), device=query.device)
-            allowed = (source.unsqueeze(0) < seen.unsqueeze(1)).view(b, 1, k, -1)  # [B, 1, K, S]
+            source = torch.arange(state.soft_k.size(2), device=query.device).unsqueeze(0)  # [1, S]
+            allowed = source < seen.unsqueeze(1)  # [N, S]
+            if self.chunk is not None:
+                allowed = allowed & (source >= seen.unsqueeze(1) - self.chunk)
+            allowed = allowed.view(b, 1, k, -1)  # [B, 1, K, S]
             step = q[:, :, i].reshape(b, k, self.heads, -1).transpose(1, 2)  # [B, H, K, d]
             out = F.scaled_dot_product_attention(step, state.soft_k, state.soft_v, attn_mask=allowed)
             contexts.append(out.transpose(1, 2).reshape(n, -1))  # [N, D]

@@ -10,13 +10,16 @@ at the first position j it selects, with probability
 - **MMA-H** (``mma_hard``): head h attends to the value at t_ih alone.
 - **MMA-IL** (``mma_il``, infinite lookback): head h attends softly (its own scaled
   dot-product scores) over every position up to t_ih, as MILk does per layer.
+- **Chunkwise** (``mma_chunk``, not in Ma et al.): head h attends softly over the w
+  positions ending at t_ih, as MoChA (Chiu and Raffel 2018) does per layer; MMA-IL is
+  its w = infinity.
 
 A head that selects nothing stops at the last source position, the end symbol (where
 MMA-IL then sees the whole source). Training uses each head's expected alignment
 (:func:`~seqtrans.attention.monotonic.expected_alignment`, in log space) with that
 "mass preservation": the probability of selecting nothing goes to the last position
 (:func:`~seqtrans.attention.lookback.preserve_mass`), so training sees what decoding
-does. MMA-IL's expected soft attention is MILk's
+does. MMA-IL's expected soft attention is MILk's, the chunkwise form's MoChA's
 (:func:`~seqtrans.attention.lookback.lookback_weights`), per head.
 
 At test time (``eval()``) each head reads while p < 0.5 (or the threshold that
@@ -128,13 +131,18 @@ def hard_positions(energy: Tensor, lengths: Tensor, *, floor: float = 0.0) -> Te
 class MultiheadMonotonicAttention(nn.Module):
     """``prepare(memory [B, S, D], mask [B, S]) -> MultiheadMonotonicState``;
     ``forward(x [N, T, D], state) -> [N, T, D]``: expected attention in training (recording
-    each head's expected delays), hard decisions in ``eval()``. ``lookback``: MMA-IL."""
+    each head's expected delays), hard decisions in ``eval()``. ``lookback``: MMA-IL, or
+    with ``chunk`` = w, soft attention over the w positions ending where a head stops."""
 
-    def __init__(self, d_model: int, heads: int, *, lookback: bool, noise: float = 1.0, r_init: float = -4.0,
-                 temperature: float = 1.0, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, heads: int, *, lookback: bool, chunk: int | None = None,
+                 noise: float = 1.0, r_init: float = -4.0, temperature: float = 1.0,
+                 dropout: float = 0.0) -> None:
         super().__init__()
+        if chunk is not None and (chunk < 1 or not lookback):
+            raise ValueError(f"a chunk holds at least one position and needs lookback, got {chunk}")
         self.heads = heads
         self.lookback = lookback
+        self.chunk = chunk
         self.noise = noise
         self.temperature = temperature
         self.dropout = dropout
@@ -247,8 +255,8 @@ class MultiheadMonotonicAttention(nn.Module):
         if k_soft is not None:
             h, s = self.heads, mask.size(1)
             scores = self._soft_scores(x, k_soft).reshape(b * h, 1, t, s)
-            flat = lookback_weights(alpha.reshape(b * h, t, s), scores,
-                                    mask.repeat_interleave(h, dim=0))  # [B*H, 1, T, S]
+            flat = lookback_weights(alpha.reshape(b * h, t, s), scores, mask.repeat_interleave(h, dim=0),
+                                    chunk=self.chunk)  # [B*H, 1, T, S]
             attention = flat.view(b, h, t, s)
         return HeadMonotonicWeights(hard_positions(energy, lengths, floor=selection_floor()), alpha,
                                     torch.sigmoid(energy) * mask[:, None, None, :], attention)
@@ -276,7 +284,7 @@ class MultiheadMonotonicAttention(nn.Module):
             h = self.heads
             scores = self._soft_scores(x, state.k_soft)  # [N, H, T, S]
             flat = lookback_weights(alpha.reshape(n * h, t, s), scores.reshape(n * h, 1, t, s),
-                                    mask.repeat_interleave(h, dim=0))  # [N*H, 1, T, S]
+                                    mask.repeat_interleave(h, dim=0), chunk=self.chunk)  # [N*H, 1, T, S]
             weights = flat.view(n, h, t, s)
         weights = F.dropout(weights, self.dropout, self.training)
         return self._mix(weights, state.v)
@@ -298,6 +306,8 @@ class MultiheadMonotonicAttention(nn.Module):
             if self.lookback:
                 # up to the position stopped at, within the source (the end: all of it)
                 allowed = source.view(1, 1, 1, s) <= chosen.unsqueeze(-1).unsqueeze(-1)  # [N, H, 1, S]
+                if self.chunk is not None:  # and only the chunk ending there
+                    allowed = allowed & (source.view(1, 1, 1, s) > chosen[..., None, None] - self.chunk)
                 scores = self._soft_scores(step, state.k_soft)  # [N, H, 1, S]
                 weights = masked_softmax(scores, allowed)  # [N, H, 1, S]
             else:

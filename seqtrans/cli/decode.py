@@ -136,7 +136,7 @@ PREDICT = Command(
               "(model.wait_k, or decode.wait_k for any scaled_dot model; without a lag it "
               "reads the whole input first; an encoder that is not causal encodes the input "
               "read so far again at each read), or model.cross_attention=monotonic, milk, "
-              "mma_hard or mma_il with model.causal_encoder=true."),
+              "mocha, mma_hard, mma_il or mma_chunk with model.causal_encoder=true."),
      *(arg(flag, type=kind, metavar=key.upper(), help=f"decode.{key}: {_decode_help(key)}")
        for flag, key, kind in SAMPLING_FLAGS),
      arg("--prefixes", action="store_true",
@@ -208,7 +208,7 @@ EVALUATE = Command(
               "RUN_DIR/metrics-stream-SPLIT.json, the --set settings in the name "
               "(metrics-stream-test.wait_k=3.json), or to --output. Needs a model that can "
               "stream: scaled_dot attention under wait-k (any encoder), or a learned policy "
-              "(monotonic, milk, mma_hard, mma_il) with model.causal_encoder=true."),
+              "(monotonic, milk, mocha, mma_hard, mma_il, mma_chunk) with model.causal_encoder=true."),
      arg("--output", metavar="FILE", type=Path,
          help="With --stream: write the metrics here instead."),
      arg("--instances", metavar="FILE", type=Path,

@@ -19,10 +19,10 @@ def option(default: Any, help: str) -> Any:
 
 # Attention mechanisms (docs/attention.md); seqtrans.attention builds them by these names.
 Mechanism = Literal["scaled_dot", "dot", "general", "additive", "location", "restricted", "local",
-                    "memory", "monotonic", "milk", "mma_hard", "mma_il"]
+                    "memory", "monotonic", "milk", "mocha", "mma_hard", "mma_il", "mma_chunk"]
 SELF_MECHANISMS = ("scaled_dot", "dot", "general", "additive", "location", "restricted")
 CROSS_MECHANISMS = ("scaled_dot", "dot", "general", "additive", "location", "local", "memory", "monotonic",
-                    "milk", "mma_hard", "mma_il")
+                    "milk", "mocha", "mma_hard", "mma_il", "mma_chunk")
 
 
 @dataclass(frozen=True)
@@ -140,11 +140,13 @@ class ModelConfig:
         "or restricted."
     )
     cross_attention: Mechanism = option(
-        "scaled_dot", "Encoder-decoder attention: scaled_dot, dot, general, additive, location, local, "
-        "memory, monotonic, milk (monotonic infinite lookback), mma_hard or mma_il (monotonic "
-        "multihead attention, Ma et al. 2020: every head a monotonic head, attending to the position "
-        "it stops at, or, infinite lookback, to everything up to it; a step is written once every "
-        "head has stopped)."
+        "scaled_dot", "Encoder-decoder attention: scaled_dot, dot, general, additive, location, "
+        "local, memory, monotonic, milk (monotonic infinite lookback), mocha (monotonic chunkwise attention, "
+        "Chiu and Raffel 2018: a soft chunk of model.chunk_size positions ending where the monotonic head "
+        "stops), mma_hard, mma_il or mma_chunk (monotonic multihead attention, Ma et al. 2020: every head a "
+        "monotonic head, attending to the position it stops at, or, infinite lookback, to everything up to "
+        "it, or, not in the paper, to the model.chunk_size positions ending there; a step is written once "
+        "every head has stopped)."
     )
     causal_encoder: bool = option(
         False, "Unidirectional encoder: each source position attends only to itself and earlier "
@@ -205,21 +207,26 @@ class ModelConfig:
     monotonic_dim: int = option(
         0, "monotonic: width of the energy's hidden layer tanh(W s + V h + b); 0 means d_model."
     )
+    chunk_size: int = option(
+        2, "mocha, mma_chunk: w, the width of the soft chunk that ends at the position the monotonic head "
+        "stops at (Chiu and Raffel 2018), at least 1: 1 attends to that position alone, and a w at least the "
+        "source's length attends to everything read, as milk does."
+    )
     monotonic_noise: float = option(
-        1.0, "monotonic, milk, mma_hard, mma_il: standard deviation of the Gaussian noise added to the "
-        "energies before the sigmoid while training (Raffel et al.: 1); never at test time."
+        1.0, "monotonic, milk, mocha, mma_hard, mma_il, mma_chunk: standard deviation of the Gaussian noise "
+        "added to the energies before the sigmoid while training (Raffel et al.: 1); never at test time."
     )
     monotonic_r_init: float = option(
-        -4.0, "monotonic, milk, mma_hard, mma_il: initial value of the energy's scalar bias r; negative "
-        "so that selection probabilities start low and the expected alignment is not stuck at the "
-        "first position."
+        -4.0, "monotonic, milk, mocha, mma_hard, mma_il, mma_chunk: initial value of the energy's scalar "
+        "bias r; negative so that selection probabilities start low and the expected alignment is not stuck "
+        "at the first position."
     )
     monotonic_temperature: float = option(
-        1.0, "monotonic, milk, mma_hard, mma_il: the energy (its bias r included) is divided by this "
-        "before the noise and the sigmoid. Below 1 it sharpens the selection probabilities towards 0 "
-        "or 1, so that the expected alignment of training is closer to the hard decisions of decoding, "
-        "which it does not change (SeamlessStreaming's monotonic decoder uses 0.2 with r = -0.5); 1 is "
-        "the paper's energy. Positive."
+        1.0, "monotonic, milk, mocha, mma_hard, mma_il, mma_chunk: the energy (its bias r included) is "
+        "divided by this before the noise and the sigmoid. Below 1 it sharpens the selection probabilities "
+        "towards 0 or 1, so that the expected alignment of training is closer to the hard decisions of "
+        "decoding, which it does not change (SeamlessStreaming's monotonic decoder uses 0.2 with r = -0.5); "
+        "1 is the paper's energy. Positive."
     )
 
     def __post_init__(self) -> None:
@@ -253,7 +260,7 @@ def check_model(c: ModelConfig) -> None:
 def _check_ranges(c: ModelConfig) -> None:
     """Counts and sizes at least 1; lags, offsets and widths not negative."""
     for key in ("encoder_layers", "decoder_layers", "d_model", "d_ff", "heads", "max_positions",
-                "restricted_radius", "local_window", "memory_slots", "memory_heads"):
+                "restricted_radius", "local_window", "memory_slots", "memory_heads", "chunk_size"):
         if getattr(c, key) < 1:
             raise ConfigError(f"model.{key}", f"must be at least 1, got {getattr(c, key)}")
     for key in ("location_max_length", "monotonic_dim", "monotonic_noise", "wait_k", "position_offset",
@@ -358,15 +365,16 @@ class TrainConfig:
     label_smoothing: float = option(0.1, "epsilon_ls of label-smoothed cross-entropy.")
     latency_weight: float = option(
         0.0, "lambda of the latency loss of a learned read policy (model.cross_attention=monotonic; milk, "
-        "Arivazhagan et al. 2019; mma_hard and mma_il, Ma et al. 2020's lambda_avg): lambda times each "
-        "sentence's differentiable average lagging under the expected alignments, in source positions "
-        "(per layer, its monotonic heads' delays combined by a softmax-weighted average), averaged over "
-        "the decoder layers, is added to the loss. Finite, 0 or more."
+        "Arivazhagan et al. 2019; mocha, with MILk's loss; mma_hard, mma_il and mma_chunk, Ma et al. 2020's "
+        "lambda_avg): lambda times each sentence's differentiable average lagging under the expected "
+        "alignments, in source positions (per layer, its monotonic heads' delays combined by a "
+        "softmax-weighted average), averaged over the decoder layers, is added to the loss. Finite, 0 or "
+        "more."
     )
     latency_weight_var: float = option(
-        0.0, "lambda_var of monotonic multihead attention (model.cross_attention=mma_hard or mma_il; Ma "
-        "et al. 2020): lambda_var times each sentence's variance of the expected delays over every "
-        "monotonic head of every decoder layer, averaged over its target positions, is added to the "
+        0.0, "lambda_var of monotonic multihead attention (model.cross_attention=mma_hard, mma_il or "
+        "mma_chunk; Ma et al. 2020): lambda_var times each sentence's variance of the expected delays over "
+        "every monotonic head of every decoder layer, averaged over its target positions, is added to the "
         "loss, so that the heads agree on when to write. Finite, 0 or more."
     )
     subword_sampling: float = option(
@@ -500,8 +508,8 @@ class DecodeConfig:
         "model with scaled_dot encoder-decoder attention decodes at any lag."
     )
     monotonic_threshold: float = option(
-        0.5, "Decoding with learned read/write policies (monotonic, milk, mma_hard, mma_il attention): "
-        "a head stops reading once its selection probability reaches this, in (0, 1). 0.5 is how "
+        0.5, "Decoding with learned read/write policies (monotonic, milk, mocha, mma_hard, mma_il, mma_chunk "
+        "attention): a head stops reading once its selection probability reaches this, in (0, 1). 0.5 is how "
         "they are trained; lower writes sooner (less latency), higher reads further first."
     )
     sample: int = option(

@@ -10,8 +10,9 @@ its token:
 - hard monotonic attention (``model.cross_attention=monotonic``, Raffel et al. 2017)
   looks at source positions left to right and stops at the first it selects;
 - its infinite lookback (``milk``, Arivazhagan et al. 2019) stops where the monotonic
-  head selects and attends softly over everything read;
-- monotonic multihead attention (``mma_hard``, ``mma_il``, Ma et al. 2020) reads until
+  head selects and attends softly over everything read; its chunkwise form (``mocha``,
+  Chiu and Raffel 2018) over the w positions read last;
+- monotonic multihead attention (``mma_hard``, ``mma_il``, Ma et al. 2020; ``mma_chunk``) reads until
   every head of the layer has stopped, so a step writes once every head of every layer
   has;
 - scaled-dot attention under wait-k (``model.wait_k``, ``decode.wait_k``; Ma et al.
@@ -73,9 +74,9 @@ from seqtrans.model.transformer import DecoderState, Transformer
 from seqtrans.streaming.reencoding import PrefixReencoding
 
 #: Encoder-decoder attention that decides when to read: hard monotonic and its lookback
-#: (MILk), monotonic multihead attention (hard and infinite lookback), and scaled-dot
+#: (MILk, and over a chunk, MoChA), monotonic multihead attention (hard and infinite lookback), and scaled-dot
 #: attention under wait-k (or reading the whole source first).
-STREAMING = ("monotonic", "milk", "mma_hard", "mma_il", "scaled_dot")
+STREAMING = ("monotonic", "milk", "mocha", "mma_hard", "mma_il", "mma_chunk", "scaled_dot")
 #: Of those, the learned policies: they need a causal encoder.
 LEARNED = STREAMING[:-1]
 

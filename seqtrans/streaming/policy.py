@@ -3,7 +3,7 @@
 Monotonic attention (Raffel et al. 2017) trains with the expected alignment and decodes
 with hard decisions (select where p >= 0.5); the two agree only where the selection
 probabilities are near 0 or 1. For every decoder layer whose encoder-decoder attention
-is monotonic (``monotonic``, ``milk``, ``mma_hard``, ``mma_il``), teacher-forced on
+is monotonic (``monotonic``, ``milk``, ``mocha``, ``mma_hard``, ``mma_il``, ``mma_chunk``), teacher-forced on
 given pairs in ``eval()`` mode (hard contexts, no noise), this reports:
 
 - ``undecided``: the share of selection probabilities within [0.1, 0.9], over every

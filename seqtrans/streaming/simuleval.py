@@ -41,11 +41,11 @@ class Agent(TextToTextAgent):
             check_streaming(self.loaded)
         except SeqtransError as exc:
             raise SystemExit(f"seqtrans.streaming.simuleval.Agent: {exc}. A run that can stream has a "
-                             "learned read policy (model.cross_attention=monotonic, milk, mma_hard or "
-                             "mma_il) trained with model.causal_encoder=true, or scaled_dot attention with "
-                             "any encoder, under wait-k with --seqtrans-set decode.wait_k=K (an encoder "
-                             "that reads the whole source encodes the source read so far again at each "
-                             "read)") from None
+                             "learned read policy (model.cross_attention=monotonic, milk, mocha, mma_hard, "
+                             "mma_il or mma_chunk) trained with model.causal_encoder=true, or scaled_dot "
+                             "attention with any encoder, under wait-k with --seqtrans-set "
+                             "decode.wait_k=K (an encoder that reads the whole source encodes the source "
+                             "read so far again at each read)") from None
         self.session: StreamSession | None = None
 
     @staticmethod

@@ -93,7 +93,8 @@ async def stream(host: StreamHost, ws: WebSocket) -> None:
         if not served.streams:
             raise RequestError(422, "cannot_stream", f"model {name!r} cannot decode a stream (it needs "
                                "scaled-dot encoder-decoder attention, under wait-k, or a learned read policy "
-                               "with a causal encoder: monotonic, milk, mma_hard or mma_il)")
+                               "with a causal encoder: monotonic, milk, mocha, mma_hard or "
+                               "mma_il or mma_chunk)")
         host.slots.take()
     except RequestError as exc:
         await _send(ws, exc.body())

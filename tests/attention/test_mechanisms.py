@@ -28,6 +28,7 @@ CROSS_CASES: list[tuple[str, dict[str, Any]]] = [
     ("memory", {"memory_decoder_score": "content", "memory_positions": True}),
     # r = 0.3 and g = 1: hard attention moves a few positions per step, neither stuck nor gone
     ("monotonic", {"monotonic_r_init": 0.3}),
+    ("mocha", {"monotonic_r_init": 0.3}),
 ]
 
 

@@ -32,7 +32,7 @@ from seqtrans.training.step import LossModule
 SOURCES = [[4, 5, 6, 7, 8, 9, 10, 4, 5], [6], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, 7, 8], [5, 5, 5, 5]]
 CONFIG = DecodeConfig(beam=1, max_len_a=1.0, max_len_b=3)
 CPU = torch.device("cpu")
-MECHANISMS = ("mma_hard", "mma_il")
+MECHANISMS = ("mma_hard", "mma_il", "mma_chunk")  # mma_chunk: MMA-IL over chunks (test_mocha.py)
 
 
 def sequential_alignment(energy: torch.Tensor, length: int) -> list[list[float]]:
@@ -106,7 +106,8 @@ def mma_model(name: str, seed: int, r: float) -> Transformer:
     model = tiny_model(seed=seed, cross_attention=name, causal_encoder=True, monotonic_noise=0.0)
     for layer in model.decoder_layers:
         attn = layer.cross_attn
-        assert isinstance(attn, MultiheadMonotonicAttention) and attn.lookback == (name == "mma_il")
+        assert isinstance(attn, MultiheadMonotonicAttention) and attn.lookback == (name != "mma_hard")
+        assert attn.chunk == (2 if name == "mma_chunk" else None)
         attn.r.data.fill_(r)
     return model
 
@@ -179,10 +180,11 @@ class Failing:
         return self.memory[:, position : position + 1]
 
 
-@pytest.mark.parametrize("lookback", [False, True])
-def test_a_step_that_runs_out_of_source_is_undone_by_restoring_the_states_fields(lookback: bool) -> None:
+@pytest.mark.parametrize("lookback, chunk", [(False, None), (True, None), (True, 2)])
+def test_a_step_that_runs_out_of_source_is_undone_by_restoring_the_states_fields(lookback: bool,
+                                                                                 chunk: int | None) -> None:
     torch.manual_seed(0)
-    attn = MultiheadMonotonicAttention(16, 4, lookback=lookback, r_init=-0.3).eval()
+    attn = MultiheadMonotonicAttention(16, 4, lookback=lookback, chunk=chunk, r_init=-0.3).eval()
     memory = torch.randn(1, 7, 16)
     queries = torch.randn(1, 5, 16)
 

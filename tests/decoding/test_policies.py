@@ -171,8 +171,8 @@ def test_wait_k_needs_scaled_dot_encoder_decoder_attention() -> None:
 
 
 def test_streaming_names_the_options_a_model_lacks() -> None:
-    with pytest.raises(UsageError, match="cross_attention=monotonic, milk, mma_hard, mma_il or scaled_dot .*"
-                                         "memory"):
+    with pytest.raises(UsageError, match="cross_attention=monotonic, milk, mocha, mma_hard, mma_il, "
+                                         "mma_chunk or scaled_dot .*memory"):
         check_streamable(tiny_model(cross_attention="memory", causal_encoder=True))
     with pytest.raises(UsageError, match="milk .*causal_encoder=true.*scaled_dot.*decode.wait_k"):
         check_streamable(tiny_model(cross_attention="milk"))

@@ -80,8 +80,8 @@ def test_a_source_taken_only_as_far_as_the_tokens_written() -> None:
 
 
 def test_streaming_needs_monotonic_attention_and_a_causal_encoder() -> None:
-    with pytest.raises(UsageError, match="model.cross_attention=monotonic, milk, mma_hard, mma_il "
-                                         "or scaled_dot .*"
+    with pytest.raises(UsageError, match="model.cross_attention=monotonic, milk, mocha, mma_hard, mma_il, "
+                                         "mma_chunk or scaled_dot .*"
                                          "model.causal_encoder=true"):
         check_streamable(tiny_model(cross_attention="memory"))
     with pytest.raises(UsageError, match="causal_encoder"):

@@ -23,7 +23,7 @@ from seqtrans.streaming.decoder import stream_greedy
 
 SOURCES = [[4, 5, 6, 7, 8, 9, 10, 4, 5], [6], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, 7, 8], [5, 5, 5, 5]]
 CPU = torch.device("cpu")
-POLICIES = ["monotonic", "milk", "mma_hard", "mma_il"]
+POLICIES = ["monotonic", "milk", "mocha", "mma_hard", "mma_il", "mma_chunk"]
 
 
 def policy_model(name: str, seed: int, r: float) -> Transformer:
