@@ -33,6 +33,24 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Served]:
     return {name: Served(name, load(run, device="cpu")) for name, run in runs.items()}
 
 
+# What the page sends on each WebSocket, and how many of those the server closed: the
+# sentences the server was given, whatever the page shows.
+SOCKET_LOG = """
+window.socketLog = [];
+window.socketsClosed = 0;
+const realSend = WebSocket.prototype.send;
+WebSocket.prototype.send = function (data) {
+    if (!this.logged) {
+        this.logged = [];
+        window.socketLog.push(this.logged);
+        this.addEventListener("close", () => { window.socketsClosed++; });
+    }
+    this.logged.push(JSON.parse(data));
+    return realSend.call(this, data);
+};
+"""
+
+
 @pytest.fixture(scope="module")
 def page(models: dict[str, Served]) -> Iterator[Any]:
     executable = chromium()
@@ -40,6 +58,7 @@ def page(models: dict[str, Served]) -> Iterator[Any]:
         browser = p.chromium.launch(executable_path=executable, args=LAUNCH_ARGS)
         try:
             tab = browser.new_page()
+            tab.add_init_script(SOCKET_LOG)
             tab.goto(url + "/")
             yield tab
         finally:
@@ -89,7 +108,8 @@ def test_the_page_shows_an_error_from_the_server(page: Any) -> None:
 def test_an_error_after_a_success_takes_the_old_outputs_away(page: Any) -> None:
     ask(page, "1 2", beam=2, nbest=1)
     page.wait_for_selector("tr.output")
-    ask(page, "1 2", beam=2, nbest=3)  # refused: n-best over the beam
+    page.fill("#nbest", "3")  # refused: n-best over the beam
+    page.click("#go")
     page.wait_for_function("document.getElementById('error').textContent !== ''")
     assert page.is_hidden("#outputs") and page.query_selector_all("tr.output") == []
 
@@ -109,8 +129,8 @@ def test_a_late_answer_for_the_previous_model_is_dropped(page: Any, models: dict
     try:
         ask(page, "1 2 3", beam=2, nbest=1, model="copy")
         ask(page, "4 5", beam=2, nbest=1, model="waitk")
-        page.wait_for_selector("#outputs[data-model=waitk] tr.output")
-        page.wait_for_function("window.lateSettled")
+        page.wait_for_selector("tr.output")
+        page.wait_for_function("window.lateSettled")  # the copy model's answer has come
         assert rows(page) == [["4 5", "1", reference(models["waitk"].loaded, "4 5", beam=2)["output"]]]
         assert page.inner_text("#results-title") == "Outputs of waitk"
         assert page.inner_text("#error") == ""
@@ -126,12 +146,12 @@ def test_the_page_says_when_the_server_cannot_be_reached(page: Any, models: dict
             page.wait_for_function("document.querySelectorAll('#model option').length > 0")
         # the server is gone; its page stays
         ask(page, "1 2", beam=2, nbest=1)
-        page.wait_for_function("document.getElementById('error').textContent !== ''")
+        page.wait_for_function("document.getElementById('error').textContent !== ''", timeout=10_000)
         assert "cannot be reached" in page.inner_text("#error")
         live(page)
         page.type("#input", "1 ", delay=10)
-        page.wait_for_selector("#live-status[data-state=retrying]")
-        assert "cannot be reached" in page.inner_text("#live-status")
+        says(page, "cannot be reached")
+        assert page.get_attribute("#live-status", "data-state") == "retrying"
     finally:
         page.goto(back)
 
@@ -151,22 +171,48 @@ def spoken(served: Served, words: list[str], *, end: bool = True) -> tuple[list[
 
 
 def live(page: Any, model: str = "waitk") -> None:
-    """Live mode on for ``model``, from an empty box."""
+    """Live mode on for ``model``, from an empty box, with nothing sent yet."""
     page.select_option("#model", model)
     page.uncheck("#stream")
     page.fill("#input", "")
     page.check("#stream")
+    page.evaluate("() => { window.socketLog = []; window.socketsClosed = 0; }")
 
 
+def sent(page: Any) -> list[list[tuple[str, bool]]]:
+    """What the page has sent, per WebSocket: the sentences as the server reads them, each
+    its words and whether its end was sent."""
+    sockets = []
+    for messages in page.evaluate("window.socketLog"):
+        sentences: list[tuple[str, bool]] = []
+        words: list[str] = []
+        for message in messages:
+            words += message.get("words", "").split()
+            if message.get("end"):
+                sentences.append((" ".join(words), True))
+                words = []
+        if words:
+            sentences.append((" ".join(words), False))
+        sockets.append(sentences)
+    return sockets
+
+
+def says(page: Any, text: str) -> None:
+    """Wait until the page says ``text`` somewhere."""
+    page.wait_for_function(f"document.body.innerText.includes({text!r})", timeout=10_000)
+
+
+# Each sentence shown: the words sent, its state, the tokens received, its output words
+# with their delays, and its output as a reader sees it
 SENTENCES = """() => [...document.querySelectorAll("#live .sentence")].filter((b) => !b.hidden).map((b) => ({
-    sent: b.dataset.sent, state: b.dataset.state, tokens: Number(b.dataset.tokens),
+    sent: b.dataset.sent, state: b.dataset.state || (b.dataset.done ? "done" : "live"),
+    tokens: Number(b.dataset.tokens || b.querySelectorAll("span.token").length),
     words: [...b.querySelectorAll("span.word")].map((s) => s.firstChild.textContent),
     delays: [...b.querySelectorAll("span.word sub.delay")].map((s) => Number(s.textContent)),
-    text: b.querySelector(".target").innerText}))"""
+    text: (b.querySelector(".target") || b).innerText}))"""
 
 
 def sentences(page: Any) -> list[dict[str, Any]]:
-    """Each sentence shown: the words sent, its state, the tokens received, its words and delays."""
     return list(page.evaluate(SENTENCES))
 
 
@@ -184,8 +230,8 @@ def test_live_mode_shows_words_while_the_sentence_is_typed_and_their_delays_on_d
     page.click("#go")  # ends the sentence
     [shown] = wait_done(page, 1)
     output, delays = spoken(models["waitk"], words)
-    assert shown["sent"] == "1 2 3 4 5" and shown["words"] == output
-    assert shown["text"] == " ".join(output)  # words only: the delays are hidden until asked for
+    assert sent(page) == [[("1 2 3 4 5", True)]]
+    assert shown["text"] == " ".join(output)  # words only, not pieces: the delays are hidden until asked for
     page.check("#delays")
     assert page.inner_text("#live .target") == " ".join(f"{w}{d}" for w, d in zip(output, delays))
     assert sentences(page)[0]["delays"] == delays
@@ -197,6 +243,8 @@ def test_live_mode_streams_each_line_as_its_own_sentence(page: Any, models: dict
     live(page)
     page.type("#input", "1 2 3\n4 5", delay=10)  # no space after the last word
     page.click("#go")
+    wait_done(page, 1)
+    assert sent(page) == [[("1 2 3", True), ("4 5", True)]]  # the second line's words only
     shown = wait_done(page, 2)
     assert [s["sent"] for s in shown] == ["1 2 3", "4 5"]
     assert [s["words"] for s in shown] == [spoken(models["waitk"], ["1", "2", "3"])[0],
@@ -208,9 +256,9 @@ def test_live_mode_sends_the_last_word_when_typing_pauses_and_says_so(page: Any,
                                                                        models: dict[str, Served]) -> None:
     live(page)
     page.type("#input", "1 2 3", delay=10)
-    assert "“3” is sent when you" in page.inner_text("#pending")
-    page.wait_for_function(f"({SENTENCES})()[0].sent === '1 2 3'")  # the pause sent it
-    assert "You paused, so “3” was translated" in page.inner_text("#pending")
+    assert "“3” is sent when you" in page.inner_text("body")
+    says(page, "You paused, so “3” was translated")
+    assert sent(page) == [[("1 2 3", False)]]
     written, _ = spoken(models["waitk"], ["1", "2", "3"], end=False)
     page.wait_for_function(f"({SENTENCES})()[0].words.length === {len(written)}")
     assert sentences(page)[0]["words"] == written
@@ -219,7 +267,9 @@ def test_live_mode_sends_the_last_word_when_typing_pauses_and_says_so(page: Any,
     page.type("#input", "4", delay=10)
     page.press("#input", "Enter")
     [shown] = wait_done(page, 1)
-    assert shown["sent"] == "1 2 4" and shown["words"] == spoken(models["waitk"], ["1", "2", "4"])[0]
+    assert sent(page)[-1][-1] == ("1 2 4", True)
+    output = spoken(models["waitk"], ["1", "2", "4"])[0]
+    assert shown["sent"] == "1 2 4" and shown["words"] == output and shown["text"] == " ".join(output)
 
 
 def test_live_mode_restarts_a_sentence_after_an_idle_timeout(page: Any, models: dict[str, Served]) -> None:
@@ -231,12 +281,16 @@ def test_live_mode_restarts_a_sentence_after_an_idle_timeout(page: Any, models: 
             live(page)
             page.type("#input", "1 2 ", delay=10)
             page.wait_for_function(f"({SENTENCES})()[0].tokens > 0")
-            page.wait_for_selector("#live-status[data-state=idle]")  # the server closed the session
+            page.wait_for_function("window.socketsClosed > 0")  # the server closed the idle session
+            page.wait_for_timeout(200)
             assert page.inner_text("#error") == ""  # a pause is not an error
+            assert page.get_attribute("#live-status", "data-state") == "idle"
             page.type("#input", "3 ", delay=10)
             page.click("#go")
             [shown] = wait_done(page, 1)
-            assert shown["sent"] == "1 2 3" and shown["words"] == spoken(models["waitk"], ["1", "2", "3"])[0]
+            assert sent(page) == [[("1 2", False)], [("1 2 3", True)]]  # sent again whole, on a new session
+            output = spoken(models["waitk"], ["1", "2", "3"])[0]
+            assert shown["text"] == " ".join(output)  # the old session's tokens are gone, not added to
             assert page.inner_text("#error") == ""
     finally:
         page.goto(back)
@@ -252,13 +306,16 @@ def test_live_mode_restarts_a_sentence_after_a_server_restart(page: Any, models:
             live(page)
             page.type("#input", "1 2 ", delay=10)
             page.wait_for_function(f"({SENTENCES})()[0].tokens > 0")
-        page.wait_for_selector("#live-status[data-state=retrying]")  # said on the page while it is down
+        says(page, "reconnecting")  # said on the page while the server is down
         with running(models, port=port):
             page.wait_for_selector("#live-status[data-state=open]")
+            assert sent(page)[-1] == [("1 2", False)]  # the sentence's stream started again, by itself
             page.type("#input", "3", delay=10)
             page.click("#go")
             [shown] = wait_done(page, 1)
-            assert shown["sent"] == "1 2 3" and shown["words"] == spoken(models["waitk"], ["1", "2", "3"])[0]
+            assert sent(page)[-1] == [("1 2 3", True)]
+            output = spoken(models["waitk"], ["1", "2", "3"])[0]
+            assert shown["text"] == " ".join(output) and shown["sent"] == "1 2 3"
             assert page.inner_text("#error") == ""
     finally:
         page.goto(back)
