@@ -7,6 +7,7 @@ screenshots of docs/serving.md into docs/images/."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -237,6 +238,41 @@ def test_live_mode_shows_words_while_the_sentence_is_typed_and_their_delays_on_d
     assert sentences(page)[0]["delays"] == delays
     page.uncheck("#delays")
     assert page.input_value("#input") == "1 2 3 4 5 \n"  # ending a sentence starts a new line
+
+
+# A sentence as a subword model streams it: pieces as they are decided, words once complete
+PIECES = [{"token": "▁Ein", "delay": 2, "word_delay": 2}, {"token": "▁Mann", "delay": 3, "word_delay": 3},
+          {"word": "Ein", "delay": 3}, {"token": "▁fähr", "delay": 4, "word_delay": 3},
+          {"word": "Mann", "delay": 3}, {"token": "t", "delay": 4, "word_delay": 3},
+          {"done": True, "output": "Ein Mann fährt", "delays": [3, 3, 3], "token_delays": [2, 3, 4, 4]}]
+
+
+def test_live_mode_shows_words_not_the_model_s_pieces(page: Any) -> None:
+    if not hasattr(page, "route_web_socket"):
+        pytest.skip("a WebSocket answered by the test needs Playwright 1.48")
+    tab = page.context.browser.new_page()  # its own tab: its WebSocket route goes with it
+    try:
+        tab.add_init_script(SOCKET_LOG)
+
+        def answer(ws: Any) -> None:
+            def message(text: str | bytes) -> None:
+                if json.loads(text).get("end"):
+                    for reply in PIECES:
+                        ws.send(json.dumps(reply))
+            ws.on_message(message)
+
+        tab.route_web_socket("**/stream", answer)
+        tab.goto(page.url)
+        tab.wait_for_function("document.querySelectorAll('#model option').length > 0")
+        live(tab)
+        tab.type("#input", "A man rides", delay=10)
+        tab.click("#go")
+        [shown] = wait_done(tab, 1)
+        assert shown["text"] == "Ein Mann fährt" and "▁" not in tab.inner_text("#live")
+        tab.check("#delays")
+        assert sentences(tab)[0]["delays"] == [3, 3, 3]  # the words' delays, not the pieces'
+    finally:
+        tab.goto("about:blank")  # left open: closing a tab takes down this single-process browser
 
 
 def test_live_mode_streams_each_line_as_its_own_sentence(page: Any, models: dict[str, Served]) -> None:
