@@ -53,17 +53,32 @@ WebSocket.prototype.send = function (data) {
 
 
 @pytest.fixture(scope="module")
-def page(models: dict[str, Served]) -> Iterator[Any]:
+def page_errors() -> list[Any]:
+    """What the page threw, an unhandled rejection included."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def page(models: dict[str, Served], page_errors: list[Any]) -> Iterator[Any]:
     executable = chromium()
     with running(models) as url, playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=executable, args=LAUNCH_ARGS)
         try:
             tab = browser.new_page()
             tab.add_init_script(SOCKET_LOG)
+            tab.on("pageerror", lambda error: page_errors.append(error))
             tab.goto(url + "/")
             yield tab
         finally:
             browser.close()
+
+
+@pytest.fixture(autouse=True)
+def no_page_errors(page: Any, page_errors: list[Any]) -> Iterator[None]:
+    """Whatever happens, the page itself throws nothing."""
+    page_errors.clear()
+    yield
+    assert page_errors == []
 
 
 def ask(page: Any, text: str, *, beam: int, nbest: int, check: str | None = None,
@@ -286,6 +301,20 @@ def test_live_mode_streams_each_line_as_its_own_sentence(page: Any, models: dict
     assert [s["words"] for s in shown] == [spoken(models["waitk"], ["1", "2", "3"])[0],
                                            spoken(models["waitk"], ["4", "5"])[0]]
     assert page.inner_text("#error") == ""
+
+
+def test_live_mode_sends_an_edited_line_again_as_a_new_stream(page: Any, models: dict[str, Served]) -> None:
+    live(page)
+    page.type("#input", "1 2 3\n4 5 ", delay=10)
+    page.wait_for_function(f"({SENTENCES})().length === 2 && ({SENTENCES})()[1].tokens > 0")
+    page.fill("#input", "1 2 6\n4 5 ")  # the first line changed while the second is being translated
+    page.click("#go")
+    shown = wait_done(page, 2)
+    # the open sentence is ended and dropped, then both are sent again, in order
+    assert sent(page) == [[("1 2 3", True), ("4 5", True), ("1 2 6", True), ("4 5", True)]]
+    assert [s["sent"] for s in shown] == ["1 2 6", "4 5"]
+    assert [s["text"] for s in shown] == [" ".join(spoken(models["waitk"], ["1", "2", "6"])[0]),
+                                          " ".join(spoken(models["waitk"], ["4", "5"])[0])]
 
 
 def test_live_mode_sends_the_last_word_when_typing_pauses_and_says_so(page: Any,
