@@ -320,8 +320,15 @@ def test_live_mode_sends_an_edited_line_again_as_a_new_stream(page: Any, models:
 def test_live_mode_sends_the_last_word_when_typing_pauses_and_says_so(page: Any,
                                                                        models: dict[str, Served]) -> None:
     live(page)
-    page.type("#input", "1 2 3", delay=10)
-    assert "“3” is sent when you" in page.inner_text("body")
+    page.type("#input", "1 2 ", delay=10)
+    # the last word typed, and what the page says at once (before any pause can pass)
+    said = page.evaluate("""() => {
+        const box = document.getElementById("input");
+        box.value += "3";
+        box.dispatchEvent(new Event("input"));
+        return document.body.innerText;
+    }""")
+    assert "“3” is sent when you" in said
     says(page, "You paused, so “3” was translated")
     assert sent(page) == [[("1 2 3", False)]]
     written, _ = spoken(models["waitk"], ["1", "2", "3"], end=False)
