@@ -30,7 +30,8 @@ playwright = pytest.importorskip("playwright.sync_api")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Served]:
     root = tmp_path_factory.mktemp("page")
     runs = {"copy": copy_run(root / "copy", seed=3, vocab_size=30),
-            "waitk": copy_run(root / "waitk", seed=2, model=("model.causal_encoder=true", "decode.wait_k=2"))}
+            "waitk": copy_run(root / "waitk", seed=2, vocab_size=30,
+                              model=("model.causal_encoder=true", "decode.wait_k=2"))}
     return {name: Served(name, load(run, device="cpu")) for name, run in runs.items()}
 
 
@@ -320,28 +321,31 @@ def test_live_mode_sends_an_edited_line_again_as_a_new_stream(page: Any, models:
 def test_live_mode_sends_the_last_word_when_typing_pauses_and_says_so(page: Any,
                                                                        models: dict[str, Served]) -> None:
     live(page)
-    page.type("#input", "1 2 ", delay=10)
+    page.type("#input", "12 13 ", delay=10)  # words of two characters: a word is sent whole or not at all
     # the last word typed, and what the page says at once (before any pause can pass)
     said = page.evaluate("""() => {
         const box = document.getElementById("input");
-        box.value += "3";
+        box.value += "14";
         box.dispatchEvent(new Event("input"));
         return document.body.innerText;
     }""")
-    assert "“3” is sent when you" in said
-    says(page, "You paused, so “3” was translated")
-    assert sent(page) == [[("1 2 3", False)]]
-    written, _ = spoken(models["waitk"], ["1", "2", "3"], end=False)
+    # the pause sends it, and the page says so
+    page.wait_for_function("window.socketLog.flat().some((m) => (m.words || '').split(' ').includes('14'))",
+                           timeout=5_000)
+    assert sent(page) == [[("12 13 14", False)]]
+    assert "“14” is sent when you" in said
+    says(page, "You paused, so “14” was translated")
+    written, _ = spoken(models["waitk"], ["12", "13", "14"], end=False)
     page.wait_for_function(f"({SENTENCES})()[0].words.length === {len(written)}")
     assert sentences(page)[0]["words"] == written
     # the word was not finished after all: the sentence is sent again, not added to
     page.press("#input", "Backspace")
-    page.type("#input", "4", delay=10)
+    page.type("#input", "5", delay=10)
     page.press("#input", "Enter")
     [shown] = wait_done(page, 1)
-    assert sent(page)[-1][-1] == ("1 2 4", True)
-    output = spoken(models["waitk"], ["1", "2", "4"])[0]
-    assert shown["sent"] == "1 2 4" and shown["words"] == output and shown["text"] == " ".join(output)
+    assert sent(page)[-1][-1] == ("12 13 15", True)
+    output = spoken(models["waitk"], ["12", "13", "15"])[0]
+    assert shown["sent"] == "12 13 15" and shown["words"] == output and shown["text"] == " ".join(output)
 
 
 def test_live_mode_restarts_a_sentence_after_an_idle_timeout(page: Any, models: dict[str, Served]) -> None:
