@@ -42,12 +42,12 @@ def served_copy(directory: Path) -> Served:
 
 @contextlib.contextmanager
 def running(models: Mapping[str, Served], settings: ServeSettings | None = None, *,
-            token: str | None = None, ready: bool = True) -> Iterator[str]:
+            token: str | None = None, ready: bool = True, port: int = 0) -> Iterator[str]:
     """The URL of a server of ``models`` in a thread (once ready, unless ``ready`` is
-    false: once listening); stopped on exit."""
+    false: once listening), on ``port`` (0: a free one); stopped on exit."""
     settings = settings or ServeSettings()
     app = build_app(models, settings, token=token)
-    config = uvicorn_config(app, settings, host="127.0.0.1", port=0, log_level="warning",
+    config = uvicorn_config(app, settings, host="127.0.0.1", port=port, log_level="warning",
                             timeout_graceful_shutdown=None)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
