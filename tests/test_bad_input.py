@@ -84,6 +84,28 @@ def test_an_input_longer_than_the_learned_positions_names_its_line(tmp_path: Pat
                        device=torch.device("cpu"))
 
 
+def test_lines_before_a_line_that_cannot_be_decoded_are_written_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded = _loaded(tmp_path, "model.positions=learned", "model.max_positions=6")
+    outputs = []
+    with pytest.raises(DataError, match=r"^<stdin>:4: 7 source tokens"):
+        for line in predict_batches(loaded, [["1", "2"], ["3", "1 2 3 4 5 6", "4"]]):
+            outputs.append(line)
+    assert len(outputs) == 3  # the lines before the fourth, in the same batch as it too
+
+    def parse(line: str) -> list[int]:
+        if line == "x":
+            raise DataError(None, None, "not a symbol: 'x'")
+        return [int(t) for t in line.split()]
+
+    monkeypatch.setattr(loaded.task, "parse_source", parse)
+    outputs = []
+    with pytest.raises(DataError, match=r"^<stdin>:2: not a symbol: 'x'$"):  # the task's error gets its line
+        for line in predict_batches(loaded, [["1", "x", "2"]]):
+            outputs.append(line)
+    assert len(outputs) == 1
+
+
 def test_a_run_saved_before_an_option_existed_still_continues(tmp_path: Path) -> None:
     """A model option added after a run was written (absent from its config.json and its
     checkpoints) reads as its default: continuing the run is not refused; a setting that
