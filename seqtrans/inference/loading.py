@@ -9,6 +9,7 @@ vocabulary files).
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -36,6 +37,8 @@ from seqtrans.training import checkpoint
 from seqtrans.training.upgrade import upgrade_checkpoint
 
 AVERAGE = "average.pt"
+
+log = logging.getLogger(__name__)
 
 
 def select_device(name: str = "auto") -> torch.device:
@@ -162,6 +165,10 @@ def load_ensemble(paths: Sequence[str | Path], *, overrides: Iterable[str] = (),
                              f"vocabularies (sha256 {first.vocabulary_digest[:12]} and "
                              f"{other.vocabulary_digest[:12]}); an ensemble needs one vocabulary")
         first.others.append(other.model)
+    if len(paths) > 1:  # a glob may match more (or other) checkpoints than meant: say which are used
+        log.info("ensemble of %d models, their log-probabilities averaged at each step (task, vocabulary and "
+                 "decoding settings of the first): %s", len(paths),
+                 ", ".join(str(find_checkpoint(p)) for p in paths))
     return first
 
 
