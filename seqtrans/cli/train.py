@@ -201,6 +201,8 @@ PLOT = Command(
     "Read the runs' logs (DIR/train.jsonl) and draw training loss, dev "
     "loss, the task's dev metrics, learning rate and tokens/s, against "
     "updates and against training minutes, every run in each panel. "
+    "A run that logged too little to draw a curve (no quantity at two updates) "
+    "gets a warning; when every run did, nothing is written and the exit status is 1. "
     "Needs matplotlib (pip install 'seqtrans[plot]').",
     (arg("runs", nargs="+", metavar="RUN_DIR", type=Path),
      arg("--out", metavar="FILE", type=Path,
