@@ -398,8 +398,8 @@ class TrainConfig:
         "", "Where prepared training data is kept (a directory per dataset); empty: "
         "$SEQTRANS_CACHE_DIR/prepared, else ~/.cache/seqtrans/prepared."
     )
-    log_every: int = option(100, "Log loss, learning rate and tokens/s every this many updates "
-                            "(without a progress bar, a shorter line between them at least every 30 s).")
+    log_every: int = option(100, "Log loss, learning rate and tokens/s every this many updates (without a "
+                            "progress bar, a shorter line between them at least every 30 seconds).")
     tensorboard: bool = option(
         False, "Also write the logged scalars and the validations as TensorBoard event files under the "
         "run directory's tb/ (tensorboard --logdir DIR/tb); needs pip install 'seqtrans[tensorboard]'."
