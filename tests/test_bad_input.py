@@ -65,10 +65,13 @@ def test_symbols_the_model_has_never_seen_are_reported_with_their_line(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     loaded = _loaded(tmp_path)
     with caplog.at_level(logging.WARNING):
-        outputs = list(predict_batches(loaded, [["1 2 3", "4 57 5 99"], ["6"]]))
-    assert len(outputs) == 3  # every input still has its output line
+        outputs = list(predict_batches(loaded, [["1 2 3", "4 57 5 99"], ["6", "5 " + "7" * 120]]))
+    assert len(outputs) == 4  # every input still has its output line
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == ["<stdin>:2: 2 symbol(s) the model has never seen, read as <unk>: '57', '99'"]
+    unseen = "symbol(s) the model has never seen, read as <unk>"
+    assert warnings == [  # the input quoted, so the line is found at a glance
+        f"<stdin>:2: 2 {unseen}: '57', '99', in the input '4 57 5 99'",
+        f"<stdin>:4: 1 {unseen}: '-1', in the input '5 {'7' * 98}...'"]
 
 
 def test_an_input_longer_than_the_learned_positions_names_its_line(tmp_path: Path) -> None:

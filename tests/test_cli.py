@@ -127,7 +127,8 @@ def test_predict_forces_prefixes_and_names_a_line_whose_prefix_cannot_be_encoded
 def test_predict_reports_symbols_the_model_has_never_seen(run_dir: Path) -> None:
     done = seqtrans("predict", str(run_dir), "--device", "cpu", stdin="1 2 3\n4 57 5 99\n")
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 2
-    assert "<stdin>:2: 2 symbol(s) the model has never seen, read as <unk>: '57', '99'" in done.stderr
+    assert ("<stdin>:2: 2 symbol(s) the model has never seen, read as <unk>: '57', '99', "
+            "in the input '4 57 5 99'") in done.stderr
 
 
 def test_predict_writes_the_outputs_before_a_bad_line_and_names_it(run_dir: Path) -> None:

@@ -19,6 +19,7 @@ from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.lexical import ConstraintLines, loaded_target_ids
 from seqtrans.inference.loaded import Loaded
 from seqtrans.inference.output import TEXT, OutputOptions, render, render_failure
+from seqtrans.tasks.protocol import SourceFormatting
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ def _read_lines(loaded: Loaded, lines: list[str], *, first: int, name: str, pref
         text, _, prefix = line.partition("\t") if prefixes else (line, "", "")
         try:
             source = loaded.task.parse_source(text)
-            _check_source(loaded, source, name, number)
+            _check_source(loaded, source, name, number, text)
         except DataError as exc:  # the task names no line: it was given the text alone
             error = exc if exc.path is not None else DataError(name, number, exc.problem)
             batch.stop = _Stop(i, error)
@@ -200,18 +201,27 @@ def unseen(loaded: Loaded, source: object) -> list[str]:
     return [t for t in loaded.codec.source_tokens(source) if vocab.index(t) == UNK]
 
 
-def warn_unseen(loaded: Loaded, source: object, name: str, number: int) -> None:
+def warn_unseen(loaded: Loaded, source: object, name: str, number: int, *, text: str | None = None) -> None:
     """Log the source's symbols that the model has never seen (read as ``<unk>``), with
-    where the source came from (``name:number``)."""
+    where the source came from (``name:number``) and the input ``text`` (by default, the
+    source as a task that can write it writes it), so that the line is found at a glance."""
     unknown = unseen(loaded, source)
     if unknown:
         shown = ", ".join(repr(t) for t in unknown[:10]) + (", ..." if len(unknown) > 10 else "")
-        log.warning("%s:%d: %d symbol(s) the model has never seen, read as <unk>: %s", name, number,
-                    len(unknown), shown)
+        if text is None and isinstance(loaded.task, SourceFormatting):
+            text = loaded.task.format_source(source)
+        quoted = "" if text is None else ", in the input " + repr(text[:QUOTED] + ("..." if len(text) > QUOTED
+                                                                                    else ""))
+        log.warning("%s:%d: %d symbol(s) the model has never seen, read as <unk>: %s%s", name, number,
+                    len(unknown), shown, quoted)
 
 
-def _check_source(loaded: Loaded, source: object, name: str, number: int) -> None:
-    warn_unseen(loaded, source, name, number)
+#: The most characters of an input a warning quotes.
+QUOTED = 100
+
+
+def _check_source(loaded: Loaded, source: object, name: str, number: int, text: str) -> None:
+    warn_unseen(loaded, source, name, number, text=text)
     for model in loaded.models:
         problem = too_long(model.config, loaded.codec, source)
         if problem is not None:
