@@ -96,7 +96,8 @@ PREPARE = Command(
     "prepare", "Prepare a task's training data once: vocabulary and memory-mapped ids.",
     "Read the training split as a stream, build the vocabulary, encode the pairs with "
     "worker processes (train.prepare_workers) and write a memory-mapped dataset under "
-    "train.data_cache, keyed by the data and the settings that shape it. 'seqtrans run' "
+    "prepared/ of the cache (data.cache_dir where the task has it, else $SEQTRANS_CACHE_DIR "
+    "or ~/.cache/seqtrans), keyed by the data and the settings that shape it. 'seqtrans run' "
     "with the same data and settings uses it without preparing again (and prepares it "
     "itself when it is missing). Found in the cache, its files are checked against "
     "their sha256; an interrupted preparation resumes. Prints a summary as JSON.",

@@ -275,6 +275,17 @@ class DataDigest(Protocol):
 
 
 @runtime_checkable
+class CacheDirectory(Protocol):
+    """A task's data settings (its ``Config``, not the task) that name where a run keeps
+    what it prepares: ``data.cache_dir``, under which the task keeps its downloads and
+    models and the engine its prepared datasets (``prepared/``); empty: the default cache
+    (``$SEQTRANS_CACHE_DIR``, else ``~/.cache/seqtrans``). One key moves all of a run's
+    caches, so that runs that must not share them need not share a machine-wide one."""
+
+    cache_dir: str
+
+
+@runtime_checkable
 class TargetParsing(Protocol):
     """A task (not a codec) that reads a target from one line of text, for scoring given
     pairs (``seqtrans score``)."""
