@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from seqtrans import _moved
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _moved.install()
 

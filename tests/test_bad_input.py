@@ -65,10 +65,13 @@ def test_symbols_the_model_has_never_seen_are_reported_with_their_line(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     loaded = _loaded(tmp_path)
     with caplog.at_level(logging.WARNING):
-        outputs = list(predict_batches(loaded, [["1 2 3", "4 57 5 99"], ["6"]]))
-    assert len(outputs) == 3  # every input still has its output line
+        outputs = list(predict_batches(loaded, [["1 2 3", "4 57 5 99"], ["6", "5 " + "7" * 120]]))
+    assert len(outputs) == 4  # every input still has its output line
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == ["<stdin>:2: 2 symbol(s) the model has never seen, read as <unk>: '57', '99'"]
+    unseen = "symbol(s) the model has never seen, read as <unk>"
+    assert warnings == [  # the input quoted, so the line is found at a glance
+        f"<stdin>:2: 2 {unseen}: '57', '99', in the input '4 57 5 99'",
+        f"<stdin>:4: 1 {unseen}: '-1', in the input '5 {'7' * 98}...'"]
 
 
 def test_an_input_longer_than_the_learned_positions_names_its_line(tmp_path: Path) -> None:
@@ -82,6 +85,28 @@ def test_an_input_longer_than_the_learned_positions_names_its_line(tmp_path: Pat
     with pytest.raises(DataError, match=r"^test.txt:2: 7 source tokens"):
         score_examples(loaded.model, loaded.task, loaded.codec, split, loaded.config.decode,
                        device=torch.device("cpu"))
+
+
+def test_lines_before_a_line_that_cannot_be_decoded_are_written_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded = _loaded(tmp_path, "model.positions=learned", "model.max_positions=6")
+    outputs = []
+    with pytest.raises(DataError, match=r"^<stdin>:4: 7 source tokens"):
+        for line in predict_batches(loaded, [["1", "2"], ["3", "1 2 3 4 5 6", "4"]]):
+            outputs.append(line)
+    assert len(outputs) == 3  # the lines before the fourth, in the same batch as it too
+
+    def parse(line: str) -> list[int]:
+        if line == "x":
+            raise DataError(None, None, "not a symbol: 'x'")
+        return [int(t) for t in line.split()]
+
+    monkeypatch.setattr(loaded.task, "parse_source", parse)
+    outputs = []
+    with pytest.raises(DataError, match=r"^<stdin>:2: not a symbol: 'x'$"):  # the task's error gets its line
+        for line in predict_batches(loaded, [["1", "x", "2"]]):
+            outputs.append(line)
+    assert len(outputs) == 1
 
 
 def test_a_run_saved_before_an_option_existed_still_continues(tmp_path: Path) -> None:

@@ -127,7 +127,15 @@ def test_predict_forces_prefixes_and_names_a_line_whose_prefix_cannot_be_encoded
 def test_predict_reports_symbols_the_model_has_never_seen(run_dir: Path) -> None:
     done = seqtrans("predict", str(run_dir), "--device", "cpu", stdin="1 2 3\n4 57 5 99\n")
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 2
-    assert "<stdin>:2: 2 symbol(s) the model has never seen, read as <unk>: '57', '99'" in done.stderr
+    assert ("<stdin>:2: 2 symbol(s) the model has never seen, read as <unk>: '57', '99', "
+            "in the input '4 57 5 99'") in done.stderr
+
+
+def test_predict_writes_the_outputs_before_a_bad_line_and_names_it(run_dir: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "seqtrans", "predict", str(run_dir), "--device", "cpu"],
+                          input=b"1 2 3\n4 4\nbad \xff\n5 6\n", capture_output=True, timeout=300)
+    assert done.returncode == 1 and len(done.stdout.decode().splitlines()) == 2
+    assert done.stderr.decode().strip().endswith("<stdin>:3: invalid UTF-8 at byte 5 of the line")
 
 
 def test_predict_stream_writes_outputs_with_their_delays(tmp_path: Path, run_dir: Path) -> None:

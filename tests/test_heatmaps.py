@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,12 @@ def test_the_command_writes_a_png_per_stack(run_dir: Path, tmp_path: Path,
     # layer 2 is only the decoder's: no encoder picture
     assert main(["-q", "attention", str(run_dir), "3 1 4", "--target", "3 1 4", "--layers", "2"]) == 0
     assert sorted(p.name for p in (run_dir / "attention").iterdir()) == ["cross.png", "decoder.png"]
+    # a checkpoint of the run draws into the run directory too, not beside the checkpoints
+    shutil.rmtree(run_dir / "attention")
+    average = run_dir / "checkpoints" / "average.pt"
+    assert main(["-q", "attention", str(average), "3 1 4", "--layers", "2"]) == 0
+    assert sorted(p.name for p in (run_dir / "attention").iterdir()) == ["cross.png", "decoder.png"]
+    assert not (run_dir / "checkpoints" / "attention").exists()
 
 
 def test_the_maps_are_labelled_with_the_tokens_they_are_of(run_dir: Path) -> None:

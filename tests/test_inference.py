@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from seqtrans.decoding import beam_search
 from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import generate
 from seqtrans.errors import DataError, UsageError
-from seqtrans.inference.loading import Loaded, load, load_ensemble
+from seqtrans.inference.loading import Loaded, find_checkpoint, load, load_ensemble
 from seqtrans.inference.scoring import score_files, score_ids
 from seqtrans.linear.quantize import is_int8_only
 from seqtrans.model.transformer import Transformer, build_model
@@ -118,14 +119,20 @@ def test_runs_of_different_vocabularies_are_refused_naming_both(tmp_path: Path) 
         load_ensemble([a, b], device="cpu")
 
 
-def test_runs_of_different_architectures_ensemble(tmp_path: Path) -> None:
+def test_runs_of_different_architectures_ensemble(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     a = copy_run(tmp_path / "a", seed=1)
     b = copy_run(tmp_path / "b", seed=2, model=("model.d_model=8", "model.decoder_layers=2",
                                                 "model.cross_attention=additive"))
-    loaded = load_ensemble([a, b], device="cpu")
+    with caplog.at_level(logging.INFO, logger="seqtrans.inference.loading"):
+        loaded = load_ensemble([a, b], device="cpu")
     assert isinstance(loaded.searcher, Ensemble) and len(loaded.searcher) == 2
+    # which checkpoints are averaged is said (a glob may match more than meant)
+    said = [r.getMessage() for r in caplog.records if "ensemble of 2 models" in r.getMessage()]
+    assert len(said) == 1 and said[0].endswith(f": {find_checkpoint(a)}, {find_checkpoint(b)}")
+    caplog.clear()
     assert isinstance(load(a, device="cpu"), Loaded) and load_ensemble([a], device="cpu").searcher is not None
     assert not load_ensemble([a], device="cpu").others  # one run decodes with the model itself
+    assert not any("ensemble" in r.getMessage() for r in caplog.records)
 
 
 def test_set_reaches_every_member_of_an_ensemble(tmp_path: Path) -> None:

@@ -36,8 +36,10 @@ def test_a_line_is_answered_before_the_next_arrives() -> None:
 
 def test_invalid_utf8_names_the_line() -> None:
     read, write = os.pipe()
-    os.write(write, b"ok\nbad \xff here\n")
+    os.write(write, b"ok\nfine\nbad \xff here\nlost\n")
     os.close(write)
-    with pytest.raises(DataError, match=r"<stdin>:2: invalid UTF-8 at byte 5"):
-        list(line_batches(read))
+    batches = line_batches(read, max_lines=1)
+    assert [next(batches), next(batches)] == [["ok"], ["fine"]]  # the lines before it come first
+    with pytest.raises(DataError, match=r"<stdin>:3: invalid UTF-8 at byte 5"):
+        next(batches)
     os.close(read)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -112,3 +113,25 @@ def test_a_run_that_decodes_in_int8_still_exports_its_float_weights(tmp_path: Pa
     out = export(run, to="ctranslate2", out=tmp_path / "ct2")
     floats = sum(p.numel() for p in load(run, overrides=["decode.precision=fp32"]).model.parameters())
     assert (out / "model.bin").stat().st_size > 2 * floats  # 4 bytes a weight, not 1
+
+
+def test_a_missing_or_unreadable_checkpoint_names_the_runs_other_checkpoints(tmp_path: Path) -> None:
+    run = copy_run(tmp_path / "run", seed=0)
+    folder = run / "checkpoints"
+    for name in ("best.pt", "checkpoint_00000002.pt", "checkpoint_00000004.pt"):
+        (folder / name).write_bytes((folder / "average.pt").read_bytes())
+    (folder / "checkpoint_00000006.pt").write_bytes(b"cut short")  # not in torch's format: not offered
+    others = re.escape(f"the run's other checkpoints: {folder / 'average.pt'}, {folder / 'best.pt'}, "
+                       f"{folder / 'checkpoint_00000004.pt'}, {folder / 'checkpoint_00000002.pt'}")
+    with pytest.raises(CheckpointError, match=r"^.*checkpoint_00000009.pt: no such checkpoint file or run "
+                                              rf"directory; {others}$"):
+        load(folder / "checkpoint_00000009.pt", device="cpu")
+    with pytest.raises(CheckpointError,
+                       match=rf"(?s)^.*checkpoint_00000006.pt: not a readable checkpoint .*; {others}$"):
+        load(folder / "checkpoint_00000006.pt", device="cpu")
+    (folder / "average.pt").write_bytes(b"")  # the run's default, unreadable: the others are named
+    with pytest.raises(CheckpointError, match=r"(?s)average.pt: not a readable checkpoint .*; the run's "
+                                              rf"other checkpoints: {re.escape(str(folder / 'best.pt'))}, "):
+        load(run, device="cpu")
+    with pytest.raises(CheckpointError, match=r"^\S+nowhere: no such checkpoint file or run directory$"):
+        load(tmp_path / "nowhere", device="cpu")

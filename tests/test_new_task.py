@@ -51,7 +51,7 @@ def test_the_package_registers_its_task_and_names_its_parts(tmp_path: Path, monk
     entry_points = project.index('[project.entry-points."seqtrans.tasks"]')
     target = "seqtrans_grapheme_to_phoneme:GraphemeToPhonemeTask"
     assert project[entry_points + 1] == f'grapheme_to_phoneme = "{target}"'
-    assert 'dependencies = ["seqtrans>=0.1,<0.2"]' in project
+    assert 'dependencies = ["seqtrans>=0.2,<0.3"]' in project
     module = (root / "seqtrans_grapheme_to_phoneme" / "__init__.py").read_text()
     assert 'name = "grapheme_to_phoneme"' in module and "class GraphemeToPhonemeTask:" in module
     assert main(["new-task", "grapheme_to_phoneme"]) == 2  # the directory is there now

@@ -56,6 +56,21 @@ def test_several_runs_are_drawn_into_one_png(tmp_path: Path) -> None:
     assert [p.name for p in out.parent.iterdir()] == ["curves.png"]  # no temporary file left
 
 
+def test_a_run_that_logged_too_little_is_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    thin = write_log(tmp_path / "thin", [{"event": "train", "step": 1, "loss": 5.0, "lr": 1e-4,
+                                          "tokens_per_s": 900.0, "seconds": 0.5}])
+    out = tmp_path / "curves.png"
+    with pytest.raises(DataError, match=r"thin/train.jsonl: its log holds 1 training line\(s\) and 0 "
+                                        r"validation\(s\), too little to draw a curve .*; nothing drawn$"):
+        plot([thin], out)
+    assert not out.exists()
+    full = write_log(tmp_path / "full", [{"event": "train", "step": s, "loss": 5.0 / s, "lr": 1e-4,
+                                          "tokens_per_s": 900.0, "seconds": s} for s in (1, 2)])
+    with caplog.at_level("WARNING", logger="seqtrans.training.plot"):
+        assert plot([full, thin], out).read_bytes().startswith(PNG)  # the thin run drawn as a point
+    assert [r.getMessage().split(": ")[0] for r in caplog.records] == [str(thin / "train.jsonl")]
+
+
 def test_runs_of_the_same_name_are_told_apart_by_their_paths(tmp_path: Path) -> None:
     assert labels([tmp_path / "x" / "one", tmp_path / "y" / "two"]) == ["one", "two"]
     same = [tmp_path / "a" / "run", tmp_path / "b" / "run"]

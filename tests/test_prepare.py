@@ -221,3 +221,28 @@ def test_no_pairs_left_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"\(removed: \{'empty pair': 2\}\)"):
         prep.prepare(WordTask([Skipped("t:1", "empty pair"), Skipped("t:2", "empty pair")]), config(tmp_path))
     assert not [p for p in (tmp_path / "cache").iterdir() if not p.suffix]  # no finished dataset
+
+
+@dataclass(frozen=True)
+class CachedData:
+    """Data settings that name the run's cache (``data.cache_dir``)."""
+
+    cache_dir: str = ""
+
+
+def test_data_cache_dir_moves_the_prepared_data_and_train_data_cache_still_names_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    task = DigestTask(corpus(30), digest="abc")
+    moved = prep.prepare(task, RunConfig(task="words", data=CachedData(str(tmp_path / "mine"))))
+    assert moved.directory.parent == tmp_path / "mine" / "prepared"
+    # where the data is kept is no part of its key (here the data is read and hashed)
+    one, two = (prep.prepare(WordTask(corpus(30)), RunConfig(task="words", data=CachedData(str(place))))
+                for place in (tmp_path / "one", tmp_path / "two"))
+    assert one.directory.name == two.directory.name and one.directory.parent != two.directory.parent
+    monkeypatch.setenv("SEQTRANS_CACHE_DIR", str(tmp_path / "env"))
+    assert prep.prepare(task, RunConfig(task="words", data=CachedData())).directory.parent == (
+        tmp_path / "env" / "prepared")
+    with caplog.at_level(logging.WARNING):  # the deprecated key still names the directory itself
+        kept = prep.prepare(task, config(tmp_path))
+    assert kept.directory.parent == tmp_path / "cache"
+    assert "train.data_cache is deprecated: set data.cache_dir" in caplog.text

@@ -16,7 +16,7 @@ from typing import Any
 
 MODELS_HELP = ("A run directory or checkpoint; several (of one vocabulary) decode as an ensemble that "
                "averages their log-probabilities at each step, with the first one's task and decoding "
-               "settings.")
+               "settings; the checkpoints it averages are named on stderr.")
 SET_HELP = ("Override config keys, dotted: --set model.d_model=256 train.max_minutes=5. "
             "Takes several pairs and may be repeated; values are cast to the key's type. "
             "'seqtrans config TASK' lists every key with its help.")

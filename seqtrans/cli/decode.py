@@ -260,12 +260,13 @@ SCORE = Command(
 
 def _cmd_attention(args: argparse.Namespace) -> int:
     from seqtrans.inference.heatmaps import attend, draw
-    from seqtrans.inference.loading import load
+    from seqtrans.inference.loading import load, run_directory
 
     overrides = [f"decode.beam={args.beam}"] if args.beam is not None else []
     loaded = load(args.model, overrides=overrides, device=args.device)
-    run_dir = Path(args.model) if Path(args.model).is_dir() else Path(args.model).parent
-    out = args.out or run_dir / "attention"
+    given = Path(args.model)
+    # a checkpoint in RUN/checkpoints/ draws into RUN/attention, beside the run's other outputs
+    out = args.out or (given if given.is_dir() else run_directory(given)) / "attention"
     for path in draw(attend(loaded, args.input, target=args.target), out, layers=args.layers):
         print(f"wrote {path}")
     return 0

@@ -96,7 +96,8 @@ PREPARE = Command(
     "prepare", "Prepare a task's training data once: vocabulary and memory-mapped ids.",
     "Read the training split as a stream, build the vocabulary, encode the pairs with "
     "worker processes (train.prepare_workers) and write a memory-mapped dataset under "
-    "train.data_cache, keyed by the data and the settings that shape it. 'seqtrans run' "
+    "prepared/ of the cache (data.cache_dir where the task has it, else $SEQTRANS_CACHE_DIR "
+    "or ~/.cache/seqtrans), keyed by the data and the settings that shape it. 'seqtrans run' "
     "with the same data and settings uses it without preparing again (and prepares it "
     "itself when it is missing). Found in the cache, its files are checked against "
     "their sha256; an interrupted preparation resumes. Prints a summary as JSON.",
@@ -201,6 +202,8 @@ PLOT = Command(
     "Read the runs' logs (DIR/train.jsonl) and draw training loss, dev "
     "loss, the task's dev metrics, learning rate and tokens/s, against "
     "updates and against training minutes, every run in each panel. "
+    "A run that logged too little to draw a curve (no quantity at two updates) "
+    "gets a warning; when every run did, nothing is written and the exit status is 1. "
     "Needs matplotlib (pip install 'seqtrans[plot]').",
     (arg("runs", nargs="+", metavar="RUN_DIR", type=Path),
      arg("--out", metavar="FILE", type=Path,

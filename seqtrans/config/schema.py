@@ -403,10 +403,13 @@ class TrainConfig:
         0, "Processes that encode the training data when it is prepared; 0: one per CPU core."
     )
     data_cache: str = option(
-        "", "Where prepared training data is kept (a directory per dataset); empty: "
-        "$SEQTRANS_CACHE_DIR/prepared, else ~/.cache/seqtrans/prepared."
+        "", "Deprecated: set data.cache_dir, which moves a run's downloads and prepared data together "
+        "(prepared data goes to its prepared/). When set, prepared training data is kept here (a "
+        "directory per dataset), with a warning; empty: prepared/ under data.cache_dir, "
+        "$SEQTRANS_CACHE_DIR or ~/.cache/seqtrans."
     )
-    log_every: int = option(100, "Log loss, learning rate and tokens/s every this many updates.")
+    log_every: int = option(100, "Log loss, learning rate and tokens/s every this many updates (without a "
+                            "progress bar, a shorter line between them at least every 30 seconds).")
     tensorboard: bool = option(
         False, "Also write the logged scalars and the validations as TensorBoard event files under the "
         "run directory's tb/ (tensorboard --logdir DIR/tb); needs pip install 'seqtrans[tensorboard]'."

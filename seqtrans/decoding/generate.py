@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
-from tqdm import tqdm
 
 from seqtrans.attention import reading
 from seqtrans.config import DecodeConfig
@@ -26,6 +25,7 @@ from seqtrans.linear.precision import autocast
 from seqtrans.linear.quantize import is_int8_only, onednn_cached, quantized_cached
 from seqtrans.model.transformer import Transformer
 from seqtrans.runtime import environment
+from seqtrans.runtime.heartbeat import Counter
 from seqtrans.shortlist.search import Shortlisted
 from seqtrans.shortlist.table import Shortlist
 
@@ -178,7 +178,7 @@ def _generate(searcher: Searcher,
               position_limit: int | None, positions: Sequence[int], prefixes: Sequence[list[int]] | None,
               lexical: _Lexical, progress: bool, cancelled: Cancelled | None) -> list[list[Hypothesis]]:
     results: list[list[Hypothesis]] = [[] for _ in sources]
-    bar = tqdm(total=len(sources), desc="decode", unit="sent", disable=not progress, leave=False)
+    bar = Counter(total=len(sources), desc="decode", unit="sentences", progress=progress, logger=log)
     for batch in length_batches([len(s) for s in sources], config.batch_tokens):
         idx = batch if cancelled is None else [i for i in batch if not cancelled(i)]
         if not idx:

@@ -9,7 +9,9 @@ vocabulary files).
 
 from __future__ import annotations
 
+import logging
 import tempfile
+import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,8 @@ from seqtrans.training.upgrade import upgrade_checkpoint
 
 AVERAGE = "average.pt"
 
+log = logging.getLogger(__name__)
+
 
 def select_device(name: str = "auto") -> torch.device:
     if name == "auto":
@@ -59,7 +63,40 @@ def find_checkpoint(path: str | Path) -> Path:
         found = checkpoint.list_checkpoints(directory)
         if found:
             return found[-1]
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint file or run directory")
     raise CheckpointError(f"{path}: neither a checkpoint file nor a run directory with checkpoints")
+
+
+def other_checkpoints(path: str | Path) -> list[Path]:
+    """The checkpoint files of the run directory ``path`` is (or lies in) other than
+    ``path``: the average and the best first, then the step checkpoints, newest first.
+    Only files in torch's format (a zip archive; checked without reading them whole) are
+    named, so a truncated or foreign file is not offered in place of another."""
+    path = Path(path)
+    run = path if path.is_dir() else run_directory(path)
+    if not run.is_dir():
+        return []
+    found: list[Path] = []
+    for directory in (run / "checkpoints", run):
+        named = [directory / AVERAGE, directory / checkpoint.BEST]
+        found += [p for p in named if p.is_file()] + checkpoint.list_checkpoints(directory)[::-1]
+    return [p for p in found if p.resolve() != path.resolve() and zipfile.is_zipfile(p)]
+
+
+def _load_payload(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint ``path`` names (:func:`find_checkpoint`) and its payload; a
+    :class:`CheckpointError` that names the run's other checkpoints, which may serve instead."""
+    ckpt_path = Path(path)
+    try:
+        ckpt_path = find_checkpoint(path)
+        return ckpt_path, checkpoint.load(ckpt_path)
+    except CheckpointError as exc:
+        others = other_checkpoints(ckpt_path)
+        if not others:
+            raise
+        raise CheckpointError(f"{exc}; the run's other checkpoints: "
+                              + ", ".join(str(p) for p in others)) from None
 
 
 def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch.device = "auto") -> Loaded:
@@ -68,8 +105,7 @@ def load(path: str | Path, *, overrides: Iterable[str] = (), device: str | torch
     ``decode.precision=int8`` (on a CPU) the model is loaded for int8 decoding only
     (:func:`seqtrans.linear.quantize.int8_only`): its float weights are not kept, and decoding
     it in another precision is an error."""
-    ckpt_path = find_checkpoint(path)
-    payload = checkpoint.load(ckpt_path)
+    ckpt_path, payload = _load_payload(path)
     upgrade_checkpoint(payload, origin=ckpt_path)
     saved = payload["config"]
     task_cls = tasks.load(saved["task"])
@@ -162,6 +198,10 @@ def load_ensemble(paths: Sequence[str | Path], *, overrides: Iterable[str] = (),
                              f"vocabularies (sha256 {first.vocabulary_digest[:12]} and "
                              f"{other.vocabulary_digest[:12]}); an ensemble needs one vocabulary")
         first.others.append(other.model)
+    if len(paths) > 1:  # a glob may match more (or other) checkpoints than meant: say which are used
+        log.info("ensemble of %d models, their log-probabilities averaged at each step (task, vocabulary and "
+                 "decoding settings of the first): %s", len(paths),
+                 ", ".join(str(find_checkpoint(p)) for p in paths))
     return first
 
 

@@ -19,6 +19,7 @@ from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.lexical import ConstraintLines, loaded_target_ids
 from seqtrans.inference.loaded import Loaded
 from seqtrans.inference.output import TEXT, OutputOptions, render, render_failure
+from seqtrans.tasks.protocol import SourceFormatting
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,9 @@ def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str =
     so a file decodes at batch speed; a batch of one line is answered at once.
 
     Symbols the model has never seen are read as ``<unk>`` and logged with the line
-    (``name:line``); an input longer than learned positions reach is a :class:`DataError`.
+    (``name:line``); a source the task cannot read, or longer than learned positions
+    reach, is a :class:`DataError` naming its line, raised once the outputs of the lines
+    before it are given.
 
     With ``prefixes``, each line is ``source<TAB>prefix`` (a line without a tab has no
     prefix): the output starts with the prefix, read as the task reads a target and
@@ -69,22 +72,11 @@ def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str =
         number += len(lines)
         batch = _read_lines(loaded, lines, first=first, name=name, prefixes=prefixes,
                             constraints=constraints, failed=failed)
-        sources, good, problems = batch.sources, batch.good, batch.problems
-        outputs = {i: render_failure(loaded, output, number=first + i + 1, problem=problem)
-                   for i, problem in problems.items()}
-        if sources:
-            _, hyps = loaded.decode(sources, positions=[first + i for i in good],
-                                    prefixes=batch.forced if prefixes else None, required=batch.required,
-                                    banned=batch.banned)
-            aligned = _details(loaded, sources, hyps, output) if output.details else None
-            if output.token_log_probs and aligned is not None:
-                hyps = aligned[0]
-            for k, (i, source, nbest_hyps) in enumerate(zip(good, sources, hyps)):
-                outputs[i] = render(loaded, output, number=first + i + 1, source=source, hyps=nbest_hyps,
-                                    alignments=aligned[1][k] if aligned is not None and output.alignments
-                                    else None)
-        for i in range(len(lines)):
+        outputs = _outputs(loaded, batch, first=first, prefixes=prefixes, output=output)
+        for i in range(len(lines) if batch.stop is None else batch.stop.index):
             yield from outputs[i]
+        if batch.stop is not None:  # the lines before it are written; the error ends the output
+            raise batch.stop.error
     if constraints is not None:
         try:
             constraints.finish()
@@ -98,10 +90,40 @@ def predict_batches(loaded: Loaded, batches: Iterable[list[str]], *, name: str =
                         "were decoded)")
 
 
+def _outputs(loaded: Loaded, batch: _Lines, *, first: int, prefixes: bool,
+             output: OutputOptions) -> dict[int, list[str]]:
+    """The output lines of each line of a batch read (the first numbered ``first + 1``),
+    by its index in the batch: decoded, or the failure of a line that could not be."""
+    outputs = {i: render_failure(loaded, output, number=first + i + 1, problem=problem)
+               for i, problem in batch.problems.items()}
+    if not batch.sources:
+        return outputs
+    _, hyps = loaded.decode(batch.sources, positions=[first + i for i in batch.good],
+                            prefixes=batch.forced if prefixes else None, required=batch.required,
+                            banned=batch.banned)
+    aligned = _details(loaded, batch.sources, hyps, output) if output.details else None
+    if output.token_log_probs and aligned is not None:
+        hyps = aligned[0]
+    for k, (i, source, nbest_hyps) in enumerate(zip(batch.good, batch.sources, hyps)):
+        outputs[i] = render(loaded, output, number=first + i + 1, source=source, hyps=nbest_hyps,
+                            alignments=aligned[1][k] if aligned is not None and output.alignments else None)
+    return outputs
+
+
+@dataclass(frozen=True)
+class _Stop:
+    """A line no output can be given for (``index`` in its batch): the lines before it are
+    decoded and written, then ``error`` ends the output."""
+
+    index: int
+    error: DataError
+
+
 @dataclass
 class _Lines:
     """A batch of input lines as read: the sources that can be decoded (the batch's lines
-    ``good``), their forced prefixes and phrases, and the problems of the others by line."""
+    ``good``), their forced prefixes and phrases, the problems of the others by line, and
+    the line that ends the input, if one does."""
 
     sources: list[Any] = field(default_factory=list)
     good: list[int] = field(default_factory=list)
@@ -109,18 +131,25 @@ class _Lines:
     required: list[Phrases] = field(default_factory=list)
     banned: list[Phrases] = field(default_factory=list)
     problems: dict[int, str] = field(default_factory=dict)
+    stop: _Stop | None = None
 
 
 def _read_lines(loaded: Loaded, lines: list[str], *, first: int, name: str, prefixes: bool,
                 constraints: ConstraintLines | None, failed: list[DataError]) -> _Lines:
     """Parse a batch of input lines (the first numbered ``first + 1``); a line whose
-    prefix or phrases cannot be read is logged, added to ``failed`` and left out."""
+    prefix or phrases cannot be read is logged, added to ``failed`` and left out; a source
+    that cannot be read or decoded stops the reading there (``stop``)."""
     batch = _Lines()
     for i, line in enumerate(lines):
         number = first + i + 1
         text, _, prefix = line.partition("\t") if prefixes else (line, "", "")
-        source = loaded.task.parse_source(text)
-        _check_source(loaded, source, name, number)
+        try:
+            source = loaded.task.parse_source(text)
+            _check_source(loaded, source, name, number, text)
+        except DataError as exc:  # the task names no line: it was given the text alone
+            error = exc if exc.path is not None else DataError(name, number, exc.problem)
+            batch.stop = _Stop(i, error)
+            break
         try:
             own_prefix = prefix_ids(loaded, prefix, name, number) if prefix else []
             lexical = (constraints.take(loaded, source_ids(loaded.codec, source), own_prefix)
@@ -172,18 +201,27 @@ def unseen(loaded: Loaded, source: object) -> list[str]:
     return [t for t in loaded.codec.source_tokens(source) if vocab.index(t) == UNK]
 
 
-def warn_unseen(loaded: Loaded, source: object, name: str, number: int) -> None:
+def warn_unseen(loaded: Loaded, source: object, name: str, number: int, *, text: str | None = None) -> None:
     """Log the source's symbols that the model has never seen (read as ``<unk>``), with
-    where the source came from (``name:number``)."""
+    where the source came from (``name:number``) and the input ``text`` (by default, the
+    source as a task that can write it writes it), so that the line is found at a glance."""
     unknown = unseen(loaded, source)
     if unknown:
         shown = ", ".join(repr(t) for t in unknown[:10]) + (", ..." if len(unknown) > 10 else "")
-        log.warning("%s:%d: %d symbol(s) the model has never seen, read as <unk>: %s", name, number,
-                    len(unknown), shown)
+        if text is None and isinstance(loaded.task, SourceFormatting):
+            text = loaded.task.format_source(source)
+        quoted = "" if text is None else ", in the input " + repr(text[:QUOTED] + ("..." if len(text) > QUOTED
+                                                                                    else ""))
+        log.warning("%s:%d: %d symbol(s) the model has never seen, read as <unk>: %s%s", name, number,
+                    len(unknown), shown, quoted)
 
 
-def _check_source(loaded: Loaded, source: object, name: str, number: int) -> None:
-    warn_unseen(loaded, source, name, number)
+#: The most characters of an input a warning quotes.
+QUOTED = 100
+
+
+def _check_source(loaded: Loaded, source: object, name: str, number: int, text: str) -> None:
+    warn_unseen(loaded, source, name, number, text=text)
     for model in loaded.models:
         problem = too_long(model.config, loaded.codec, source)
         if problem is not None:
@@ -194,19 +232,11 @@ def line_batches(fd: int, *, max_lines: int = 1000, name: str = "<stdin>") -> It
     """Lines of the file descriptor ``fd`` in batches: each batch holds the lines that have
     arrived and no more than ``max_lines``. A file or a full pipe gives full batches; a
     line typed at a terminal, or sent by a program that waits for its answer, forms a
-    batch of its own at once. Invalid UTF-8 is a :class:`DataError` naming the line."""
+    batch of its own at once. Invalid UTF-8 is a :class:`DataError` naming the line,
+    raised once the lines before it have been given."""
     pending: list[str] = []
     buffer = b""
     number = 0
-
-    def text(raw: bytes) -> str:
-        nonlocal number
-        number += 1
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise DataError(name, number, f"invalid UTF-8 at byte {exc.start + 1} of the line") from None
-
     while True:
         while len(pending) >= max_lines:
             yield pending[:max_lines]
@@ -219,9 +249,28 @@ def line_batches(fd: int, *, max_lines: int = 1000, name: str = "<stdin>") -> It
         if not data:
             break
         *complete, buffer = (buffer + data).split(b"\n")
-        pending.extend(text(raw) for raw in complete)
-    if buffer:
-        pending.append(text(buffer))
-    while pending:
-        yield pending[:max_lines]
-        del pending[:max_lines]
+        error = _decode_lines(complete, pending, first=number, name=name)
+        number += len(complete)
+        if error is not None:
+            yield from _chunks(pending, max_lines)
+            raise error
+    error = _decode_lines([buffer] if buffer else [], pending, first=number, name=name)
+    yield from _chunks(pending, max_lines)
+    if error is not None:
+        raise error
+
+
+def _decode_lines(raw: list[bytes], into: list[str], *, first: int, name: str) -> DataError | None:
+    """Append the lines ``raw`` (the first numbered ``first + 1``) as text to ``into`` up to
+    the first that is not UTF-8, and return the error naming that one."""
+    for i, line in enumerate(raw):
+        try:
+            into.append(line.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            return DataError(name, first + i + 1, f"invalid UTF-8 at byte {exc.start + 1} of the line")
+    return None
+
+
+def _chunks(lines: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(lines), size):
+        yield lines[start:start + size]

@@ -10,6 +10,7 @@ Shapes: B pairs, S source length, T target length (with BOS in, with EOS out), V
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,6 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from tqdm import tqdm
 
 from seqtrans.attention import reading
 from seqtrans.config import RunConfig
@@ -31,7 +31,10 @@ from seqtrans.errors import DataError, UsageError
 from seqtrans.inference.inputs import check_texts
 from seqtrans.linear.precision import autocast
 from seqtrans.model.transformer import Transformer
+from seqtrans.runtime.heartbeat import Counter
 from seqtrans.tasks.protocol import Codec, TargetParsing, Task
+
+log = logging.getLogger(__name__)
 
 
 class Loaded(Protocol):
@@ -106,7 +109,7 @@ def _teacher_forced(model: Transformer | Ensemble, sources: Sequence[list[int]],
         raise ValueError(f"{len(sources)} sources and {len(targets)} targets")
     model.eval()
     lengths = [max(len(s), len(t) + 1) for s, t in zip(sources, targets)]
-    bar = tqdm(total=len(sources), desc="score", unit="pair", disable=not progress, leave=False)
+    bar = Counter(total=len(sources), desc="score", unit="pairs", progress=progress, logger=log)
     for idx in length_batches(lengths, batch_tokens):
         src = pad_batch([sources[i] for i in idx]).to(device)  # [B, S]
         tgt = [targets[i] for i in idx]

@@ -20,7 +20,7 @@ from seqtrans.data.assets import assets_digest
 from seqtrans.prepare.binarized import FORMAT, PreparedError
 from seqtrans.runtime import download
 from seqtrans.runtime.system import file_lock
-from seqtrans.tasks.protocol import DataDigest, Task
+from seqtrans.tasks.protocol import CacheDirectory, DataDigest, Task
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +28,21 @@ T = TypeVar("T")
 
 
 def cache_root(config: RunConfig) -> Path:
-    """The directory of prepared datasets (``train.data_cache``)."""
+    """The directory of prepared datasets: ``prepared/`` under the task's ``data.cache_dir``
+    (:class:`~seqtrans.tasks.protocol.CacheDirectory`), else under the default cache
+    (:func:`seqtrans.runtime.download.cache_dir`). ``train.data_cache``, deprecated, still
+    names the directory itself when set: runs that set it find their data where it was."""
     if config.train.data_cache:
+        log.warning("train.data_cache is deprecated: set data.cache_dir, which moves the downloads and "
+                    "the prepared data (into its prepared/) together, or $SEQTRANS_CACHE_DIR; prepared data "
+                    "is kept in %s as it says", config.train.data_cache)
         return Path(config.train.data_cache).expanduser()
-    return download.cache_dir() / "prepared"
+    return download.cache_dir(own_cache(config.data)) / "prepared"
+
+
+def own_cache(data: object) -> str | None:
+    """The cache directory a task's data settings name (``data.cache_dir``), or None."""
+    return (data.cache_dir or None) if isinstance(data, CacheDirectory) else None
 
 
 def data_digest(task: Task[Any, Any, Any], config: RunConfig) -> str:
@@ -39,7 +50,10 @@ def data_digest(task: Task[Any, Any, Any], config: RunConfig) -> str:
     settings and of everything its training reader yields (read once for this)."""
     if isinstance(task, DataDigest):
         return f"task:{task.train_digest()}"
-    digest = hashlib.sha256(json.dumps(to_dict(config.data), sort_keys=True).encode())
+    settings = to_dict(config.data)
+    if isinstance(config.data, CacheDirectory):
+        settings.pop("cache_dir", None)  # where the data is kept, not what it is
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for item in task.read("train"):
         data = pickle.dumps(item, protocol=4)
         digest.update(len(data).to_bytes(8, "little"))

@@ -9,6 +9,7 @@ from seqtrans.tasks.protocol import (
     METRIC_MODES,
     SPLITS,
     STREAM_UNITS,
+    CacheDirectory,
     Codec,
     Constraining,
     DataDigest,
@@ -31,7 +32,8 @@ from seqtrans.tasks.protocol import (
     stream_unit,
 )
 
-__all__ = ["GROUP", "METRIC_MODES", "SPLITS", "STREAM_UNITS", "Codec", "Constraining", "DataDigest",
+__all__ = ["GROUP", "METRIC_MODES", "SPLITS", "STREAM_UNITS", "CacheDirectory", "Codec", "Constraining",
+           "DataDigest",
            "Example", "ModelExtending", "Multilingual", "SegmentationSampling", "Skipped",
            "SourceFormatting", "TargetParsing", "TargetPrefixing", "Task", "TaskClass", "TaskEntry",
            "TextForm", "TokenWords", "TrainingFiles", "Upgrading",

@@ -11,8 +11,10 @@ a source walk must name ids of the vocabularies.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
 import pickle
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +23,7 @@ from seqtrans import config as cfg
 from seqtrans.data.batches import source_ids, target_ids
 from seqtrans.data.vocab import EOS
 from seqtrans.errors import UsageError
+from seqtrans.tasks import protocol
 from seqtrans.tasks.protocol import (
     METRIC_MODES,
     SPLITS,
@@ -40,6 +43,11 @@ from seqtrans.tasks.protocol import (
 
 class ContractError(AssertionError):
     """A task does not keep the plugin contract."""
+
+
+class ContractWarning(UserWarning):
+    """A task class has an attribute the contract does not know whose name is close to
+    one it does: most likely a misspelt member or ability, which the engine would ignore."""
 
 
 def _require(condition: bool, message: str) -> None:
@@ -64,6 +72,38 @@ def check_class(task_cls: TaskClass[Any, Any, Any]) -> None:
         cfg.resolve(task_cls.name, data_cls=task_cls.Config, task_defaults=task_cls.defaults,
                     task_presets=task_cls.presets, preset=preset)
     cfg.describe(cfg.resolve(task_cls.name, data_cls=task_cls.Config))
+    for name, meant in near_misses(task_cls):
+        warnings.warn(f"{getattr(task_cls, '__name__', task_cls)}.{name} is no name of the plugin contract "
+                      f"and is ignored; did you mean '{meant}'?", ContractWarning, stacklevel=2)
+
+
+def contract_names() -> frozenset[str]:
+    """Every name the contract gives a meaning: the required members, the optional class
+    attributes, and the members of each protocol of :mod:`seqtrans.tasks.protocol`."""
+    names = {*protocol.CLASS_MEMBERS, *protocol.TASK_METHODS, "metric_mode", "stream_unit"}
+    for declared in protocol.PROTOCOLS:
+        names.update(n for n in (*vars(declared), *getattr(declared, "__annotations__", {}))
+                     if not n.startswith("_"))
+    return frozenset(names)
+
+
+def near_misses(task_cls: object) -> list[tuple[str, str]]:
+    """The public attributes the task class defines (itself or a base of its own) that
+    the contract does not know, each with the contract name it is close to, if any."""
+    known = contract_names()
+    own = {name for klass in getattr(task_cls, "__mro__", ())
+           if klass.__module__ not in ("builtins", "typing", protocol.__name__)
+           for name in vars(klass) if not name.startswith("_")}
+    found = []
+    for name in sorted(own - known):
+        # the name, or what follows its first word where that is no contract name itself
+        # ("decode_defualts"); "source_format" names its own thing
+        tail = name.split("_", 1)[1] if "_" in name else ""
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8) or (
+            difflib.get_close_matches(tail, known, n=1, cutoff=0.8) if tail and tail not in known else [])
+        if close:
+            found.append((name, close[0]))
+    return found
 
 
 def check_task(task: Task[Any, Any, Any], directory: Path, *, examples: int = 50) -> dict[str, Metric]:

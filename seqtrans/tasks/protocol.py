@@ -275,6 +275,17 @@ class DataDigest(Protocol):
 
 
 @runtime_checkable
+class CacheDirectory(Protocol):
+    """A task's data settings (its ``Config``, not the task) that name where a run keeps
+    what it prepares: ``data.cache_dir``, under which the task keeps its downloads and
+    models and the engine its prepared datasets (``prepared/``); empty: the default cache
+    (``$SEQTRANS_CACHE_DIR``, else ``~/.cache/seqtrans``). One key moves all of a run's
+    caches, so that runs that must not share them need not share a machine-wide one."""
+
+    cache_dir: str
+
+
+@runtime_checkable
 class TargetParsing(Protocol):
     """A task (not a codec) that reads a target from one line of text, for scoring given
     pairs (``seqtrans score``)."""
@@ -404,6 +415,14 @@ def stream_unit(task: object) -> str:
         raise ValueError(f"stream_unit must be 'words' or 'characters', got {unit!r}")
     return str(unit)
 
+
+#: The contract's protocols: the required ones and every optional ability. A name one of
+#: them declares means something to the engine (:func:`seqtrans.tasks.contract.check_class`
+#: warns about names close to these).
+PROTOCOLS: tuple[type, ...] = (Codec, Task, TaskClass, Constraining, Multilingual, TargetPrefixing,
+                               SegmentationSampling, ModelExtending, DataDigest, CacheDirectory,
+                               TargetParsing, TextForm, TokenWords, SourceFormatting, TrainingFiles,
+                               Upgrading)
 
 #: Members the engine requires of a task class (:class:`TaskClass`) and of its
 #: instances (:class:`Task`); checked when a plugin is loaded.

@@ -22,7 +22,7 @@ from seqtrans.config import RunConfig
 from seqtrans.data.batches import Pairs
 from seqtrans.errors import TrainingError
 from seqtrans.model.transformer import Transformer
-from seqtrans.training import distributed, ranks, stopping
+from seqtrans.training import checkpoint, distributed, ranks, stopping
 from seqtrans.training.distributed import World
 from seqtrans.training.order import EpochBatches, Resample, update_groups
 from seqtrans.training.progress import Progress, TrainResult
@@ -164,9 +164,13 @@ class Trainer:
         if self.validate is not None:
             record.update({f"dev_{k}": float(v) for k, v in self.validate(self.model).items()})
         record = distributed.broadcast(record)  # early stopping decides alike on every rank
-        if stopping.observe(self.state, record, self.metric, mode=self.metric_mode):
+        best = stopping.observe(self.state, record, self.metric, mode=self.metric_mode)
+        if best:
             self.checkpointer.save_best(self.state)
         self.runlog.validation(record, self.state.seconds)
+        if best:
+            log.info("new best checkpoint: dev_%s %.4g at step %d (%s)", self.metric, self.state.best_metric,
+                     self.state.best_step, self.directory / checkpoint.BEST)
         return record
 
     def fit(self, *, resume: bool = True) -> TrainResult:

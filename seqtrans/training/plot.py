@@ -7,12 +7,15 @@ metrics (every validation); the left column against updates, the right against
 training minutes (validation excluded). A run that was resumed logged some updates
 twice; the later record of an update is the one kept. The validation metric of each
 run's task is marked at its best validation, by the task's direction (``metric_mode``:
-higher is better, or lower for an error rate), which its panel's title says.
+higher is better, or lower for an error rate), which its panel's title says. A run
+that logged too little to draw a curve of (no quantity at two updates) is named in a
+warning and drawn as points; when every run is, that is an error and nothing is written.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,8 @@ from seqtrans import tasks
 from seqtrans.errors import DataError, SeqtransError, UsageError
 from seqtrans.runtime import atomic
 from seqtrans.tasks.protocol import metric_mode
+
+log = logging.getLogger(__name__)
 
 #: (event, key, title) of the panels, top to bottom; dev metrics follow dev loss.
 _PANELS = [("train", "loss", "training loss"), ("validation", "dev_loss", "dev loss")]
@@ -85,6 +90,7 @@ def plot(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     runs = {name: curves(d) for name, d in zip(labels(run_dirs), run_dirs, strict=True)}
+    _check_drawable(runs, run_dirs)
     watched = {name: task_metric(d) for name, d in zip(runs, run_dirs, strict=True)}
     metrics = sorted({k for c in runs.values() for r in c.get("validation", [])
                       for k in r if k.startswith("dev_") and k not in ("dev_loss", "dev_ppl")})
@@ -96,8 +102,8 @@ def plot(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
             for name, c in runs.items():
                 records = [r for r in c.get(event, []) if key in r and x_key in r]
                 xs = [r[x_key] / 60 if x_key == "seconds" else r[x_key] for r in records]
-                line, = ax.plot(xs, [r[key] for r in records], marker="." if event == "validation" else None,
-                                label=name)
+                dots = event == "validation" or len(records) == 1  # a lone point drawn as a line is not seen
+                line, = ax.plot(xs, [r[key] for r in records], marker="." if dots else None, label=name)
                 found = watched[name]
                 best = best_validation(records, key, found[1]) if found and found[0] == key else None
                 if best is not None:
@@ -115,6 +121,30 @@ def plot(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
         fig.savefig(f, format="png", dpi=90)
     plt.close(fig)
     return out
+
+
+def too_little(run_curves: dict[str, list[dict[str, Any]]]) -> str | None:
+    """What a run logged, when it is too little to draw a curve of (no quantity logged at
+    two updates); None when it is enough."""
+    train = len([r for r in run_curves.get("train", []) if "loss" in r])
+    validations = len(run_curves.get("validation", []))
+    if train >= 2 or validations >= 2:
+        return None
+    return (f"its log holds {train} training line(s) and {validations} validation(s), too little to draw a "
+            "curve (a run logs every train.log_every updates and validates every train.eval_every)")
+
+
+def _check_drawable(runs: dict[str, dict[str, list[dict[str, Any]]]], run_dirs: Sequence[str | Path]) -> None:
+    """A warning for each run too thin to draw (its points are still drawn); a DataError,
+    and nothing written, when no run is drawable."""
+    thin = {d: problem for c, d in zip(runs.values(), run_dirs, strict=True)
+            if (problem := too_little(c)) is not None}
+    if len(thin) == len(runs):
+        first, problem = next(iter(thin.items()))
+        others = f" (and the {len(thin) - 1} other run(s) as little)" if len(thin) > 1 else ""
+        raise DataError(Path(first) / "train.jsonl", None, f"{problem}{others}; nothing drawn")
+    for run_dir, problem in thin.items():
+        log.warning("%s: %s; drawn as points", Path(run_dir) / "train.jsonl", problem)
 
 
 def _title(key: str, watched: Iterable[tuple[str, str] | None]) -> str:

@@ -1,7 +1,8 @@
 """The run's record while it trains: a log line every ``train.log_every`` updates (with
-the first) and one per validation, the same records as JSON lines in ``train.jsonl``,
-TensorBoard's event files, and the progress bar that stands in for the per-update
-lines on the console (:mod:`seqtrans.training.tracking`); and the run's text log,
+the first; without a bar, a shorter one between them at least every 30 s) and one per
+validation, the same records as JSON lines in ``train.jsonl``, TensorBoard's event
+files, and the progress bar that stands in for the per-update lines on the console
+(:mod:`seqtrans.training.tracking`); and the run's text log,
 ``run.log``, which holds every log record of the run (:func:`to_file`).
 
 Every rank computes the lines (the window's loss is summed over ranks, a collective
@@ -18,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from seqtrans.runtime.heartbeat import EVERY_S, Heartbeat
 from seqtrans.training import distributed
 from seqtrans.training.progress import Progress, pausing
 from seqtrans.training.tracking import UPDATE_LINE, TensorBoard, TrainingBar, console_above_bar
@@ -104,7 +106,8 @@ class RunLog:
     directory) and a bar on standard error when ``progress_bar``; each may be off."""
 
     def __init__(self, *, log_file: Path | None = None, tensorboard: Path | None = None,
-                 progress_bar: bool = False, log_every: int, max_steps: int, max_minutes: float) -> None:
+                 progress_bar: bool = False, log_every: int, max_steps: int, max_minutes: float,
+                 heartbeat_s: float = EVERY_S) -> None:
         self.log_file = log_file
         self.tensorboard_dir = tensorboard
         self.progress_bar = progress_bar
@@ -114,6 +117,7 @@ class RunLog:
         self._tensorboard: TensorBoard | None = None
         self._bar: TrainingBar | None = None
         self._window_loss, self._window_tokens, self._window_start = 0.0, 0, time.perf_counter()
+        self._heartbeat = Heartbeat(heartbeat_s)
 
     @contextlib.contextmanager
     def following(self) -> Iterator[None]:
@@ -137,6 +141,7 @@ class RunLog:
             self._bar = TrainingBar(max_steps=self.max_steps, max_minutes=self.max_minutes,
                                     step=progress.step, seconds=progress.seconds)
         self._window_loss, self._window_tokens, self._window_start = 0.0, 0, time.perf_counter()
+        self._heartbeat.reset()
 
     def close_bar(self) -> None:
         if self._bar is not None:
@@ -153,23 +158,32 @@ class RunLog:
     def update(self, progress: Progress, *, loss: float, tokens: int, lr: float) -> None:
         """Note an update taken (this rank's summed ``loss``, the update's target ``tokens``,
         the rate it used); at the first and every ``log_every``-th, write a line of the
-        loss per token since the last one."""
+        loss per token since the last one. Without a bar, a shorter line (no loss: that
+        would be a collective the ranks do not agree to join by their own clocks) comes
+        between them whenever :data:`~seqtrans.runtime.heartbeat.EVERY_S` seconds pass
+        without a line, so that a log file shows a slow run is alive."""
         self._window_loss += loss
         self._window_tokens += tokens
         step = progress.step
         if self._bar is not None:
             self._bar.advance(step, progress.seconds)
-        if step % self.log_every == 0 or step == 1:
-            elapsed = time.perf_counter() - self._window_start
-            (summed,) = distributed.all_sum([self._window_loss])
-            line = {"step": step, "epoch": progress.epoch, "loss": summed / self._window_tokens,
-                    "lr": lr, "tokens_per_s": self._window_tokens / max(elapsed, 1e-9)}
-            if self._bar is not None:
-                self._bar.show(line)
-            log.info("step %d | epoch %d | loss %.4f | lr %.3e | %.0f tok/s", step,
-                     progress.epoch, line["loss"], line["lr"], line["tokens_per_s"], extra=UPDATE_LINE)
-            self.write({"event": "train", **line, "seconds": round(progress.seconds, 3)})
-            self._window_loss, self._window_tokens, self._window_start = 0.0, 0, time.perf_counter()
+        if step % self.log_every != 0 and step != 1:
+            if self._bar is None and self._heartbeat.due():
+                elapsed = time.perf_counter() - self._window_start
+                log.info("step %d | epoch %d | %.0f tok/s (the loss comes every %d updates)", step,
+                         progress.epoch, self._window_tokens / max(elapsed, 1e-9), self.log_every)
+            return
+        self._heartbeat.reset()
+        elapsed = time.perf_counter() - self._window_start
+        (summed,) = distributed.all_sum([self._window_loss])
+        line = {"step": step, "epoch": progress.epoch, "loss": summed / self._window_tokens,
+                "lr": lr, "tokens_per_s": self._window_tokens / max(elapsed, 1e-9)}
+        if self._bar is not None:
+            self._bar.show(line)
+        log.info("step %d | epoch %d | loss %.4f | lr %.3e | %.0f tok/s", step,
+                 progress.epoch, line["loss"], line["lr"], line["tokens_per_s"], extra=UPDATE_LINE)
+        self.write({"event": "train", **line, "seconds": round(progress.seconds, 3)})
+        self._window_loss, self._window_tokens, self._window_start = 0.0, 0, time.perf_counter()
 
     def validation(self, record: Mapping[str, float], seconds: float) -> None:
         log.info("validation | %s", " | ".join(f"{k} {v:.4g}" for k, v in record.items()))

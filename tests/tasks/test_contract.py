@@ -11,7 +11,7 @@ import pytest
 
 from fake_plugins.lines_task import LinesCodec, LinesConfig, LinesTask
 from seqtrans.tasks import Example, Skipped
-from seqtrans.tasks.contract import ContractError, check_task
+from seqtrans.tasks.contract import ContractError, ContractWarning, check_task, contract_names
 
 
 @pytest.fixture
@@ -107,3 +107,27 @@ def test_one_small_fixture_may_serve_every_split(tmp_path: Path) -> None:
     (tmp_path / "all.tsv").write_text("a\ta\n")
     one = LinesConfig(**{split: str(tmp_path / "all.tsv") for split in ("train", "dev", "test")})
     assert check_task(LinesTask(one), tmp_path / "vocab") == {"exact_match": 1.0}
+
+
+def test_a_misspelt_contract_name_is_warned_about(tmp_path: Path, data: LinesConfig) -> None:
+    class Misspelt(LinesTask):
+        metric_mdoe = "min"  # would be ignored: the metric stays higher-is-better
+        decode_defualts: dict[str, Any] = {}  # noqa: RUF012
+        source_format = "words"  # a name of its own, not a misspelling
+
+    with pytest.warns(ContractWarning) as caught:
+        check_task(Misspelt(data), tmp_path / "vocab")
+    assert sorted(str(w.message) for w in caught) == [
+        "Misspelt.decode_defualts is no name of the plugin contract and is ignored; did you mean 'defaults'?",
+        "Misspelt.metric_mdoe is no name of the plugin contract and is ignored; did you mean 'metric_mode'?"]
+
+
+def test_the_names_of_every_protocol_are_known() -> None:
+    import typing
+
+    from seqtrans.tasks import protocol
+
+    declared = {v for v in vars(protocol).values() if isinstance(v, type) and typing.Protocol in v.__mro__
+                and v is not typing.Protocol}
+    assert declared == set(protocol.PROTOCOLS)
+    assert {"cache_dir", "train_digest", "metric_mode", "stream_unit", "score"} <= contract_names()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 
@@ -150,13 +151,17 @@ def test_early_stopping_on_an_error_rate(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("mode, best_step", [("min", 4), ("max", 2)])
-def test_the_best_checkpoint_follows_the_direction_of_the_metric(tmp_path: Path, mode: str,
-                                                                 best_step: int) -> None:
+def test_the_best_checkpoint_follows_the_direction_of_the_metric(tmp_path: Path, mode: str, best_step: int,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
     t = trainer(tmp_path, data=copy_pairs(20), max_steps=8, eval_every=2, checkpoint_every=2)
     values = iter([40.0, 30.0, 35.0, 31.0])  # validations at updates 2, 4, 6, 8
     t.validate = lambda model: {"wer": next(values)}
     t.metric, t.metric_mode = "wer", mode
-    t.fit()
+    with caplog.at_level(logging.INFO, logger="seqtrans.training.loop"):
+        t.fit()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("new best")]
+    news = ["dev_wer 40 at step 2", "dev_wer 30 at step 4"] if mode == "min" else ["dev_wer 40 at step 2"]
+    assert said == [f"new best checkpoint: {n} ({tmp_path / checkpoint.BEST})" for n in news]
     best = checkpoint.load(tmp_path / checkpoint.BEST)
     assert (best["step"], best["best_metric"]) == (best_step, 30.0 if mode == "min" else 40.0)
     same = checkpoint.load(tmp_path / checkpoint.checkpoint_name(best_step))["model"]

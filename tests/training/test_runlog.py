@@ -46,6 +46,21 @@ def test_lines_at_the_first_update_and_every_log_every_with_the_windows_loss(tmp
     assert "step 3 | epoch 2 | loss 2.0000 | lr 3.000e-03 |" in caplog.text
 
 
+def test_without_a_bar_a_line_comes_whenever_the_heartbeat_is_due(tmp_path: Path, caplog) -> None:
+    log = RunLog(log_file=tmp_path / "train.jsonl", log_every=3, max_steps=100, max_minutes=0, heartbeat_s=0)
+    with caplog.at_level(logging.INFO, logger="seqtrans.training.loop"):
+        feed(log)
+    said = [r.getMessage() for r in caplog.records]
+    assert [m.split(" |")[0] for m in said] == [f"step {s}" for s in range(1, 7)]  # every update, here
+    assert said[1].startswith("step 2 | epoch 2 | ")
+    assert said[1].endswith("tok/s (the loss comes every 3 updates)")
+    assert [r["step"] for r in records(tmp_path / "train.jsonl")] == [1, 3, 6]  # the record keeps its cadence
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="seqtrans.training.loop"):
+        feed(RunLog(log_every=3, max_steps=100, max_minutes=0))  # 30 s do not pass here
+    assert [r.getMessage().split(" |")[0] for r in caplog.records] == ["step 1", "step 3", "step 6"]
+
+
 def test_tokens_per_second_leave_paused_time_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = RunLog(log_file=tmp_path / "train.jsonl", log_every=1, max_steps=100, max_minutes=0)
     # start, update 1 (line, new window), pause, resume, update 2 (line), new window

@@ -52,6 +52,9 @@ class CopyConfig:
     constrain: bool = option(
         False, "Allow only symbols still unused in the source at each step (shows the constraint hook)."
     )
+    cache_dir: str = option(
+        "", "Where the run's prepared data is kept (under prepared/); empty uses $SEQTRANS_CACHE_DIR or "
+        "~/.cache/seqtrans.")
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_length <= self.max_length:

@@ -131,6 +131,9 @@ class ParsingConfig:
         False, "Add to each decoder input the (separately projected) encoder state of the word where the "
         "innermost constituent its output has opened and not closed starts; top-down targets only "
         "(docs/tasks/parsing.md, 'The span cursor'). Independent of data.source_cursor.")
+    cache_dir: str = option(
+        "", "Where the run's prepared data is kept (under prepared/); empty uses $SEQTRANS_CACHE_DIR or "
+        "~/.cache/seqtrans. The NLTK corpus goes to data.nltk_data.")
 
     def __post_init__(self) -> None:
         if self.vocab_size < 8:

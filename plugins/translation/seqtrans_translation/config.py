@@ -56,8 +56,8 @@ class TranslationConfig:
         "NFKC-normalized).")
     bleu_tokenize: str = option("13a", "sacreBLEU's tokenizer for BLEU (13a is the WMT standard).")
     cache_dir: str = option(
-        "", "Where downloads and subword models are cached; empty uses $SEQTRANS_CACHE_DIR or "
-        "~/.cache/seqtrans.")
+        "", "Where downloads, subword models and the prepared data (under prepared/) are cached; empty "
+        "uses $SEQTRANS_CACHE_DIR or ~/.cache/seqtrans.")
     mirror: str = option(
         "", "Fetch dataset files from this base URL (file:// or http(s)://, or a directory) by file "
         "name instead of their published URLs; empty uses $SEQTRANS_MIRROR, if set.")
