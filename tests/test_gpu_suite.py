@@ -65,7 +65,9 @@ def test_the_smoke_run_measures_every_part(tmp_path: Path) -> None:
         assert row["compile_step_ms"] > 0 and row["reference_step_ms"] > 0
 
     train = parts["train_mfu"]
-    assert train["target_tokens"] > 100 and train["tokens_per_s"] > 0 and 0 < train["mfu_bf16"] < 1
+    assert train["target_tokens"] > 100 and train["tokens_per_s"] > 0 and train["mfu_bf16"] > 0
+    if train["device"] == "cuda":  # on a CPU the smoke run's GEMM peak, timed on a busy machine, can be
+        assert train["mfu_bf16"] < 1  # below what the step got, so the ratio says nothing there
     assert train["dtype"].startswith("bf16")
 
     multi30k = parts["multi30k"]
