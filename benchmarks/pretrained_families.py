@@ -37,6 +37,7 @@ Needs the ``bench`` extra (transformers, ctranslate2) and the translation plugin
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -201,7 +202,15 @@ def build_shortlist(run: Path, texts: list[str], *, tokens: int, top: int, frequ
     shortlist.save(run / table.FILE)
     ids = [vocabs.source.encode(loaded.codec.source_tokens(t)) for t in texts]
     sizes = shortlist.allowed(ids).sum(axis=1)
-    return {"outputs": outputs, "allowed_per_sentence": [int(n) for n in sizes]}
+    # greedy too: the shortlist holds its outputs, so they must stay the same (at beam 4 the
+    # scores are renormalised over each hypothesis's list, which can reorder a beam whose
+    # random-weight candidates are nearly tied)
+    greedy = dataclasses.replace(_settings("int8", tokens, languages=True), beam=1)
+    _, plain = loaded.decode(texts, decode=greedy)
+    listed = load(run, device="cpu", overrides=["decode.precision=int8", "decode.shortlist=true"])
+    _, restricted = listed.decode(texts, decode=dataclasses.replace(greedy, shortlist=True))
+    same = sum(a[0].tokens == b[0].tokens for a, b in zip(plain, restricted))
+    return {"outputs": outputs, "allowed_per_sentence": [int(n) for n in sizes], "greedy_equal_outputs": same}
 
 
 def decode_ct2(model: Path, hf: Path, texts: list[str], *, batch: int, tokens: int,
@@ -301,7 +310,7 @@ def _shortlist_cases(args: argparse.Namespace, base: Path, common: list[str], th
                "ct2_int8_without_shortlist_tok_s": ct2, "ct2_best_policy": plain["ct2_best_policy"],
                "seqtrans_without_shortlist_tok_s": plain["seqtrans_tok_s"],
                "equal_outputs": sum(a == b for a, b in zip(ours["outputs"], made["outputs"])),
-               "sentences": len(made["outputs"])}
+               "greedy_equal_outputs": made["greedy_equal_outputs"], "sentences": len(made["outputs"])}
         row["ratio_vs_ct2_int8_without_shortlist"] = row["seqtrans_tok_s"] / ct2
         print(json.dumps(row), flush=True)
         out.append(row)
