@@ -167,3 +167,14 @@ def assert_log_probabilities_match(loaded: Any, hf: Any, sources: list[str], tar
         assert diff <= 1e-4, f"sentence {b}: log-probabilities differ by {diff}"
         assert ours[b, :n, BOS].max().item() < -90  # e^-90 of the mass: none
 
+
+#: An imported NLLB model's languages, as decoding settings.
+NLLB_LANGUAGES = ["decode.source_lang=eng_Latn", "decode.target_lang=deu_Latn"]
+
+
+def imported_nllb(tmp_path_factory: Any) -> Path:
+    """A run imported from a tiny NLLB model (:func:`hf_directory`), in a new temporary directory."""
+    from seqtrans.inference import formats
+
+    base = tmp_path_factory.mktemp("nllb")
+    return Path(formats.load("hf").import_model(hf_directory("nllb", base / "hf"), out=base / "run"))

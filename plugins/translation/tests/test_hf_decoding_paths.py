@@ -9,26 +9,24 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_models import hf_directory, our_ids
+from hf_models import NLLB_LANGUAGES, imported_nllb, our_ids
 from marian_models import SOURCES, TARGETS, _pairs
 
 from seqtrans.cli import main
 from seqtrans.config import DecodeConfig
 from seqtrans.data.vocab import EOS
-from seqtrans.inference import formats
 from seqtrans.inference.loading import Loaded, load, load_ensemble
 from seqtrans.inference.scoring import score_files
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-LANGUAGES = ["decode.source_lang=eng_Latn", "decode.target_lang=deu_Latn"]
+LANGUAGES = NLLB_LANGUAGES
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("nllb")
-    return formats.load("hf").import_model(hf_directory("nllb", base / "hf"), out=base / "run")
+    return imported_nllb(tmp_path_factory)
 
 
 def _starts_with_the_language(loaded: Loaded, hypotheses: list[list[object]]) -> bool:

@@ -14,10 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hf_models import hf_directory
+from hf_models import imported_nllb
 from marian_models import SOURCES
 
-from seqtrans.inference import formats
 from seqtrans.inference.loading import load
 
 httpx = pytest.importorskip("httpx")
@@ -33,8 +32,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("nllb")
-    return formats.load("hf").import_model(hf_directory("nllb", base / "hf"), out=base / "run")
+    return imported_nllb(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

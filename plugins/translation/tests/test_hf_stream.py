@@ -13,24 +13,22 @@ import sys
 from pathlib import Path
 
 import pytest
-from hf_models import hf_directory
+from hf_models import NLLB_LANGUAGES, imported_nllb
 from marian_models import SOURCES
 
 import seqtrans
-from seqtrans.inference import formats
 from seqtrans.inference.loading import Loaded, load
 from seqtrans.streaming.session import StreamSession
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-LANGUAGES = ["decode.source_lang=eng_Latn", "decode.target_lang=deu_Latn"]
+LANGUAGES = NLLB_LANGUAGES
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("nllb")
-    return formats.load("hf").import_model(hf_directory("nllb", base / "hf"), out=base / "run")
+    return imported_nllb(tmp_path_factory)
 
 
 def _session(loaded: Loaded, text: str) -> StreamSession:

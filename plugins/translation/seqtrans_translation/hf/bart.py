@@ -27,7 +27,7 @@ from torch import Tensor
 from seqtrans.config import ModelConfig
 from seqtrans.errors import ConfigError, DataError
 from seqtrans_translation.hf.directory import Entry, Settings, Weights
-from seqtrans_translation.hf.vocabulary import logits_bias, rows
+from seqtrans_translation.hf.vocabulary import output_tables
 
 MODEL_TYPES = ("bart", "mbart", "m2m_100")
 
@@ -124,13 +124,8 @@ EMBEDDINGS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "share
 
 def state_dict(w: Weights, c: ModelConfig, order: Tensor, *, vocab_size: int) -> dict[str, Tensor]:
     """seqtrans's weights of a BART-family model's tensors."""
-    out: dict[str, Tensor] = {}
-    embed = w.first_of(EMBEDDINGS, (vocab_size, c.d_model))  # [V, D]
-    out["source_embed.weight"] = out["target_embed.weight"] = rows(embed, order)
-    if not c.tie_output:
-        out["output.weight"] = rows(w.take("lm_head.weight", (vocab_size, c.d_model)), order)
     bias = w.take("final_logits_bias", (1, vocab_size))[0] if "final_logits_bias" in w else None
-    out["output_bias"] = logits_bias(bias, order)
+    out = output_tables(w, c, order, embeddings=EMBEDDINGS, vocab_size=vocab_size, bias=bias)
     for ours, parts in key_map(c):
         out[ours] = w.joined(parts)
     return out

@@ -47,7 +47,7 @@ from seqtrans.config import ModelConfig
 from seqtrans.errors import ConfigError, DataError, UsageError
 from seqtrans_translation.hf.codec import SENTENCEPIECE, TOKENIZER, ByteTokenizer
 from seqtrans_translation.hf.directory import Entry, Settings, Weights
-from seqtrans_translation.hf.vocabulary import logits_bias, rows
+from seqtrans_translation.hf.vocabulary import output_tables
 
 MODEL_TYPES = ("t5", "mt5")
 
@@ -178,12 +178,7 @@ def key_map(c: ModelConfig) -> list[Entry]:
 
 def state_dict(w: Weights, c: ModelConfig, order: Tensor, *, vocab_size: int) -> dict[str, Tensor]:
     """seqtrans's weights of a T5-family model's tensors."""
-    out: dict[str, Tensor] = {}
-    embed = w.first_of(EMBEDDINGS, (vocab_size, c.d_model))  # [V, D]
-    out["source_embed.weight"] = out["target_embed.weight"] = rows(embed, order)
-    if not c.tie_output:
-        out["output.weight"] = rows(w.take("lm_head.weight", (vocab_size, c.d_model)), order)
-    out["output_bias"] = logits_bias(None, order)
+    out = output_tables(w, c, order, embeddings=EMBEDDINGS, vocab_size=vocab_size, bias=None)
     w.taken.update(name for name in IGNORED if name in w)
     for ours, parts in key_map(c):
         out[ours] = w.joined(parts)

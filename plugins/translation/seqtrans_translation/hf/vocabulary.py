@@ -30,6 +30,9 @@ from seqtrans.data.vocab import BOS, SPECIALS, Vocab
 if TYPE_CHECKING:  # torch is imported where tensors are made: listing the tasks loads no torch
     from torch import Tensor
 
+    from seqtrans.config import ModelConfig
+    from seqtrans_translation.hf.directory import Weights
+
 #: The logits bias of a symbol the model does not have as an output: e^-100 of the mass
 #: of any real symbol, nothing in float32, yet finite, so that label smoothing still has
 #: a finite mean when the model is fine-tuned.
@@ -109,4 +112,18 @@ def logits_bias(bias: Tensor | None, order: Tensor) -> Tensor:
 
     out = torch.zeros(order.numel()) if bias is None else rows(bias.float(), order).clone()
     out[BOS] = ABSENT_LOGIT
+    return out
+
+
+def output_tables(w: Weights, c: ModelConfig, order: Tensor, *, embeddings: Sequence[str], vocab_size: int,
+                  bias: Tensor | None) -> dict[str, Tensor]:
+    """seqtrans's shared embedding table, its untied output rows (``lm_head``) and its
+    output bias, in seqtrans's order, from the model's tensors: ``embeddings`` the names
+    the shared matrix may be saved under, ``bias`` [V] the model's or None."""
+    out: dict[str, Tensor] = {}
+    embed = w.first_of(tuple(embeddings), (vocab_size, c.d_model))  # [V, D]
+    out["source_embed.weight"] = out["target_embed.weight"] = rows(embed, order)
+    if not c.tie_output:
+        out["output.weight"] = rows(w.take("lm_head.weight", (vocab_size, c.d_model)), order)
+    out["output_bias"] = logits_bias(bias, order)
     return out
