@@ -41,6 +41,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import weakref
 from importlib import resources
 from pathlib import Path
 
@@ -66,7 +67,9 @@ BUILD_TIMEOUT_S = 120.0
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
 _failed: str | None = None
-_int8_products: dict[int, bool] = {}  # id of a loaded library -> whether it has the int8 product
+# loaded library -> whether it has the int8 product; weak, so that a library let go (a test's
+# other build) is forgotten rather than its id taken by the next one's
+_int8_products: weakref.WeakKeyDictionary[ctypes.CDLL, bool] = weakref.WeakKeyDictionary()
 
 
 def available() -> bool:
@@ -306,9 +309,9 @@ def built_with_int8_product() -> bool:
     library = _load()
     if library is None:
         return False
-    known = _int8_products.get(id(library))  # asked once per library: a layer asks every call
+    known = _int8_products.get(library)  # asked once per library: a layer asks every call
     if known is None:
-        known = _int8_products[id(library)] = bool(library.seqtrans_int8_product_available())
+        known = _int8_products[library] = bool(library.seqtrans_int8_product_available())
     return known
 
 
