@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
             status = server.stop()
     memory = result["rss_mib_every_1000"]
     growth = (max(memory[1:]) / memory[0] - 1) if len(memory) > 1 else 0.0
-    out = {"model": str(args.run_dir or "untrained copy model (tests/test_inference.py copy_run)"),
+    out = {"model": str(args.run_dir or "untrained copy model (tests/inference/test_inference.py copy_run)"),
            "limits": " ".join(LIMITS), "rss_mib_ready": ready, **result,
            "rss_growth_after_first_1000": round(growth, 3), "exit_status": status}
     print(json.dumps(out, indent=1))

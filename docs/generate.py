@@ -1,6 +1,6 @@
 """Rewrite the generated tables of the docs from the code: ``python docs/generate.py``.
 
-Two kinds of generated text, both kept in step by ``tests/test_docs.py``:
+Two kinds of generated text, both kept in step by ``tests/docs/test_docs.py``:
 
 - a table that follows a ``<!-- generated: EXPRESSION ... -->`` comment and runs to the
   end of the file (configuration and command-line references, from the code);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,6 +17,13 @@ from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.model.transformer import Transformer
 from seqtrans.runtime import environment
 from seqtrans.tasks.testing import serve_directory
+
+# tests/ mirrors the package tree, and a test module may share helpers with another
+# directory's (``from test_inference import copy_run``): every test directory is importable
+# by module name, which pytest's default import mode allows since test file names are unique.
+for _directory in sorted(Path(__file__).resolve().parent.glob("*/")):
+    if _directory.name not in {"fixtures", "__pycache__", "fake_plugins"} and str(_directory) not in sys.path:
+        sys.path.append(str(_directory))
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"

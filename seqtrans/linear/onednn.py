@@ -31,7 +31,7 @@ class OneDNNLinear(nn.Module):
     as long (docs/speed.md, "Packed float32 weights"). The copy costs the weight's memory
     again, for as long as the layer lives; ``SEQTRANS_PACK_WEIGHTS=0`` (read when the
     layer is made) keeps none. Either way a row gets the same bits alone as in any batch,
-    with any number of threads (tests/test_onednn.py).
+    with any number of threads (tests/linear/test_onednn.py).
 
     oneDNN builds and caches a primitive for every row count it sees. Decoding sees
     thousands (batch rows x source lengths, beams shrinking as sentences end), which

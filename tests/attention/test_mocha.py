@@ -14,12 +14,12 @@ import random
 from pathlib import Path
 
 import pytest
+import test_policies as policies
 import torch
 import torch.nn.functional as F
-from decoding import test_policies as policies
-from decoding.test_policies import check_soft_decisions, check_steps_match_teacher_forcing, streamed
-from decoding.test_streaming import loaded_copy
 from test_cli import TINY, seqtrans
+from test_policies import check_soft_decisions, check_steps_match_teacher_forcing, streamed
+from test_streaming import loaded_copy
 
 import seqtrans as api
 from conftest import tiny_model

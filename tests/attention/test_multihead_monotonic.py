@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from decoding.test_policies import check_soft_decisions, check_steps_match_teacher_forcing, streamed
+from test_policies import check_soft_decisions, check_steps_match_teacher_forcing, streamed
 
 from conftest import tiny_model
 from seqtrans.attention.multihead_monotonic import (

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from decoding.test_policies import Counting
+from test_policies import Counting
 
 from conftest import tiny_model
 from seqtrans import pipeline, tasks

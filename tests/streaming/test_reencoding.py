@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from decoding.test_policies import Counting
-from decoding.test_streaming import Arrivals, loaded_copy
+from test_policies import Counting
+from test_streaming import Arrivals, loaded_copy
 
 import seqtrans
 from conftest import tiny_model

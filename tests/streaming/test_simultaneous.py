@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from decoding.test_streaming import loaded_copy, streaming_model
 from test_cli import TINY, seqtrans
+from test_streaming import loaded_copy, streaming_model
 
 from seqtrans.config import DecodeConfig
 from seqtrans.data.batches import pad_batch

@@ -11,8 +11,8 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
-from decoding.test_streaming import Arrivals, loaded_copy, streaming_model
 from test_inference import copy_run
+from test_streaming import Arrivals, loaded_copy, streaming_model
 
 import seqtrans
 from seqtrans.config import DecodeConfig

@@ -1,8 +1,8 @@
-"""One process of the multi-process tests (tests/test_distributed.py), run under
+"""One process of the multi-process tests (tests/training/test_distributed.py), run under
 ``torchrun`` for several ranks or plainly for one:
 
-    python tests/distributed_worker.py train OUT_DIR STEPS ACCUMULATE [DEVICE]
-    python tests/distributed_worker.py decode OUT_FILE
+    python tests/training/distributed_worker.py train OUT_DIR STEPS ACCUMULATE [DEVICE]
+    python tests/training/distributed_worker.py decode OUT_FILE
 
 ``train`` trains a tiny copy model on seeded pairs (no dropout, so that one process
 and several compute the same updates) and writes, from rank 0, a line of

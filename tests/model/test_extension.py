@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 from counting_extension import CountingExtension
-from decoding.test_search import wide_beam_is_exact
+from test_search import wide_beam_is_exact
 
 from conftest import tiny_model
 from seqtrans.data.batches import pad_batch
@@ -24,7 +24,7 @@ from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.model.extension import ExtensionError, ModelExtension
 from seqtrans.model.transformer import Transformer
 
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
 
 
 @functools.cache
