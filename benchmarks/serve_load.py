@@ -16,6 +16,16 @@ load but one.
     python -m benchmarks serve_load runs/m30k --users 64 --beam 16 --timeout-s 5 \
         --unbatched-requests 0                                              # deadlines
 
+``--rounds R`` runs the load levels in turn R times on the same server, so that levels
+compare under the same background load: the results give each level's throughput over
+the first level's, per round and their median, with the load average after each level.
+Each level also reports what the server did meanwhile (from its metrics and ``/proc``):
+its batches and their mean size in requests, the share of the time it spent decoding,
+and the cores the server and the clients (this process) kept busy.
+
+    python -m benchmarks serve_load RUN --users 32 64 --rounds 3 --requests 640 \
+        --unbatched-requests 0 --max-queue 64                               # 64 users against 32
+
 ``--workers W`` serves with W decoding workers (``seqtrans serve --workers``), ``--threads
 N`` with N threads each (``seqtrans --threads``); ``--background-load N`` runs N
 CPU-burning processes beside everything (the in-process references and the servers) for
@@ -57,12 +67,37 @@ def sentences(loaded: Loaded, inputs: Path | None) -> list[str]:
     return [loaded.task.format_source(e.source) for e in read_split(loaded.task, "test").examples]
 
 
-def expired_inputs(url: str) -> int:
-    """The server's count of inputs whose decoding it stopped at their deadline."""
+#: The server's metrics a load level reports the change of.
+COUNTED = ("seqtrans_expired_inputs_total", "seqtrans_batch_requests_count", "seqtrans_batch_requests_sum",
+           "seqtrans_decode_seconds_total")
+
+
+def counters(url: str, pid: int) -> dict[str, float]:
+    """The server's :data:`COUNTED` metrics now, its CPU seconds, and this process's."""
+    found = dict.fromkeys(COUNTED, 0.0)
     for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
-        if line.startswith("seqtrans_expired_inputs_total "):
-            return int(float(line.split()[1]))
-    return 0
+        name, _, value = line.partition(" ")
+        if name in found:
+            found[name] = float(value)
+    # after the name: state ..., utime and stime are fields 14 and 15, in clock ticks
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    found["server_cpu_s"] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    found["client_cpu_s"] = time.process_time()
+    return found
+
+
+def changes(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, Any]:
+    """What the server did during a level: inputs it stopped decoding at their deadline, its
+    batches and their mean size in requests, the share of the time it spent decoding, and
+    the CPU seconds of the server and of the clients (this process) per second."""
+    delta = {key: after[key] - before[key] for key in before}
+    batches = delta["seqtrans_batch_requests_count"]
+    mean = round(delta["seqtrans_batch_requests_sum"] / batches, 2) if batches else None
+    return {"decoding_stopped_inputs": int(delta["seqtrans_expired_inputs_total"]), "batches": int(batches),
+            "mean_batch_requests": mean,
+            "decoding_share": round(delta["seqtrans_decode_seconds_total"] / seconds, 3),
+            "server_cores": round(delta["server_cpu_s"] / seconds, 3),
+            "client_cores": round(delta["client_cpu_s"] / seconds, 3)}
 
 
 def rss(pid: int) -> int:
@@ -157,6 +192,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--requests", type=int, default=10_000, help="Requests per load level.")
     parser.add_argument("--unbatched-requests", type=int,
                         help="Requests to the server without batching (default --requests; 0: none).")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="Run the load levels in turn this many times on the same server, so that "
+                        "each level meets the machine's changes of load alike; each row names its round.")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--max-wait-ms", default="5")
     parser.add_argument("--max-queue", default="256")
@@ -210,16 +248,20 @@ def measure(args: argparse.Namespace) -> None:
     server = Server(args.run, "--max-wait-ms", args.max_wait_ms, "--max-queue", args.max_queue,
                     "--workers", str(args.workers), *limit, threads=args.threads)
     before = rss(server.process.pid)
-    for users in args.users:
-        stopped = expired_inputs(server.url)
-        row = asyncio.run(load_test(server.url, texts, expected, users=users, requests=args.requests,
-                                    beam=args.beam, pid=server.process.pid))
-        row["rss_after_bytes"] = rss(server.process.pid)
-        # inputs whose request passed its limit (504) while their batch decoded: dropped there
-        row["decoding_stopped_inputs"] = expired_inputs(server.url) - stopped
-        results["batched"].append(row)
-        print(json.dumps(row), flush=True)
+    for turn in range(args.rounds):
+        for users in args.users:
+            before_level = counters(server.url, server.process.pid)
+            row = asyncio.run(load_test(server.url, texts, expected, users=users, requests=args.requests,
+                                        beam=args.beam, pid=server.process.pid))
+            row["rss_after_bytes"] = rss(server.process.pid)
+            # inputs whose request passed its limit (504) while their batch decoded: dropped there
+            row.update(changes(before_level, counters(server.url, server.process.pid), row["seconds"]))
+            row["round"] = turn
+            row["load_average"] = [round(x, 2) for x in os.getloadavg()]
+            results["batched"].append(row)
+            print(json.dumps(row), flush=True)
     results["rss_before_bytes"] = before
+    results["throughput_over_first_level"] = ratios(results["batched"], args.users)
     results["server_exit_status"] = server.stop()
 
     users = sorted(args.users)[-2] if len(args.users) > 1 else args.users[0]
@@ -235,6 +277,19 @@ def measure(args: argparse.Namespace) -> None:
     if args.out is not None:
         write_results(args.out, results)
         print(f"wrote {args.out}")
+
+
+def ratios(rows: list[dict[str, Any]], levels: list[int]) -> dict[str, Any]:
+    """Each load level's throughput over the first level's in the same round, per round, and
+    their median: levels measured in turn compare under the same background load."""
+    by_round: dict[int, dict[int, float]] = {}
+    for row in rows:
+        by_round.setdefault(row.get("round", 0), {})[row["users"]] = row["sentences_per_s"]
+    first = levels[0]
+    each = {str(users): [round(r[users] / r[first], 3) for r in by_round.values() if r.get(first)]
+            for users in levels[1:]}
+    return {"over_users": first, "per_round": each,
+            "median": {users: statistics.median(v) for users, v in each.items() if v}}
 
 
 def print_table(results: dict[str, Any], users: int) -> None:
