@@ -146,7 +146,7 @@ class Int8Linear(nn.Module):
     qweight: Tensor
     scale: Tensor
     compensation: Tensor
-    #: ``forward(x, relu=True)`` applies max(0, .) itself (seqtrans.model.transformer.FeedForward)
+    #: ``forward(x, relu=True)`` applies max(0, .) itself (seqtrans.model.layers.FeedForward)
     fuses_relu = True
 
     def __init__(self, weight: Tensor | None, bias: Tensor | None = None, *, unsigned: bool | None = None,

@@ -55,7 +55,6 @@ __all__ = ["DecoderLayer", "DecoderState", "Encoded", "EncoderLayer", "EncoderSt
            "Positions", "Residual", "Transformer", "attention_maps", "build_model"]
 
 
-
 def _output_parts(model: Transformer, c: ModelConfig, target_vocab_size: int) -> None:
     """The output projection's own parts of ``model``: its weight where it is not the tied
     embedding, a bias (trained, or a buffer never trained) and a scale."""
@@ -78,7 +77,9 @@ class Transformer(nn.Module):
     :mod:`seqtrans.streaming.decoder` makes.
 
     A task's model-side parts are attached with :meth:`extend` (``build_model`` does so
-    for a codec with the ``ModelExtending`` ability).
+    for a codec with the ``ModelExtending`` ability). A wait-k lag other than the model's
+    own (``decode.wait_k``, or a multi-k training batch's) is set around a call with
+    :func:`seqtrans.attention.waiting`.
     """
 
     output_bias: Tensor | None  # [V] (see _output_parts)
@@ -314,7 +315,6 @@ def attention_maps(model: Transformer, src: Tensor, tgt_in: Tensor) -> Attention
     record = Recorder()
     model.decode_hidden(tgt_in, model.encode(src, record=record), record=record)
     return record.maps()
-
 
 
 def _plus(extra: Tensor | None, more: Tensor | None) -> Tensor | None:
