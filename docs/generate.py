@@ -658,11 +658,11 @@ BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
                         "decode_cuda": decode_cuda, "train_cuda": train_cuda, "gpu_suite": gpu_suite,
                         "distributed_cpu": distributed_cpu, "matmul_decoding": matmul_decoding,
                         "distill_multi30k": distill_multi30k},
-    DOCS / "streaming.md": {"streaming_copy": streaming_copy, "simultaneous_multi30k": simultaneous_multi30k,
-                            "memory_multi30k": memory_multi30k},
-    DOCS / "attention.md": {"attention_copy": attention_copy},
+    DOCS / "streaming-policies.md": {"streaming_copy": streaming_copy},
+    DOCS / "streaming-multi30k.md": {"simultaneous_multi30k": simultaneous_multi30k},
+    DOCS / "attention-results.md": {"attention_copy": attention_copy, "memory_multi30k": memory_multi30k},
     DOCS / "tasks" / "translation.md": {"translation_multi30k": translation_multi30k},
-    DOCS / "tasks" / "parsing.md": {"parsing_sample": parsing_sample, "parsing_vectors": parsing_vectors},
+    DOCS / "tasks" / "parsing-results.md": {"parsing_sample": parsing_sample, "parsing_vectors": parsing_vectors},
 }
 
 

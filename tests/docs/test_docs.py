@@ -39,7 +39,7 @@ def test_the_configuration_reference_is_generated_from_the_code() -> None:
 def test_the_tables_of_measurements_are_generated_from_the_benchmark_results() -> None:
     generate = runpy.run_path(str(ROOT / "docs" / "generate.py"))
     blocks = generate["blocks"]()
-    assert {path.name for path, _ in blocks} >= {"speed.md", "streaming.md", "attention.md"}
+    assert {path.name for path, _ in blocks} >= {"speed.md", "streaming-multi30k.md", "attention-results.md"}
     for (path, name), (now, wanted) in blocks.items():
         assert now is not None, f"{path}: no generated block {name!r}"
         assert now == wanted, f"{path}: block {name!r} is out of date: python docs/generate.py"
@@ -215,21 +215,23 @@ def test_numbers_in_the_docs_name_their_results() -> None:
                        f"benchmarks/results/*.json (DEVELOPERS.md, 'Numbers in the docs'): {found}")
 
 
-# --- the Python examples of docs/inference.md run ---------------------------------------------
+# --- the Python examples of the decoding pages run -------------------------------------------
 
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+#: The decoding guide and its page on lexical constraints.
+DECODING_PAGES = ("inference.md", "constraints.md")
 
 
-def test_every_python_example_on_the_decoding_page_runs(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    page = (ROOT / "docs" / "inference.md").read_text()
-    blocks = PYTHON_BLOCK.findall(page)
-    assert len(blocks) >= 6
+def test_every_python_example_on_the_decoding_pages_runs(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = [(name, code) for name in DECODING_PAGES
+              for code in PYTHON_BLOCK.findall((ROOT / "docs" / name).read_text())]
+    assert len(blocks) >= 6 and {name for name, _ in blocks} == set(DECODING_PAGES)
     for name in ("a", "b", "copy-demo"):
         copy_run(tmp_path / "runs" / name, seed=len(name))  # untrained: the calls are checked, not outputs
     monkeypatch.chdir(tmp_path)
-    for number, code in enumerate(blocks, 1):
-        exec(compile(code, f"docs/inference.md, Python example {number}", "exec"), {})
+    for number, (name, code) in enumerate(blocks, 1):
+        exec(compile(code, f"docs/{name}, Python example {number}", "exec"), {})
 
 
 # --- the numbers are the ones their results hold ---------------------------------------------
