@@ -662,7 +662,8 @@ BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
     DOCS / "streaming-multi30k.md": {"simultaneous_multi30k": simultaneous_multi30k},
     DOCS / "attention-results.md": {"attention_copy": attention_copy, "memory_multi30k": memory_multi30k},
     DOCS / "tasks" / "translation.md": {"translation_multi30k": translation_multi30k},
-    DOCS / "tasks" / "parsing-results.md": {"parsing_sample": parsing_sample, "parsing_vectors": parsing_vectors},
+    DOCS / "tasks" / "parsing-results.md": {"parsing_sample": parsing_sample,
+                                            "parsing_vectors": parsing_vectors},
 }
 
 
