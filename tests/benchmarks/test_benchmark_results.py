@@ -84,6 +84,14 @@ def test_every_script_that_writes_results_goes_through_write_results() -> None:
             assert re.search(wrote, text), name
 
 
+def test_the_readme_says_what_every_benchmark_measures() -> None:
+    readme = (BENCHMARKS / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## What each measures", 1)[1].split("\n#", 1)[0]
+    listed = set(re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE))
+    assert listed == set(benchmarks.benchmarks()), "benchmarks/README.md: a row per benchmark"
+    assert "python -m benchmarks NAME" in readme
+
+
 def test_pytest_collects_no_benchmark(pytestconfig: pytest.Config) -> None:
     assert not any(path.split("/")[0] == "benchmarks" for path in pytestconfig.getini("testpaths"))
     assert not list(BENCHMARKS.rglob("test_*.py"))
