@@ -78,7 +78,8 @@ def number(value: Any) -> str:
         return ", ".join(number(v) for v in value)
     if isinstance(value, dict):
         return ", ".join(f"{k}: {number(v)}" for k, v in value.items())
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    # a value is text, not markup: a table's pipes and HTML's angle brackets escaped
+    return str(value).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
 
 
 def _scalar(value: Any) -> bool:
