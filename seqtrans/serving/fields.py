@@ -29,7 +29,8 @@ NO_DEFAULT: Any = object()
 class Type:
     """A JSON type: ``json`` its schema name, ``noun`` what a value must be (in errors);
     an array's ``items`` and its least and most items (checked with the type, as the noun
-    says: "a non-empty list of strings"); an object's ``fields``."""
+    says: "a non-empty list of strings"); an object's ``fields``, which only answers have
+    (no request nests an object, so reading checks no object's fields)."""
 
     json: str
     noun: str
@@ -39,7 +40,7 @@ class Type:
     fields: Message | None = None
 
     def holds(self, value: Any) -> bool:
-        """Whether ``value`` is of this type, its items (not an array's own items' limits) aside."""
+        """Whether ``value`` is of this type (an array: of its length), whatever its items."""
         if self.json == "boolean":
             return isinstance(value, bool)
         if self.json in ("integer", "number"):

@@ -42,6 +42,8 @@ from seqtrans.serving.streams import Stream
 
 #: What sending to, or closing, a connection the client has already closed raises.
 GONE = (WebSocketDisconnect, RuntimeError, OSError)
+#: What :func:`_receive` returns once the client has closed (a message may be JSON null).
+CLOSED = object()
 
 
 class StreamHost(Protocol):
@@ -62,7 +64,7 @@ async def stream(host: StreamHost, ws: WebSocket) -> None:
         await ws.close(code=1013 if exc.status == 503 else 1008)
         return
     try:
-        while (message := await _receive(ws, host.settings.stream_idle_s)) is not None:
+        while (message := await _receive(ws, host.settings.stream_idle_s)) is not CLOSED:
             for answer in await session.take(message):
                 await _send(ws, answer)
     except RequestError as exc:
@@ -80,13 +82,13 @@ async def _send(ws: WebSocket, message: dict[str, Any]) -> None:
 
 async def _receive(ws: WebSocket, idle_s: float) -> Any:
     """The next message as JSON (:func:`seqtrans.serving.validation.read`: 400 or 422 as on
-    the HTTP routes); None when the client has gone."""
+    the HTTP routes); :data:`CLOSED` when the client has gone."""
     try:
         raw = await asyncio.wait_for(ws.receive_text(), timeout=idle_s)
     except asyncio.TimeoutError:
         raise RequestError("idle_timeout", f"no message for {idle_s:g} s", limit="stream_idle_s") from None
     except WebSocketDisconnect:
-        return None
+        return CLOSED
     except KeyError:  # a binary message
         raise RequestError("malformed_json", "each message must be a JSON object") from None
     return validation.read(raw)

@@ -203,6 +203,13 @@ def test_real_stream_messages_are_valid_by_the_schema(url: str) -> None:
     assert received[-1]["error"]["field"] == "end"
 
 
+@pytest.mark.parametrize("message", ["null", "3", '"end"', "{}"])
+def test_a_message_that_is_no_object_is_refused_and_the_connection_closes(url: str, message: str) -> None:
+    with connect(url.replace("http://", "ws://") + "/v1/models/waitk/stream") as ws:
+        ws.send(message)
+        assert json.loads(ws.recv(timeout=30))["error"]["code"] == "invalid_message"
+
+
 def test_the_validation_follows_json_schema() -> None:
     number = {"type": ["integer", "null"], "minimum": 1}
     values = (1, 2.0, None, 0, 1.5, True, "1")
