@@ -197,13 +197,12 @@ class Message:
         return {**given, **{f.name: f.default for f in absent}}
 
     def takes(self) -> str:
-        """The fields, in words: "inputs and the options beam, nbest"."""
+        """The fields, in words: "inputs and the options beam, nbest", or "words and end"."""
         required = [f.name for f in self.fields if f.required]
         options = [f.name for f in self.fields if not f.required]
-        words = [" and ".join(required)] if required else []
-        if options:
-            words.append("the options " + ", ".join(options) if required else ", ".join(options))
-        return " and ".join(words)
+        if not required:
+            return " and ".join(filter(None, [", ".join(options[:-1]), options[-1]]))
+        return " and ".join([*required, *(["the options " + ", ".join(options)] if options else [])])
 
     def schema(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "object", "properties": {f.name: f.schema() for f in self.fields}}
