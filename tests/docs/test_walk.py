@@ -50,7 +50,7 @@ PAGES = ("README.md", "docs/getting-started.md")
 #: Room on top of a page's time: the page times a reader's quiet machine, the walk may share
 #: two cores with other work, and it builds the packages it installs.
 MARGIN = (1.5, 60.0)  # factor, seconds added
-#: The limit of a block whose section states no time: its commands take seconds, and a
+#: The limit of a block whose section states no time: its commands take a minute at most, and a
 #: hung one must fail the test rather than CI.
 UNSTATED_LIMIT = 180.0
 
@@ -217,6 +217,7 @@ def fresh_venv(venv: Path, third_party: Path) -> dict[str, str]:
             if p and not (Path(p).parent / "pyvenv.cfg").is_file()]
     env = {**environment(), "PATH": os.pathsep.join([str(venv / "bin"), *path]), "VIRTUAL_ENV": str(venv),
            "PYTHONPATH": str(third_party), "PIP_NO_INDEX": "1",
+           "PIP_CONFIG_FILE": os.devnull,  # no user's or machine's pip settings (an index, --user)
            "PIP_NO_BUILD_ISOLATION": "0",  # pip reads it backwards (pypa/pip#5735): 0 turns isolation off
            "SEQTRANS_MIRROR": str(SHARED_DATA / "multi30k")}
     made = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env=env,
