@@ -8,7 +8,9 @@ How a page is walked:
   for output, ``python`` for Python. The ``sh`` blocks run in page order, each in a new
   ``bash`` that carries over the exported variables and the directory of the blocks
   before it (so ``. .venv/bin/activate`` holds for the rest of the page); a block is a
-  list of commands, one a line, and every command must succeed.
+  list of commands, one a line, and every command must succeed. A ``text`` block right
+  after a walked one shows its output: a JSON object there must be the one printed, with
+  the same keys and the values the page writes (``...`` for any).
 - A marker on the line before a block's fence changes how it is walked, and says why:
   ``<!-- walk: skip: REASON -->`` leaves a block out (it needs a GPU, the network, or
   half an hour); ``<!-- walk: run with --set KEY=VALUE ... -->`` adds those settings to
@@ -25,6 +27,7 @@ How a page is walked:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -61,6 +64,9 @@ NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5
 #: A stated time: "at most 4 minutes", "about a minute", "30 minutes on 2 CPU cores".
 DURATION = re.compile(rf"\b(\d+(?:\.\d+)?|{'|'.join(NUMBERS)})\s+(second|minute)s?\b", re.IGNORECASE)
 #: Where a page's ``seqtrans run`` command ends: a pipe, a list operator, a comment or the line's end.
+#: A JSON object printed (or shown) over several lines, from ``{`` to ``}`` alone on their lines.
+OBJECT = re.compile(r"^\{\n.*?^\}$", re.MULTILINE | re.DOTALL)
+ANY = "<any value: ... on the page>"
 RUN_COMMAND = re.compile(r"(\bseqtrans run\b[^|&;#\n]*?)(\s*(?:[|&;#]|$))", re.MULTILINE)
 
 
@@ -181,6 +187,16 @@ def test_a_failing_command_stops_its_block_and_one_over_its_limit_is_killed(tmp_
         pytest.fail("the block's child outlived the block's limit")
 
 
+def test_a_json_object_the_page_shows_is_the_one_printed() -> None:
+    shown = '{\n  "a": ...,\n  "b": 3\n}\nrun directory: runs/x\n'
+    assert_shows(shown, 'log\n{\n  "a": 0.5,\n  "b": 3\n}\nrun directory: runs/y\n', place="p")
+    assert_shows("no object here\n", "", place="p")
+    wrong = ('{\n  "a": 1,\n  "b": 4\n}\n', '{\n  "a": 1\n}\n', '{\n  "a": 1, "b": 3, "c": 4\n}\n', "none")
+    for printed in wrong:
+        with pytest.raises(AssertionError):
+            assert_shows(shown, printed, place="p")
+
+
 # --- walking them ----------------------------------------------------------------------------
 
 
@@ -248,6 +264,23 @@ def run_block(script: str, *, cwd: Path, env: dict[str, str], limit_s: float) ->
     return process.returncode, output
 
 
+def assert_shows(shown: str, output: str, *, place: str) -> None:
+    """Where the page shows a JSON object that a block prints (in a ``text`` block right
+    after it), the block printed one with those keys, and the values the page writes
+    (``...`` stands for any)."""
+    page_object = OBJECT.search(shown)
+    if page_object is None:
+        return
+    any_value = re.sub(r":\s*\.\.\.(?=,?$)", f": {json.dumps(ANY)}", page_object[0], flags=re.MULTILINE)
+    wanted = json.loads(any_value)
+    printed = OBJECT.search(output)
+    assert printed, f"{place}: the page shows a JSON object after it, the block printed none:\n{output}"
+    got = json.loads(printed[0])
+    assert sorted(got) == sorted(wanted), f"{place} printed other keys than its page shows: {got}"
+    differ = {key: (value, got[key]) for key, value in wanted.items() if value != ANY and got[key] != value}
+    assert not differ, f"{place} printed other values than its page shows (page, printed): {differ}"
+
+
 def walk(page: str, blocks_: list[Block], *, work: Path, third_party: Path) -> list[str]:
     """Walks a page's blocks in a fresh environment, from a clean copy in ``work``; fails
     at the first block that fails or outlasts its limit. -> a line on each block walked."""
@@ -256,7 +289,9 @@ def walk(page: str, blocks_: list[Block], *, work: Path, third_party: Path) -> l
     state, where = work / "state.sh", work / "cwd"
     where.write_text(str(checkout))
     done = []
-    for block in (b for b in blocks_ if b.walked):
+    for block, after in zip(blocks_, [*blocks_[1:], None]):
+        if not block.walked:
+            continue
         carried = f'if [ -f {state} ]; then . {state}; fi\ncd "$(cat {where})"\n'
         kept = f"export -p > {state}\npwd > {where}\n"
         start = time.monotonic()
@@ -267,6 +302,8 @@ def walk(page: str, blocks_: list[Block], *, work: Path, third_party: Path) -> l
         limit = f"{block.limit_s():.0f} s (the page's time with MARGIN)"
         assert status is not None, f"{place} took over {limit}:\n{output}"
         assert status == 0, f"{place} failed:\n{output}"
+        if after is not None and after.language == "text":
+            assert_shows(after.code, output, place=place)
         done.append(f"{place}: {seconds:.0f} s of {block.limit_s():.0f} s")
     return done
 
