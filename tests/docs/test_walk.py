@@ -319,7 +319,8 @@ def test_a_reader_walks_the_page_in_a_fresh_environment(page: str, walk_root: Pa
 
 def test_the_engine_alone_installs_and_its_command_answers(walk_root: Path, third_party: Path) -> None:
     """A user who installs only the engine (``python -m pip install .``, no plugin) gets a
-    working ``seqtrans``: its help, and a list of tasks that says none is installed."""
+    working ``seqtrans``: its help, a list of tasks that says none is installed, and a
+    run of the README's task that says what to install."""
     work = walk_root / "engine"
     checkout = tracked_copy(work / "checkout")
     env = fresh_venv(work / "venv", third_party)
@@ -330,6 +331,8 @@ def test_the_engine_alone_installs_and_its_command_answers(walk_root: Path, thir
     assert all(f"    {command}" in output for command in COMMANDS), output
     status, output = run_block("seqtrans tasks", cwd=work, env=env, limit_s=UNSTATED_LIMIT)
     assert (status, output) == (0, "no tasks installed (pip install a plugin such as plugins/copy)\n")
+    status, output = run_block("seqtrans run copy", cwd=work, env=env, limit_s=UNSTATED_LIMIT)
+    assert status == 2 and "installed tasks: none (install a plugin such as seqtrans-copy)" in output, output
     status, output = run_block("python -c 'import seqtrans; print(seqtrans.__file__)'", cwd=work, env=env,
                                limit_s=UNSTATED_LIMIT)
     assert status == 0 and Path(output.strip()).is_relative_to(work / "venv"), output
