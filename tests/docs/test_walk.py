@@ -233,7 +233,7 @@ def fresh_venv(venv: Path, third_party: Path) -> dict[str, str]:
             if p and not (Path(p).parent / "pyvenv.cfg").is_file()]
     env = {**environment(), "PATH": os.pathsep.join([str(venv / "bin"), *path]), "VIRTUAL_ENV": str(venv),
            "PYTHONPATH": str(third_party), "PIP_NO_INDEX": "1",
-           "PIP_CONFIG_FILE": os.devnull,  # no user's or machine's pip settings (an index, --user)
+           "PIP_CONFIG_FILE": os.devnull,  # no user's pip settings (an index, --user)
            "PIP_NO_BUILD_ISOLATION": "0",  # pip reads it backwards (pypa/pip#5735): 0 turns isolation off
            "SEQTRANS_MIRROR": str(SHARED_DATA / "multi30k")}
     made = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env=env,
