@@ -21,7 +21,8 @@ How a page is walked:
 - The virtual environment is new (``python -m venv``), and sees this environment's
   third-party packages (torch, pip and the rest, never this project) through
   ``PYTHONPATH``, which a venv the page makes itself inherits too; pip installs offline
-  and without build isolation, resolving the dependencies against those packages.
+  and without build isolation, resolving the dependencies against those packages (so a
+  page's ``pip install torch==X`` holds where X is the torch the tests run with).
   Installs are not editable: a file the package data leaves out is missing there.
 """
 
