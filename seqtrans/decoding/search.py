@@ -181,7 +181,7 @@ def top_candidates(total: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 def largest(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """``x.topk(k, dim=1)``; on the CPU, in one pass over each row with the native kernel
-    where it is built (torch.topk took a fifth of a small model's beam search: docs/speed.md),
+    where it is built (torch.topk took a fifth of a small model's beam search in a one-off profile),
     ties to the lower index.  x [R, M] -> values, indices [R, k]"""
     if x.device.type == "cpu" and x.dtype == torch.float32 and x.stride(-1) == 1 and native.available():
         found = native.topk_rows(x, k)
