@@ -470,7 +470,11 @@ class Transformer(nn.Module):
             logits = cast(Tensor, self.projection(hidden))
         else:
             logits = output_projection(hidden, self.output_weight)
-        return logits if self.output_bias is None else logits + self.output_bias.to(logits.dtype)
+        if self.output_bias is None:
+            return logits
+        bias = self.output_bias.to(logits.dtype)
+        # in place where nothing needs the product: a large vocabulary's fresh copy per step costs a pass
+        return logits + bias if torch.is_grad_enabled() else logits.add_(bias)
 
     def decode_hidden(self, tokens: Tensor, encoded: Encoded | None = None, *,
                       state: DecoderState | None = None, record: Recorder | None = None) -> Tensor:
