@@ -126,7 +126,8 @@ def repeated_ngrams(generated: Tensor, size: int, vocab: int) -> Tensor:
     return _as_mask(repeated_ngram_pairs(generated, size), generated.size(0), vocab, generated.device)
 
 
-def banned_phrase_pairs(generated: Tensor, phrases: Sequence[Sequence[Sequence[int]]]) -> tuple[Tensor, Tensor]:
+def banned_phrase_pairs(generated: Tensor,
+                        phrases: Sequence[Sequence[Sequence[int]]]) -> tuple[Tensor, Tensor]:
     """The (row, token) pairs where the row ends with all but the last token of one of
     ``phrases[row]`` and the token is its last.
 

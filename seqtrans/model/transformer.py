@@ -41,7 +41,7 @@ from seqtrans.attention import (
 )
 from seqtrans.config import ModelConfig
 from seqtrans.data.vocab import PAD
-from seqtrans.linear.fp32 import output_projection
+from seqtrans.linear.fp32 import biased, output_projection
 from seqtrans.model.dropout import Dropout
 from seqtrans.model.extension import ExtensionState, Feature, ModelExtension, check_supported
 from seqtrans.model.masks import padding_mask
@@ -470,11 +470,7 @@ class Transformer(nn.Module):
             logits = cast(Tensor, self.projection(hidden))
         else:
             logits = output_projection(hidden, self.output_weight)
-        if self.output_bias is None:
-            return logits
-        bias = self.output_bias.to(logits.dtype)
-        # in place where nothing needs the product: a large vocabulary's fresh copy per step costs a pass
-        return logits + bias if torch.is_grad_enabled() else logits.add_(bias)
+        return logits if self.output_bias is None else biased(logits, self.output_bias)
 
     def decode_hidden(self, tokens: Tensor, encoded: Encoded | None = None, *,
                       state: DecoderState | None = None, record: Recorder | None = None) -> Tensor:

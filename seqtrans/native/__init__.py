@@ -195,8 +195,8 @@ def _load() -> ctypes.CDLL | None:
         library.seqtrans_topk_rows.argtypes = [pointer, integer, integer, integer, integer, pointer, pointer,
                                                integer]
         library.seqtrans_beam_candidates.restype = ctypes.c_int
-        library.seqtrans_beam_candidates.argtypes = ([pointer, integer, integer, integer, pointer, integer]
-                                                     + [pointer, integer] + [pointer] * 6 + [integer])
+        library.seqtrans_beam_candidates.argtypes = [pointer, integer, integer, integer, pointer, integer,
+                                                     pointer, integer, *[pointer] * 6, integer]
         _library = library
         return library
 

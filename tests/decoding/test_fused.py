@@ -55,7 +55,8 @@ def candidates_both_ways(step: dict, monkeypatch: pytest.MonkeyPatch, **rules: o
         return found
 
     monkeypatch.setattr(native, "beam_candidates", recording)
-    args = {"beam": 4, "prefix": step["prefix"], "constraint": None, "required": None, "columns": ALL, **rules}
+    args = {"beam": 4, "prefix": step["prefix"], "constraint": None, "required": None, "columns": ALL,
+            **rules}
     fused = beam._beam_candidates(step["logits"].clone(), step["history"], step["step"], **args)
     assert len(shifts) == 1
 
