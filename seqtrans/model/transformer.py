@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from seqtrans.attention import AttentionMaps, KVCache, Recorder
 from seqtrans.config import ModelConfig
 from seqtrans.data.vocab import PAD
-from seqtrans.linear.fp32 import output_projection
+from seqtrans.linear.fp32 import biased, output_projection
 from seqtrans.model.dropout import Dropout
 from seqtrans.model.extension import Feature, ModelExtension, check_supported
 from seqtrans.model.layers import (
@@ -263,7 +263,7 @@ class Transformer(nn.Module):
             logits = cast(Tensor, self.projection(hidden))
         else:
             logits = output_projection(hidden, self.output_weight)
-        return logits if self.output_bias is None else logits + self.output_bias.to(logits.dtype)
+        return logits if self.output_bias is None else biased(logits, self.output_bias)
 
     def decode_hidden(self, tokens: Tensor, encoded: Encoded | None = None, *,
                       state: DecoderState | None = None, record: Recorder | None = None) -> Tensor:
