@@ -191,7 +191,7 @@ def gemm_peak(device: torch.device, dtype: torch.dtype, *, size: int | None = No
     """
     if size is None and device.type == "cuda":
         # a GPU's small products are bound by their launch, so a probe's rate stops the
-        # doubling early and the peak comes out far too low (docs/speed.md, the H100 run)
+        # doubling early and the peak comes out far too low (benchmarks/README.md, the H100 run)
         size = 8192
     if size is None:
         limit = 2048

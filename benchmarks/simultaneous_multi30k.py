@@ -33,7 +33,7 @@ Each model is scored as soon as it is trained and the results file rewritten the
 later invocation with the same budget keeps the models the file holds and does the rest.
 Writes ``benchmarks/results/simultaneous_multi30k.json`` and the BLEU-against-AL
 picture ``docs/images/simultaneous-multi30k.png``; ``python docs/generate.py`` puts
-the table into docs/streaming.md.
+the tables into docs/streaming-multi30k.md and docs/attention-results.md.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ CAUSAL = ["model.causal_encoder=true"]
 SHARP = ["model.cross_attention=monotonic", "model.monotonic_temperature=0.2", "model.monotonic_r_init=-0.5"]
 # The K sweep of memory attention whose decoder scores the contexts by their content (the
 # contexts are the input-dependent memory; beta then depends on them too). Multi30k's sources
-# are 15 tokens on average, so K = 32 exceeds nearly all of them (docs/streaming.md). The
+# are 15 tokens on average, so K = 32 exceeds nearly all of them (docs/attention-results.md). The
 # paper's scoring (beta from the decoder state alone) at K = 16 is in the previous run's results.
 MEMORY_SLOTS = (8, 32)
 # and with four heads (model.memory_heads), each scoring the contexts with its own query and

@@ -6,13 +6,16 @@ Two kinds of generated text, both kept in step by ``tests/docs/test_docs.py``:
   end of the file (configuration and command-line references, from the code);
 - a block between ``<!-- begin generated: NAME -->`` and ``<!-- end generated: NAME -->``
   (tables of measurements, from the JSON the benchmarks write under
-  ``benchmarks/results/``), which may sit anywhere in a page.
+  ``benchmarks/results/``), which may sit anywhere in a page;
+- the results pages under ``docs/results/``, one per benchmark, and their list in
+  ``mkdocs.yml`` (``docs/results_pages.py``).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import runpy
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -89,18 +92,6 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f} %"
 
 
-def _mib(value: float) -> str:
-    return f"{value / 2**20:,.0f} MiB"
-
-
-def _mfu(r: dict[str, Any]) -> str:
-    return f"{_pct(r['seqtrans_mfu_fp32'])} / {_pct(r['hf_mfu_fp32'])}"
-
-
-def _memory(r: dict[str, Any]) -> str:
-    return f"{_mib(r['seqtrans_peak_bytes'])} / {_mib(r['hf_peak_bytes'])} (**{r['memory_ratio']:.2f}**)"
-
-
 def _case(case: str) -> str:
     """``base-beam4-b32`` -> ``base, beam 4, batch 32``."""
     shape, search, batch = case.split("-")
@@ -113,22 +104,14 @@ def _source(*names: str, machine: str = "") -> str:
     return f"\nFrom {files}" + (f" ({machine})" if machine else "") + ".\n"
 
 
-def _machine(data: dict[str, Any], *, dated: bool = True) -> str:
-    return f"{data['device']}, PyTorch {data['torch']}" + (f", {data['time'][:10]}" if dated else "")
+def _machine(data: dict[str, Any]) -> str:
+    return f"{data['device']}, PyTorch {data['torch']}, {data['time'][:10]}"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
-
-
-def decode_cpu() -> str:
-    data = _result("decode_speed-cpu.json")
-    rows = [[_case(r["case"]), _num(r["seqtrans_tok_s"]), _num(r["hf_tok_s"]), _ratio(r["ratio"]),
-             _pct(r["seqtrans_mfu_fp32"]), _pct(r["hf_mfu_fp32"])] for r in data["rows"]]
-    return (_table(["case", "seqtrans tok/s", "HF tok/s", "ratio", "MFU seqtrans", "MFU HF"], rows)
-            + _source("decode_speed-cpu.json", machine=_machine(data)))
 
 
 def decode_ct2_cpu() -> str:
@@ -144,59 +127,6 @@ def decode_ct2_cpu() -> str:
               "seqtrans bf16", "HF fp32", "seqtrans fp32 / HF"]
     return (_table(header, rows) + "\nTarget tokens per second; ratios are seqtrans over the peer in the "
             "same precision.\n" + _source("decode_speed-ct2-cpu.json", machine=_machine(data)))
-
-
-def decode_ct2_targets() -> str:
-    """The CPU targets against CTranslate2, in the run and its repeat (in brackets)."""
-    runs = [{r["case"]: r for r in _result(name)["rows"]}
-            for name in ("decode_speed-ct2-cpu.json", "decode_speed-ct2-repeat-cpu.json")]
-
-    def fp32(run: dict[str, Any], case: str) -> float:
-        return float(run[case]["ratio_vs_ct2_float32"])
-
-    def int8(run: dict[str, Any], case: str) -> float:
-        return float(run[case]["seqtrans_int8_tok_s"] / run[case]["ct2_int8_tok_s"])
-
-    def own(run: dict[str, Any], case: str) -> float:  # int8 over seqtrans's own fp32
-        return float(run[case]["seqtrans_int8_tok_s"] / run[case]["seqtrans_tok_s"])
-
-    def both(ratio: Callable[[dict[str, Any], str], float], case: str) -> tuple[str, list[float]]:
-        values = [ratio(run, f"base-{case}") for run in runs]
-        return f"{values[0]:.2f}x ({values[1]:.2f})", values
-
-    targets: list[tuple[str, float, list[tuple[str, Callable[[dict[str, Any], str], float], str]]]] = [
-        ("beam 4, batch 32, fp32 >= 1.0x", 1.0, [("", fp32, "beam4-b32")]),
-        ("beam 4, batch 32, int8 >= 1.0x", 1.0, [("", int8, "beam4-b32")]),
-        ("greedy, batch 32, >= 1.0x in both", 1.0, [("fp32 ", fp32, "greedy-b32"), ("int8 ", int8, "greedy-b32")]),
-        ("beam 4, batch 1, int8 >= 1.0x", 1.0, [("", int8, "beam4-b1")]),
-        ("int8 batch 1 >= 1.5x seqtrans fp32 batch 1", 1.5,
-         [("greedy ", own, "greedy-b1"), ("beam 4 ", own, "beam4-b1")]),
-        ("batch 1, >= 1.5x in both precisions (an earlier target)", 1.5,
-         [("greedy: fp32 ", fp32, "greedy-b1"), ("int8 ", int8, "greedy-b1"), ("beam 4: fp32 ", fp32, "beam4-b1"),
-          ("int8 ", int8, "beam4-b1")]),
-    ]
-    rows = []
-    for target, bound, parts in targets:
-        cells, values = [], []
-        for label, ratio, case in parts:
-            text, got = both(ratio, case)
-            cells.append(label + text)
-            values += got
-        rows.append([target, ", ".join(cells), "met" if min(values) >= bound else "not met"])
-    return (_table(["target", "measured", ""], rows)
-            + _source("decode_speed-ct2-cpu.json", "decode_speed-ct2-repeat-cpu.json"))
-
-
-def decode_memory_cpu() -> str:
-    data = _result("decode_speed-ct2-cpu.json")
-    systems = [("seqtrans", "seqtrans fp32"), ("seqtrans_int8", "seqtrans int8"), ("ct2_float32", "CT2 fp32"),
-               ("ct2_int8", "CT2 int8"), ("seqtrans_bf16", "seqtrans bf16"), ("hf", "HF fp32")]
-    rows = [[_case(r["case"]), *(f"{r[f'{k}_peak_mib']:,.0f} / {r[f'{k}_held_mib']:,.0f}" for k, _ in systems)]
-            for r in data["rows"]]
-    return (_table(["case", *(name for _, name in systems)], rows)
-            + "\nMiB over the process's memory before each system built (or loaded) its model: the peak "
-            "resident set while it built it and decoded / what it still held after.\n"
-            + _source("decode_speed-ct2-cpu.json", machine=_machine(data)))
 
 
 def parsing_decode_cpu() -> str:
@@ -228,75 +158,6 @@ def decode_cuda() -> str:
              _num(r["seqtrans_bf16_tok_s"])] for r in data["rows"]]
     return (_table(["case", "seqtrans tok/s", "HF tok/s", "ratio", "seqtrans bf16 tok/s"], rows)
             + _source("decode_speed-cuda.json", machine=_machine(data)))
-
-
-def gpu_suite() -> str:
-    name = "gpu_suite-h100.json"
-    data = _result(name)
-    parts = data["parts"]
-    tests, train, m30k = parts["gpu_tests"], parts["train_mfu"], parts["multi30k"]
-    failed = ", ".join(f"`{t.split('::')[-1]}`" for t in tests["failed_tests"]) or "none"
-    rows = [["`gpu_tests`", f"{tests['passed']} passed, {tests['failed']} failed ({failed}), "
-             f"{tests['skipped']} skipped"],
-            ["`train_mfu`", f"{_num(train['tokens_per_s'], 0)} target tokens/s, "
-             f"{train['model_gflop'] / 1e3 / train['step_seconds']:.1f} TFLOP/s of model arithmetic in bf16 "
-             f"({_pct(train['mfu_bf16'])} of the suite's measured peak, "
-             f"{train['gemm_peak_bf16_flops'] / 1e12:.0f} TFLOP/s)"],
-            ["`multi30k`", f"test2016 BLEU {m30k['bleu']:.2f} (chrF {m30k['chrf']:.1f}) after "
-             f"{m30k['train_minutes']:g} minutes, {m30k['train_steps']:,} updates, "
-             f"{_num(m30k['train_tokens_per_s'], 0)} tokens/s"]]
-    decode = parts["decode_speed"]
-    cases = [[_case(r["case"]), _num(r["seqtrans_tok_s"]), _num(r["seqtrans_bf16_tok_s"]),
-              _num(r["hf_tok_s"]), _num(r["hf_bf16_tok_s"]), _ratio(r["ratio"])] for r in decode["rows"]]
-    return (_table(["part", "result"], rows)
-            + _table(["case", "seqtrans fp32 tok/s", "seqtrans bf16", "HF fp32", "HF bf16",
-                      "seqtrans / HF (fp32)"], cases)
-            + _source(name, machine=f"{data['device_name']}, PyTorch {data['torch']}, {data['time'][:10]}"))
-
-
-def train_cpu() -> str:
-    names = ["train_speed-base-cpu.json", "train_speed-base-dropout0.1-cpu.json"]
-    rows = []
-    for name in names:
-        r = _result(name)
-        rows.append([f"{r.get('dropout', 0.0):g}", _num(r["seqtrans_tok_s"]), _num(r["hf_tok_s"]),
-                     _ratio(r["ratio"], bold_from=1.25), _mfu(r), _memory(r)])
-    header = ["dropout", "seqtrans tok/s", "HF tok/s", "ratio", "MFU seqtrans / HF (fp32)",
-              "peak memory of a step, seqtrans / HF"]
-    return _table(header, rows) + _source(*names, machine=_machine(_result(names[0]), dated=False))
-
-
-def train_cuda() -> str:
-    names = ["train_speed-base-cuda.json", "train_speed-base-25000tok-cuda.json"]
-    rows = []
-    for name in names:
-        r = _result(name)
-        bf16 = r["seqtrans_bf16_tok_s"]
-        rows.append([f"{r['sentences']:,} sentences, {r['target_tokens']:,} target tokens",
-                     _num(r["seqtrans_tok_s"], 0), _num(r["hf_tok_s"], 0), _ratio(r["ratio"]),
-                     _mfu(r), _memory(r),
-                     f"{_num(bf16, 0)} ({bf16 / r['hf_tok_s']:.2f}x the peer's fp32)"])
-    header = ["batch", "seqtrans tok/s", "HF tok/s", "ratio", "MFU seqtrans / HF (fp32)",
-              "peak memory seqtrans / HF", "seqtrans bf16 tok/s"]
-    return _table(header, rows) + _source(*names, machine=_machine(_result(names[0]), dated=False))
-
-
-def distributed_cpu() -> str:
-    data = _result("distributed_cpu-cpu.json")
-    runs = data["runs"]
-    first = next(iter(runs.values()))["tokens_per_s"]
-    rows = [[name, _num(run["tokens_per_s"], 0), _ratio(run["tokens_per_s"] / first, bold_from=1.01)]
-            for name, run in runs.items()]
-    return (_table(["setup", "target tokens/s", "ratio"], rows)
-            + _source("distributed_cpu-cpu.json", machine=_machine(data)))
-
-
-def matmul_decoding() -> str:
-    data = _result("matmul_forms-cpu.json")
-    rows = [[r["case"], _num(r["fixed_tok_s"]), _num(r["f_linear_tok_s"]), _ratio(r["ratio"], bold_from=1.3)]
-            for r in data["decoding"]]
-    return (_table(["base shape", "fixed forms tok/s", "`F.linear` tok/s", "ratio"], rows)
-            + _source("matmul_forms-cpu.json", machine=_machine(data)))
 
 
 def streaming_copy() -> str:
@@ -636,33 +497,29 @@ def speed_summary() -> str:
     for device in ("cpu", "cuda"):
         data = _result(f"decode_speed-{device}.json")
         rows.append([f"decoding, {len(data['rows'])} cases", data["device"],
-                     f"{span([r['ratio'] for r in data['rows']])} the tokens/s", ""])
+                     f"{span([r['ratio'] for r in data['rows']])} the tokens/s", "",
+                     f"[`decode_speed-{device}.json`](results/decode_speed.md#decode_speed-{device})"])
     for names in (["train_speed-base-cpu.json", "train_speed-base-dropout0.1-cpu.json"],
                   ["train_speed-base-cuda.json", "train_speed-base-25000tok-cuda.json"]):
         runs = [_result(n) for n in names]
         rows.append([f"training, base shape, {len(runs)} cases", runs[0]["device"],
                      f"{span([r['ratio'] for r in runs])} the tokens/s",
-                     f"{span([r['memory_ratio'] for r in runs])} the peak memory"])
-    ratios = _result("distributed_cpu-cpu.json")["ratios"]
-    rows.append(["`--nproc 2` against one process on both cores", "AMD EPYC, 2 cores",
-                 f"{ratios['2 processes / 1 process all cores']:.2f}x the tokens/s", ""])
-    return _table(["benchmark", "device", "seqtrans against the peer", "memory"], rows)
+                     f"{span([r['memory_ratio'] for r in runs])} the peak memory",
+                     ", ".join(f"[`{n}`](results/train_speed.md#{n.removesuffix('.json')})" for n in names)])
+    return _table(["benchmark", "device", "seqtrans against the peer", "memory", "results"], rows)
 
 
 #: Generated blocks: page -> block name -> the function that writes it.
 BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
-    DOCS / "speed.md": {"summary": speed_summary, "decode_cpu": decode_cpu, "train_cpu": train_cpu,
-                        "decode_ct2_cpu": decode_ct2_cpu, "decode_ct2_targets": decode_ct2_targets,
-                        "decode_memory_cpu": decode_memory_cpu,
+    DOCS / "speed.md": {"summary": speed_summary, "decode_ct2_cpu": decode_ct2_cpu,
                         "parsing_decode_cpu": parsing_decode_cpu,
-                        "decode_cuda": decode_cuda, "train_cuda": train_cuda, "gpu_suite": gpu_suite,
-                        "distributed_cpu": distributed_cpu, "matmul_decoding": matmul_decoding,
-                        "distill_multi30k": distill_multi30k},
-    DOCS / "streaming.md": {"streaming_copy": streaming_copy, "simultaneous_multi30k": simultaneous_multi30k,
-                            "memory_multi30k": memory_multi30k},
-    DOCS / "attention.md": {"attention_copy": attention_copy},
+                        "decode_cuda": decode_cuda, "distill_multi30k": distill_multi30k},
+    DOCS / "streaming-policies.md": {"streaming_copy": streaming_copy},
+    DOCS / "streaming-multi30k.md": {"simultaneous_multi30k": simultaneous_multi30k},
+    DOCS / "attention-results.md": {"attention_copy": attention_copy, "memory_multi30k": memory_multi30k},
     DOCS / "tasks" / "translation.md": {"translation_multi30k": translation_multi30k},
-    DOCS / "tasks" / "parsing.md": {"parsing_sample": parsing_sample, "parsing_vectors": parsing_vectors},
+    DOCS / "tasks" / "parsing-results.md": {"parsing_sample": parsing_sample,
+                                            "parsing_vectors": parsing_vectors},
 }
 
 
@@ -705,6 +562,8 @@ def main() -> None:
     picture = draw_distill_picture()
     if picture is not None:
         print(f"drew {picture.relative_to(DOCS.parent)}")
+    for path in runpy.run_path(str(DOCS / "results_pages.py"))["write"]():
+        print(f"updated {path.relative_to(DOCS.parent)}")
 
 
 if __name__ == "__main__":

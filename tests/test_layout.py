@@ -41,7 +41,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the task contract, and what reads a task's examples into ids; a task's constraint
     # (decoding.constraints) is part of the contract, free of the search
     ("seqtrans.tasks", "seqtrans.decoding.constraints", "seqtrans.data.encoding", "seqtrans.data.batches"),
-    ("seqtrans.model.transformer", "seqtrans.linear.quantize", "seqtrans.tasks.contract"),
+    ("seqtrans.model.transformer", "seqtrans.model.layers", "seqtrans.model.state",
+     "seqtrans.linear.quantize", "seqtrans.tasks.contract"),
     ("seqtrans.decoding", "seqtrans.shortlist.search", "seqtrans.streaming.decoder",
      "seqtrans.streaming.reencoding", "seqtrans.streaming.latency"),
     ("seqtrans.training", "seqtrans.prepare"),

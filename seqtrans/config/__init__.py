@@ -1,5 +1,6 @@
-"""Run configuration: the schema (:mod:`.schema`, every default once, with its help
-text), value checking (:mod:`.values`) and resolution in layers (:mod:`.layers`).
+"""Run configuration: the schema (:mod:`.schema`, made of one module per section:
+:mod:`.model`, :mod:`.train`, :mod:`.decode`; every default once, with its help text),
+value checking (:mod:`.values`) and resolution in layers (:mod:`.layers`).
 
 This package imports no task: a task's configuration is resolved by
 :func:`seqtrans.tasks.resolve_config`, a layer above."""

@@ -32,14 +32,18 @@ from seqtrans.decoding.search import (
     ALL,
     NEG_INF,
     Columns,
+    Exclusions,
     Hypothesis,
+    banned_phrase_pairs,
     banned_phrase_tokens,
     cannot_improve,
     extend,
     force_tokens,
+    fused_candidates,
     length_penalty,
     mask_log_probs,
     merge_finished,
+    repeated_ngram_pairs,
     repeated_ngrams,
     split_finished,
     top_candidates,
@@ -71,11 +75,12 @@ class Rules:
     banned: Sequence[Sequence[Sequence[int]]] = ()
 
 
-def _extended_scores(model: SearchModel, generated: Tensor, step: int, state: SearchState, *,
+def _extended_scores(logits: Tensor, generated: Tensor, step: int, *,
                      prefix: Tensor, limit: Tensor, rules: Rules, constraint: ConstraintState | None,
                      forced: Tensor | None, sources: Tensor | None,
                      required: RequiredState | None = None, columns: Columns = ALL) -> Tensor:
     """``prefix`` [N] plus the log-probability of each next token of each hypothesis
+    (the model's ``logits`` [N, V], or over ``columns``' ids [N, V'])
     after its ``generated`` tokens [N, t] (the start symbol first), -inf where the token
     is not allowed; ``limit`` [N]: the most tokens each may have before its end symbol;
     ``forced`` [N]: the token each must take (a target prefix), PAD where free;
@@ -83,7 +88,6 @@ def _extended_scores(model: SearchModel, generated: Tensor, step: int, state: Se
     ``required``: the hypotheses' progress on their required phrases, which must all be met
     before the end symbol (only over the whole vocabulary). -> [N, V] (float32), or over
     the target ids ``columns`` [N, V'] where the model's scores cover those only"""
-    logits = model.decode(generated[:, -1:], state=state)[:, -1]  # [N, V] (or V')
     log_probs = logits.float() + prefix.unsqueeze(1) if columns.normalized else extend(logits, prefix)
     remaining = limit - step  # tokens still allowed before the end symbol
     log_probs = mask_log_probs(log_probs, force_eos=remaining <= 0, forbid_eos=step < rules.min_len,
@@ -106,6 +110,57 @@ def _extended_scores(model: SearchModel, generated: Tensor, step: int, state: Se
             raise ValueError("required phrases are searched over the whole vocabulary")
         log_probs[:, EOS] = log_probs[:, EOS].masked_fill(~required.can_end(), NEG_INF)
     return log_probs if forced is None else force_tokens(log_probs, forced, columns=columns)
+
+
+def _next_logits(model: SearchModel, generated: Tensor, state: SearchState) -> Tensor:
+    """The model's scores of each hypothesis's next token.  generated [N, t] -> [N, V] (or V')"""
+    return model.decode(generated[:, -1:], state=state)[:, -1]
+
+
+def _exclusions(generated: Tensor, step: int, *, limit: Tensor, rules: Rules, forced: Tensor | None,
+                sources: Tensor | None, vocab: int) -> Exclusions:
+    """What :func:`_extended_scores` sets to -inf without a constraint or required phrases,
+    over the whole vocabulary of ``vocab``, as indices: the same tokens, in the same order of
+    precedence (a row that must end and is forced to another token may take none)."""
+    never = torch.tensor([PAD, BOS, EOS] if step < rules.min_len else [PAD, BOS], device=generated.device)
+    must_end = limit - step <= 0  # [N]
+    only = None
+    if forced is not None or bool(must_end.any()):
+        only = torch.where(must_end, EOS, -1)  # [N]
+        if forced is not None:
+            pinned = forced.ne(PAD)
+            only = torch.where(pinned, forced, only)
+            only = only.masked_fill(pinned & must_end & forced.ne(EOS), vocab)  # none
+    pairs = []
+    if rules.no_repeat_ngram_size:
+        pairs.append(repeated_ngram_pairs(generated[:, 1:], rules.no_repeat_ngram_size))
+    if rules.banned and sources is not None:
+        pairs.append(banned_phrase_pairs(generated[:, 1:], [rules.banned[b] for b in sources.tolist()]))
+    banned = (torch.cat([p[0] for p in pairs]), torch.cat([p[1] for p in pairs])) if pairs else None
+    return Exclusions(never, only, banned)
+
+
+def _beam_candidates(logits: Tensor, generated: Tensor, step: int, *, beam: int, prefix: Tensor,
+                     limit: Tensor, rules: Rules, constraint: ConstraintState | None, forced: Tensor | None,
+                     sources: Tensor | None, required: RequiredState | None,
+                     columns: Columns) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """:func:`_candidates` of :func:`_extended_scores` (the same arguments): where the rules
+    can be held as indices (no constraint, no required phrases, the whole vocabulary), by
+    :func:`~seqtrans.decoding.search.fused_candidates`, which never writes the [N, V] scores
+    that cost a large vocabulary's batch more than the model's step."""
+    if constraint is None and required is None and columns.ids is None:
+        exclusions = _exclusions(generated, step, limit=limit, rules=rules, forced=forced, sources=sources,
+                                 vocab=logits.size(-1))
+        picked = fused_candidates(logits, prefix, beam, exclusions)
+        if picked is not None:
+            cand, src_beam, token = picked  # [B, C] each
+            ends, go_on = split_finished(cand, token, beam)
+            sentence = torch.arange(cand.size(0), device=cand.device).unsqueeze(1) * beam  # [B, 1]
+            return cand, sentence + src_beam, token, ends, go_on
+    total = _extended_scores(logits, generated, step, prefix=prefix, limit=limit, rules=rules,
+                             constraint=constraint, forced=forced, sources=sources, required=required,
+                             columns=columns)
+    return _candidates(total.view(-1, beam, total.size(-1)), beam, required, columns)
 
 
 def _forced_at(prefixes: Tensor | None, step: int, sentences: Tensor, per_sentence: int) -> Tensor | None:
@@ -249,12 +304,11 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
     for step in range(longest + 1):
         with teams.step(model, len(active) * k):  # a small step's team: speed only (seqtrans.decoding.teams)
-            total = _extended_scores(model, history, step, state, prefix=scores.view(-1), limit=limit,
-                                     rules=rules, constraint=constrained, required=lexical, columns=columns,
-                                     forced=_forced_at(prefixes, step, active, k),
-                                     sources=active.repeat_interleave(k) if rules.banned else None)
-            cand, rows_c, token, ends, go_on = _candidates(total.view(len(active), k, -1), k, lexical,
-                                                           columns)
+            cand, rows_c, token, ends, go_on = _beam_candidates(
+                _next_logits(model, history, state), history, step, beam=k, prefix=scores.view(-1),
+                limit=limit, rules=rules, constraint=constrained, required=lexical, columns=columns,
+                forced=_forced_at(prefixes, step, active, k),
+                sources=active.repeat_interleave(k) if rules.banned else None)
             kept = kept.merged(cand, _within_beam(ends, k) if end_in_beam else ends, rows_c, history, step,
                                alpha, length_penalty)
             scores, rows, next_tok = _going_on(go_on, cand, ends, rows_c, token)  # [B, K] each
@@ -382,7 +436,8 @@ def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, rules: Rules,
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
     for step in range(longest + 1):
         with teams.step(model, active.numel()):
-            log_probs = _extended_scores(model, history[:, : step + 1], step, state,
+            log_probs = _extended_scores(_next_logits(model, history[:, : step + 1], state),
+                                         history[:, : step + 1], step,
                                          prefix=zeros[: active.numel()], limit=limit, rules=rules,
                                          constraint=constrained, forced=_forced_at(prefixes, step, active, 1),
                                          sources=active, columns=columns)

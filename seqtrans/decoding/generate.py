@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from seqtrans.attention import reading
 from seqtrans.config import DecodeConfig
@@ -206,21 +207,10 @@ def _generate(searcher: Searcher,
             bar.update(len(batch))
             continue
         src = pad_batch([sources[i] for i in idx]).to(device)
-        max_len = torch.tensor(lengths)
         constraint = constraints(idx) if constraints is not None and config.constrained else None
         with autocast(device, config.precision):
-            if config.beam == 1 and not required:
-                out = greedy_search(model, src, max_len=max_len, min_len=config.min_len,
-                                    constraint=constraint, no_repeat_ngram_size=config.no_repeat_ngram_size,
-                                    prefixes=None if forced is None else pad_batch(forced), banned=banned,
-                                    cancelled=rows_cancelled)
-            else:
-                out = beam_search(model, src, beam=config.beam, alpha=config.alpha, max_len=max_len,
-                                  min_len=config.min_len, nbest=config.nbest, constraint=constraint,
-                                  length_penalty=config.length_penalty, end_in_beam=config.end_in_beam,
-                                  no_repeat_ngram_size=config.no_repeat_ngram_size,
-                                  prefixes=None if forced is None else pad_batch(forced), banned=banned,
-                                  required=required, cancelled=rows_cancelled)
+            out = _search(model, src, torch.tensor(lengths), config, constraint=constraint, forced=forced,
+                          banned=banned, required=required, cancelled=rows_cancelled)
         for k, (i, hyps) in enumerate(zip(idx, out)):
             results[i] = hyps
             if not hyps and required and required[k] and not (rows_cancelled and rows_cancelled(k)):
@@ -230,6 +220,23 @@ def _generate(searcher: Searcher,
         bar.update(len(batch))
     bar.close()
     return results
+
+
+def _search(model: SearchModel, src: Tensor, max_len: Tensor, config: DecodeConfig, *,
+            constraint: Constraint | None, forced: list[list[int]] | None, banned: list[Phrases],
+            required: list[Phrases], cancelled: Cancelled | None) -> list[list[Hypothesis]]:
+    """The outputs of one batch of sources ``src`` [B, S]: greedy search where the settings
+    ask for a beam of 1 and no phrase is required, beam search otherwise."""
+    prefixes = None if forced is None else pad_batch(forced)  # [B, P]
+    if config.beam == 1 and not required:
+        return greedy_search(model, src, max_len=max_len, min_len=config.min_len, constraint=constraint,
+                             no_repeat_ngram_size=config.no_repeat_ngram_size, prefixes=prefixes,
+                             banned=banned, cancelled=cancelled)
+    return beam_search(model, src, beam=config.beam, alpha=config.alpha, max_len=max_len,
+                       min_len=config.min_len, nbest=config.nbest, constraint=constraint,
+                       length_penalty=config.length_penalty, end_in_beam=config.end_in_beam,
+                       no_repeat_ngram_size=config.no_repeat_ngram_size, prefixes=prefixes, banned=banned,
+                       required=required, cancelled=cancelled)
 
 
 def _wanted(idx: list[int], forced: list[list[int]] | None, lexical: _Lexical) -> list[list[int]]:

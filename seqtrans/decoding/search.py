@@ -103,42 +103,58 @@ def mask_log_probs(log_probs: Tensor, *, force_eos: Tensor, forbid_eos: bool = F
     return log_probs
 
 
-def repeated_ngrams(generated: Tensor, size: int, vocab: int) -> Tensor:
-    """The tokens that would repeat an n-gram of ``size`` tokens: True for token v of row
-    i where the row's last ``size - 1`` tokens followed by v already occur in it (for
-    size 1, every token it holds).
+def repeated_ngram_pairs(generated: Tensor, size: int) -> tuple[Tensor, Tensor]:
+    """The (row, token) pairs where the row's last ``size - 1`` tokens followed by the
+    token already occur in the row (for size 1, every token it holds); a pair may repeat.
 
-    generated [N, t] (target ids so far, the start symbol excluded) -> [N, V] bool
+    generated [N, t] (target ids so far, the start symbol excluded) -> rows, tokens [P]
     """
     n, t = generated.shape
-    banned = torch.zeros(n, vocab, dtype=torch.long, device=generated.device)
     if t < size:
-        return banned.bool()
+        none = generated.new_empty(0)
+        return none, none
     windows = generated.unfold(1, size, 1)  # [N, W, size] every n-gram, W = t - size + 1
     last = generated[:, t - size + 1 :].unsqueeze(1)  # [N, 1, size-1]
     match = windows[:, :, :-1].eq(last).all(dim=2)  # [N, W] n-grams that the next token would repeat
-    # summed, not written: one token may close several windows, matching or not
-    banned.scatter_add_(1, windows[:, :, -1], match.long())  # [N, W] -> [N, V]
-    return banned > 0
+    rows, at = match.nonzero(as_tuple=True)  # [P]
+    return rows, windows[rows, at, -1]
+
+
+def repeated_ngrams(generated: Tensor, size: int, vocab: int) -> Tensor:
+    """The tokens that would repeat an n-gram of ``size`` tokens (:func:`repeated_ngram_pairs`)
+    as a mask.  generated [N, t] -> [N, V] bool"""
+    return _as_mask(repeated_ngram_pairs(generated, size), generated.size(0), vocab, generated.device)
+
+
+def banned_phrase_pairs(generated: Tensor,
+                        phrases: Sequence[Sequence[Sequence[int]]]) -> tuple[Tensor, Tensor]:
+    """The (row, token) pairs where the row ends with all but the last token of one of
+    ``phrases[row]`` and the token is its last.
+
+    generated [N, t] (target ids so far, the start symbol excluded), phrases: per row
+    -> rows, tokens [P]
+    """
+    t = generated.size(1)
+    longest = max((len(p) for own in phrases for p in own), default=1)
+    tails = generated[:, max(0, t - longest + 1) :].tolist()  # [N, <= longest-1]: only the end matters
+    pairs = [(i, phrase[-1]) for i, (tail, own) in enumerate(zip(tails, phrases)) for phrase in own
+             if len(phrase) == 1 or (len(phrase) - 1 <= len(tail)
+                                     and tail[len(tail) - len(phrase) + 1 :] == list(phrase[:-1]))]
+    found = torch.tensor(pairs, dtype=torch.long, device=generated.device).view(-1, 2)  # [P, 2]
+    return found[:, 0], found[:, 1]
 
 
 def banned_phrase_tokens(generated: Tensor, phrases: Sequence[Sequence[Sequence[int]]], vocab: int) -> Tensor:
-    """The tokens that would complete a banned phrase: True for token v of row i where
-    the row ends with all but the last token of one of ``phrases[i]`` and v is its last.
+    """The tokens that would complete a banned phrase (:func:`banned_phrase_pairs`) as a
+    mask.  generated [N, t], phrases: per row -> [N, V] bool"""
+    return _as_mask(banned_phrase_pairs(generated, phrases), generated.size(0), vocab, generated.device)
 
-    generated [N, t] (target ids so far, the start symbol excluded), phrases: per row
-    -> [N, V] bool
-    """
-    n, t = generated.shape
-    banned = torch.zeros(n, vocab, dtype=torch.bool)
-    longest = max((len(p) for own in phrases for p in own), default=1)
-    tails = generated[:, max(0, t - longest + 1) :].tolist()  # [N, <= longest-1]: only the end matters
-    for i, (tail, own) in enumerate(zip(tails, phrases)):
-        for phrase in own:
-            k = len(phrase) - 1
-            if k == 0 or (k <= len(tail) and tail[len(tail) - k :] == list(phrase[:k])):
-                banned[i, phrase[-1]] = True
-    return banned.to(generated.device)
+
+def _as_mask(pairs: tuple[Tensor, Tensor], rows: int, vocab: int, device: torch.device) -> Tensor:
+    """(row, token) pairs [P] -> [N, V] bool, True at each"""
+    mask = torch.zeros(rows, vocab, dtype=torch.bool, device=device)
+    mask[pairs[0], pairs[1]] = True
+    return mask
 
 
 def force_tokens(log_probs: Tensor, forced: Tensor, *, columns: Columns = ALL) -> Tensor:
@@ -179,9 +195,60 @@ def top_candidates(total: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return best, torch.div(index, v, rounding_mode="floor"), index % v
 
 
+@dataclass(frozen=True)
+class Exclusions:
+    """The next tokens hypotheses may not take, held as indices rather than as [N, V] masks,
+    each of which costs a large vocabulary's batch a pass to build and one to apply:
+    ``never`` [E] columns no row may take, ``only`` [N] the one column each row may take (-1:
+    any; V or more: none) or None, and ``banned`` (rows, columns) [P] pairs."""
+
+    never: Tensor
+    only: Tensor | None = None
+    banned: tuple[Tensor, Tensor] | None = None
+
+    def by_row(self, rows: int) -> tuple[Tensor, Tensor] | tuple[None, None]:
+        """``banned`` as each row's columns in turn: (start [N+1], columns [P]), row r's
+        being ``columns[start[r]:start[r+1]]``."""
+        if self.banned is None or self.banned[0].numel() == 0:
+            return None, None
+        row, column = self.banned
+        order = row.argsort(stable=True)
+        start = torch.zeros(rows + 1, dtype=torch.long, device=row.device)
+        start[1:] = torch.bincount(row, minlength=rows).cumsum(0)
+        return start, column[order].contiguous()
+
+
+def fused_candidates(logits: Tensor, prefix: Tensor, beam: int,
+                     exclusions: Exclusions) -> tuple[Tensor, Tensor, Tensor] | None:
+    """:func:`top_candidates` of ``extend(logits, prefix)`` with ``exclusions`` at -inf,
+    without those [N, V] scores: each row's own 2K best straight from its logits (the
+    native kernel's log-softmax and top-k while the row is in the cache), then the best
+    2K of a sentence's K rows, which hold all of them. The same candidates in the same order;
+    the scores differ only in the rounding of each row's log-sum-exp. None where the native
+    kernels are not built or a row's logits are not finite: the caller takes the long way.
+
+    logits [N, V] with N = B*K, prefix [N] -> (scores, source beam, column), each [B, C]
+    """
+    if logits.device.type != "cpu" or not native.available():
+        return None
+    n, v = logits.shape
+    c = min(2 * beam, beam * v)
+    per_row = min(c, v)  # a candidate is among its own row's C best
+    start, columns = exclusions.by_row(n)
+    found = native.beam_candidates(logits.float().contiguous(), prefix.float().contiguous(), per_row,
+                                   never=exclusions.never, only=exclusions.only, banned_start=start,
+                                   banned=columns)
+    if found is None:
+        return None
+    values, column, _ = found  # [N, per_row]
+    # a sentence's rows in turn, each best first: ties keep the lower row, then the lower column
+    best, at = largest(values.view(n // beam, beam * per_row), c)  # [B, C]
+    return best, torch.div(at, per_row, rounding_mode="floor"), column.view(n // beam, -1).gather(1, at)
+
+
 def largest(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """``x.topk(k, dim=1)``; on the CPU, in one pass over each row with the native kernel
-    where it is built (torch.topk took a fifth of a small model's beam search: docs/speed.md),
+    where it is built (torch.topk took a fifth of a small model's beam search in a one-off profile),
     ties to the lower index.  x [R, M] -> values, indices [R, k]"""
     if x.device.type == "cpu" and x.dtype == torch.float32 and x.stride(-1) == 1 and native.available():
         found = native.topk_rows(x, k)

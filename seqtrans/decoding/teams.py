@@ -7,7 +7,7 @@ default, :func:`seqtrans.runtime.threads.set_wait_policy`) a woken thread can co
 splitting a small operator saves, and beside busy processes a parallel region waits for
 whichever of its threads the scheduler has set aside. On a quiet 2-core virtual machine
 one thread decoded beam 4, batch 1 a third faster than two in int8 and a tenth slower in
-fp32 (docs/speed.md, "Small steps"): no fixed count is right everywhere. So, for steps
+fp32 (benchmarks/README.md, "Small steps"): no fixed count is right everywhere. So, for steps
 of at most :data:`SMALL_STEP_ROWS` hypotheses, the searches time steps of each size with
 one thread and with the process's count in turn (:data:`TRIALS` each), keep the team with
 the lower median, and time them again :data:`RETRY_S` seconds later, as the machine's

@@ -43,7 +43,8 @@ if TYPE_CHECKING:  # torch is imported by the export itself, not by the command 
     import numpy as np
     from torch import Tensor, nn
 
-    from seqtrans.model.transformer import FeedForward, Transformer
+    from seqtrans.model.layers import FeedForward
+    from seqtrans.model.transformer import Transformer
     from seqtrans.shortlist.table import Shortlist
 
 log = logging.getLogger(__name__)

@@ -74,3 +74,11 @@ def output_projection(x: Tensor, weight: Tensor) -> Tensor:
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.size(-1))  # [M, K]
     return form_for(x2.size(0))(x2, weight, None).reshape(*lead, weight.size(0))
+
+
+def biased(logits: Tensor, bias: Tensor) -> Tensor:
+    """``logits + bias`` [..., O] + [O], the same bits, in place where no gradient needs the
+    product (a fresh projection's): a large vocabulary's copy at every decoding step costs a
+    pass over it and its new pages."""
+    bias = bias.to(logits.dtype)
+    return logits + bias if torch.is_grad_enabled() else logits.add_(bias)

@@ -18,7 +18,7 @@ with a product (:func:`seqtrans.native.int8_product`) that reads each block of w
 rows once for all the rows. Which of the two is faster depends on the
 processor, the rows, the threads and OpenMP's wait policy: over a decoding step's
 weights on a 2-core AMD EPYC the native one was 1.2 to 2.7 times as fast at 1 to 16
-rows (docs/speed.md), but that is one machine, and a product timed apart from the
+rows (benchmarks/README.md, "Small steps"), but that is one machine, and a product timed apart from the
 step's other weights sees other caches. So the first :data:`CHOICE_TRIALS` products of
 each shape, as decoding makes them, are done each way in turn and timed, and the one with the lower
 median is kept for the process (:func:`product_choices`). Both give the same integers,
@@ -146,7 +146,7 @@ class Int8Linear(nn.Module):
     qweight: Tensor
     scale: Tensor
     compensation: Tensor
-    #: ``forward(x, relu=True)`` applies max(0, .) itself (seqtrans.model.transformer.FeedForward)
+    #: ``forward(x, relu=True)`` applies max(0, .) itself (seqtrans.model.layers.FeedForward)
     fuses_relu = True
 
     def __init__(self, weight: Tensor | None, bias: Tensor | None = None, *, unsigned: bool | None = None,

@@ -22,7 +22,7 @@ class OneDNNLinear(nn.Module):
 
     PyTorch's ``F.linear`` calls the BLAS it was built with (Intel MKL in the x86 wheels),
     which on AMD processors runs well below oneDNN's speed for the same product
-    (docs/speed.md). ``weight`` and ``bias`` are the tensors it was made from, shared;
+    (benchmarks/README.md). ``weight`` and ``bias`` are the tensors it was made from, shared;
     no gradient flows through the layer. ``forward(x [..., K]) -> [..., O]``.
 
     The product reads a copy of the weight in oneDNN's own blocked layout

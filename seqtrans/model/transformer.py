@@ -7,6 +7,10 @@ per source. A task adds model-side parts through the extension seam
 (:mod:`seqtrans.model.extension`): they are called at the source embeddings and at the
 decoder inputs, and their decoding state travels in the :class:`DecoderState`.
 
+The layers are in :mod:`seqtrans.model.layers` and what encoding and decoding keep in
+:mod:`seqtrans.model.state`; their names are importable from here too, as they were when
+this module held them.
+
 Variants that models trained elsewhere use are model options, each off by default:
 RMSNorm (:mod:`seqtrans.model.norms`), relative position biases
 (:mod:`seqtrans.model.relative`), gated feed-forward layers, no biases, unscaled
@@ -19,238 +23,36 @@ T target length (this call), D d_model, V vocabulary.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, cast
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqtrans.attention import (
-    AttentionMaps,
-    DecodingState,
-    KVCache,
-    Recorder,
-    SourceStream,
-    StreamingCrossAttention,
-    cross_attention,
-    self_attention,
-    waiting,
-)
+from seqtrans.attention import AttentionMaps, KVCache, Recorder
 from seqtrans.config import ModelConfig
 from seqtrans.data.vocab import PAD
-from seqtrans.linear.fp32 import output_projection
+from seqtrans.linear.fp32 import biased, output_projection
 from seqtrans.model.dropout import Dropout
-from seqtrans.model.extension import ExtensionState, Feature, ModelExtension, check_supported
+from seqtrans.model.extension import Feature, ModelExtension, check_supported
+from seqtrans.model.layers import (
+    DecoderLayer,
+    EncoderLayer,
+    FeedForward,
+    Positions,
+    Residual,
+    relative_bias,
+    token_embeddings,
+)
 from seqtrans.model.masks import padding_mask
 from seqtrans.model.norms import make_norm
-from seqtrans.model.relative import RelativePositionBias
+from seqtrans.model.state import DecoderState, Encoded, EncoderState
 from seqtrans.tasks.protocol import Codec, ModelExtending
 
-
-class Positions(nn.Module):
-    """Sinusoidal (paper, section 3.5) or learned (Table 3, row E) position encodings.
-
-    Sinusoids interleave sin and cos per frequency as the paper's formula does, or
-    (``layout="split"``) put every sine first and every cosine after them; their
-    frequencies are the paper's, or fairseq's (``frequencies="fairseq"``). Position p
-    of a sequence is encoded as ``offset + p`` (``model.position_offset``), and a learned
-    table holds that many rows more."""
-
-    inv_freq: Tensor
-
-    def __init__(self, kind: str, d_model: int, max_positions: int, *, layout: str = "interleaved",
-                 frequencies: str = "paper", offset: int = 0) -> None:
-        super().__init__()
-        self.kind = kind
-        self.layout = layout
-        self.max_positions = max_positions
-        self.offset = offset
-        if kind == "learned":
-            self.table = nn.Embedding(max_positions + offset, d_model)
-            nn.init.normal_(self.table.weight, std=d_model**-0.5)
-        elif frequencies == "fairseq":
-            # 1 / 10000^(i / (D/2 - 1)) for i < D/2
-            half = d_model // 2
-            inv_freq = torch.exp(torch.arange(half) * -(math.log(10000.0) / (half - 1)))
-            self.register_buffer("inv_freq", inv_freq, persistent=False)
-        else:
-            # PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...)
-            inv_freq = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
-            self.register_buffer("inv_freq", inv_freq, persistent=False)
-
-    def forward(self, length: int, *, offset: int = 0, device: torch.device) -> Tensor:
-        """The encodings of positions offset .. offset+length-1.  -> [T, D]"""
-        if self.kind == "learned":
-            if offset + length > self.max_positions:
-                raise ValueError(
-                    f"position {offset + length - 1} is beyond model.max_positions="
-                    f"{self.max_positions} of the learned position embeddings"
-                )
-            start = self.offset + offset
-            return self.table(torch.arange(start, start + length, device=device))
-        start = self.offset + offset
-        pos = torch.arange(start, start + length, device=device, dtype=torch.float32)
-        angles = pos[:, None] * self.inv_freq[None, :]  # [T, D/2]
-        if self.layout == "split":
-            return torch.cat([angles.sin(), angles.cos()], dim=-1)  # [T, D] sines, then cosines
-        return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # [T, D] interleaved
-
-
-def _gelu_tanh(x: Tensor) -> Tensor:
-    return F.gelu(x, approximate="tanh")
-
-
-_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "relu": F.relu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh, "silu": F.silu,
-}
-
-
-class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3); GELU or SiLU in place of the max
-    with ``activation``. ``gated``: FFN(x) = (act(x W1) * (x V)) W2 (Shazeer 2020), V
-    being ``gate``; ``bias``: False leaves out b1, b2 (and V's)."""
-
-    def __init__(self, d_model: int, d_ff: int, *, dropout: float, activation: str = "relu",
-                 gated: bool = False, bias: bool = True) -> None:
-        super().__init__()
-        self.activation = _ACTIVATIONS[activation]
-        self.inner = nn.Linear(d_model, d_ff, bias=bias)
-        self.outer = nn.Linear(d_ff, d_model, bias=bias)
-        # made after the others, so that a model without it initialises as before
-        self.gate = nn.Linear(d_model, d_ff, bias=bias) if gated else None
-        self.dropout = Dropout(dropout)
-        for lin in (self.inner, self.outer, self.gate):
-            if lin is not None:
-                nn.init.xavier_uniform_(lin.weight)
-                if lin.bias is not None:
-                    nn.init.zeros_(lin.bias)
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.gate is not None:
-            return self.outer(self.dropout(self.activation(self.inner(x)) * self.gate(x)))
-        if self.activation is F.relu and not torch.is_grad_enabled():
-            # decoding: the activation over the inner product's own fresh output, in the
-            # product's last pass where the layer offers it (an int8 layer's scales)
-            if getattr(self.inner, "fuses_relu", False):
-                return self.outer(self.dropout(self.inner(x, relu=True)))
-            return self.outer(self.dropout(self.inner(x).relu_()))
-        return self.outer(self.dropout(self.activation(self.inner(x))))
-
-
-class Residual(nn.Module):
-    """Dropout, residual connection and LayerNorm around one sub-layer: post-norm
-    ``LN(x + drop(f(x)))`` as in the paper, or pre-norm ``x + drop(f(LN(x)))``; RMSNorm
-    in place of LayerNorm with ``norm="rms"``."""
-
-    def __init__(self, d_model: int, *, dropout: float, pre_norm: bool, norm: str = "layer",
-                 eps: float = 1e-5) -> None:
-        super().__init__()
-        self.norm = make_norm(norm, d_model, eps=eps)
-        self.dropout = Dropout(dropout)
-        self.pre_norm = pre_norm
-
-    def forward(self, x: Tensor, sublayer_out: Tensor) -> Tensor:
-        if self.pre_norm:
-            return x + self.dropout(sublayer_out)
-        return self.norm(x + self.dropout(sublayer_out))
-
-    def input(self, x: Tensor) -> Tensor:
-        """What the sub-layer reads: LN(x) for pre-norm, x itself for post-norm."""
-        return self.norm(x) if self.pre_norm else x
-
-
-def _feed_forward(c: ModelConfig) -> FeedForward:
-    return FeedForward(c.d_model, c.d_ff, dropout=c.activation_dropout, activation=c.activation,
-                       gated=c.gated_ffn, bias=c.bias)
-
-
-def _residual(c: ModelConfig) -> Residual:
-    return Residual(c.d_model, dropout=c.dropout, pre_norm=c.norm == "pre", norm=c.norm_kind, eps=c.norm_eps)
-
-
-class EncoderLayer(nn.Module):
-    def __init__(self, c: ModelConfig) -> None:
-        super().__init__()
-        self.self_attn = self_attention(c.encoder_attention, c)
-        self.causal = c.causal_encoder
-        self.ffn = _feed_forward(c)
-        self.r1 = _residual(c)
-        self.r2 = _residual(c)
-
-    def forward(self, x: Tensor, mask: Tensor | None, *, cache: KVCache | None = None,
-                record: Recorder | None = None, position_bias: Tensor | None = None) -> Tensor:
-        """x [B, S, D], mask [B, S] -> [B, S, D]; a causal encoder may extend a cache;
-        ``position_bias`` [1, H, S, S'] is added to the self-attention logits."""
-        h = self.r1.input(x)
-        if record is not None:
-            record.encoder_self(self.self_attn, h, mask=mask, causal=self.causal, position_bias=position_bias)
-        x = self.r1(x, self.self_attn(h, mask=mask, causal=self.causal, cache=cache,
-                                      position_bias=position_bias))
-        return self.r2(x, self.ffn(self.r2.input(x)))
-
-
-class DecoderLayer(nn.Module):
-    def __init__(self, c: ModelConfig) -> None:
-        super().__init__()
-        self.self_attn = self_attention(c.decoder_attention, c)
-        self.cross_attn = cross_attention(c.cross_attention, c)
-        self.ffn = _feed_forward(c)
-        self.r1 = _residual(c)
-        self.r2 = _residual(c)
-        self.r3 = _residual(c)
-
-    def forward(self, x: Tensor, cross: DecodingState, *, cache: KVCache | None = None,
-                record: Recorder | None = None, position_bias: Tensor | None = None) -> Tensor:
-        """x [N, T, D] -> [N, T, D]; ``position_bias`` [1, H, T, L] is added to the
-        self-attention logits."""
-        h = self.r1.input(x)
-        if record is not None:
-            record.decoder_self(self.self_attn, h, position_bias=position_bias)
-        x = self.r1(x, self.self_attn(h, causal=True, cache=cache, position_bias=position_bias))
-        h = self.r2.input(x)
-        if record is not None:
-            record.encoder_decoder(self.cross_attn, h)
-        x = self.r2(x, self.cross_attn(h, cross))
-        return self.r3(x, self.ffn(self.r3.input(x)))
-
-
-@dataclass
-class Encoded:
-    """The encoder's output for a batch of sources."""
-
-    memory: Tensor  # [B, S, D]
-    mask: Tensor  # [B, S], True at real tokens
-    # what each model extension keeps of the sources (ModelExtension.source_context), by name
-    context: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class DecoderState:
-    """Everything incremental decoding keeps between steps, for N = B*K hypotheses."""
-
-    caches: list[KVCache]  # per layer: self-attention keys/values so far
-    cross: list[DecodingState]  # per layer: what cross-attention keeps of the source
-    length: int = 0  # target positions decoded so far
-    extensions: dict[str, ExtensionState] = field(default_factory=dict)  # by extension name
-
-    def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        """Follow the search: keep hypotheses ``rows`` [N'] and sentences ``sentences`` [B']."""
-        for cache, cross in zip(self.caches, self.cross):
-            cache.reorder(rows, sentences)
-            cross.reorder(rows, sentences)
-        for state in self.extensions.values():
-            state.reorder(rows, sentences)
-
-
-@dataclass
-class EncoderState:
-    """A causal encoder's self-attention caches, for sources that arrive token by token."""
-
-    caches: list[KVCache]  # per layer
-    length: int = 0  # source positions encoded so far
+__all__ = ["DecoderLayer", "DecoderState", "Encoded", "EncoderLayer", "EncoderState", "FeedForward",
+           "Positions", "Residual", "Transformer", "attention_maps", "build_model"]
 
 
 def _output_parts(model: Transformer, c: ModelConfig, target_vocab_size: int) -> None:
@@ -271,10 +73,13 @@ class Transformer(nn.Module):
 
     ``forward(src [B, S], tgt_in [B, T]) -> logits [B, T, V]`` for training;
     ``encode`` / ``start`` / ``decode`` for search; ``start_encoding`` / ``encode_next``
-    and ``start_streaming`` for sources that arrive while decoding (a causal encoder).
+    for sources that arrive while decoding (a causal encoder), whose decoding state
+    :mod:`seqtrans.streaming.decoder` makes.
 
     A task's model-side parts are attached with :meth:`extend` (``build_model`` does so
-    for a codec with the ``ModelExtending`` ability).
+    for a codec with the ``ModelExtending`` ability). A wait-k lag other than the model's
+    own (``decode.wait_k``, or a multi-k training batch's) is set around a call with
+    :func:`seqtrans.attention.waiting`.
     """
 
     output_bias: Tensor | None  # [V] (see _output_parts)
@@ -285,9 +90,9 @@ class Transformer(nn.Module):
         super().__init__()
         c = self.config = config
         self.scale = math.sqrt(c.d_model) if c.scale_embeddings else 1.0
-        self.target_embed = _token_embeddings(target_vocab_size, c.d_model)
+        self.target_embed = token_embeddings(target_vocab_size, c.d_model)
         shared = shared_vocab and c.share_embeddings
-        self.source_embed = self.target_embed if shared else _token_embeddings(source_vocab_size, c.d_model)
+        self.source_embed = self.target_embed if shared else token_embeddings(source_vocab_size, c.d_model)
         def positions() -> Positions | None:
             if c.positions == "relative":  # no encodings added: a bias in self-attention instead
                 return None
@@ -313,8 +118,8 @@ class Transformer(nn.Module):
         self.embedding_norm = norm() if c.embedding_norm else None
         self.decoder_embedding_norm = norm() if c.embedding_norm and not c.shared_positions else None
         # model.positions=relative: each stack's bias table, computed once a call for all its layers
-        self.relative_bias = _relative_bias(c, bidirectional=True)
-        self.decoder_relative_bias = _relative_bias(c, bidirectional=False)
+        self.relative_bias = relative_bias(c, bidirectional=True)
+        self.decoder_relative_bias = relative_bias(c, bidirectional=False)
         # the task's model-side parts (seqtrans.model.extension), in the order they are applied;
         # registered last, so that their parameters come after the Transformer's own
         self.extensions = nn.ModuleDict()
@@ -391,7 +196,7 @@ class Transformer(nn.Module):
         if not self.config.causal_encoder:
             raise ValueError("incremental encoding needs a causal encoder (model.causal_encoder)")
         self.check_supported("stream")
-        like = self._float_like()
+        like = self.float_like()
         return EncoderState([layer.self_attn.new_cache(rows, capacity, like=like)
                              for layer in self.encoder_layers])
 
@@ -427,30 +232,18 @@ class Transformer(nn.Module):
             extensions=extensions,
         )
 
-    def start_streaming(self, source: SourceStream, *, capacity: int = 64) -> DecoderState:
-        """A decoding state for one hypothesis over a source that arrives while decoding:
-        each layer's encoder-decoder attention pulls encoder states from ``source`` as it
-        needs them. Needs a cross-attention that can follow a stream (monotonic)."""
-        self.check_supported("stream")
-        like = self._float_like()
-        cross: list[DecodingState] = []
-        for layer in self.decoder_layers:
-            attn = layer.cross_attn
-            if not isinstance(attn, StreamingCrossAttention):
-                raise ValueError(f"{type(attn).__name__} cannot follow a source as it arrives")
-            cross.append(attn.follow(source, like=like))
-        caches = [layer.self_attn.new_cache(1, capacity, like=like) for layer in self.decoder_layers]
-        return DecoderState(caches, cross)
-
     @property
     def device(self) -> torch.device:
-        return self._float_like().device
+        return self.float_like().device
 
-    def _float_like(self) -> Tensor:
-        """A float tensor of the model's: new caches take its dtype and device."""
-        embed = self.target_embed
-        # an int8 decoding copy's table (seqtrans.linear.quantize.int8_only) has float scales, no weight
-        return embed.weight if isinstance(embed, nn.Embedding) else cast(Tensor, embed.scale)
+    def float_like(self) -> Tensor:
+        """A float tensor of the model's, whose dtype and device new decoding states take:
+        its first floating-point parameter, or buffer where a decoding copy keeps its
+        weights in integers and no float parameter (seqtrans.linear.quantize)."""
+        for tensor in itertools.chain(self.parameters(), self.buffers()):
+            if tensor.is_floating_point():
+                return tensor
+        raise ValueError("the model holds no floating-point tensor")
 
     @property
     def output_weight(self) -> Tensor:
@@ -470,7 +263,7 @@ class Transformer(nn.Module):
             logits = cast(Tensor, self.projection(hidden))
         else:
             logits = output_projection(hidden, self.output_weight)
-        return logits if self.output_bias is None else logits + self.output_bias.to(logits.dtype)
+        return logits if self.output_bias is None else biased(logits, self.output_bias)
 
     def decode_hidden(self, tokens: Tensor, encoded: Encoded | None = None, *,
                       state: DecoderState | None = None, record: Recorder | None = None) -> Tensor:
@@ -485,9 +278,7 @@ class Transformer(nn.Module):
         if state is None:
             if encoded is None:
                 raise ValueError("decode() needs the encoder output or a decoding state")
-            with waiting(training_lag(self, encoded.mask)):
-                cross = [layer.cross_attn.prepare(encoded.memory, encoded.mask)
-                         for layer in self.decoder_layers]
+            cross = [layer.cross_attn.prepare(encoded.memory, encoded.mask) for layer in self.decoder_layers]
             caches: list[KVCache | None] = [None] * len(self.decoder)
             offset = 0
             for name, extension in self.named_extensions():
@@ -516,7 +307,6 @@ class Transformer(nn.Module):
         return self.decode_hidden(tgt_in, self.encode(src))
 
 
-
 @torch.no_grad()
 def attention_maps(model: Transformer, src: Tensor, tgt_in: Tensor) -> AttentionMaps:
     """The attention weights of every layer of ``model`` for sources and teacher-forced
@@ -526,29 +316,6 @@ def attention_maps(model: Transformer, src: Tensor, tgt_in: Tensor) -> Attention
     model.decode_hidden(tgt_in, model.encode(src, record=record), record=record)
     return record.maps()
 
-
-def _token_embeddings(vocab_size: int, d_model: int) -> nn.Embedding:
-    """A token embedding table, N(0, d_model^-0.5), its padding row zero."""
-    table = nn.Embedding(vocab_size, d_model, padding_idx=PAD)
-    nn.init.normal_(table.weight, std=d_model**-0.5)
-    nn.init.zeros_(table.weight[PAD])
-    return table
-
-
-def _relative_bias(c: ModelConfig, *, bidirectional: bool) -> RelativePositionBias | None:
-    """A stack's relative position bias table (model.positions=relative), else None."""
-    if c.positions != "relative":
-        return None
-    return RelativePositionBias(c.heads, buckets=c.relative_buckets, max_distance=c.relative_max_distance,
-                                bidirectional=bidirectional, d_model=c.d_model)
-
-
-def training_lag(model: Transformer, mask: Tensor) -> int | None:
-    """Multi-k training's wait-k lag of a batch, drawn from 1 to its longest source
-    (with the global generator, so that a seed repeats it); None otherwise."""
-    if not (model.training and model.config.multi_k):
-        return None
-    return int(torch.randint(1, int(mask.sum(1).max()) + 1, ()))
 
 def _plus(extra: Tensor | None, more: Tensor | None) -> Tensor | None:
     if more is None:

@@ -14,6 +14,10 @@
 - :func:`topk_rows`: the few largest of each long row (beam search's candidates), in one
   pass that compares a block of elements with the k-th best so far at once, where
   ``torch.topk`` took a fifth of a small model's beam search.
+- :func:`beam_candidates`: each hypothesis's best extensions straight from a step's logits,
+  its log-softmax, prefix, exclusions and top-k per row while the row is in the cache,
+  without the [rows, vocabulary] scores that a large vocabulary's batch spends most of a
+  step writing and reading back.
 
 The source ships with the package (``kernels.c``) and is compiled the first time
 a process needs it, with ``$CC`` (else ``cc``; ``$CC`` may carry arguments, split as a
@@ -190,6 +194,9 @@ def _load() -> ctypes.CDLL | None:
         library.seqtrans_topk_rows.restype = ctypes.c_int
         library.seqtrans_topk_rows.argtypes = [pointer, integer, integer, integer, integer, pointer, pointer,
                                                integer]
+        library.seqtrans_beam_candidates.restype = ctypes.c_int
+        library.seqtrans_beam_candidates.argtypes = [pointer, integer, integer, integer, pointer, integer,
+                                                     pointer, integer, *[pointer] * 6, integer]
         _library = library
         return library
 
@@ -389,3 +396,43 @@ def topk_rows(x: Tensor, k: int) -> tuple[Tensor, Tensor] | None:
     nan = library.seqtrans_topk_rows(x.data_ptr(), m, n, x.stride(0), k, values.data_ptr(), index.data_ptr(),
                                      torch.get_num_threads())
     return None if nan else (values, index)
+
+
+def beam_candidates(x: Tensor, prefix: Tensor, k: int, *, never: Tensor, only: Tensor | None = None,
+                    banned_start: Tensor | None = None,
+                    banned: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor] | None:
+    """The ``k`` best next tokens of each hypothesis from its logits: for row r,
+    ``(log_softmax(x[r]) + prefix[r])`` ranked as :func:`topk_rows` ranks (largest first, of
+    equal values the lower column first), -inf at the columns excluded: ``never`` [E] (every
+    row), all but ``only[r]`` where it is >= 0 (``only`` [M]; past the last column: none), and
+    ``banned[banned_start[r]:banned_start[r+1]]`` (``banned_start`` [M+1]). The log-softmax is
+    ``(x - max) - shift``, as torch's, with ``shift`` the log of the sum of ``exp(x - max)``,
+    which differs from torch's in rounding only. x [M, N] float32 (contiguous rows), prefix [M]
+    float32, the rest int64 contiguous -> (values [M, k], columns [M, k] int64, shift [M]);
+    None where a row's largest logit is not finite (a NaN, +inf, no finite logit), which the
+    caller leaves to torch's operators. Only when :func:`available`."""
+    library = _library_or_raise()
+    if x.dtype != torch.float32 or x.dim() != 2 or x.stride(1) != 1 or x.device.type != "cpu":
+        raise ValueError("beam_candidates takes a float32 CPU matrix with contiguous rows")
+    m, n = x.shape
+    if not 1 <= k <= n:
+        raise ValueError(f"beam_candidates: k = {k} for rows of {n}")
+    ints = [t for t in (never, only, banned_start, banned) if t is not None]
+    if (prefix.dtype != torch.float32 or prefix.shape != (m,) or not prefix.is_contiguous()
+            or any(t.dtype != torch.int64 or not t.is_contiguous() for t in ints)
+            or (only is not None and only.shape != (m,)) or (banned_start is None) != (banned is None)
+            or (banned_start is not None and banned_start.shape != (m + 1,))):
+        raise ValueError("beam_candidates: a float32 prefix per row and contiguous int64 exclusions "
+                         "(banned_start of rows + 1 with banned)")
+    values = torch.empty(m, k, dtype=torch.float32)
+    index = torch.empty(m, k, dtype=torch.int64)
+    shift = torch.empty(m, dtype=torch.float32)
+
+    def address(t: Tensor | None) -> int | None:
+        return None if t is None else t.data_ptr()
+
+    bad = library.seqtrans_beam_candidates(
+        x.data_ptr(), m, n, x.stride(0), prefix.data_ptr(), k, never.data_ptr(), never.numel(), address(only),
+        address(banned_start), address(banned), values.data_ptr(), index.data_ptr(), shift.data_ptr(),
+        torch.get_num_threads())
+    return None if bad else (values, index, shift)

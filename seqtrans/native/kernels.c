@@ -409,6 +409,145 @@ int seqtrans_topk_rows(const float *x, int64_t m, int64_t n, int64_t stride, int
     return c.found_nan;
 }
 
+/* seqtrans_beam_candidates: beam search's candidates from a step's logits without the [rows, n]
+ * log-probabilities. For row r of x [m, n] (rows `stride` apart) with max M and
+ * shift = log(sum_j exp(x[j] - M)), the score of column j is
+ *
+ *   total[j] = ((x[j] - M) - shift) + prefix[r]
+ *
+ * in that order of float operations (torch.log_softmax's, then the prefix added), or -inf
+ * where j is excluded: in `never` (every row), not only[r] where only[r] >= 0 (only[r] >= n:
+ * no column), or among the row's own banned[banned_start[r] .. banned_start[r+1]-1]
+ * (only and banned_start may be NULL). values/index [m, k]: the k best columns, largest first,
+ * of equal scores the lower column first, as seqtrans_topk_rows ranks the whole row; shift [m].
+ * The shift's sum adds exp in float lanes within blocks of CANDIDATE_BLOCK and the blocks
+ * in double, so it differs from torch's only in rounding. Returns 1, with the outputs
+ * unfinished, where a row's max is not finite (a NaN, +inf, or no finite logit), whose
+ * log-softmax the caller leaves to torch; else 0. */
+typedef struct {
+    const float *x, *prefix;
+    int64_t n, stride, k;
+    const int64_t *never, *only, *banned_start, *banned;
+    int64_t never_count;
+    float *values, *shift;
+    int64_t *index;
+    volatile int not_finite;
+} Candidates;
+
+#define CANDIDATE_BLOCK 1024
+
+static int excluded(const Candidates *c, int64_t r, int64_t j) {
+    for (int64_t i = 0; i < c->never_count; i++)
+        if (c->never[i] == j) return 1;
+    if (c->banned_start != NULL)
+        for (int64_t i = c->banned_start[r]; i < c->banned_start[r + 1]; i++)
+            if (c->banned[i] == j) return 1;
+    return 0;
+}
+
+/* log(sum exp(x - most)) over a row, its sums in float lanes within a block, then in double */
+static float row_shift(const float *x, int64_t n, float most) {
+    float part[CANDIDATE_BLOCK];
+    double total = 0.0;
+    for (int64_t b = 0; b < n; b += CANDIDATE_BLOCK) {
+        const int64_t len = n - b < CANDIDATE_BLOCK ? n - b : CANDIDATE_BLOCK;
+        for (int64_t j = 0; j < len; j++) part[j] = x[b + j] - most;
+        exp_nonpositive(part, len);
+        float lanes[LANES] = {0.0f};
+        int64_t j = 0;
+        for (; j + LANES <= len; j += LANES)
+            for (int l = 0; l < LANES; l++) lanes[l] += part[j + l];
+        for (; j < len; j++) lanes[0] += part[j];
+        for (int l = 0; l < LANES; l++) total += lanes[l];
+    }
+    return (float)log(total);
+}
+
+/* A row that may take only column `only` (or none, past the end): its score first where it is
+ * finite, then -inf at the lowest columns, as ranking the whole row would give. */
+static void only_column(const Candidates *c, int64_t r, float most, float shift, float *v, int64_t *ix) {
+    const int64_t only = c->only[r];
+    float score = -INFINITY;
+    int64_t filled = 0;
+    if (only < c->n && !excluded(c, r, only)) score = ((c->x[r * c->stride + only] - most) - shift) + c->prefix[r];
+    const int placed = score > -INFINITY;
+    if (placed) {
+        v[0] = score;
+        ix[filled++] = only;
+    }
+    for (int64_t j = 0; j < c->n && filled < c->k; j++)
+        if (j != only || !placed) {
+            v[filled] = -INFINITY;
+            ix[filled++] = j;
+        }
+}
+
+/* The row's largest value, and whether it holds a NaN: in lanes the compiler vectorizes */
+static float row_max(const float *x, int64_t n, int *nan) {
+    float most[LANES];
+    int odd[LANES] = {0};
+    for (int l = 0; l < LANES; l++) most[l] = -INFINITY;
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++) {
+            odd[l] |= x[j + l] != x[j + l];
+            most[l] = x[j + l] > most[l] ? x[j + l] : most[l];
+        }
+    for (; j < n; j++) {
+        odd[0] |= x[j] != x[j];
+        most[0] = x[j] > most[0] ? x[j] : most[0];
+    }
+    for (int l = 1; l < LANES; l++) {
+        odd[0] |= odd[l];
+        most[0] = most[l] > most[0] ? most[l] : most[0];
+    }
+    *nan = odd[0];
+    return most[0];
+}
+
+static void candidates(void *context, int64_t begin, int64_t end) {
+    Candidates *c = (Candidates *)context;
+    const int64_t n = c->n, k = c->k;
+    float score[TOPK_BLOCK];
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = c->x + r * c->stride;
+        float most, *v = c->values + r * k;
+        int64_t *ix = c->index + r * k, filled = 0;
+        int nan;
+        most = row_max(x, n, &nan);
+        if (nan || !isfinite(most)) {
+            c->not_finite = 1;
+            return;
+        }
+        const float shift = c->shift[r] = row_shift(x, n, most), prefix = c->prefix[r];
+        if (c->only != NULL && c->only[r] >= 0) {
+            only_column(c, r, most, shift, v, ix);
+            continue;
+        }
+        for (int64_t i = 0; i < n; i += TOPK_BLOCK) {
+            const int64_t stop = i + TOPK_BLOCK < n ? i + TOPK_BLOCK : n;
+            int more = filled < k;
+            for (int64_t j = i; j < stop; j++) {
+                score[j - i] = ((x[j] - most) - shift) + prefix;
+                more |= filled == k && score[j - i] > v[k - 1];
+            }
+            if (!more) continue; /* most blocks hold nothing better than the k-th best */
+            for (int64_t j = i; j < stop; j++)
+                topk_insert(v, ix, &filled, k, excluded(c, r, j) ? -INFINITY : score[j - i], j);
+        }
+    }
+}
+
+int seqtrans_beam_candidates(const float *x, int64_t m, int64_t n, int64_t stride, const float *prefix,
+                             int64_t k, const int64_t *never, int64_t never_count, const int64_t *only,
+                             const int64_t *banned_start, const int64_t *banned, float *values, int64_t *index,
+                             float *shift, int64_t threads) {
+    Candidates c = {x, prefix, n, stride, k, never, only, banned_start, banned, never_count, values, shift,
+                    index, 0};
+    parallel(candidates, &c, m, m * n < SMALL_WORK ? 1 : threads);
+    return c.not_finite;
+}
+
 /* seqtrans_int8_product: out[m, o] = sum_k x[m, k] * w[o, k] in int32, exact, for the few
  * rows of a decoding step (seqtrans.linear.int8): x [rows, cols] unsigned bytes, w
  * [outputs, cols] signed bytes, both with contiguous rows (w as the layer keeps it, so

@@ -5,7 +5,7 @@ Python's ``json`` reads things no route can use and some it cannot even hold: a 
 surrogate escape (``"\\ud800"``) becomes a string that cannot be encoded again, ``NaN``
 and ``Infinity`` become floats that compare false with everything, an integer of more
 than 4,300 digits raises ``ValueError``, and deep nesting raises ``RecursionError``.
-:func:`read` turns each of these into a :class:`~seqtrans.serving.models.RequestError`
+:func:`read` turns each of these into a :class:`~seqtrans.serving.errors.RequestError`
 (400 for a body that is not JSON, 422 for a value no route takes) whose message and
 ``field`` name where it was found (``inputs[0]``, ``alpha``). The HTTP routes and the
 WebSocket read their JSON through it.
@@ -18,7 +18,7 @@ import math
 import re
 from typing import Any
 
-from seqtrans.serving.models import RequestError, clip
+from seqtrans.serving.errors import RequestError, clip
 
 #: Arrays and objects nested deeper than this are refused (the API's bodies nest three deep).
 MAX_DEPTH = 32
@@ -60,7 +60,7 @@ def read(data: bytes | str) -> Any:
     except RecursionError:
         raise _too_deep("") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RequestError(400, "malformed_json", f"the body is not JSON: {exc}") from None
+        raise RequestError("malformed_json", f"the body is not JSON: {exc}") from None
     check(value)
     return value
 
@@ -112,7 +112,7 @@ def _ascii(text: str) -> str:
 
 
 def _refused(field: str, problem: str) -> RequestError:
-    return RequestError(422, "invalid_request", f"{clip(field)}: {problem}" if field else problem,
+    return RequestError("invalid_request", f"{clip(field)}: {problem}" if field else problem,
                         field=field or None)
 
 

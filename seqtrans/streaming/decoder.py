@@ -64,7 +64,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqtrans.attention import reading
+from seqtrans.attention import DecodingState, SourceStream, StreamingCrossAttention, reading
 from seqtrans.config import DecodeConfig
 from seqtrans.data.vocab import BOS, EOS
 from seqtrans.decoding.generate import max_output_length
@@ -167,14 +167,31 @@ def _restore(saved: list[tuple[object, dict[str, Any]]]) -> None:
         vars(obj).update(fields)
 
 
+def following_state(model: Transformer, source: SourceStream, *, capacity: int = 64) -> DecoderState:
+    """A decoding state of ``model`` for one hypothesis over a source that arrives while
+    decoding: each layer's encoder-decoder attention pulls encoder states from ``source``
+    as it needs them. Needs a cross-attention that can follow a stream (monotonic, or
+    scaled-dot under wait-k)."""
+    model.check_supported("stream")
+    like = model.float_like()
+    cross: list[DecodingState] = []
+    for layer in model.decoder_layers:
+        attn = layer.cross_attn
+        if not isinstance(attn, StreamingCrossAttention):
+            raise ValueError(f"{type(attn).__name__} cannot follow a source as it arrives")
+        cross.append(attn.follow(source, like=like))
+    caches = [layer.self_attn.new_cache(1, capacity, like=like) for layer in model.decoder_layers]
+    return DecoderState(caches, cross)
+
+
 class _Following:
     """The steps of a causal encoder's model: one decoding state, whose encoder-decoder
-    attention reads the source as it needs (``start_streaming``), fed each token once."""
+    attention reads the source as it needs (:func:`following_state`), fed each token once."""
 
     def __init__(self, model: Transformer, config: DecodeConfig, source: _SourceStream) -> None:
         self.model = model
         with reading(config):
-            self.state = model.start_streaming(source)
+            self.state = following_state(model, source)
 
     def log_probs(self, tokens: list[int]) -> Tensor:
         """The next token's log-probabilities after ``tokens`` (BOS and the output so far),

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from seqtrans.attention import LatencyReporting
+from seqtrans.attention import LatencyReporting, waiting
 from seqtrans.config import TrainConfig
 from seqtrans.data.batches import Pairs
 from seqtrans.data.vocab import PAD
@@ -45,6 +45,24 @@ def resolve_precision(precision: str, device: torch.device) -> str:
         return "bf16"
     return "fp32"
 
+
+def training_lag(model: Transformer, mask: Tensor) -> int | None:
+    """Multi-k training's wait-k lag of a batch (``model.multi_k``, Elbayad et al. 2020),
+    drawn from 1 to its longest source with the global generator, so that a seed repeats
+    it; None otherwise.  mask [B, S], True at real tokens"""
+    if not (model.training and model.config.multi_k):
+        return None
+    return int(torch.randint(1, int(mask.sum(1).max()) + 1, ()))
+
+
+def batch_hidden(model: Transformer, src: Tensor, tgt_in: Tensor) -> Tensor:
+    """The decoder's last hidden states of a training batch, teacher-forced, under the
+    batch's multi-k lag (:func:`training_lag`, drawn between the encoder's dropout and the
+    decoder's, so that a seed draws the lags and masks it always drew).
+    src [B, S], tgt_in [B, T] -> [B, T, D]"""
+    encoded = model.encode(src)
+    with waiting(training_lag(model, encoded.mask)):
+        return model.decode_hidden(tgt_in, encoded)
 
 
 def expected_delays(model: Transformer) -> list[Tensor]:
@@ -78,7 +96,7 @@ class LossModule(torch.nn.Module):
         ``train.latency_weight`` (``train.latency_weight_var``), the loss includes the
         weighted latency (the variance of its heads' delays) of each sentence."""
         with autocast(src.device, self.precision):
-            hidden = self.model.hidden(src, tgt_in)  # [B, T, D]
+            hidden = batch_hidden(self.model, src, tgt_in)  # [B, T, D]
             loss, nll = projected_label_smoothed_loss(hidden, self.model.output_weight, tgt_out,
                                                       bias=self.model.output_bias, smoothing=self.smoothing)
         delays = expected_delays(self.model)

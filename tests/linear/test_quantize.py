@@ -220,6 +220,15 @@ def test_an_int8_only_model_holds_no_float_copy_of_the_weights() -> None:
     assert sum(int8_held.values()) < 0.3 * sum(float_held.values())
 
 
+def test_new_decoding_states_take_the_float_type_of_a_model_without_float_weights() -> None:
+    model = tiny_model(vocab=11, seed=1, causal_encoder=True)
+    assert model.float_like() is model.target_embed.weight
+    alone = int8_only(model)
+    like = alone.float_like()
+    assert like.dtype == torch.float32 and alone.device == torch.device("cpu")
+    assert alone.start_encoding().caches[0].k.dtype == torch.float32
+
+
 def test_an_int8_only_model_refuses_float_precisions_by_name() -> None:
     alone = int8_only(tiny_model(vocab=11, seed=1))
     for precision in ("fp32", "bf16"):

@@ -33,6 +33,10 @@ def from_schema(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     if "enum" in schema:
         return st.sampled_from(schema["enum"])
     kind = schema.get("type")
+    if isinstance(kind, list):  # one of several types (a nullable field: ["integer", "null"])
+        return st.one_of([from_schema({**schema, "type": k}) for k in kind])
+    if kind == "null":
+        return st.none()
     if kind == "object":
         properties = {k: from_schema(v) for k, v in schema.get("properties", {}).items()}
         required = set(schema.get("required", ()))

@@ -241,10 +241,10 @@ def test_with_a_token_every_route_but_the_page_and_probes_needs_it(copy_model: S
 
 def test_the_server_is_alive_but_not_ready_while_its_models_warm_up(copy_model: Served,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from seqtrans.serving.app import Server
+    from seqtrans.serving.core import Core
 
     warm = threading.Event()
-    monkeypatch.setattr(Server, "warm", lambda self: warm.wait(30))
+    monkeypatch.setattr(Core, "warm", lambda self: warm.wait(30))
     with running({"copy": copy_model}, ready=False) as url:
         try:
             assert httpx.get(f"{url}/health").status_code == 200
@@ -387,7 +387,8 @@ def test_a_failure_inside_decoding_is_a_json_500_without_a_traceback(copy_model:
 
 
 def test_a_model_served_in_int8_only_refuses_float_precisions(tmp_path: Path) -> None:
-    from seqtrans.serving.models import RequestError, parse_predict
+    from seqtrans.serving.errors import RequestError
+    from seqtrans.serving.requests import parse_predict
 
     run = copy_run(tmp_path / "copy", seed=3, vocab_size=30)
     served = Served("copy", load(run, overrides=["decode.precision=int8"], device="cpu"))

@@ -86,7 +86,7 @@ def test_a_token_the_task_cannot_read_is_an_unknown_symbol_or_a_422_never_a_500(
         raise RuntimeError("cannot encode")
 
     monkeypatch.setattr(copy_model.loaded.task, "parse_source", broken)
-    with caplog.at_level(logging.WARNING, logger="seqtrans.serving.models"):
+    with caplog.at_level(logging.WARNING, logger="seqtrans.serving.requests"):
         for route, body, field in [("predict", {"inputs": ["1", "2"]}, "inputs[0]"),
                                    ("score", {"pairs": [["1", "2"]]}, "pairs[0][0]")]:
             answer = httpx.post(f"{url}/v1/models/copy/{route}", json=body)

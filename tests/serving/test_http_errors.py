@@ -12,7 +12,8 @@ import httpx
 import pytest
 from servers import reference, running, served_copy
 
-from seqtrans.serving.models import ECHOED, Served
+from seqtrans.serving.errors import ECHOED
+from seqtrans.serving.models import Served
 from seqtrans.serving.settings import ServeSettings
 
 BODY = b'{"inputs": ["1 2"]}'

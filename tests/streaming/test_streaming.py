@@ -23,7 +23,7 @@ from seqtrans.inference import loading
 from seqtrans.model.extension import ExtensionError
 from seqtrans.model.transformer import Transformer
 from seqtrans.streaming import predict as streaming
-from seqtrans.streaming.decoder import check_streamable, stream_greedy
+from seqtrans.streaming.decoder import check_streamable, following_state, stream_greedy
 from seqtrans_copy import CopyCodec
 
 SOURCES = [[4, 5, 6, 7, 8, 9, 10, 4, 5], [6], [10, 9, 8, 7, 6, 5, 4, 4, 5, 6, 7, 8], [5, 5, 5, 5]]
@@ -97,6 +97,14 @@ def test_a_model_extension_that_needs_whole_sources_refuses_to_stream() -> None:
         list(stream_greedy(model, [4, 5], CONFIG))
     with pytest.raises(ExtensionError):
         model.start_encoding()
+    with pytest.raises(ExtensionError):
+        following_state(model, Counting([4, 5]))
+
+
+def test_a_cross_attention_that_cannot_follow_a_stream_gets_no_following_state() -> None:
+    model = tiny_model(cross_attention="dot", causal_encoder=True)
+    with pytest.raises(ValueError, match="cannot follow a source as it arrives"):
+        following_state(model, Counting([4, 5]))
 
 
 # ------------------------------------------------------------------ the CLI's simultaneous mode

@@ -5,7 +5,7 @@ A unigram model's training starts from seed pieces that sentencepiece picks itse
 and how it picks them has changed between releases: on the treebank sample's training
 words, asked for 8,000 pieces, 0.1.99 and 0.2.0 give 6,571, 0.2.2 gives 8,000 (about
 5,050 of the 10,508 word types whole) and 0.2.3 gives 5,965 (1,994 whole); a model
-trained on one version parsed about 2 F1 worse than on another (docs/tasks/parsing.md).
+trained on one version parsed about 2 F1 worse than on another (docs/tasks/parsing-experiments.md).
 So the task writes the seeds itself, the way sentencepiece's unigram trainer long chose
 them: every substring of a word, marked with the word-start sign, that occurs at least
 twice, at most 16 characters long, scored by frequency times length. sentencepiece still

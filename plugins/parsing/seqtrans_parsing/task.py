@@ -121,16 +121,16 @@ class ParsingConfig:
     substitute_seed: int = option(1, "Seed of the trees data.substitute draws.")
     word_vectors: str = option(
         "", "Pretrained word vectors for the source words, fed to the encoder at each word's first piece "
-        "through a learned projection (docs/tasks/parsing.md, 'Pretrained word vectors'): 'glove-6b-50d' "
-        "(GloVe 6B, 50 dimensions, from the package the plugin's 'vectors' extra installs) or a text file "
-        "of GloVe or word2vec vectors; empty: none.")
+        "through a learned projection (docs/tasks/parsing-model.md, 'Pretrained word vectors'): "
+        "'glove-6b-50d' (GloVe 6B, 50 dimensions, from the package the plugin's 'vectors' extra installs) "
+        "or a text file of GloVe or word2vec vectors; empty: none.")
     source_cursor: bool = option(
         False, "Add to each decoder input the (projected) encoder state of the first word its output has "
-        "not yet placed (docs/tasks/parsing.md, 'The source cursor').")
+        "not yet placed (docs/tasks/parsing-model.md, 'The source cursor').")
     span_cursor: bool = option(
         False, "Add to each decoder input the (separately projected) encoder state of the word where the "
         "innermost constituent its output has opened and not closed starts; top-down targets only "
-        "(docs/tasks/parsing.md, 'The span cursor'). Independent of data.source_cursor.")
+        "(docs/tasks/parsing-model.md, 'The source cursor'). Independent of data.source_cursor.")
     cache_dir: str = option(
         "", "Where the run's prepared data is kept (under prepared/); empty uses $SEQTRANS_CACHE_DIR or "
         "~/.cache/seqtrans. The NLTK corpus goes to data.nltk_data.")

@@ -58,7 +58,7 @@ CPU: dict[str, Any] = {
 # Untied output: with one or two decoder layers the last hidden state is still mostly the
 # previous token's embedding, and tied to the output it favours repeating that token (the
 # initial loss 10.44 against 9.59 untied, three encoder layers and one decoder layer); untied,
-# that shape's training loss after 300 updates was 4.14 against 4.67 (docs/speed.md).
+# that shape's training loss after 300 updates was 4.14 against 4.67 (benchmarks/README.md).
 STUDENT: dict[str, Any] = merge(CPU, {
     "model": {"encoder_layers": 6, "decoder_layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4,
               "norm": "pre", "tie_output": False},
