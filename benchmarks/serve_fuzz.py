@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="serve-fuzz-") as scratch:
         model = args.run_dir
         if model is None:
-            from tests.test_inference import copy_run
+            from tests.inference.test_inference import copy_run
 
             model = copy_run(Path(scratch) / "copy", seed=3, vocab_size=30)
         server = Server(model, *LIMITS)
