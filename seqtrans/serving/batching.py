@@ -1,8 +1,9 @@
 """Dynamic batching: predict requests that arrive together are decoded together.
 
 Requests wait in a bounded queue. The dispatcher takes the oldest, waits at most
-``max_wait_ms`` from its arrival for more requests with the same model and decoding
-settings (or until ``max_batch_tokens`` source tokens have arrived), and hands that batch
+``max_wait_ms`` from its arrival, or from when a worker came free if that is later, for
+more requests with the same model and decoding settings (or until ``max_batch_tokens``
+source tokens have arrived), and hands that batch
 to a free decoding worker (:mod:`seqtrans.serving.workers`), so the event loop keeps
 answering while the model decodes; with several workers, several batches decode at once,
 and the dispatcher takes the next batch when a worker is free. Each
@@ -111,6 +112,9 @@ class Batcher:
         self._arrived = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._free: asyncio.LifoQueue[int] | None = None
+        #: when each worker last came free (monotonic): the clients its batch answered send
+        #: their next requests within a moment, and the next batch waits for them
+        self._freed_at: dict[int, float] = {}
         self._running: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
@@ -169,7 +173,7 @@ class Batcher:
             worker = await self._free.get()  # requests gather meanwhile, when all are busy
             batch: list[Job] = []
             if self.pending:
-                await self._gather(self.pending[0])
+                await self._gather(self.pending[0], self._freed_at.get(worker, 0.0))
                 batch = take_batch(self.pending, self.max_tokens)
             if not batch:
                 self._free.put_nowait(worker)
@@ -188,6 +192,7 @@ class Batcher:
             log.exception("decoding a batch failed")
             results = [exc] * len(batch)
         finally:
+            self._freed_at[worker] = time.monotonic()
             self._free.put_nowait(worker)
         for job, result in zip(batch, results):
             if job.future.done():  # withdrawn while decoding
@@ -197,10 +202,16 @@ class Batcher:
             else:
                 job.future.set_result(result)
 
-    async def _gather(self, first: Job) -> None:
-        """Wait until ``first`` has waited ``max_wait_s``, or enough of its key has arrived."""
+    async def _gather(self, first: Job, freed_at: float) -> None:
+        """Wait until ``first`` has waited ``max_wait_s`` (counted from ``freed_at``, when the
+        worker came free, if that is later), or enough of its key has arrived. Under load the
+        oldest request arrived while every worker was busy; counting from its arrival would
+        send the requests that queued meanwhile at once, and the clients the last batch just
+        answered would wait a whole batch: with a closed loop of users, each batch would
+        hold about half of them."""
+        start = max(first.arrived, freed_at)
         while True:
-            left = first.arrived + self.max_wait_s - time.monotonic()
+            left = start + self.max_wait_s - time.monotonic()
             if left <= 0 or first.future.done():
                 return
             tokens = sum(j.tokens for j in self.pending if j.key == first.key and not j.future.done())

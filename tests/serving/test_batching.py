@@ -146,3 +146,34 @@ def test_stopping_answers_the_batches_the_workers_are_decoding() -> None:
         return decoding.result(), queued_after.done()
 
     assert asyncio.run(scenario()) == (2, False)
+
+
+def test_the_next_batch_waits_for_the_clients_the_last_batch_answered() -> None:
+    # One worker: request 1 decodes; request 2 queues meanwhile. When the worker comes free,
+    # request 2 has waited longer than max_wait_s already, but the next batch still waits up
+    # to max_wait_s from that moment, so request 3, sent by the client batch 1 answered just
+    # after its answer, joins request 2 instead of waiting a whole batch.
+    decoder = Recorder()
+    release = threading.Event()
+
+    def slow_first(works: Sequence[int]) -> list[int]:
+        if works == [1]:
+            release.wait(5)
+        return decoder(works)
+
+    async def scenario() -> list[Any]:
+        batcher = Batcher(slow_first, max_tokens=100, max_wait_s=0.3, max_queue=8, workers=Workers(1))
+        batcher.start()
+        first = batcher.submit("k", 1, 1)
+        await asyncio.sleep(0.45)  # request 1 waited its 0.3 s alone and is decoding
+        second = batcher.submit("k", 1, 2)
+        await asyncio.sleep(0.4)  # request 2 has waited past max_wait_s
+        release.set()
+        answered = await first
+        third = batcher.submit("k", 1, 3)  # its client's next request, sent on the answer
+        results = [answered, *await asyncio.gather(second, third)]
+        await batcher.stop()
+        return results
+
+    assert asyncio.run(scenario()) == [10, 20, 30]
+    assert decoder.batches == [[1], [2, 3]]
