@@ -64,7 +64,8 @@ ABILITIES: tuple[Ability, ...] = (
     Ability(Constraining, "codec", "0.1", "restricts the next tokens in search (`decode.constrained`)"),
     Ability(SegmentationSampling, "codec", "0.1", "sampled segmentations (`train.subword_sampling`)"),
     Ability(ModelExtending, "codec", "0.1", "model-side parts of the task's own (`ModelExtension`)"),
-    Ability(Multilingual, "codec", "0.2", "languages as settings (`decode.source_lang`, `decode.target_lang`)"),
+    Ability(Multilingual, "codec", "0.2",
+            "languages as settings (`decode.source_lang`, `decode.target_lang`)"),
     Ability(TargetPrefixing, "codec", "0.2", "tokens every output starts with, forced"),
     Ability(TokenWords, "codec", "0.1", "the word of each token, for `predict --alignments`"),
     Ability(DataDigest, "task", "0.1", "finds prepared data without reading the data"),
@@ -88,5 +89,5 @@ def markdown_table() -> str:
     """The table of abilities as the plugin reference shows it."""
     rows = [f"| [`{a.name}`](#{a.name.lower()}) | {a.attaches_to} | {a.since} | "
             f"{', '.join(f'`{m}`' for m in a.members)} | {a.used_for} |" for a in ABILITIES]
-    header = "| ability | attaches to | since | members | what the engine does with it |\n|---|---|---|---|---|\n"
-    return header + "\n".join(rows) + "\n"
+    header = "| ability | attaches to | since | members | what the engine does with it |"
+    return "\n".join([header, "|---|---|---|---|---|", *rows]) + "\n"

@@ -17,7 +17,7 @@ import difflib
 import itertools
 import pickle
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -187,9 +187,9 @@ def _check_abilities(task: Task[Any, Any, Any], codec: Codec[Any, Any, Any],
     """Each ability of the table on the object it attaches to, checked where the contract
     asks more than its signature; found on another object instead, a warning (the engine
     never looks for it there)."""
-    task_cls = type(task)
+    task_cls = cast(TaskClass[Any, Any, Any], type(task))
     objects = {"codec": codec, "task": task, "task class": task_cls, "config": task_cls.Config}
-    checks = {Constraining: _check_constraint_admits_references, SegmentationSampling: _check_sampling,
+    checks: dict[type, Callable[[Any, list[Example[Any, Any]]], None]] = {Constraining: _check_constraint_admits_references, SegmentationSampling: _check_sampling,
               ModelExtending: _check_extensions}
     for ability in ABILITIES:
         if isinstance(objects[ability.attaches_to], ability.protocol):
@@ -212,8 +212,9 @@ def _elsewhere(ability: Ability) -> list[str]:
 def misplaced(ability: Ability, place: str, found: object) -> str:
     """The warning for ``ability`` found on the object ``place`` names instead of its own."""
     owner = found if isinstance(found, type) else type(found)
+    own = ability.attaches_to
     return (f"{owner.__name__} ({place}) has {', '.join(ability.members)}, the {ability.name} ability of the "
-            f"{ability.attaches_to}: the engine looks for it on the {ability.attaches_to} only and ignores it here")
+            f"{own}: the engine looks for it on the {own} only and ignores it here")
 
 
 def _check_sampling(codec: Any, refs: list[Example[Any, Any]]) -> None:

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from seqtrans.errors import DataError
-from seqtrans.tasks import Example
+from seqtrans.plugin import DataError, Example
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _BOM = "\ufeff".encode()

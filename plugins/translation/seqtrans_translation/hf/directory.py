@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from seqtrans.errors import DataError
+from seqtrans.plugin import DataError
 from seqtrans_translation.hf_marian.tensors import pickle_refused, read_safetensors
 
 #: One seqtrans tensor and the model's tensors it is made of, concatenated along the
