@@ -6,7 +6,11 @@ Two kinds of generated text, both kept in step by ``tests/docs/test_docs.py``:
   end of the file (configuration and command-line references, from the code);
 - a block between ``<!-- begin generated: NAME -->`` and ``<!-- end generated: NAME -->``
   (tables of measurements, from the JSON the benchmarks write under
-  ``benchmarks/results/``), which may sit anywhere in a page.
+  ``benchmarks/results/``; the plugin contract's table of abilities, from the code),
+  which may sit anywhere in a page.
+
+It also writes the plugin guide's example package, ``docs/examples/seqtrans-mytask/``, as
+``seqtrans new-task mytask`` writes it (``tests/docs/test_plugin_guide.py`` checks both).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from seqtrans.config.layers import markdown_text
 
 DOCS = Path(__file__).resolve().parent
 RESULTS = DOCS.parent / "benchmarks" / "results"
+EXAMPLE = DOCS / "examples" / "seqtrans-mytask"
 
 
 def cli_reference() -> str:
@@ -167,13 +172,14 @@ def decode_ct2_targets() -> str:
     targets: list[tuple[str, float, list[tuple[str, Callable[[dict[str, Any], str], float], str]]]] = [
         ("beam 4, batch 32, fp32 >= 1.0x", 1.0, [("", fp32, "beam4-b32")]),
         ("beam 4, batch 32, int8 >= 1.0x", 1.0, [("", int8, "beam4-b32")]),
-        ("greedy, batch 32, >= 1.0x in both", 1.0, [("fp32 ", fp32, "greedy-b32"), ("int8 ", int8, "greedy-b32")]),
+        ("greedy, batch 32, >= 1.0x in both", 1.0,
+         [("fp32 ", fp32, "greedy-b32"), ("int8 ", int8, "greedy-b32")]),
         ("beam 4, batch 1, int8 >= 1.0x", 1.0, [("", int8, "beam4-b1")]),
         ("int8 batch 1 >= 1.5x seqtrans fp32 batch 1", 1.5,
          [("greedy ", own, "greedy-b1"), ("beam 4 ", own, "beam4-b1")]),
         ("batch 1, >= 1.5x in both precisions (an earlier target)", 1.5,
-         [("greedy: fp32 ", fp32, "greedy-b1"), ("int8 ", int8, "greedy-b1"), ("beam 4: fp32 ", fp32, "beam4-b1"),
-          ("int8 ", int8, "beam4-b1")]),
+         [("greedy: fp32 ", fp32, "greedy-b1"), ("int8 ", int8, "greedy-b1"),
+          ("beam 4: fp32 ", fp32, "beam4-b1"), ("int8 ", int8, "beam4-b1")]),
     ]
     rows = []
     for target, bound, parts in targets:
@@ -189,9 +195,11 @@ def decode_ct2_targets() -> str:
 
 def decode_memory_cpu() -> str:
     data = _result("decode_speed-ct2-cpu.json")
-    systems = [("seqtrans", "seqtrans fp32"), ("seqtrans_int8", "seqtrans int8"), ("ct2_float32", "CT2 fp32"),
-               ("ct2_int8", "CT2 int8"), ("seqtrans_bf16", "seqtrans bf16"), ("hf", "HF fp32")]
-    rows = [[_case(r["case"]), *(f"{r[f'{k}_peak_mib']:,.0f} / {r[f'{k}_held_mib']:,.0f}" for k, _ in systems)]
+    systems = [("seqtrans", "seqtrans fp32"), ("seqtrans_int8", "seqtrans int8"),
+               ("ct2_float32", "CT2 fp32"), ("ct2_int8", "CT2 int8"), ("seqtrans_bf16", "seqtrans bf16"),
+               ("hf", "HF fp32")]
+    rows = [[_case(r["case"]),
+             *(f"{r[f'{k}_peak_mib']:,.0f} / {r[f'{k}_held_mib']:,.0f}" for k, _ in systems)]
             for r in data["rows"]]
     return (_table(["case", *(name for _, name in systems)], rows)
             + "\nMiB over the process's memory before each system built (or loaded) its model: the peak "
@@ -649,6 +657,34 @@ def speed_summary() -> str:
     return _table(["benchmark", "device", "seqtrans against the peer", "memory"], rows)
 
 
+def abilities() -> str:
+    from seqtrans.tasks.abilities import markdown_table as abilities_table
+
+    return abilities_table()
+
+
+def example_package() -> dict[str, bytes]:
+    """The files of the plugin guide's example, as ``seqtrans new-task mytask`` writes them."""
+    import tempfile
+
+    from seqtrans.tasks.scaffold import new_task
+
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "seqtrans-mytask"
+        return {path.relative_to(out).as_posix(): path.read_bytes()
+                for path in new_task("mytask", directory=out, installed=set())}
+
+
+def write_example() -> None:
+    """Write :data:`EXAMPLE` anew from :func:`example_package`."""
+    import shutil
+
+    shutil.rmtree(EXAMPLE, ignore_errors=True)
+    for name, data in example_package().items():
+        (EXAMPLE / name).parent.mkdir(parents=True, exist_ok=True)
+        (EXAMPLE / name).write_bytes(data)
+
+
 #: Generated blocks: page -> block name -> the function that writes it.
 BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
     DOCS / "speed.md": {"summary": speed_summary, "decode_cpu": decode_cpu, "train_cpu": train_cpu,
@@ -663,6 +699,7 @@ BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
     DOCS / "attention.md": {"attention_copy": attention_copy},
     DOCS / "tasks" / "translation.md": {"translation_multi30k": translation_multi30k},
     DOCS / "tasks" / "parsing.md": {"parsing_sample": parsing_sample, "parsing_vectors": parsing_vectors},
+    DOCS / "plugin-contract.md": {"abilities": abilities},
 }
 
 
@@ -702,6 +739,8 @@ def main() -> None:
             text = text[: match.start(2)] + make() + text[match.end(2):]
         path.write_text(text, encoding="utf-8")
         print(f"updated {path.relative_to(DOCS.parent)}")
+    write_example()
+    print(f"wrote {EXAMPLE.relative_to(DOCS.parent)}")
     picture = draw_distill_picture()
     if picture is not None:
         print(f"drew {picture.relative_to(DOCS.parent)}")

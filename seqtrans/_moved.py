@@ -110,3 +110,24 @@ def forwarding(package: str, old: str, new: str, *, warn: bool = True) -> Callab
         return getattr(module, name)
 
     return __getattr__
+
+
+#: Names that had more than one import path, -> the one path that stays; the others
+#: warn until 0.3 (:func:`old_path`).
+ONE_PATH = {
+    "seqtrans.tasks.resolve_config": "seqtrans.resolve_config",
+    "seqtrans.pipeline.resolve_config": "seqtrans.resolve_config",
+}
+
+
+def old_path(module: str, name: str) -> Any:
+    """The object ``module.name`` named until it got one import path (:data:`ONE_PATH`),
+    with a :class:`DeprecationWarning` that names that path; for a module's ``__getattr__``.
+    An unknown name raises the usual :class:`AttributeError`."""
+    new = ONE_PATH.get(f"{module}.{name}")
+    if new is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warnings.warn(f"{module}.{name} is deprecated: use {new} (the old path goes in 0.3)",
+                  DeprecationWarning, stacklevel=3)
+    home, _, attribute = new.rpartition(".")
+    return getattr(importlib.import_module(home), attribute)

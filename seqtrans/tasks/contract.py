@@ -189,8 +189,9 @@ def _check_abilities(task: Task[Any, Any, Any], codec: Codec[Any, Any, Any],
     never looks for it there)."""
     task_cls = cast(TaskClass[Any, Any, Any], type(task))
     objects = {"codec": codec, "task": task, "task class": task_cls, "config": task_cls.Config}
-    checks: dict[type, Callable[[Any, list[Example[Any, Any]]], None]] = {Constraining: _check_constraint_admits_references, SegmentationSampling: _check_sampling,
-              ModelExtending: _check_extensions}
+    checks: dict[type, Callable[[Any, list[Example[Any, Any]]], None]] = {
+        Constraining: _check_constraint_admits_references, SegmentationSampling: _check_sampling,
+        ModelExtending: _check_extensions}
     for ability in ABILITIES:
         if isinstance(objects[ability.attaches_to], ability.protocol):
             check = checks.get(ability.protocol)
