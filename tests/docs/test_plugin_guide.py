@@ -17,6 +17,11 @@ from pathlib import Path
 
 import pytest
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 from conftest import ROOT
 from seqtrans.tasks.scaffold import new_task
 
@@ -24,6 +29,9 @@ GUIDE = ROOT / "docs" / "plugins.md"
 EXAMPLE = ROOT / "docs" / "examples" / "seqtrans-mytask"
 LEFTOVERS = ("__pycache__", ".*", "*.egg-info", "build", "dist")  # of running or building it in place
 FILE_BLOCK = re.compile(r"<!-- file: (\S+) -->\n```\w+\n(.*?)```", re.DOTALL)
+EXCERPT_BLOCK = re.compile(r"<!-- excerpt: (\S+) -->\n```\w+\n(.*?)```", re.DOTALL)
+COMMAND_BLOCK = re.compile(r"<!-- command: (\S+) -->\n```python\n(.*?)```", re.DOTALL)
+ENTRY_BLOCK = re.compile(r"<!-- command entry point -->\n```toml\n(.*?)```", re.DOTALL)
 
 
 def _files() -> dict[str, str]:
@@ -67,9 +75,46 @@ def test_the_example_is_what_new_task_writes(tmp_path: Path) -> None:
 
 def test_the_guide_shows_the_example_files_byte_for_byte() -> None:
     shown, example = _files(), _example()
-    assert set(shown) == {"pyproject.toml", "seqtrans_mytask/__init__.py", "tests/test_mytask.py"}
+    assert set(shown) == {"pyproject.toml"}
     for name, text in shown.items():
         assert example[name] == text.encode("utf-8"), f"docs/plugins.md and {name} differ"
+    parts = EXCERPT_BLOCK.findall(GUIDE.read_text(encoding="utf-8"))
+    assert {name for name, _ in parts} == {"seqtrans_mytask/__init__.py", "tests/test_mytask.py"}
+    for name, text in parts:
+        assert text in example[name].decode("utf-8"), f"docs/plugins.md shows what {name} does not hold"
+    task = example["seqtrans_mytask/__init__.py"].decode("utf-8")
+    shown_task = [text for name, text in parts if name == "seqtrans_mytask/__init__.py"]
+    assert shown_task[0].startswith('"""') and task.endswith(shown_task[-1])  # its beginning and its end
+
+
+def test_the_guides_command_runs_as_the_guide_says(tmp_path: Path) -> None:
+    """Section 5: the command module and its entry point, installed beside the example."""
+    guide = GUIDE.read_text(encoding="utf-8")
+    [(module, code)] = COMMAND_BLOCK.findall(guide)
+    [entry] = ENTRY_BLOCK.findall(guide)
+    commands = tomllib.loads(entry)["project"]["entry-points"]["seqtrans.commands"]
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE / "seqtrans_mytask", site / "seqtrans_mytask")
+    (site / module).write_text(code, encoding="utf-8")
+    info = site / "seqtrans_mytask-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: seqtrans-mytask\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text("[seqtrans.commands]\n" + "".join(
+        f"{name} = {target}\n" for name, target in commands.items()))
+    data = tmp_path / "pairs.tsv"
+    data.write_text("abc\tcba\n\tx\n" + "ab" * 11 + "\tx\nabc\tcba\n", encoding="utf-8")
+    seqtrans = [sys.executable, "-m", "seqtrans"]
+    done = _run(*seqtrans, "mytask-count", str(data), site=site, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ("examples: 2\nleft out, empty source or target: 1\n"
+                           "left out, more than data.max_letters=20 letters: 1\n")
+    data.write_text("abc\tcba\nabc\n", encoding="utf-8")
+    done = _run(*seqtrans, "mytask-count", str(data), site=site, cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (f"seqtrans mytask-count: error: {data}:2: expected source<TAB>target, "
+                                   "found 1 field(s)")
+    listed = _run(*seqtrans, "--help", site=site, cwd=tmp_path).stdout
+    assert "mytask-count(seqtrans-mytask)" in "".join(listed.split())  # argparse wraps at hyphens
 
 
 def test_the_guides_plugin_passes_its_own_test(installed: tuple[Path, Path]) -> None:
@@ -119,7 +164,8 @@ def test_the_guides_plugin_is_listed_trains_and_scores(installed: tuple[Path, Pa
     done = _run(sys.executable, "-m", "seqtrans", "-q", "run", "mytask", "--out", "run", "--device", "cpu",
                 "--set", "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16",
                 "model.d_ff=32", "model.heads=2", "train.max_steps=5", "train.eval_every=5",
-                "train.checkpoint_every=5", "train.max_minutes=0", site=site, cwd=work)
+                "train.checkpoint_every=5", "train.max_minutes=0", "data.train=train.tsv", "data.dev=dev.tsv",
+                "data.test=test.tsv", site=site, cwd=work)
     assert done.returncode == 0, done.stderr
     metrics = json.loads((work / "run" / "metrics.json").read_text())
     assert metrics["test_sentences"] == 12 and metrics["skipped"] == 0 and 0 <= metrics["exact_match"] <= 100

@@ -102,7 +102,8 @@ def test_run_trains_and_scores_the_plugin_beside_the_broken_one(venv: tuple[Path
     check(bin_ / "seqtrans", "-q", "run", "mytask", "--out", "run", "--device", "cpu",
           "--set", "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16", "model.d_ff=32",
           "model.heads=2", "train.max_steps=4", "train.eval_every=4", "train.checkpoint_every=4",
-          "train.max_minutes=0", "decode.beam=1", cwd=job, env=env)
+          "train.max_minutes=0", "decode.beam=1", "data.train=train.tsv", "data.dev=dev.tsv",
+          "data.test=test.tsv", cwd=job, env=env)
     metrics = json.loads((job / "run" / "metrics.json").read_text())
     assert metrics["test_sentences"] == 12 and metrics["skipped"] == 0 and metrics["train_steps"] == 4
     predictions = (job / "run" / "predictions" / "test.txt").read_text().splitlines()
