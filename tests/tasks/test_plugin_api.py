@@ -88,3 +88,27 @@ def test_a_built_in_plugins_test_marks_each_look_inside_the_engine() -> None:
         unmarked += [f"{path.relative_to(PLUGINS)}:{line}: {name}" for line, name in engine_imports(path)
                      if MARK not in lines[line - 1]]
     assert unmarked == [], f"import from seqtrans.plugin or seqtrans, or say why with '{MARK} WHY'"
+
+
+def test_the_reference_names_every_public_name_and_has_a_section_per_ability() -> None:
+    from seqtrans.tasks.abilities import ABILITIES
+
+    page = (ROOT / "docs" / "plugin-contract.md").read_text(encoding="utf-8")
+    assert [name for name in seqtrans.plugin.__all__ if f"`{name}" not in page] == []
+    assert [a.name for a in ABILITIES if f"\n### `{a.name}`\n" not in page] == []
+
+
+def test_resolve_config_has_one_path_and_the_old_ones_warn() -> None:
+    code = ("import warnings, seqtrans\n"
+            "for module in ('seqtrans.tasks', 'seqtrans.pipeline'):\n"
+            "    with warnings.catch_warnings(record=True) as caught:\n"
+            "        warnings.simplefilter('always')\n"
+            "        old = getattr(__import__(module, fromlist=['x']), 'resolve_config')\n"
+            "    print(old is seqtrans.resolve_config, caught[0].category.__name__, caught[0].message)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == [
+        f"True DeprecationWarning {module}.resolve_config is deprecated: use seqtrans.resolve_config "
+        "(the old path goes in 0.3)" for module in ("seqtrans.tasks", "seqtrans.pipeline")]
+    assert "resolve_config" not in seqtrans.tasks.__all__
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        seqtrans.tasks.nothing  # noqa: B018
