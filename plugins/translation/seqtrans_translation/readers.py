@@ -4,7 +4,7 @@ tab-separated pairs, or the SGML test sets of WMT.
 Lines are kept exactly as written, only their line end (``\\n`` or ``\\r\\n``) and a
 byte-order mark at the start of the file removed: the references that metrics compare
 against are the raw text. Every problem is a
-:class:`~seqtrans.errors.DataError` naming the file and, where there is one, the line.
+:class:`~seqtrans.plugin.DataError` naming the file and, where there is one, the line.
 """
 
 from __future__ import annotations
