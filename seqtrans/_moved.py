@@ -112,7 +112,7 @@ def forwarding(package: str, old: str, new: str, *, warn: bool = True) -> Callab
     return __getattr__
 
 
-#: Names that had more than one import path, -> the one path that stays; the others
+#: Names that had more than one import path -> the one path that stays; the others
 #: warn until 0.3 (:func:`old_path`).
 ONE_PATH = {
     "seqtrans.tasks.resolve_config": "seqtrans.resolve_config",
@@ -120,14 +120,9 @@ ONE_PATH = {
 }
 
 
-def old_path(module: str, name: str) -> Any:
-    """The object ``module.name`` named until it got one import path (:data:`ONE_PATH`),
-    with a :class:`DeprecationWarning` that names that path; for a module's ``__getattr__``.
-    An unknown name raises the usual :class:`AttributeError`."""
-    new = ONE_PATH.get(f"{module}.{name}")
-    if new is None:
-        raise AttributeError(f"module {module!r} has no attribute {name!r}")
-    warnings.warn(f"{module}.{name} is deprecated: use {new} (the old path goes in 0.3)",
-                  DeprecationWarning, stacklevel=3)
-    home, _, attribute = new.rpartition(".")
-    return getattr(importlib.import_module(home), attribute)
+def old_path(module: str, name: str, value: Any) -> Any:
+    """``value``, which ``module.name`` names for one release more (:data:`ONE_PATH`), with
+    a :class:`DeprecationWarning` that names its one path; for a module's ``__getattr__``."""
+    warnings.warn(f"{module}.{name} is deprecated: use {ONE_PATH[f'{module}.{name}']} (the old path goes "
+                  "in 0.3)", DeprecationWarning, stacklevel=3)
+    return value

@@ -336,5 +336,9 @@ def average(paths: Sequence[str | Path], out: str | Path) -> Path:
 
 
 def __getattr__(name: str) -> Any:
-    # resolve_config has one path, seqtrans.resolve_config; this one warns until 0.3
-    return _moved.old_path(__name__, name)
+    if name != "resolve_config":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # its one path is seqtrans.resolve_config; this one warns until 0.3
+    from seqtrans.tasks.configuration import resolve_config
+
+    return _moved.old_path(__name__, name, resolve_config)
