@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
+import seqtrans
 from benchmarks.common import RESULTS, CrossAttentionClock, arguments, cpu_info, write_results
 from seqtrans import pipeline
 from seqtrans.config import DecodeConfig
@@ -107,7 +108,7 @@ def train_size(length: int, args: argparse.Namespace) -> int:
 def run_config(name: str, overrides: list[str], length: int, args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     out = Path(args.work) / f"{name}-L{length}"
-    config = pipeline.resolve_config("copy", overrides=[
+    config = seqtrans.resolve_config("copy", overrides=[
         f"data.max_length={length}", f"data.train_size={train_size(length, args)}", "data.dev_size=500",
         f"data.test_size={args.test_size}", f"train.max_minutes={args.minutes}", "train.max_steps=1000000",
         "train.eval_every=1000", "train.valid_max_examples=200", f"seed={args.seed}", *overrides])

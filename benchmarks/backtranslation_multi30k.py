@@ -34,6 +34,7 @@ from typing import Any
 import sacrebleu
 import torch
 
+import seqtrans
 from benchmarks.common import RESULTS, arguments, budget, write_results
 from seqtrans import pipeline, tasks
 from seqtrans.inference import evaluation, loading
@@ -57,7 +58,7 @@ def common(args: argparse.Namespace) -> list[str]:
 
 def _task(args: argparse.Namespace) -> Any:
     """The translation task en->de with the common settings."""
-    config = pipeline.resolve_config("translation", preset="cpu", overrides=common(args))
+    config = seqtrans.resolve_config("translation", preset="cpu", overrides=common(args))
     return tasks.load("translation")(config.data)
 
 
@@ -86,7 +87,7 @@ def train(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str
     out = Path(args.work) / name
     done = out / "metrics.json"
     if not done.is_file():
-        config = pipeline.resolve_config("translation", preset="cpu", overrides=[*common(args), *overrides])
+        config = seqtrans.resolve_config("translation", preset="cpu", overrides=[*common(args), *overrides])
         started = time.perf_counter()
         pipeline.run(config, out, device=args.device)
         logging.info("%s trained in %.1f minutes", name, (time.perf_counter() - started) / 60)

@@ -52,6 +52,7 @@ from typing import Any
 
 import torch
 
+import seqtrans
 from benchmarks.common import RESULTS, arguments, budget, cpu_info, write_results
 from seqtrans import pipeline
 from seqtrans.errors import ConfigError
@@ -117,7 +118,7 @@ def train(name: str, preset: str, overrides: list[str], args: argparse.Namespace
     """Train one model into ``--work`` (unless it is there already); its run directory."""
     out = Path(args.work) / name
     if not (out / "metrics.json").is_file():
-        config = pipeline.resolve_config("translation", preset=preset,
+        config = seqtrans.resolve_config("translation", preset=preset,
                                          overrides=[*budget(args.steps, average_last=None), *NO_VALIDATION,
                                                     *settings(args), *overrides])
         given = pipeline.vocabulary_of(vocabulary, config) if vocabulary is not None else None

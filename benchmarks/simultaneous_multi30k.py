@@ -52,6 +52,7 @@ from typing import Any
 
 import torch
 
+import seqtrans
 from benchmarks.common import RESULTS, ROOT, arguments, budget, cpu_info, write_results
 from seqtrans import pipeline
 from seqtrans.config import ModelConfig, RunConfig
@@ -150,7 +151,7 @@ def train(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str
     torch.set_num_threads(args.threads)
     out = Path(args.work) / name
     shared = budget(args.steps, checkpoints=CHECKPOINTS)
-    config = pipeline.resolve_config("translation", preset="cpu", overrides=[*shared, *overrides, *args.set])
+    config = seqtrans.resolve_config("translation", preset="cpu", overrides=[*shared, *overrides, *args.set])
     done = out / "metrics.json"
     if done.is_file():
         saved = json.loads((out / "config.json").read_text())

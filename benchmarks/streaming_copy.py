@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+import seqtrans
 from benchmarks.common import RESULTS, arguments, write_results
 from seqtrans import pipeline
 from seqtrans.data.batches import prediction, source_ids
@@ -84,7 +85,7 @@ def variant(name: str, reverse: bool, args: argparse.Namespace) -> dict[str, Any
     torch.set_num_threads(args.threads)
     out = Path(args.work) / name
     if not (out / "metrics.json").is_file():
-        config = pipeline.resolve_config("copy", overrides=[
+        config = seqtrans.resolve_config("copy", overrides=[
             f"data.max_length={args.length}", f"data.reverse={str(reverse).lower()}",
             "data.train_size=100000", f"train.max_minutes={args.minutes}", "train.max_steps=1000000",
             "train.eval_every=1000", "train.valid_max_examples=200",

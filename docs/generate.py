@@ -1,6 +1,6 @@
 """Rewrite the generated tables of the docs from the code: ``python docs/generate.py``.
 
-Two kinds of generated text, both kept in step by ``tests/docs/test_docs.py``:
+Generated text, kept in step by ``tests/docs/test_docs.py``:
 
 - a table that follows a ``<!-- generated: EXPRESSION ... -->`` comment and runs to the
   end of the file (configuration and command-line references, from the code);
@@ -9,6 +9,10 @@ Two kinds of generated text, both kept in step by ``tests/docs/test_docs.py``:
   ``benchmarks/results/``), which may sit anywhere in a page;
 - the results pages under ``docs/results/``, one per benchmark, and their list in
   ``mkdocs.yml`` (``docs/results_pages.py``).
+
+It also writes the plugin contract's table of abilities (from the code) and the plugin
+guide's example package, ``docs/examples/seqtrans-mytask/``, as ``seqtrans new-task
+mytask`` writes it (``tests/docs/test_plugin_guide.py`` checks both).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from seqtrans.config.layers import markdown_text
 
 DOCS = Path(__file__).resolve().parent
 RESULTS = DOCS.parent / "benchmarks" / "results"
+EXAMPLE = DOCS / "examples" / "seqtrans-mytask"
 
 
 def cli_reference() -> str:
@@ -509,6 +514,34 @@ def speed_summary() -> str:
     return _table(["benchmark", "device", "seqtrans against the peer", "memory", "results"], rows)
 
 
+def abilities() -> str:
+    from seqtrans.tasks.abilities import markdown_table as abilities_table
+
+    return abilities_table()
+
+
+def example_package() -> dict[str, bytes]:
+    """The files of the plugin guide's example, as ``seqtrans new-task mytask`` writes them."""
+    import tempfile
+
+    from seqtrans.tasks.scaffold import new_task
+
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "seqtrans-mytask"
+        return {path.relative_to(out).as_posix(): path.read_bytes()
+                for path in new_task("mytask", directory=out, installed=set())}
+
+
+def write_example() -> None:
+    """Write :data:`EXAMPLE` anew from :func:`example_package`."""
+    import shutil
+
+    shutil.rmtree(EXAMPLE, ignore_errors=True)
+    for name, data in example_package().items():
+        (EXAMPLE / name).parent.mkdir(parents=True, exist_ok=True)
+        (EXAMPLE / name).write_bytes(data)
+
+
 #: Generated blocks: page -> block name -> the function that writes it.
 BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
     DOCS / "speed.md": {"summary": speed_summary, "decode_ct2_cpu": decode_ct2_cpu,
@@ -520,6 +553,7 @@ BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
     DOCS / "tasks" / "translation.md": {"translation_multi30k": translation_multi30k},
     DOCS / "tasks" / "parsing-results.md": {"parsing_sample": parsing_sample,
                                             "parsing_vectors": parsing_vectors},
+    DOCS / "plugin-contract.md": {"abilities": abilities},
 }
 
 
@@ -559,6 +593,8 @@ def main() -> None:
             text = text[: match.start(2)] + make() + text[match.end(2):]
         path.write_text(text, encoding="utf-8")
         print(f"updated {path.relative_to(DOCS.parent)}")
+    write_example()
+    print(f"wrote {EXAMPLE.relative_to(DOCS.parent)}")
     picture = draw_distill_picture()
     if picture is not None:
         print(f"drew {picture.relative_to(DOCS.parent)}")

@@ -33,7 +33,7 @@ __version__ = "0.2.0"
 _moved.install()
 
 _API = {
-    "resolve_config": "seqtrans.tasks",
+    "resolve_config": "seqtrans.tasks.configuration",
     "run": "seqtrans.pipeline",
     "load": "seqtrans.inference.loading",
     "load_ensemble": "seqtrans.inference.loading",
@@ -89,7 +89,7 @@ if TYPE_CHECKING:
     from seqtrans.pipeline import average, run
     from seqtrans.runtime.threads import set_threads, set_wait_policy
     from seqtrans.streaming.session import StreamSession, stream
-    from seqtrans.tasks import resolve_config
+    from seqtrans.tasks.configuration import resolve_config
     from seqtrans.tasks.protocol import Codec, Example, Skipped, Task, TaskClass
 
 

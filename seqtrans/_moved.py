@@ -110,3 +110,19 @@ def forwarding(package: str, old: str, new: str, *, warn: bool = True) -> Callab
         return getattr(module, name)
 
     return __getattr__
+
+
+#: Names that had more than one import path -> the one path that stays; the others
+#: warn until 0.3 (:func:`old_path`).
+ONE_PATH = {
+    "seqtrans.tasks.resolve_config": "seqtrans.resolve_config",
+    "seqtrans.pipeline.resolve_config": "seqtrans.resolve_config",
+}
+
+
+def old_path(module: str, name: str, value: Any) -> Any:
+    """``value``, which ``module.name`` names for one release more (:data:`ONE_PATH`), with
+    a :class:`DeprecationWarning` that names its one path; for a module's ``__getattr__``."""
+    warnings.warn(f"{module}.{name} is deprecated: use {ONE_PATH[f'{module}.{name}']} (the old path goes "
+                  "in 0.3)", DeprecationWarning, stacklevel=3)
+    return value

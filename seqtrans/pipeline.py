@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from seqtrans import _moved, tasks
 from seqtrans import config as cfg
-from seqtrans import tasks
 from seqtrans.config import DecodeConfig, RunConfig
 from seqtrans.data.assets import assets_digest, read_assets, write_assets
 from seqtrans.data.batches import Pairs, check_sources, encode_pairs
@@ -35,7 +35,6 @@ from seqtrans.model.transformer import Transformer, build_model
 from seqtrans.prepare import examples_of, prepare
 from seqtrans.runtime import atomic
 from seqtrans.shortlist import table as shortlists
-from seqtrans.tasks import resolve_config as resolve_config  # part of the operations API
 from seqtrans.tasks.protocol import Codec, Example, Metric, SegmentationSampling, Task, metric_mode
 from seqtrans.training import checkpoint, distributed, runlog
 from seqtrans.training import initial as initial_model
@@ -334,3 +333,12 @@ def _valid_decode(config: RunConfig) -> DecodeConfig:
 def average(paths: Sequence[str | Path], out: str | Path) -> Path:
     """Average checkpoints into one model-only checkpoint."""
     return checkpoint.average([Path(p) for p in paths], out)
+
+
+def __getattr__(name: str) -> Any:
+    if name != "resolve_config":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # its one path is seqtrans.resolve_config; this one warns until 0.3
+    from seqtrans.tasks.configuration import resolve_config
+
+    return _moved.old_path(__name__, name, resolve_config)

@@ -8,6 +8,7 @@ import pytest
 import torch
 from distributed_worker import MODEL, copy_pairs
 
+import seqtrans
 from conftest import tiny_model
 from seqtrans import pipeline
 from seqtrans.config import RunConfig, TrainConfig
@@ -46,7 +47,7 @@ def test_search_matches_the_cpu() -> None:
 
 
 def test_copy_runs_end_to_end_on_cuda(tmp_path: Path) -> None:
-    config = pipeline.resolve_config("copy", overrides=[
+    config = seqtrans.resolve_config("copy", overrides=[
         "data.max_length=10", "train.max_steps=1200", "train.max_minutes=0", "data.test_size=500"])
     metrics = pipeline.run(config, tmp_path, device="cuda")
     assert metrics["exact_match"] >= 0.95

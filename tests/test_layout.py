@@ -52,7 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "seqtrans.training.initial"),
     ("seqtrans.serving", "seqtrans.streaming.websocket"),
     ("seqtrans.pipeline",),
-    ("seqtrans.cli", "seqtrans.__main__", "seqtrans.tasks.scaffold", "seqtrans"),
+    ("seqtrans.cli", "seqtrans.__main__", "seqtrans.tasks.scaffold", "seqtrans.plugin", "seqtrans"),
 )
 
 

@@ -1,6 +1,6 @@
 """The release's version is stated once per place and agrees: pyproject.toml,
 ``seqtrans.__version__``, an entry of CHANGELOG.md, the plugins' dependency ranges and
-the contract's version in the plugin guide."""
+the contract's version in the plugin guide and reference."""
 
 from __future__ import annotations
 
@@ -42,5 +42,6 @@ def test_the_plugins_and_the_guide_name_the_current_minor_series() -> None:
     for pyproject in sorted((ROOT / "plugins").glob("*/pyproject.toml")):
         requires = [str(d) for d in _project(pyproject)["dependencies"]]
         assert series in requires, pyproject
-    guide = (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
-    assert f"the contract of seqtrans {major}.{minor}" in guide and series in guide
+    for page in ("plugins.md", "plugin-contract.md"):  # the guide and the reference
+        text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+        assert f"the contract of seqtrans {major}.{minor}" in text and series in text, page

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import seqtrans
 from seqtrans import pipeline
 
 # decodes the copy task's test split with the run in argv[1] and prints every n-best
@@ -28,7 +29,7 @@ print(json.dumps([[h.tokens, float(h.score).hex()] for n in hyps for h in n]))
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("reproducible") / "run"
-    config = pipeline.resolve_config("copy", overrides=[
+    config = seqtrans.resolve_config("copy", overrides=[
         "data.vocab_size=300", "data.train_size=400", "data.dev_size=10", "data.test_size=60",
         "model.d_model=64", "model.d_ff=128", "model.heads=4", "train.max_steps=30",
         "train.checkpoint_every=30", "train.eval_every=30", "train.max_minutes=0"])

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import seqtrans
 from fake_plugins import install
 from seqtrans import config as cfg
 from seqtrans import tasks
@@ -134,7 +135,7 @@ def test_a_task_name_that_looks_like_a_module_or_a_file_is_an_unknown_task(
     with pytest.raises(TaskError, match=rf"unknown task '{name}'; installed tasks: "):
         tasks.load(name)
     with pytest.raises(TaskError, match="unknown task"):
-        tasks.resolve_config(name)
+        seqtrans.resolve_config(name)
     assert not marker.exists() and "evil_task" not in sys.modules
 
 
@@ -146,11 +147,11 @@ def test_a_config_or_checkpoint_cannot_name_its_own_task_module(tmp_path: Path,
     file = tmp_path / "c.json"
     file.write_text('{"task": "evil_task:EvilTask"}')
     with pytest.raises(UsageError, match="is a config for task 'evil_task:EvilTask', not 'copy'"):
-        tasks.resolve_config("copy", config_file=file)
+        seqtrans.resolve_config("copy", config_file=file)
     with pytest.raises(ConfigError, match="config key 'task': is 'evil_task:EvilTask', but the command runs"):
-        tasks.resolve_config("copy", overrides=["task=evil_task:EvilTask"])
+        seqtrans.resolve_config("copy", overrides=["task=evil_task:EvilTask"])
     # a checkpoint whose saved config names a module is an unknown task too
-    saved = cfg.to_dict(tasks.resolve_config("copy"))
+    saved = cfg.to_dict(seqtrans.resolve_config("copy"))
     path = tmp_path / "ckpt.pt"
     checkpoint.save_atomic({"format": checkpoint.FORMAT, "config": {**saved, "task": "evil_task:EvilTask"},
                             "assets": {}, "model": {}}, path)

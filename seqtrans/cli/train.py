@@ -14,7 +14,8 @@ from seqtrans.errors import UsageError
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from seqtrans.pipeline import default_directory, resolve_config, run
+    from seqtrans.pipeline import default_directory, run
+    from seqtrans.tasks.configuration import resolve_config
     from seqtrans.training.world import world_from_env
 
     config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
@@ -80,9 +81,10 @@ RUN = Command(
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from seqtrans import tasks
     from seqtrans.prepare import prepare
+    from seqtrans.tasks.configuration import resolve_config
 
-    config = tasks.resolve_config(args.task, preset=args.preset, config_file=args.config_file,
-                                  overrides=args.overrides)
+    config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
+                            overrides=args.overrides)
     task = tasks.load(config.task)(config.data)
     prepared = prepare(task, config, progress=progress(args), verify=True)
     meta = prepared.dataset.meta
@@ -108,7 +110,7 @@ PREPARE = Command(
 
 def _cmd_config(args: argparse.Namespace) -> int:
     from seqtrans.config import describe, markdown_table, to_dict
-    from seqtrans.tasks import resolve_config
+    from seqtrans.tasks.configuration import resolve_config
 
     config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
                             overrides=args.overrides)

@@ -3,7 +3,7 @@
 value checking (:mod:`.values`) and resolution in layers (:mod:`.layers`).
 
 This package imports no task: a task's configuration is resolved by
-:func:`seqtrans.tasks.resolve_config`, a layer above."""
+:func:`seqtrans.resolve_config`, a layer above."""
 
 from seqtrans.config.layers import (
     describe,

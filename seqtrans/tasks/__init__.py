@@ -1,9 +1,12 @@
-"""Task plugins: the contract they keep (:mod:`.protocol`), their discovery through
-entry points (:mod:`.discovery`) and a task's run configuration (:mod:`.configuration`).
-With :mod:`.contract` (``check_task``, for a plugin's tests), this is the API a plugin
-is written against. Importing this package imports no torch."""
+"""Task plugins: the contract they keep (:mod:`.protocol`, the optional abilities in
+:mod:`.abilities`), their discovery through entry points (:mod:`.discovery`) and a
+task's run configuration (:mod:`.configuration`). A plugin imports these names from
+:mod:`seqtrans.plugin`, the one module of the plugin API; the engine imports them from
+here. Importing this package imports no torch."""
 
-from seqtrans.tasks.configuration import resolve_config
+from typing import Any
+
+from seqtrans import _moved
 from seqtrans.tasks.discovery import GROUP, TaskEntry, find, installed, load
 from seqtrans.tasks.protocol import (
     METRIC_MODES,
@@ -37,4 +40,13 @@ __all__ = ["GROUP", "METRIC_MODES", "SPLITS", "STREAM_UNITS", "CacheDirectory", 
            "Example", "ModelExtending", "Multilingual", "SegmentationSampling", "Skipped",
            "SourceFormatting", "TargetParsing", "TargetPrefixing", "Task", "TaskClass", "TaskEntry",
            "TextForm", "TokenWords", "TrainingFiles", "Upgrading",
-           "check_split", "find", "installed", "load", "metric_mode", "resolve_config", "stream_unit"]
+           "check_split", "find", "installed", "load", "metric_mode", "stream_unit"]
+
+
+def __getattr__(name: str) -> Any:
+    if name != "resolve_config":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # its one path is seqtrans.resolve_config; this one warns until 0.3
+    from seqtrans.tasks.configuration import resolve_config
+
+    return _moved.old_path(__name__, name, resolve_config)

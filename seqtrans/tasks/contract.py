@@ -3,9 +3,11 @@
 Plugin authors call :func:`check_task` from their own test suites; every built-in
 task runs it. It reads a few examples of each split, builds and reloads the
 vocabulary, checks that the codec pickles, feeds each reference back as a prediction
-(which must score as the task's best), and checks the codec's optional abilities: a
-constraint must admit every reference, sampled segmentations must repeat for a seed,
-a source walk must name ids of the vocabularies.
+(which must score as the task's best), and checks the optional abilities of
+:data:`seqtrans.tasks.abilities.ABILITIES` on the object each attaches to: a constraint
+must admit every reference, sampled segmentations must repeat for a seed, model
+extensions must decode step by step as teacher forcing does. An ability found on
+another object than its own is a :class:`ContractWarning`: the engine would ignore it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import difflib
 import itertools
 import pickle
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,6 +26,7 @@ from seqtrans.data.batches import source_ids, target_ids
 from seqtrans.data.vocab import EOS
 from seqtrans.errors import UsageError
 from seqtrans.tasks import protocol
+from seqtrans.tasks.abilities import ABILITIES, OBJECTS, Ability
 from seqtrans.tasks.protocol import (
     METRIC_MODES,
     SPLITS,
@@ -79,11 +82,13 @@ def check_class(task_cls: TaskClass[Any, Any, Any]) -> None:
 
 def contract_names() -> frozenset[str]:
     """Every name the contract gives a meaning: the required members, the optional class
-    attributes, and the members of each protocol of :mod:`seqtrans.tasks.protocol`."""
+    attributes, and the members of each required protocol and optional ability."""
     names = {*protocol.CLASS_MEMBERS, *protocol.TASK_METHODS, "metric_mode", "stream_unit"}
-    for declared in protocol.PROTOCOLS:
+    for declared in protocol.REQUIRED:
         names.update(n for n in (*vars(declared), *getattr(declared, "__annotations__", {}))
                      if not n.startswith("_"))
+    for ability in ABILITIES:
+        names.update(ability.members)
     return frozenset(names)
 
 
@@ -152,7 +157,7 @@ def check_task(task: Task[Any, Any, Any], directory: Path, *, examples: int = 50
     for key, value in scores.items():
         _require(isinstance(value, (int, float, str)), f"score() value of '{key}' is neither a number "
                                                        "nor a string")
-    _check_abilities(codec, refs)
+    _check_abilities(task, codec, refs)
     return dict(scores)
 
 
@@ -177,22 +182,54 @@ def _sample(task: Task[Any, Any, Any], split: str, examples: int) -> list[Exampl
     return found
 
 
-def _check_abilities(codec: Codec[Any, Any, Any], refs: list[Example[Any, Any]]) -> None:
+def _check_abilities(task: Task[Any, Any, Any], codec: Codec[Any, Any, Any],
+                     refs: list[Example[Any, Any]]) -> None:
+    """Each ability of the table on the object it attaches to, checked where the contract
+    asks more than its signature; found on another object instead, a warning (the engine
+    never looks for it there)."""
+    task_cls = cast(TaskClass[Any, Any, Any], type(task))
+    objects = {"codec": codec, "task": task, "task class": task_cls, "config": task_cls.Config}
+    checks: dict[type, Callable[[Any, list[Example[Any, Any]]], None]] = {
+        Constraining: _check_constraint_admits_references, SegmentationSampling: _check_sampling,
+        ModelExtending: _check_extensions}
+    for ability in ABILITIES:
+        if isinstance(objects[ability.attaches_to], ability.protocol):
+            check = checks.get(ability.protocol)
+            if check is not None:
+                check(codec, refs)
+            continue
+        for place in _elsewhere(ability):
+            if isinstance(objects[place], ability.protocol):
+                warnings.warn(misplaced(ability, place, objects[place]), ContractWarning, stacklevel=3)
+
+
+def _elsewhere(ability: Ability) -> list[str]:
+    """The objects an ability does not attach to; a task class has its instances' methods,
+    so those two count as one."""
+    same = {"task", "task class"} if ability.attaches_to in ("task", "task class") else {ability.attaches_to}
+    return [place for place in OBJECTS if place not in same | {"task class"}]
+
+
+def misplaced(ability: Ability, place: str, found: object) -> str:
+    """The warning for ``ability`` found on the object ``place`` names instead of its own."""
+    owner = found if isinstance(found, type) else type(found)
+    own = ability.attaches_to
+    return (f"{owner.__name__} ({place}) has {', '.join(ability.members)}, the {ability.name} ability of the "
+            f"{own}: the engine looks for it on the {own} only and ignores it here")
+
+
+def _check_sampling(codec: Any, refs: list[Example[Any, Any]]) -> None:
     sources = [ex.source for ex in refs]
-    if isinstance(codec, Constraining):
-        _check_constraint_admits_references(codec, refs)
-    if isinstance(codec, SegmentationSampling):
-        first = codec.sample_source_tokens(sources, 0.5, 7)
-        _require(len(first) == len(sources), "sample_source_tokens() must return one list per source")
-        _require(first == codec.sample_source_tokens(sources, 0.5, 7),
-                 "sample_source_tokens() must repeat its samples for the same seed")
-    if isinstance(codec, ModelExtending):
-        _check_extensions(codec, refs[:4])
+    first = codec.sample_source_tokens(sources, 0.5, 7)
+    _require(len(first) == len(sources), "sample_source_tokens() must return one list per source")
+    _require(first == codec.sample_source_tokens(sources, 0.5, 7),
+             "sample_source_tokens() must repeat its samples for the same seed")
 
 
 def _check_extensions(codec: Any, refs: list[Example[Any, Any]]) -> None:
     """A tiny model with the codec's extensions: they are ModelExtensions, saved with the
     model, and decoding step by step gives what teacher forcing gives."""
+    refs = refs[:4]  # a batch of a few sentences exercises every hook
     import torch
 
     from seqtrans.config import ModelConfig

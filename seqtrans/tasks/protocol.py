@@ -416,13 +416,9 @@ def stream_unit(task: object) -> str:
     return str(unit)
 
 
-#: The contract's protocols: the required ones and every optional ability. A name one of
-#: them declares means something to the engine (:func:`seqtrans.tasks.contract.check_class`
-#: warns about names close to these).
-PROTOCOLS: tuple[type, ...] = (Codec, Task, TaskClass, Constraining, Multilingual, TargetPrefixing,
-                               SegmentationSampling, ModelExtending, DataDigest, CacheDirectory,
-                               TargetParsing, TextForm, TokenWords, SourceFormatting, TrainingFiles,
-                               Upgrading)
+#: The protocols every plugin implements; the optional ones are in
+#: :data:`seqtrans.tasks.abilities.ABILITIES`.
+REQUIRED: tuple[type, ...] = (Codec, Task, TaskClass)
 
 #: Members the engine requires of a task class (:class:`TaskClass`) and of its
 #: instances (:class:`Task`); checked when a plugin is loaded.

@@ -12,13 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import seqtrans
 from seqtrans import config as cfg
 from seqtrans import tasks
 from seqtrans.config import RunConfig
 from seqtrans.errors import ConfigError, UsageError
 
 TASKS = ("copy", "parsing", "translation")
-KEYS = {task: [row[0] for row in cfg.describe(tasks.resolve_config(task))] for task in TASKS}
+KEYS = {task: [row[0] for row in cfg.describe(seqtrans.resolve_config(task))] for task in TASKS}
 SECTIONS = ("model", "train", "decode", "data")
 
 
@@ -53,7 +54,7 @@ def _round_trips(config: RunConfig) -> None:
 def test_any_set_pairs_give_a_config_or_an_error_naming_the_key(data: st.DataObject, task: str) -> None:
     pairs = data.draw(st.lists(st.tuples(_key(task), VALUE), min_size=1, max_size=3))
     try:
-        config = tasks.resolve_config(task, overrides=[f"{k}={v}" for k, v in pairs])
+        config = seqtrans.resolve_config(task, overrides=[f"{k}={v}" for k, v in pairs])
     except ConfigError as err:
         _check(err, {k.strip() for k, _ in pairs}, KEYS[task])
     else:
@@ -78,7 +79,7 @@ def test_any_json_config_file_gives_a_config_or_an_error_naming_the_key(tmp_path
     path.write_text(json.dumps(table))  # NaN and Infinity included, as Python's json writes them
     typed = {f"{section}.{key}" for section, keys in table.items() if isinstance(keys, dict) for key in keys}
     try:
-        config = tasks.resolve_config(task, config_file=path)
+        config = seqtrans.resolve_config(task, config_file=path)
     except ConfigError as err:
         _check(err, typed | set(table) | {"<root>"}, KEYS[task])
     except UsageError as err:  # only a file for another task, which names it
@@ -109,44 +110,44 @@ def test_any_bytes_as_a_config_file_give_a_table_or_an_error_naming_the_file(tmp
                                   "train.adam_eps=1e400"])
 def test_a_number_that_is_not_finite_is_refused(pair: str) -> None:
     with pytest.raises(ConfigError, match=rf"config key '{pair.split('=')[0]}': expected a finite number"):
-        tasks.resolve_config("copy", overrides=[pair])
+        seqtrans.resolve_config("copy", overrides=[pair])
 
 
 def test_non_finite_numbers_and_deep_nesting_in_a_file_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text('{"train": {"lr_scale": NaN}}')
     with pytest.raises(ConfigError, match="config key 'train.lr_scale': expected a finite number"):
-        tasks.resolve_config("copy", config_file=path)
+        seqtrans.resolve_config("copy", config_file=path)
     path.write_text('{"train": {"lr_scale": ' + "1" * 400 + "}}")
     with pytest.raises(ConfigError, match="config key 'train.lr_scale': expected a finite number"):
-        tasks.resolve_config("copy", config_file=path)
+        seqtrans.resolve_config("copy", config_file=path)
     path.write_text("[" * 100_000)
     with pytest.raises(UsageError, match=r"c.json: not a config file: its arrays or tables nest too deeply"):
-        tasks.resolve_config("copy", config_file=path)
+        seqtrans.resolve_config("copy", config_file=path)
     toml = tmp_path / "c.toml"
     toml.write_text("a = " + "[" * 100_000)
     with pytest.raises(UsageError, match=r"c.toml: not a config file"):
-        tasks.resolve_config("copy", config_file=toml)
+        seqtrans.resolve_config("copy", config_file=toml)
 
 
 def test_a_mistyped_key_in_a_toml_file_names_the_key_and_the_nearest_one(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text("[decode]\nbeam = 4\nbrevity = 0.6\n")
     with pytest.raises(ConfigError, match=r"config key 'decode.brevity': unknown key; known keys: "):
-        tasks.resolve_config("copy", config_file=path)
+        seqtrans.resolve_config("copy", config_file=path)
     path.write_text("[decode]\nbaem = 4\n")
     with pytest.raises(ConfigError, match=r"config key 'decode.baem': unknown key; did you mean 'beam'\?"):
-        tasks.resolve_config("copy", config_file=path)
+        seqtrans.resolve_config("copy", config_file=path)
     path.write_text("[data]\ntrain_sizes = 4\n")
     with pytest.raises(ConfigError, match=r"'data.train_sizes': unknown key; did you mean 'train_size'"):
-        tasks.resolve_config("copy", config_file=path)
+        seqtrans.resolve_config("copy", config_file=path)
 
 
 @pytest.mark.parametrize("key", ["latency_weight", "latency_weight_var"])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-0.5", "1e400"])
 def test_a_latency_weight_that_is_not_finite_or_is_negative_names_its_key(key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=rf"config key 'train.{key}': "):
-        tasks.resolve_config("copy", overrides=[f"train.{key}={value}"])
+        seqtrans.resolve_config("copy", overrides=[f"train.{key}={value}"])
 
 
 @pytest.mark.parametrize("key", ["latency_weight", "latency_weight_var"])
@@ -162,4 +163,4 @@ def test_a_latency_weight_built_in_python_is_checked_too(key: str, value: float)
 @pytest.mark.parametrize("value", ["0", "-0.5", "nan", "inf"])
 def test_a_monotonic_temperature_that_is_not_positive_names_its_key(value: str) -> None:
     with pytest.raises(ConfigError, match=r"config key 'model.monotonic_temperature': "):
-        tasks.resolve_config("copy", overrides=[f"model.monotonic_temperature={value}"])
+        seqtrans.resolve_config("copy", overrides=[f"model.monotonic_temperature={value}"])

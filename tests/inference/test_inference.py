@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import seqtrans
 from seqtrans import cli, tasks
 from seqtrans import config as cfg
 from seqtrans.data.vocab import BOS, EOS
@@ -42,7 +43,7 @@ def copy_run(directory: Path, *, seed: int, vocab_size: int = 10, model: tuple[s
              change: Callable[[dict[str, torch.Tensor]], None] | None = None) -> Path:
     """A run directory holding an untrained (seeded) copy model over symbols 0 .. vocab_size-1
     (``model``: more settings; ``change`` edits the checkpoint's weights in place)."""
-    config = tasks.resolve_config("copy", overrides=[*SMALL, *model, f"data.vocab_size={vocab_size}",
+    config = seqtrans.resolve_config("copy", overrides=[*SMALL, *model, f"data.vocab_size={vocab_size}",
                                                    "data.test_size=6", "data.max_length=5",
                                                    "decode.beam=3", "decode.alpha=0.6"])
     vocab_dir = directory / "vocab"

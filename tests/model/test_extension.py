@@ -1,4 +1,4 @@
-"""The model-extension seam (seqtrans.model.extension): the plugin guide's example extension,
+"""The model-extension seam (seqtrans.model.extension): the plugin reference's example extension,
 run as the guide shows it, against teacher forcing, brute-force search, ensembles and a
 save-and-load; what the engine refuses and how it names the extension."""
 
@@ -24,7 +24,7 @@ from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.model.extension import ExtensionError, ModelExtension
 from seqtrans.model.transformer import Transformer
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "plugin-contract.md"
 
 
 @functools.cache

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+import seqtrans
 from conftest import tiny_model
-from seqtrans import tasks
 from seqtrans.attention import waiting
 from seqtrans.attention.lookback import LookbackAttention, lookback_weights, preserve_mass
 from seqtrans.attention.monotonic import expected_alignment
@@ -163,7 +163,7 @@ def test_multi_k_training_masks_each_batch_at_its_drawn_lag(monkeypatch: pytest.
 def test_a_lag_that_is_not_a_count_is_a_config_error_naming_its_key(key: str, value: str,
                                                                     message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        tasks.resolve_config("copy", overrides=[f"{key}={value}"])
+        seqtrans.resolve_config("copy", overrides=[f"{key}={value}"])
 
 
 def test_wait_k_needs_scaled_dot_encoder_decoder_attention() -> None:

@@ -10,8 +10,9 @@ import pytest
 import torch
 from test_policies import Counting
 
+import seqtrans
 from conftest import tiny_model
-from seqtrans import pipeline, tasks
+from seqtrans import tasks
 from seqtrans.attention.monotonic import MonotonicAttention
 from seqtrans.config import DecodeConfig
 from seqtrans.data.batches import pad_batch
@@ -112,7 +113,7 @@ def test_a_cross_attention_that_cannot_follow_a_stream_gets_no_following_state()
 
 def loaded_copy(model: Transformer, *, max_len_b: int = 3) -> loading.Loaded:
     """The copy task (symbols 0..6, ids 4..10) around ``model``, as ``predict --stream`` loads it."""
-    config = pipeline.resolve_config("copy", overrides=["data.vocab_size=7", "decode.max_len_a=1.0",
+    config = seqtrans.resolve_config("copy", overrides=["data.vocab_size=7", "decode.max_len_a=1.0",
                                                         f"decode.max_len_b={max_len_b}"])
     task = tasks.load("copy")(config.data)
     vocab = Vocab(str(s) for s in range(7))

@@ -11,6 +11,7 @@ import pytest
 
 from fake_plugins.lines_task import LinesCodec, LinesConfig, LinesTask
 from seqtrans.tasks import Example, Skipped
+from seqtrans.tasks.abilities import ABILITIES, OBJECTS, attached_to, markdown_table
 from seqtrans.tasks.contract import ContractError, ContractWarning, check_task, contract_names
 
 
@@ -129,5 +130,40 @@ def test_the_names_of_every_protocol_are_known() -> None:
 
     declared = {v for v in vars(protocol).values() if isinstance(v, type) and typing.Protocol in v.__mro__
                 and v is not typing.Protocol}
-    assert declared == set(protocol.PROTOCOLS)
+    assert declared == {*protocol.REQUIRED, *(ability.protocol for ability in ABILITIES)}
+    assert len({ability.protocol for ability in ABILITIES}) == len(ABILITIES)
+    assert {ability.attaches_to for ability in ABILITIES} == set(OBJECTS)
     assert {"cache_dir", "train_digest", "metric_mode", "stream_unit", "score"} <= contract_names()
+
+
+class DigestOnTheCodec(LinesCodec):
+    def train_digest(self) -> str:  # an ability of the task: the engine never asks a codec
+        return "abc"
+
+
+class LanguagesOnTheTask(LinesTask):
+    languages = ("de", "en")  # Multilingual is an ability of the codec
+
+    def with_languages(self, source: str | None, target: str | None) -> Any:
+        return self
+
+
+def test_an_ability_on_the_wrong_object_is_warned_about(tmp_path: Path, data: LinesConfig) -> None:
+    with pytest.warns(ContractWarning) as caught:
+        check_task(_with_codec(DigestOnTheCodec)(data), tmp_path / "a")
+    assert [str(w.message) for w in caught] == [
+        "DigestOnTheCodec (codec) has train_digest, the DataDigest ability of the task: the engine looks "
+        "for it on the task only and ignores it here"]
+    with pytest.warns(ContractWarning, match=r"LanguagesOnTheTask \(task\) has languages, with_languages, "
+                                             "the Multilingual ability of the codec"):
+        check_task(LanguagesOnTheTask(data), tmp_path / "b")
+
+
+def test_the_abilities_table_names_the_object_each_attaches_to() -> None:
+    assert [a.name for a in attached_to("config")] == ["CacheDirectory"]
+    assert [a.name for a in attached_to("task class")] == ["Upgrading"]
+    with pytest.raises(ValueError, match="not 'model'"):
+        attached_to("model")
+    table = markdown_table().splitlines()
+    assert len(table) == 2 + len(ABILITIES)
+    assert "| [`Multilingual`](#multilingual) | codec | 0.2 | `languages`, `with_languages` |" in table[5]

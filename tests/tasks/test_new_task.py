@@ -75,7 +75,7 @@ def test_the_package_passes_its_own_checks_and_trains_from_a_wheel(tmp_path: Pat
     job = tmp_path / "job"  # no sources here: only what is installed counts
     job.mkdir()
     scores = check(python, "-c", "from pathlib import Path\n"
-                   "from seqtrans.tasks.contract import check_task\n"
+                   "from seqtrans.plugin import check_task\n"
                    "from seqtrans_reversal import ReversalConfig, ReversalTask\n"
                    "print(check_task(ReversalTask(ReversalConfig()), Path('vocab')))", cwd=job, env=env)
     assert scores.stdout.strip() == "{'cer': 0.0, 'exact_match': 100.0}"

@@ -93,24 +93,24 @@ def test_tasks_lists_the_plugin_and_names_the_broken_one(venv: tuple[Path, Path,
 def test_run_trains_and_scores_the_plugin_beside_the_broken_one(venv: tuple[Path, Path, dict[str, str]]
                                                                 ) -> None:
     bin_, job, env = venv
-    words = "a b c d e f".split()
-    # each rotation of the words and each prefix, to be reversed
-    sequences = [s for i in range(len(words)) for s in (words[i:] + words[:i], words[: i + 1])]
-    lines = [f"{' '.join(s)}\t{' '.join(reversed(s))}\n" for s in sequences]
+    letters = "abcdef"
+    # each rotation of the letters and each prefix, to be reversed
+    words = [w for i in range(len(letters)) for w in (letters[i:] + letters[:i], letters[: i + 1])]
+    lines = [f"{w}\t{w[::-1]}\n" for w in words]
     for split in ("train", "dev", "test"):
         (job / f"{split}.tsv").write_text("".join(lines), encoding="utf-8")
     check(bin_ / "seqtrans", "-q", "run", "mytask", "--out", "run", "--device", "cpu",
           "--set", "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16", "model.d_ff=32",
           "model.heads=2", "train.max_steps=4", "train.eval_every=4", "train.checkpoint_every=4",
-          "train.max_minutes=0", "decode.beam=1", cwd=job, env=env)
+          "train.max_minutes=0", "decode.beam=1", "data.train=train.tsv", "data.dev=dev.tsv",
+          "data.test=test.tsv", cwd=job, env=env)
     metrics = json.loads((job / "run" / "metrics.json").read_text())
     assert metrics["test_sentences"] == 12 and metrics["skipped"] == 0 and metrics["train_steps"] == 4
-    assert 0 <= metrics["exact_match"] <= 1
     predictions = (job / "run" / "predictions" / "test.txt").read_text().splitlines()
-    right = sum(p == " ".join(reversed(s)) for p, s in zip(predictions, sequences, strict=True))
-    assert metrics["exact_match"] == right / 12
+    right = sum(p == w[::-1] for p, w in zip(predictions, words, strict=True))
+    assert metrics["exact_match"] == pytest.approx(100 * right / 12) and metrics["cer"] >= 0
     config = json.loads((job / "run" / "config.json").read_text())
-    assert config["decode"]["max_len_b"] == 10  # the task's own decoding default
+    assert config["decode"]["max_len_b"] == 4  # the task's own decoding default
     broken = subprocess.run([bin_ / "seqtrans", "run", "broken", "--out", "b"], cwd=job, env=env,
                             capture_output=True, text=True, timeout=300)
     assert broken.returncode == 2 and "task 'broken' (from seqtrans" in broken.stderr, broken.stderr

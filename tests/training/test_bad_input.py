@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import seqtrans
 from seqtrans import config as cfg
 from seqtrans import tasks
 from seqtrans.config import ModelConfig, RunConfig, TrainConfig
@@ -53,7 +54,7 @@ def test_a_checkpoint_of_another_task_or_vocabulary_is_not_resumed(tmp_path: Pat
 
 def _loaded(tmp_path: Path, *overrides: str) -> Loaded:
     """An untrained copy model over the symbols 0 .. 9."""
-    config = tasks.resolve_config("copy", overrides=["model.encoder_layers=1", "model.decoder_layers=1",
+    config = seqtrans.resolve_config("copy", overrides=["model.encoder_layers=1", "model.decoder_layers=1",
                                                    "model.d_model=16", "model.d_ff=32", "model.heads=2",
                                                    "data.vocab_size=10", *overrides])
     task = tasks.load("copy")(config.data)
@@ -124,13 +125,14 @@ def test_a_run_saved_before_an_option_existed_still_continues(tmp_path: Path) ->
     assert _trainer(tmp_path).resume()
     small = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16", "model.d_ff=32",
              "model.heads=2"]
-    config = tasks.resolve_config("copy", overrides=small)
+    config = seqtrans.resolve_config("copy", overrides=small)
     saved = cfg.to_dict(config)
     del saved["model"]["monotonic_r_init"]
     (tmp_path / "config.json").write_text(json.dumps(saved))
     _check_resumable(tmp_path, config)  # no error
     with pytest.raises(UsageError, match="different 'model' settings"):
-        _check_resumable(tmp_path, tasks.resolve_config("copy", overrides=[*small, "model.encoder_layers=2"]))
+        deeper = seqtrans.resolve_config("copy", overrides=[*small, "model.encoder_layers=2"])
+        _check_resumable(tmp_path, deeper)
     # an option that no longer exists: off, the run needs converting; on, it cannot be
     saved["model"]["an_option_since_removed"] = False
     (tmp_path / "config.json").write_text(json.dumps(saved))

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from fake_plugins import install
+from seqtrans import resolve_config
 from seqtrans.pipeline import run
-from seqtrans.tasks import resolve_config
 from seqtrans.training import checkpoint
 
 TINY = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16", "model.d_ff=32",

@@ -11,10 +11,9 @@ import pytest
 import torch
 from test_cli import TINY
 
-from seqtrans import pipeline
+from seqtrans import pipeline, resolve_config
 from seqtrans.errors import UsageError
 from seqtrans.inference.loading import load
-from seqtrans.tasks import resolve_config
 from seqtrans.training import initial as initial_model
 
 CAUSAL = ["model.causal_encoder=true"]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from seqtrans import resolve_config
 from seqtrans.cli import build_parser
 from seqtrans.cli.arguments import progress
 from seqtrans.config import ModelConfig, RunConfig, TrainConfig
@@ -21,7 +22,6 @@ from seqtrans.data.batches import Pairs
 from seqtrans.errors import ConfigError
 from seqtrans.model.transformer import Transformer
 from seqtrans.pipeline import run
-from seqtrans.tasks import resolve_config
 from seqtrans.training.loop import Trainer
 from seqtrans.training.tracking import require_tensorboard, seconds_left, time_binds
 

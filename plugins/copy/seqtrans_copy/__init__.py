@@ -7,8 +7,8 @@ start a new task. Registered in ``pyproject.toml``::
     copy = "seqtrans_copy:CopyTask"
 
 It shows optional abilities too: with ``data.constrain`` its codec restricts the
-search (:class:`seqtrans.tasks.Constraining`), and its sequences have a text form
-(:class:`seqtrans.tasks.TextForm`), so that a run may start from a pretrained
+search (:class:`seqtrans.plugin.Constraining`), and its sequences have a text form
+(:class:`seqtrans.plugin.TextForm`), so that a run may start from a pretrained
 text-to-text model and keep its tokenizer (``seqtrans run copy --init RUN_DIR``).
 Torch is imported only where the constraint is made, so that listing the installed
 tasks does not load it.
@@ -22,10 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from seqtrans.config import option
-from seqtrans.data.vocab import EOS, Vocab, Vocabularies
-from seqtrans.errors import ConfigError, UsageError
-from seqtrans.tasks import Example, TaskClass, check_split
+from seqtrans.plugin import (
+    EOS,
+    ConfigError,
+    Example,
+    TaskClass,
+    UsageError,
+    Vocab,
+    Vocabularies,
+    check_split,
+    option,
+)
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -155,7 +162,7 @@ class CopyTask:
     def parse_target(self, line: str) -> Symbols:
         return self.parse_source(line)
 
-    # the text form (seqtrans.tasks.TextForm): a run may keep a text-to-text model's codec
+    # the text form (seqtrans.plugin.TextForm): a run may keep a text-to-text model's codec
 
     def format_target(self, target: Symbols) -> str:
         return self.format_source(target)

@@ -8,12 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqtrans import pipeline, tasks
-from seqtrans.config import DecodeConfig, ModelConfig
-from seqtrans.errors import ConfigError, UsageError
-from seqtrans.inference import evaluation, loading
-from seqtrans.model.transformer import build_model
-from seqtrans.tasks.contract import check_task
+import seqtrans
+from seqtrans import build_model
+from seqtrans.inference import evaluation  # internal: decodes a model built here, with no run
+from seqtrans.plugin import ConfigError, DecodeConfig, ModelConfig, UsageError, check_task
 from seqtrans_copy import CopyConfig, CopyTask
 
 
@@ -45,17 +43,17 @@ def test_the_constraint_makes_every_output_a_permutation_of_its_source(tmp_path:
                                     dropout=0.0), codec).eval()
     sources = [[1, 2, 2, 5], [6], [0, 0, 0]]
     preds, _ = evaluation.decode_sources(model, codec, sources, DecodeConfig(beam=3, max_len_b=5),
-                                       device=loading.select_device("cpu"))
+                                       device=torch.device("cpu"))
     for src, pred in zip(sources, preds):
         assert sorted(pred) == sorted(src)
 
 
 def test_metrics_with_and_without_the_constraint(tmp_path: Path) -> None:
-    config = pipeline.resolve_config("copy", overrides=[
+    config = seqtrans.resolve_config("copy", overrides=[
         "data.constrain=true", "decode.compare_unconstrained=true", "data.train_size=200",
         "data.test_size=40", "data.dev_size=10", "train.max_steps=4", "train.checkpoint_every=4",
         "train.eval_every=4", "model.d_model=16", "model.heads=2", "model.d_ff=16"])
-    metrics = pipeline.run(config, tmp_path, device="cpu")
+    metrics = seqtrans.run(config, tmp_path, device="cpu")
     assert {"exact_match", "unconstrained_exact_match", "unconstrained_token_accuracy"} <= set(metrics)
     # an untrained model copies nothing, but the constraint makes each output a permutation
     # of its source, so the constrained outputs have exactly the sources' lengths
@@ -66,22 +64,22 @@ def test_metrics_with_and_without_the_constraint(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_copy_learns_length_10_to_095_exact_match(tmp_path: Path) -> None:
-    config = pipeline.resolve_config("copy", overrides=[
+    config = seqtrans.resolve_config("copy", overrides=[
         "data.max_length=10", "data.test_size=500", "train.max_minutes=0", "train.max_steps=1500",
         "train.eval_every=400", "data.dev_size=200"])
-    metrics = pipeline.run(config, tmp_path, device="cpu")
+    metrics = seqtrans.run(config, tmp_path, device="cpu")
     print(json.dumps(metrics))
     assert metrics["exact_match"] >= 0.95
 
 
 def test_the_task_is_found_by_name() -> None:
-    assert tasks.load("copy") is CopyTask
+    assert seqtrans.tasks.load("copy") is CopyTask
 
 
 def test_subword_sampling_is_refused_for_a_task_that_cannot_sample(tmp_path: Path) -> None:
-    config = pipeline.resolve_config("copy", overrides=["train.subword_sampling=0.5"])
+    config = seqtrans.resolve_config("copy", overrides=["train.subword_sampling=0.5"])
     with pytest.raises(ConfigError, match="train.subword_sampling.*cannot sample segmentations"):
-        pipeline.run(config, tmp_path / "run", device="cpu")
+        seqtrans.run(config, tmp_path / "run", device="cpu")
     assert not (tmp_path / "run").exists()  # refused before anything is written
 
 

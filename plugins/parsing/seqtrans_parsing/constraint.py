@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqtrans.data.vocab import EOS, Vocab
+from seqtrans.plugin import EOS, Vocab
 from seqtrans_parsing.linearize import ORDERS, Order, is_close, is_open
 
 __all__ = ["BracketConstraint", "BracketState"]

@@ -1,5 +1,5 @@
 """The source cursor (``data.source_cursor``): each decoder input also sees where its
-output stands in the source. A model extension (:mod:`seqtrans.model.extension`).
+output stands in the source. A model extension (:class:`seqtrans.plugin.ModelExtension`).
 
 Parsing outputs consume their inputs in order, which the codec declares as a
 :class:`SourceWalk`: the source is a sequence of units (words), each starting at a
@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqtrans.model.extension import ROW, SENTENCE, Feature, ModelExtension, reorder_fields
+from seqtrans.plugin import ROW, SENTENCE, Feature, ModelExtension, reorder_fields
 from seqtrans_parsing.walk import SourceWalk
 
 # both cursors count units in the whole encoded source
@@ -94,7 +94,7 @@ class SourceCursor(ModelExtension):
         extra, state.position = self.inputs(tokens, state.units, state.position)
         return extra
 
-    # the extension's hooks (seqtrans.model.extension): the units are its source context
+    # the extension's hooks (seqtrans.plugin.ModelExtension): the units are its source context
     def source_context(self, src: Tensor, memory: Tensor) -> Tensor:
         return self.units(src, memory)
 

@@ -1,5 +1,5 @@
 """The parsing task's model-side parts, attached through the engine's extension seam
-(:mod:`seqtrans.model.extension`): the source cursor and the span cursor
+(:class:`seqtrans.plugin.ModelExtension`): the source cursor and the span cursor
 (:mod:`seqtrans_parsing.cursor`) on the decoder's inputs, and the word vectors on the
 encoder's (:class:`VectorInput`). The codec's ``model_extensions`` builds them from the
 task's settings (``data.source_cursor``, ``data.span_cursor``, ``data.word_vectors``).
@@ -14,8 +14,7 @@ from typing import ClassVar, cast
 import torch
 from torch import Tensor, nn
 
-from seqtrans.config import ModelConfig
-from seqtrans.model.extension import Feature, ModelExtension
+from seqtrans.plugin import Feature, ModelConfig, ModelExtension
 from seqtrans_parsing.cursor import SourceCursor, SpanCursor
 from seqtrans_parsing.vectors import WordVectors
 from seqtrans_parsing.walk import SourceWalk
@@ -23,7 +22,7 @@ from seqtrans_parsing.walk import SourceWalk
 
 class VectorInput(ModelExtension):
     """The word vectors, projected to the model's width and added to the source
-    embeddings (``data.source_vectors``): a model extension (:mod:`seqtrans.model.extension`).
+    embeddings (``data.source_vectors``): a model extension (:class:`seqtrans.plugin.ModelExtension`).
 
     Only the projection is a parameter: the vectors come from the codec wherever the
     model is built, so checkpoints stay the size of the model.

@@ -16,10 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from seqtrans.config import option
-from seqtrans.data.vocab import SPECIALS, Vocab, Vocabularies
-from seqtrans.errors import ConfigError, DataError
-from seqtrans.tasks import Example, ModelExtending, Skipped, TaskClass, Upgrading, check_split
+from seqtrans.plugin import (
+    SPECIALS,
+    ConfigError,
+    DataError,
+    Example,
+    ModelExtending,
+    Skipped,
+    TaskClass,
+    Upgrading,
+    Vocab,
+    Vocabularies,
+    check_split,
+    option,
+)
 from seqtrans_parsing import treebank
 from seqtrans_parsing.augment import substitute
 from seqtrans_parsing.evalb import COLLINS, evalb
@@ -30,8 +40,7 @@ from seqtrans_parsing.trees import Tree, preprocess, read_trees
 from seqtrans_parsing.walk import SourceWalk
 
 if TYPE_CHECKING:
-    from seqtrans.config import ModelConfig
-    from seqtrans.model.extension import ModelExtension
+    from seqtrans.plugin import ModelConfig, ModelExtension
     from seqtrans_parsing.constraint import BracketConstraint
     from seqtrans_parsing.vectors import VectorSource, WordVectors
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from seqtrans.errors import ConfigError, DataError
+from seqtrans.plugin import ConfigError, DataError
 from seqtrans_parsing.trees import Tree, read_trees
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
-from seqtrans.errors import DataError
+from seqtrans.plugin import DataError
 
 __all__ = ["Tree", "MalformedTree", "MAX_DEPTH", "read_trees", "preprocess", "strip_function_tags"]
 

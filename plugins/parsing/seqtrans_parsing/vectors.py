@@ -23,8 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from seqtrans.data.vocab import SPECIALS
-from seqtrans.errors import DataError, UsageError
+from seqtrans.plugin import SPECIALS, DataError, UsageError
 from seqtrans_parsing.subwords import WORD_START
 
 log = logging.getLogger(__name__)

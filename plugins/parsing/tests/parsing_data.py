@@ -25,7 +25,7 @@ def admitted_sequences(constraint: Any, vocab: Any, max_len: int) -> set[tuple[s
     prefix through every token it allows; asserts that no prefix is a dead end."""
     import torch
 
-    from seqtrans.data.vocab import EOS
+    from seqtrans.plugin import EOS
 
     admitted: set[tuple[str, ...]] = set()
 

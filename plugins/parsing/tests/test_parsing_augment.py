@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from parsing_data import SHARED_DATA
-from seqtrans.errors import ConfigError
+from seqtrans.plugin import ConfigError
 from seqtrans_parsing import ParsingConfig, ParsingTask
 from seqtrans_parsing.augment import substitute
 from seqtrans_parsing.trees import Tree, preprocess, read_trees

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqtrans.errors import DataError
+from seqtrans.plugin import DataError
 from seqtrans_parsing import ParsingConfig, ParsingTask
 from seqtrans_parsing.evalb import Parameters, parse_parameters, read_parameters
 from seqtrans_parsing.linearize import ORDERS, PLACEHOLDER, Order, linearize, to_tree

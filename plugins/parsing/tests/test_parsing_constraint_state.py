@@ -10,12 +10,10 @@ import pytest
 import torch
 from torch import Tensor
 
-from seqtrans.config import ModelConfig
-from seqtrans.data.batches import pad_batch
-from seqtrans.data.vocab import EOS, PAD, Vocab
-from seqtrans.decoding import beam_search
-from seqtrans.decoding.constraints import IncrementalConstraint
-from seqtrans.model.transformer import Transformer
+from seqtrans import Transformer
+from seqtrans.data.batches import pad_batch  # internal: the search itself, with and without the state
+from seqtrans.decoding import beam_search  # internal: (as above)
+from seqtrans.plugin import EOS, PAD, IncrementalConstraint, ModelConfig, Vocab
 from seqtrans_parsing.constraint import BracketConstraint
 from seqtrans_parsing.linearize import ORDERS, Order, to_tree
 

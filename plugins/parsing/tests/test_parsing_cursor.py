@@ -6,12 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seqtrans.config import ModelConfig
-from seqtrans.data.vocab import BOS, EOS, PAD, Vocab, Vocabularies
-from seqtrans.inference.export import export_ctranslate2
-from seqtrans.model.extension import ExtensionError
-from seqtrans.model.transformer import Transformer
-from seqtrans.streaming.decoder import check_streamable
+from seqtrans import Transformer
+from seqtrans.inference.export import export_ctranslate2  # internal: what export refuses of a cursor
+from seqtrans.plugin import BOS, EOS, PAD, ExtensionError, ModelConfig, Vocab, Vocabularies
+from seqtrans.streaming.decoder import check_streamable  # internal: what streaming refuses of a cursor
 from seqtrans_parsing.cursor import SourceCursor, SpanCursor
 from seqtrans_parsing.walk import SourceWalk
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from parsing_data import SHARED_DATA
-from seqtrans import cli
+from seqtrans import cli  # internal: the plugin's command run through the command line in this process
 from seqtrans_parsing.evalb import COLLINS, Parameters, evalb, parse_parameters, read_parameters
 
 EVALB = SHARED_DATA / "evalb"

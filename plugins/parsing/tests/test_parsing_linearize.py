@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from parsing_data import SHARED_DATA, admitted_sequences, assert_repairs
-from seqtrans.data.vocab import EOS, Vocab
+from seqtrans.plugin import EOS, Vocab
 from seqtrans_parsing.constraint import BracketConstraint
 from seqtrans_parsing.linearize import linearize, to_tree
 from seqtrans_parsing.trees import Tree, preprocess, read_trees

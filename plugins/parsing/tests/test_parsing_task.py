@@ -10,17 +10,13 @@ from typing import Any
 import pytest
 import torch
 
+import seqtrans
 from parsing_data import SAMPLE, use_shared_nltk_data
-from seqtrans import pipeline, tasks
-from seqtrans.cli import main
-from seqtrans.config import DecodeConfig, ModelConfig
-from seqtrans.data.batches import target_ids
-from seqtrans.data.vocab import UNK
-from seqtrans.errors import ConfigError
-from seqtrans.inference import evaluation, loading, online, scoring
-from seqtrans.model.transformer import Transformer, build_model
-from seqtrans.tasks import Example
-from seqtrans.tasks.contract import check_task
+from seqtrans import Transformer, build_model
+from seqtrans.cli import main  # internal: the command line in this process
+from seqtrans.data.batches import target_ids  # internal: a reference's ids, as the engine makes them
+from seqtrans.inference import evaluation, scoring  # internal: decodes models built here, reads pairs
+from seqtrans.plugin import UNK, ConfigError, DecodeConfig, Example, ModelConfig, check_task
 from seqtrans_parsing import ParsingCodec, ParsingConfig, ParsingTask
 from seqtrans_parsing.cursor import SpanCursor
 from seqtrans_parsing.linearize import linearize
@@ -40,19 +36,19 @@ def with_cursors(codec: ParsingCodec, *, span: bool = False) -> ParsingCodec:
 
 
 def test_the_task_is_found_by_name_and_keeps_the_contract(tmp_path: Path) -> None:
-    assert tasks.load("parsing") is ParsingTask
+    assert seqtrans.tasks.load("parsing") is ParsingTask
     scores = check_task(ParsingTask(ParsingConfig(vocab_size=300)), tmp_path)
     assert scores["f1"] == 100.0 and scores["malformed"] == 0.0 and scores["evalb_errors"] == 0.0
 
 
 def test_the_paper_decoding_defaults_and_the_presets() -> None:
-    config = pipeline.resolve_config("parsing")
+    config = seqtrans.resolve_config("parsing")
     assert (config.decode.beam, config.decode.alpha, config.decode.max_len_a, config.decode.max_len_b) \
         == (21, 0.3, 1.0, 300)
-    wsj = pipeline.resolve_config("parsing", preset="wsj")
+    wsj = seqtrans.resolve_config("parsing", preset="wsj")
     assert (wsj.model.encoder_layers, wsj.model.d_model, wsj.data.vocab_size) == (4, 1024, 16000)
     assert wsj.data.preterminals == "placeholder" and not wsj.data.source_cursor
-    cpu = pipeline.resolve_config("parsing", preset="cpu")
+    cpu = seqtrans.resolve_config("parsing", preset="cpu")
     assert cpu.train.max_minutes == 30
     for sample in (config, cpu):
         assert sample.data.preterminals == "tags" and sample.data.source_cursor
@@ -71,7 +67,7 @@ def _small_task(tmp_path: Path, **options: Any) -> tuple[ParsingTask, ParsingCod
 def _assert_constrained_trees(model: Any, codec: ParsingCodec, sources: list[Any], beam: int) -> None:
     """Constrained decoding at ``beam`` gives trees over exactly the words, none repaired."""
     decode = DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=10)
-    preds, _ = evaluation.decode_sources(model, codec, sources, decode, device=loading.select_device("cpu"))
+    preds, _ = evaluation.decode_sources(model, codec, sources, decode, device=torch.device("cpu"))
     assert all(p.repairs == 0 for p in preds)
     assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
 
@@ -87,7 +83,7 @@ def _seeded_parser(tmp_path: Path) -> tuple[Any, Transformer, list[Any]]:
 
 def test_constrained_outputs_are_well_formed_and_unconstrained_ones_are_repaired(tmp_path: Path) -> None:
     codec, model, sources = _seeded_parser(tmp_path)
-    device = loading.select_device("cpu")
+    device = torch.device("cpu")
     for beam in (1, 3):
         _assert_constrained_trees(model, codec, sources, beam)
         free_decode = DecodeConfig(beam=beam, max_len_b=10, constrained=False)
@@ -101,7 +97,7 @@ def test_required_phrases_keep_the_bracket_constraint(tmp_path: Path) -> None:
     phrase = [codec.vocabularies.target.index(t) for t in ("(NP", "(VP")]
     assert UNK not in phrase
     decode = DecodeConfig(beam=3, max_len_a=1.0, max_len_b=10)
-    device = loading.select_device("cpu")
+    device = torch.device("cpu")
     free, free_hyps = evaluation.decode_sources(model, codec, sources, decode, device=device)
     preds, hyps = evaluation.decode_sources(model, codec, sources, decode, device=device,
                                             required=[[phrase[:1], phrase[1:]]] * len(sources))
@@ -128,7 +124,7 @@ def test_each_word_starts_exactly_one_source_unit_for_the_cursor(tmp_path: Path)
                                     dropout=0.0, share_embeddings=False), with_cursors(codec)).eval()
     some = sources[:3] + sources[-1:]
     preds, _ = evaluation.decode_sources(model, codec, some, DecodeConfig(beam=3, max_len_b=10),
-                                       device=loading.select_device("cpu"))
+                                       device=torch.device("cpu"))
     assert [p.tree.leaves() for p in preds] == [list(s.words) for s in some]
     assert all(p.repairs == 0 for p in preds)
 
@@ -156,7 +152,7 @@ def test_brackets_are_the_walks_spans_for_the_span_cursor(tmp_path: Path) -> Non
         assert starts[-1] == -1  # the whole tree closed
     sources = [e.source for e in train[:3]]
     preds, _ = evaluation.decode_sources(model, codec, sources, DecodeConfig(beam=3, max_len_b=10),
-                                       device=loading.select_device("cpu"))
+                                       device=torch.device("cpu"))
     assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
     assert all(p.repairs == 0 for p in preds)
 
@@ -208,7 +204,7 @@ def test_a_tagging_target_writes_tags_walks_the_cursor_on_them_and_decodes_trees
                                     dropout=0.0, share_embeddings=False), with_cursors(codec)).eval()
     sentence = task.parse_source("The dog barked .")  # no gold tags: the tree has the decoded ones
     preds, _ = evaluation.decode_sources(model, codec, [sentence], DecodeConfig(beam=3, max_len_b=10),
-                                       device=loading.select_device("cpu"))
+                                       device=torch.device("cpu"))
     leaves = preds[0].tree.tagged()
     assert preds[0].repairs == 0 and [w for _, w in leaves] == list(sentence.words)
     assert all(t in tags for t, _ in leaves)
@@ -238,14 +234,14 @@ def test_a_tiny_run_end_to_end_and_predict(tmp_path: Path) -> None:
     test = _first_trees(SAMPLE / "test.trees", 12, tmp_path / "test.trees")
     with test.open("a") as f:
         f.write("(S (NN broken)\n")  # malformed: left out and counted for the test split alone
-    config = pipeline.resolve_config("parsing", overrides=[
+    config = seqtrans.resolve_config("parsing", overrides=[
         f"data.train={train}", f"data.dev={dev}", f"data.test={test}", "data.vocab_size=200",
         "data.malformed=skip",
         "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16", "model.d_ff=32",
         "model.heads=2", "train.max_steps=3", "train.eval_every=3", "train.checkpoint_every=3",
         "train.average_last=1", "train.keep_checkpoints=1", "train.valid_max_examples=5",
         "decode.beam=2", "decode.max_len_b=10", "train.subword_sampling=0.3"])
-    metrics = pipeline.run(config, tmp_path / "run", device="cpu")
+    metrics = seqtrans.run(config, tmp_path / "run", device="cpu")
     expected = {"f1", "recall", "precision", "malformed", "unconstrained_malformed", "unconstrained_f1"}
     assert expected <= set(metrics)
     assert metrics["malformed"] == 0.0 and metrics["evalb_errors"] == 0.0
@@ -254,12 +250,12 @@ def test_a_tiny_run_end_to_end_and_predict(tmp_path: Path) -> None:
     assert len(lines) == 12 and all(line.startswith("(TOP ") for line in lines)
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["test_sentences"] == 12
     assert metrics["skipped"] == 1
-    again = loading.evaluate(tmp_path / "run", split="test", device="cpu")
+    again = seqtrans.evaluate(tmp_path / "run", split="test", device="cpu")
     assert again["skipped"] == 1 and again["f1"] == metrics["f1"]
-    assert loading.evaluate(tmp_path / "run", split="dev", device="cpu")["skipped"] == 0
+    assert seqtrans.evaluate(tmp_path / "run", split="dev", device="cpu")["skipped"] == 0
 
-    loaded = loading.load(tmp_path / "run", device="cpu")
-    (out,) = list(online.predict(loaded, ["The dog ( barked ) ."]))
+    loaded = seqtrans.load(tmp_path / "run", device="cpu")
+    (out,) = list(seqtrans.predict(loaded, ["The dog ( barked ) ."]))
     assert out.startswith("(TOP ")
     ((tree, _),) = read_trees(out)
     assert tree.leaves() == ["The", "dog", "-LRB-", "barked", "-RRB-", "."]
@@ -308,7 +304,7 @@ def test_a_tiny_in_order_run_through_the_command_line(tmp_path: Path) -> None:
     metrics = json.loads((run / "metrics.json").read_text())
     # constrained outputs are well-formed in-order sequences (read back in order, no repairs)
     assert metrics["malformed"] == 0.0 and metrics["evalb_errors"] == 0.0 and metrics["test_sentences"] == 5
-    loaded = loading.load(run, device="cpu")
+    loaded = seqtrans.load(run, device="cpu")
     assert loaded.config.data.linearization == "in_order" and loaded.codec.order == "in_order"
     lines = (run / "predictions" / "test.txt").read_text().splitlines()
     assert len(lines) == 5 and all(line.startswith("(TOP ") for line in lines)
@@ -320,7 +316,7 @@ def test_a_tiny_in_order_run_through_the_command_line(tmp_path: Path) -> None:
 
 
 def test_a_target_line_is_read_as_one_preprocessed_tree() -> None:
-    from seqtrans.errors import DataError
+    from seqtrans.plugin import DataError
 
     task = ParsingTask(ParsingConfig())
     tree = task.parse_target("( (S (NP-SBJ (-NONE- *T*-1) (DT The) (NN dog)) (VP (VBD barked)) (. .)) )")

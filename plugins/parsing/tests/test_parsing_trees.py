@@ -14,9 +14,8 @@ from nltk.corpus.reader import BracketParseCorpusReader
 from nltk.corpus.util import LazyCorpusLoader
 
 from parsing_data import NLTK_DATA, SAMPLE, use_shared_nltk_data
-from seqtrans.errors import ConfigError, DataError
-from seqtrans.inference import evaluation
-from seqtrans.tasks import Example, Skipped
+from seqtrans.inference import evaluation  # internal: the engine's count of what the reader skipped
+from seqtrans.plugin import ConfigError, DataError, Example, Skipped
 from seqtrans_parsing import Parse, ParsingConfig, ParsingTask
 from seqtrans_parsing.treebank import parse_range
 from seqtrans_parsing.trees import MalformedTree, Tree, preprocess, read_trees, strip_function_tags

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from seqtrans.tasks import Upgrading
+from seqtrans.plugin import Upgrading
 from seqtrans_parsing import ParsingTask
 
 

@@ -12,18 +12,26 @@ import numpy as np
 import pytest
 import torch
 
+import seqtrans
 from parsing_data import SHARED_DATA
-from seqtrans import pipeline
-from seqtrans.config import ModelConfig
-from seqtrans.data.batches import source_ids
-from seqtrans.data.vocab import EOS, PAD, SPECIALS
-from seqtrans.errors import DataError, UsageError
-from seqtrans.inference import loading
-from seqtrans.linear.quantize import onednn, quantized
-from seqtrans.model.extension import ExtensionError
-from seqtrans.model.transformer import Transformer, build_model
-from seqtrans.tasks import Example, ModelExtending
-from seqtrans.tasks.contract import check_task
+from seqtrans import Transformer, build_model
+from seqtrans.data.batches import source_ids  # internal: a source's ids, as the engine makes them
+from seqtrans.linear.quantize import (  # internal: the decoding copies keep the vectors shared
+    onednn,
+    quantized,
+)
+from seqtrans.plugin import (
+    EOS,
+    PAD,
+    SPECIALS,
+    DataError,
+    Example,
+    ExtensionError,
+    ModelConfig,
+    ModelExtending,
+    UsageError,
+    check_task,
+)
 from seqtrans_parsing import ParsingConfig, ParsingTask
 from seqtrans_parsing.extensions import VectorInput
 from seqtrans_parsing.task import ParsingCodec
@@ -238,15 +246,15 @@ def test_a_tiny_run_with_vectors_end_to_end(tmp_path: Path) -> None:
     test = tmp_path / "test.trees"
     test.write_text("".join((SAMPLE / "test.trees").read_text().splitlines(keepends=True)[:5]))
     vectors_file = _glove_file(tmp_path, ["the", "a", "of", "to", "in", ",", ".", "and", "is"])
-    config = pipeline.resolve_config("parsing", overrides=[
+    config = seqtrans.resolve_config("parsing", overrides=[
         f"data.train={train}", f"data.dev={test}", f"data.test={test}", "data.vocab_size=200",
         f"data.word_vectors={vectors_file}",
         "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=16", "model.d_ff=32",
         "model.heads=2", "train.max_steps=2", "train.eval_every=2", "train.checkpoint_every=2",
         "train.average_last=1", "train.keep_checkpoints=1", "train.valid_max_examples=3",
         "decode.beam=2", "decode.max_len_b=10"])
-    metrics = pipeline.run(config, tmp_path / "run", device="cpu")
+    metrics = seqtrans.run(config, tmp_path / "run", device="cpu")
     assert metrics["malformed"] == 0.0 and metrics["test_sentences"] == 5
     assert (tmp_path / "run" / "vocab" / "vectors.json").is_file()
-    again = loading.evaluate(tmp_path / "run", split="test", device="cpu")
+    again = seqtrans.evaluate(tmp_path / "run", split="test", device="cpu")
     assert again["f1"] == metrics["f1"]

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from seqtrans.config import option
-from seqtrans.errors import ConfigError
+from seqtrans.plugin import ConfigError, option
 from seqtrans_translation import datasets
 
 SPLIT_FILES = ("train", "dev", "test")

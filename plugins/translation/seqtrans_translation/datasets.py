@@ -1,7 +1,7 @@
 """Named datasets: where their files are published, their sha256, and which files pair up.
 
-Files are fetched with :func:`seqtrans.runtime.download.fetch` (cache, mirror, verification);
-members of archives are extracted once with :func:`seqtrans.runtime.download.extract` into the
+Files are fetched with :func:`seqtrans.plugin.fetch` (cache, mirror, verification);
+members of archives are extracted once with :func:`seqtrans.plugin.extract` into the
 cache beside the archive, with a marker written last, so an interrupted extraction is
 simply done again.
 """
@@ -13,8 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from seqtrans.errors import ConfigError
-from seqtrans.runtime import download
+from seqtrans.plugin import ConfigError, cache_dir, extract, fetch, file_name
 from seqtrans_translation.readers import TextFile
 
 log = logging.getLogger(__name__)
@@ -153,7 +152,7 @@ def corpus_files(dataset: Dataset, corpus: Corpus, languages: tuple[str, str],
 
 def _local(dataset: Dataset, side: Side, where: Where) -> TextFile:
     if not side.member:
-        path = download.fetch(side.remote.url, sha256=side.remote.sha256, cache=where.cache or None,
+        path = fetch(side.remote.url, sha256=side.remote.sha256, cache=where.cache or None,
                               subdir=dataset.name, mirror=where.mirror or None)
         return TextFile(path, sgm=side.sgm)
     members = sorted({s.member for s in _sides(dataset) if s.remote == side.remote})
@@ -168,17 +167,17 @@ def _sides(dataset: Dataset) -> list[Side]:
 
 def _extract(dataset: Dataset, remote: Remote, members: Sequence[str], where: Where) -> dict[str, Path]:
     """Extract ``members`` of an archive once; later calls find them without the archive."""
-    root = download.cache_dir(where.cache or None) / dataset.name / (download.file_name(remote.url) + ".d")
+    root = cache_dir(where.cache or None) / dataset.name / (file_name(remote.url) + ".d")
     marker = root / ".complete"
     wanted = remote.sha256 + "\n" + "\n".join(members) + "\n"
     if marker.is_file() and marker.read_text() == wanted:
         paths = {m: root / m for m in members}
         if all(p.is_file() for p in paths.values()):
             return paths
-    archive = download.fetch(remote.url, sha256=remote.sha256, cache=where.cache or None,
+    archive = fetch(remote.url, sha256=remote.sha256, cache=where.cache or None,
                              subdir=dataset.name, mirror=where.mirror or None)
     log.info("extracting %d file(s) from %s", len(members), archive)
     marker.unlink(missing_ok=True)
-    paths = download.extract(archive, members, root)  # refuses links and names that leave root
+    paths = extract(archive, members, root)  # refuses links and names that leave root
     marker.write_text(wanted)
     return paths

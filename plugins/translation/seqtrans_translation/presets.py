@@ -2,7 +2,7 @@
 
 - ``base`` and ``big``: the paper's models and recipe (Vaswani et al. 2017, Table 3) on
   WMT 2014 English-German with a shared vocabulary of about 37,000 pieces; the model
-  shapes and checkpoint averaging come from :data:`seqtrans.config.PRESETS`.
+  shapes and checkpoint averaging come from :data:`seqtrans.plugin.PRESETS`.
 - ``multi30k`` (the default): a small model for Multi30k, trained to convergence with
   early stopping on dev BLEU; meant for a GPU.
 - ``cpu``: Multi30k within 30 minutes of training on a 2-core CPU.
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from seqtrans.config import PRESETS as PAPER
-from seqtrans.config import merge
+from seqtrans.plugin import PRESETS as PAPER
+from seqtrans.plugin import merge
 
 # Paper, section 6.1: beam 4, length penalty 0.6, maximum output length input + 50.
 DEFAULTS: dict[str, Any] = {

@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from seqtrans.data.vocab import Vocab, Vocabularies
-from seqtrans.errors import DataError
+from seqtrans.plugin import DataError, Vocab, Vocabularies
 from seqtrans_translation.subwords import Subwords, one_line
 
 SOURCE_MODEL = "source.model"

@@ -4,7 +4,7 @@ tab-separated pairs, or the SGML test sets of WMT.
 Lines are kept exactly as written, only their line end (``\\n`` or ``\\r\\n``) and a
 byte-order mark at the start of the file removed: the references that metrics compare
 against are the raw text. Every problem is a
-:class:`~seqtrans.errors.DataError` naming the file and, where there is one, the line.
+:class:`~seqtrans.plugin.DataError` naming the file and, where there is one, the line.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from seqtrans.errors import DataError
-from seqtrans.tasks import Example
+from seqtrans.plugin import DataError, Example
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _BOM = "\ufeff".encode()

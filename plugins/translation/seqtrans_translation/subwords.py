@@ -35,9 +35,7 @@ from typing import Final
 
 import sentencepiece as spm
 
-from seqtrans.data.vocab import SPECIALS, Vocab
-from seqtrans.errors import DataError
-from seqtrans.runtime import atomic
+from seqtrans.plugin import SPECIALS, DataError, Vocab, write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +158,7 @@ def build(texts: Iterable[str], settings: SubwordSettings, cache: Path, *,
         log.info("sentencepiece: reusing %s", path)
         return Subwords(path.read_bytes(), origin=str(path))
     model = train(chosen, settings, origin=origin)
-    atomic.write_bytes(path, model)
+    write_bytes(path, model)
     log.info("sentencepiece: trained %s on %d sentences, cached as %s", settings.model_type,
              len(chosen), path)
     return Subwords(model, origin=str(path))

@@ -11,10 +11,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from seqtrans.data.vocab import Vocabularies
-from seqtrans.errors import ConfigError, DataError
-from seqtrans.runtime import download
-from seqtrans.tasks import DataDigest, Example, Skipped, TaskClass, TrainingFiles, check_split
+from seqtrans.plugin import (
+    ConfigError,
+    DataDigest,
+    DataError,
+    Example,
+    Skipped,
+    TaskClass,
+    TrainingFiles,
+    Vocabularies,
+    cache_dir,
+    check_split,
+    sha256_file,
+)
 from seqtrans_translation import datasets, metrics
 from seqtrans_translation.config import TranslationConfig
 from seqtrans_translation.hf.codec import HFCodec, has_hf_files
@@ -69,7 +78,7 @@ _NOT_TRAINING = frozenset({"test_set", "dev_src", "dev_tgt", "dev_tsv", "test_sr
 
 def _file_digest(path: Path) -> str:
     try:
-        return download.sha256_file(path)
+        return sha256_file(path)
     except FileNotFoundError:
         raise DataError(path, None, "no such file") from None
     except OSError as exc:
@@ -149,7 +158,7 @@ class TranslationTask:
                                    character_coverage=c.character_coverage,
                                    normalization=c.normalization, sample_sentences=c.subword_sample)
         texts = (text for ex in train for text in (ex.source, ex.target))
-        subwords = build(texts, settings, download.cache_dir(c.cache_dir or None),
+        subwords = build(texts, settings, cache_dir(c.cache_dir or None),
                          origin=self.source_of("train"))
         subwords.save(directory)
         return TranslationCodec(subwords)
@@ -174,7 +183,7 @@ class TranslationTask:
     def train_digest(self) -> str:
         """sha256 of the training files (a named dataset's published digests; local files
         read in full) and of every option that shapes the training pairs or the vocabulary
-        (:class:`~seqtrans.tasks.DataDigest`)."""
+        (:class:`~seqtrans.plugin.DataDigest`)."""
         c = self.config
         options = {k: v for k, v in dataclasses.asdict(c).items() if k not in _NOT_TRAINING}
         options["text_form"] = TEXT_FORM  # data prepared before texts were normalized is encoded anew

@@ -145,8 +145,8 @@ def model_ids(loaded: Any, rows: list[list[int]]) -> list[list[int]]:
 def assert_log_probabilities_match(loaded: Any, hf: Any, sources: list[str], targets: list[str]) -> None:
     """Teacher-forced log-probabilities of the imported run within 1e-4 of the model's in
     transformers, at every position of every target; seqtrans's ``<s>`` takes none."""
-    from seqtrans.data.batches import pad_batch
-    from seqtrans.data.vocab import BOS, EOS
+    from seqtrans.data.batches import pad_batch  # internal: batches fed to both models, as the engine pads
+    from seqtrans.plugin import BOS, EOS
 
     src = [[*s, EOS] for s in our_ids(loaded, sources)]
     tgt = our_ids(loaded, targets, target=True)
@@ -174,7 +174,7 @@ NLLB_LANGUAGES = ["decode.source_lang=eng_Latn", "decode.target_lang=deu_Latn"]
 
 def imported_nllb(tmp_path_factory: Any) -> Path:
     """A run imported from a tiny NLLB model (:func:`hf_directory`), in a new temporary directory."""
-    from seqtrans.inference import formats
+    from seqtrans_translation.hf import FORMAT as HF_FORMAT
 
     base = tmp_path_factory.mktemp("nllb")
-    return Path(formats.load("hf").import_model(hf_directory("nllb", base / "hf"), out=base / "run"))
+    return Path(HF_FORMAT.import_model(hf_directory("nllb", base / "hf"), out=base / "run"))

@@ -11,9 +11,9 @@ import pytest
 import torch
 from hf_models import edit_config, hf_directory
 
-from seqtrans.errors import ConfigError, DataError
-from seqtrans.inference import formats
-from seqtrans.inference.loading import load
+from seqtrans import load
+from seqtrans.plugin import ConfigError, DataError
+from seqtrans_translation.hf import FORMAT as HF_FORMAT
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -61,12 +61,12 @@ def test_bad_directories_are_refused_naming_what_is_wrong(nllb: Path, tmp_path: 
     shutil.copytree(nllb, directory)
     damage(directory)
     with pytest.raises(DataError, match=message):
-        formats.load("hf").import_model(directory, out=tmp_path / "runs" / "run")
+        HF_FORMAT.import_model(directory, out=tmp_path / "runs" / "run")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 def test_an_unknown_language_code_is_named_with_the_models_codes(nllb: Path, tmp_path: Path) -> None:
-    run = formats.load("hf").import_model(nllb, out=tmp_path / "run")
+    run = HF_FORMAT.import_model(nllb, out=tmp_path / "run")
     with pytest.raises(ConfigError, match=r"'decode\.target_lang': unknown language code 'deu_Latm'; "
                                           r"this model's codes: eng_Latn, deu_Latn, fra_Latn"):
         load(run, device="cpu", overrides=["decode.target_lang=deu_Latm"])
@@ -82,7 +82,7 @@ def test_sharded_weights_import_as_the_single_file_does(nllb: Path, tmp_path: Pa
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (sharded / name).write_bytes((nllb / name).read_bytes())
     assert len(list(sharded.glob("model-*.safetensors"))) > 1 and not (sharded / "model.safetensors").exists()
-    whole = load(formats.load("hf").import_model(nllb, out=tmp_path / "whole"), device="cpu")
-    shards = load(formats.load("hf").import_model(sharded, out=tmp_path / "shards"), device="cpu")
+    whole = load(HF_FORMAT.import_model(nllb, out=tmp_path / "whole"), device="cpu")
+    shards = load(HF_FORMAT.import_model(sharded, out=tmp_path / "shards"), device="cpu")
     for (name, a), (_, b) in zip(whole.model.state_dict().items(), shards.model.state_dict().items()):
         assert torch.equal(a, b), name

@@ -12,11 +12,9 @@ import torch
 from hf_models import NLLB_LANGUAGES, imported_nllb, our_ids
 from marian_models import SOURCES, TARGETS, _pairs
 
-from seqtrans.cli import main
-from seqtrans.config import DecodeConfig
-from seqtrans.data.vocab import EOS
-from seqtrans.inference.loading import Loaded, load, load_ensemble
-from seqtrans.inference.scoring import score_files
+from seqtrans import Loaded, load, load_ensemble, score_files
+from seqtrans.cli import main  # internal: the command line in this process
+from seqtrans.plugin import EOS, DecodeConfig
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")

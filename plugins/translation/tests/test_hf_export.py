@@ -11,10 +11,11 @@ import torch
 from hf_models import LANGUAGES, hf_directory
 from marian_models import SOURCES, marian_directory
 
-from seqtrans.errors import UsageError
-from seqtrans.inference import formats
-from seqtrans.inference.export import export
-from seqtrans.inference.loading import load
+from seqtrans import load
+from seqtrans.inference.export import export  # internal: seqtrans export, which has no Python API name
+from seqtrans.plugin import UsageError
+from seqtrans_translation.hf import FORMAT as HF_FORMAT
+from seqtrans_translation.hf_marian import FORMAT as MARIAN_FORMAT
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -23,7 +24,7 @@ pytest.importorskip("tokenizers")
 @pytest.mark.parametrize("family", ["nllb", "bart"])
 def test_an_exported_model_decodes_as_the_original(family: str, tmp_path: Path) -> None:
     source = hf_directory(family, tmp_path / "hf", train_steps=60)
-    run = formats.load("hf").import_model(source, out=tmp_path / "run")
+    run = HF_FORMAT.import_model(source, out=tmp_path / "run")
     exported = export(run, to="hf", out=tmp_path / "exported")
     _, src_lang, tgt_lang = LANGUAGES[family]
     options = {"src_lang": src_lang, "tgt_lang": tgt_lang} if src_lang else {}
@@ -40,14 +41,14 @@ def test_an_exported_model_decodes_as_the_original(family: str, tmp_path: Path) 
     (before, logits_before, text_before), (after, logits_after, text_after) = outputs
     assert torch.equal(before, after) and text_before == text_after
     torch.testing.assert_close(logits_after, logits_before, atol=1e-5, rtol=0)
-    again = load(formats.load("hf").import_model(exported, out=tmp_path / "again"), device="cpu")
+    again = load(HF_FORMAT.import_model(exported, out=tmp_path / "again"), device="cpu")
     first = load(run, device="cpu")
     assert again.decode(SOURCES)[0] == first.decode(SOURCES)[0]
 
 
 def test_a_model_of_another_vocabulary_is_refused(tmp_path: Path) -> None:
     source = marian_directory(tmp_path / "marian", train_steps=0)
-    run = formats.load("hf-marian").import_model(source, out=tmp_path / "run")
+    run = MARIAN_FORMAT.import_model(source, out=tmp_path / "run")
     with pytest.raises(UsageError, match="--to hf writes models imported with 'seqtrans import hf'"):
         export(run, to="hf", out=tmp_path / "out")
     assert not (tmp_path / "out").exists()

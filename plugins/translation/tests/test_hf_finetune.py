@@ -12,13 +12,14 @@ import torch
 from hf_models import hf_directory
 from marian_models import _pairs
 
-from seqtrans.data.batches import pad_batch
-from seqtrans.data.vocab import BOS, EOS
-from seqtrans.inference import formats
-from seqtrans.inference.export import export
-from seqtrans.inference.loading import load
-from seqtrans.pipeline import initial, resolve_config, run, with_initial_model
-from seqtrans.training.loss import label_smoothed_loss
+import seqtrans
+from seqtrans import load
+from seqtrans.data.batches import pad_batch  # internal: batches fed to both models, as the engine pads
+from seqtrans.inference.export import export  # internal: seqtrans export, which has no Python API name
+from seqtrans.pipeline import initial, with_initial_model  # internal: run --init has no Python API name
+from seqtrans.plugin import BOS, EOS
+from seqtrans.training.loss import label_smoothed_loss  # internal: the loss compared with transformers'
+from seqtrans_translation.hf import FORMAT as HF_FORMAT
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -31,7 +32,7 @@ def _tsv(path: Path, sources: list[str], targets: list[str]) -> str:
 
 def test_a_run_starts_from_an_imported_model_in_the_languages_it_is_given(tmp_path: Path) -> None:
     source = hf_directory("nllb", tmp_path / "hf", d_model=16, layers=1, train_steps=0)
-    imported = formats.load("hf").import_model(source, out=tmp_path / "imported")
+    imported = HF_FORMAT.import_model(source, out=tmp_path / "imported")
     sources, targets = _pairs(12, 5)
     data = _tsv(tmp_path / "train.tsv", sources, targets)
     languages = ["decode.source_lang=eng_Latn", "decode.target_lang=fra_Latn"]
@@ -43,8 +44,8 @@ def test_a_run_starts_from_an_imported_model_in_the_languages_it_is_given(tmp_pa
         "decode.beam=1", *languages,
     ]
     init = initial(imported)
-    config = with_initial_model(resolve_config("translation", overrides=overrides), init, overrides)
-    run(config, tmp_path / "run", device="cpu", init=init)
+    config = with_initial_model(seqtrans.resolve_config("translation", overrides=overrides), init, overrides)
+    seqtrans.run(config, tmp_path / "run", device="cpu", init=init)
 
     first = json.loads((tmp_path / "run" / "train.jsonl").read_text(encoding="utf-8").splitlines()[0])
     loaded = load(imported, device="cpu", overrides=languages)

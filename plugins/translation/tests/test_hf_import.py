@@ -13,10 +13,9 @@ import pytest
 from hf_models import LANGUAGES, assert_log_probabilities_match, hf_directory, model_ids, our_ids
 from marian_models import SOURCES, TARGETS
 
-from seqtrans.config import DecodeConfig
-from seqtrans.data.vocab import EOS
-from seqtrans.inference import formats
-from seqtrans.inference.loading import Loaded, load
+from seqtrans import Loaded, load
+from seqtrans.plugin import EOS, DecodeConfig
+from seqtrans_translation.hf import FORMAT as HF_FORMAT
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -31,7 +30,7 @@ def imported(request: pytest.FixtureRequest,
     family = request.param
     base = tmp_path_factory.mktemp(family)
     source = hf_directory(family, base / "hf")
-    run = formats.load("hf").import_model(source, out=base / "run")
+    run = HF_FORMAT.import_model(source, out=base / "run")
     _, src_lang, tgt_lang = LANGUAGES[family]
     overrides = [f"decode.source_lang={src_lang}", f"decode.target_lang={tgt_lang}"] if src_lang else []
     return family, source, load(run, device="cpu", overrides=overrides)

@@ -11,14 +11,11 @@ import pytest
 import torch
 from marian_models import SOURCE_WORDS, SOURCES, TARGET_WORDS, TARGETS, marian_directory, sentences
 
-from seqtrans.config import DecodeConfig, ModelConfig, RunConfig
-from seqtrans.data.batches import pad_batch
-from seqtrans.data.vocab import BOS, EOS, PAD
-from seqtrans.errors import ConfigError
-from seqtrans.inference import formats
-from seqtrans.inference.loading import Loaded, load
-from seqtrans.model.transformer import build_model
+from seqtrans import Loaded, build_model, load
+from seqtrans.data.batches import pad_batch  # internal: batches fed to both models, as the engine pads
+from seqtrans.plugin import BOS, EOS, PAD, ConfigError, DecodeConfig, ModelConfig, RunConfig
 from seqtrans_translation import TranslationConfig, TranslationTask
+from seqtrans_translation.hf_marian import FORMAT as MARIAN_FORMAT
 from seqtrans_translation.subwords import Subwords, SubwordSettings, train
 from seqtrans_translation.task import TranslationCodec
 
@@ -100,7 +97,7 @@ def test_a_seqtrans_model_exports_and_transformers_computes_the_same(tmp_path: P
     if loaded.model.output_bias is not None:
         with torch.no_grad():
             loaded.model.output_bias.normal_()
-    out = formats.load("hf-marian").export_model(loaded, out=tmp_path / "hf")
+    out = MARIAN_FORMAT.export_model(loaded, out=tmp_path / "hf")
     _compare(loaded, out)
     _reimport_computes_the_same(loaded, out, tmp_path / "again")
 
@@ -108,7 +105,7 @@ def test_a_seqtrans_model_exports_and_transformers_computes_the_same(tmp_path: P
 def _reimport_computes_the_same(loaded: Loaded, exported: Path, run: Path) -> None:
     """The exported directory imported back: the original's log-probabilities (every
     symbol, <pad> and <s> included) and its beam outputs."""
-    again = load(formats.load("hf-marian").import_model(exported, out=run), device="cpu")
+    again = load(MARIAN_FORMAT.import_model(exported, out=run), device="cpu")
     vocab = loaded.codec.vocabularies.source
     assert again.codec.vocabularies.source.symbols == vocab.symbols
     src = pad_batch([vocab.encode(loaded.codec.source_tokens(s)) + [EOS] for s in SOURCES])
@@ -122,9 +119,9 @@ def _reimport_computes_the_same(loaded: Loaded, exported: Path, run: Path) -> No
 
 def test_an_imported_model_exports_back(tmp_path: Path) -> None:
     source = marian_directory(tmp_path / "hf")
-    run = formats.load("hf-marian").import_model(source, out=tmp_path / "run")
+    run = MARIAN_FORMAT.import_model(source, out=tmp_path / "run")
     loaded = load(run, device="cpu")
-    out = formats.load("hf-marian").export_model(loaded, out=tmp_path / "again")
+    out = MARIAN_FORMAT.export_model(loaded, out=tmp_path / "again")
     _compare(loaded, out)
     assert json.loads((out / "vocab.json").read_text(encoding="utf-8"))["<s>"] == BOS
 
@@ -145,5 +142,5 @@ def test_an_imported_model_exports_back(tmp_path: Path) -> None:
 def test_what_the_format_cannot_hold_is_refused_by_name(tmp_path: Path, setting: dict, key: str) -> None:
     loaded = _scratch_model(**setting)
     with pytest.raises(ConfigError, match=f"'{key}': cannot export to hf-marian"):
-        formats.load("hf-marian").export_model(loaded, out=tmp_path / "hf")
+        MARIAN_FORMAT.export_model(loaded, out=tmp_path / "hf")
     assert list(tmp_path.iterdir()) == []

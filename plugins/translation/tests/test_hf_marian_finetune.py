@@ -11,13 +11,13 @@ import pytest
 import torch
 from marian_models import _pairs, marian_directory
 
-from seqtrans.data.batches import pad_batch
-from seqtrans.data.vocab import BOS, EOS
-from seqtrans.errors import UsageError
-from seqtrans.inference import formats
-from seqtrans.inference.loading import load
-from seqtrans.pipeline import initial, resolve_config, run, with_initial_model
-from seqtrans.training.loss import label_smoothed_loss
+import seqtrans
+from seqtrans import load
+from seqtrans.data.batches import pad_batch  # internal: batches fed to both models, as the engine pads
+from seqtrans.pipeline import initial, with_initial_model  # internal: run --init has no Python API name
+from seqtrans.plugin import BOS, EOS, UsageError
+from seqtrans.training.loss import label_smoothed_loss  # internal: the loss compared with transformers'
+from seqtrans_translation.hf_marian import FORMAT as MARIAN_FORMAT
 
 pytest.importorskip("transformers")
 
@@ -29,7 +29,7 @@ def _tsv(path: Path, sources: list[str], targets: list[str]) -> str:
 
 def test_a_run_starts_from_the_weights_of_an_imported_model(tmp_path: Path) -> None:
     source = marian_directory(tmp_path / "hf", d_model=16, layers=1, train_steps=0)
-    imported = formats.load("hf-marian").import_model(source, out=tmp_path / "imported")
+    imported = MARIAN_FORMAT.import_model(source, out=tmp_path / "imported")
     sources, targets = _pairs(12, 5)
     data = _tsv(tmp_path / "train.tsv", sources, targets)
     overrides = [
@@ -51,9 +51,9 @@ def test_a_run_starts_from_the_weights_of_an_imported_model(tmp_path: Path) -> N
         "decode.beam=1",
     ]
     init = initial(imported)
-    config = with_initial_model(resolve_config("translation", overrides=overrides), init, overrides)
+    config = with_initial_model(seqtrans.resolve_config("translation", overrides=overrides), init, overrides)
     assert config.model.d_model == 16 and config.model.activation == "silu" and config.model.output_bias
-    run(config, tmp_path / "run", device="cpu", init=init)
+    seqtrans.run(config, tmp_path / "run", device="cpu", init=init)
 
     first = json.loads((tmp_path / "run" / "train.jsonl").read_text(encoding="utf-8").splitlines()[0])
     loaded = load(imported, device="cpu")
@@ -74,6 +74,6 @@ def test_init_refuses_a_model_of_a_task_without_a_text_form(tmp_path: Path) -> N
     # a run of another task keeps the model only where both tasks read and write text
     # (seqtrans.tasks.handover); parsing's sources and predictions have no text form
     source = marian_directory(tmp_path / "hf", d_model=16, layers=1, train_steps=0)
-    init = initial(formats.load("hf-marian").import_model(source, out=tmp_path / "imported"))
+    init = initial(MARIAN_FORMAT.import_model(source, out=tmp_path / "imported"))
     with pytest.raises(UsageError, match="a model of task 'translation', not 'parsing'"):
-        with_initial_model(resolve_config("parsing"), init)
+        with_initial_model(seqtrans.resolve_config("parsing"), init)

@@ -10,11 +10,10 @@ import pytest
 import torch
 from marian_models import SOURCES, TARGETS, marian_directory
 
-from seqtrans.config import DecodeConfig
-from seqtrans.data.batches import pad_batch
-from seqtrans.data.vocab import BOS, EOS
-from seqtrans.inference import formats
-from seqtrans.inference.loading import Loaded, load
+from seqtrans import Loaded, load
+from seqtrans.data.batches import pad_batch  # internal: batches fed to both models, as the engine pads
+from seqtrans.plugin import BOS, EOS, DecodeConfig
+from seqtrans_translation.hf_marian import FORMAT as MARIAN_FORMAT
 
 transformers = pytest.importorskip("transformers")
 
@@ -28,7 +27,7 @@ def imported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     activation, scaled = request.param
     base = tmp_path_factory.mktemp(f"marian-{activation}")
     source = marian_directory(base / "hf", activation=activation, scale_embedding=scaled)
-    run = formats.load("hf-marian").import_model(source, out=base / "run")
+    run = MARIAN_FORMAT.import_model(source, out=base / "run")
     return source, load(run, device="cpu")
 
 

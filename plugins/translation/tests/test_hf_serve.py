@@ -17,7 +17,7 @@ import pytest
 from hf_models import imported_nllb
 from marian_models import SOURCES
 
-from seqtrans.inference.loading import load
+from seqtrans import load
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")

@@ -17,8 +17,7 @@ from hf_models import NLLB_LANGUAGES, imported_nllb
 from marian_models import SOURCES
 
 import seqtrans
-from seqtrans.inference.loading import Loaded, load
-from seqtrans.streaming.session import StreamSession
+from seqtrans import Loaded, StreamSession, load
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")

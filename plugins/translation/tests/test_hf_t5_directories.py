@@ -16,10 +16,10 @@ import torch
 from hf_models import edit_config
 from t5_models import EXTRA_IDS, t5_directory
 
-from seqtrans.errors import DataError
-from seqtrans.inference import formats
-from seqtrans.inference.loading import load
-from seqtrans.model.relative import relative_buckets
+from seqtrans import load
+from seqtrans.model.relative import relative_buckets  # internal: the buckets compared with transformers'
+from seqtrans.plugin import DataError
+from seqtrans_translation.hf import FORMAT as HF_FORMAT
 from seqtrans_translation.hf.codec import ByteTokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -56,7 +56,7 @@ def test_bad_directories_are_refused_naming_what_is_wrong(t5: Path, tmp_path: Pa
     shutil.copytree(t5, directory)
     damage(directory)
     with pytest.raises(DataError, match=message):
-        formats.load("hf").import_model(directory, out=tmp_path / "runs" / "run")
+        HF_FORMAT.import_model(directory, out=tmp_path / "runs" / "run")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
@@ -82,7 +82,7 @@ def test_a_byt5_directory_named_only_in_its_config_imports_with_its_sentinels(tm
     """The Hub's ByT5 directories name ByT5Tokenizer in config.json and list no added
     tokens: the sentinels follow the bytes, <extra_id_0> first, as transformers has them."""
     directory = t5_directory("byt5", tmp_path / "hf", train_steps=0)
-    expected = load(formats.load("hf").import_model(directory, out=tmp_path / "run"), device="cpu")
+    expected = load(HF_FORMAT.import_model(directory, out=tmp_path / "run"), device="cpu")
     (directory / "added_tokens.json").unlink(missing_ok=True)
     path = directory / "tokenizer_config.json"
     settings = json.loads(path.read_text(encoding="utf-8"))
@@ -90,7 +90,7 @@ def test_a_byt5_directory_named_only_in_its_config_imports_with_its_sentinels(tm
     config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
     config["tokenizer_class"] = settings["tokenizer_class"]
     (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    again = load(formats.load("hf").import_model(directory, out=tmp_path / "again"), device="cpu")
+    again = load(HF_FORMAT.import_model(directory, out=tmp_path / "again"), device="cpu")
     symbols = again.codec.vocabularies.source.symbols
     assert symbols == expected.codec.vocabularies.source.symbols
     assert symbols.index("<extra_id_0>") < symbols.index(f"<extra_id_{EXTRA_IDS - 1}>")

@@ -19,14 +19,13 @@ from hf_models import model_ids, our_ids
 from marian_models import SOURCES, TARGETS
 from t5_models import MAX_LENGTH, t5_directory, training_pairs
 
-from seqtrans.config import DecodeConfig
-from seqtrans.data.batches import pad_batch
-from seqtrans.data.vocab import BOS, EOS, PAD
-from seqtrans.errors import UsageError
-from seqtrans.inference import formats
-from seqtrans.inference.export import export
-from seqtrans.inference.loading import Loaded, load
-from seqtrans.pipeline import initial, resolve_config, run, with_initial_model
+import seqtrans
+from seqtrans import Loaded, load
+from seqtrans.data.batches import pad_batch  # internal: batches fed to both models, as the engine pads
+from seqtrans.inference.export import export  # internal: seqtrans export, which has no Python API name
+from seqtrans.pipeline import initial, with_initial_model  # internal: run --init has no Python API name
+from seqtrans.plugin import BOS, EOS, PAD, DecodeConfig, UsageError
+from seqtrans_translation.hf import FORMAT as HF_FORMAT
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -45,7 +44,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
             base = tmp_path_factory.mktemp(variant)
             source = t5_directory(variant.removesuffix("-spiece"), base / "hf",
                                   spiece_only=variant.endswith("-spiece"))
-            cache[variant] = source, formats.load("hf").import_model(source, out=base / "run")
+            cache[variant] = source, HF_FORMAT.import_model(source, out=base / "run")
         return cache[variant]
 
     return make
@@ -120,7 +119,7 @@ def test_an_exported_model_computes_what_seqtrans_computes(variant: str, made: M
 def test_import_export_import_keeps_every_weight(variant: str, made: Made, tmp_path: Path) -> None:
     _, imported = made(variant)
     exported = export(imported, to="hf", out=tmp_path / "exported")
-    again = load(formats.load("hf").import_model(exported, out=tmp_path / "again"), device="cpu")
+    again = load(HF_FORMAT.import_model(exported, out=tmp_path / "again"), device="cpu")
     first = load(imported, device="cpu")
     assert again.config.model == first.config.model
     assert again.codec.ids == first.codec.ids  # type: ignore[attr-defined]
@@ -147,8 +146,8 @@ def test_a_fine_tuned_run_exports(variant: str, made: Made, tmp_path: Path) -> N
         "train.precision=fp32", "decode.beam=1",
     ]
     init = initial(imported)
-    config = with_initial_model(resolve_config("translation", overrides=overrides), init, overrides)
-    run(config, tmp_path / "tuned", device="cpu", init=init)
+    config = with_initial_model(seqtrans.resolve_config("translation", overrides=overrides), init, overrides)
+    seqtrans.run(config, tmp_path / "tuned", device="cpu", init=init)
     tuned, start = load(tmp_path / "tuned", device="cpu"), load(imported, device="cpu")
     assert torch.equal(tuned.model.output_bias, start.model.output_bias)  # type: ignore[arg-type]
     rows = tuned.model.target_embed.weight
@@ -162,7 +161,7 @@ def test_a_fine_tuned_run_exports(variant: str, made: Made, tmp_path: Path) -> N
 def _refused(loaded: Loaded, out: Path, match: str) -> None:
     before = set(out.parent.iterdir())
     with pytest.raises(UsageError, match=match):
-        formats.load("hf").export_model(loaded, out=out)
+        HF_FORMAT.export_model(loaded, out=out)
     assert set(out.parent.iterdir()) == before  # nothing written, not even a scratch directory
 
 

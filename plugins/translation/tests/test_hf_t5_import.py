@@ -16,10 +16,9 @@ from hf_models import assert_log_probabilities_match, model_ids, our_ids
 from marian_models import SOURCES, TARGETS
 from t5_models import MAX_LENGTH, t5_directory
 
-from seqtrans.config import DecodeConfig
-from seqtrans.data.vocab import EOS
-from seqtrans.inference import formats
-from seqtrans.inference.loading import Loaded, load
+from seqtrans import Loaded, load
+from seqtrans.plugin import EOS, DecodeConfig
+from seqtrans_translation.hf import FORMAT as HF_FORMAT
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -34,7 +33,7 @@ def imported(request: pytest.FixtureRequest,
     base = tmp_path_factory.mktemp(variant)
     source = t5_directory(variant.removesuffix("-spiece"), base / "hf",
                           spiece_only=variant.endswith("-spiece"))
-    run = formats.load("hf").import_model(source, out=base / "run")
+    run = HF_FORMAT.import_model(source, out=base / "run")
     return variant, source, load(run, device="cpu")
 
 

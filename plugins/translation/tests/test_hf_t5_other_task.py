@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from t5_models import t5_directory
 
-from seqtrans.config import DecodeConfig
-from seqtrans.errors import UsageError
-from seqtrans.inference import formats
-from seqtrans.inference.export import export
-from seqtrans.inference.loading import load
-from seqtrans.pipeline import initial, resolve_config, run, with_initial_model
-from seqtrans.tasks.handover import FILE, TextCodec
+import seqtrans
+from seqtrans import load
+from seqtrans.inference.export import export  # internal: seqtrans export, which has no Python API name
+from seqtrans.pipeline import initial, with_initial_model  # internal: run --init has no Python API name
+from seqtrans.plugin import DecodeConfig, TextCodec, UsageError
+from seqtrans.tasks.handover import FILE  # internal: the file that names the model's task
+from seqtrans_translation.hf import FORMAT as HF_FORMAT
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("seqtrans_copy")
@@ -31,7 +31,7 @@ def _steps(directory: Path) -> list[dict]:
 
 def test_an_imported_t5_model_fine_tunes_on_the_copy_task(tmp_path: Path) -> None:
     source = t5_directory("byt5", tmp_path / "hf", train_steps=0)
-    imported = formats.load("hf").import_model(source, out=tmp_path / "imported")
+    imported = HF_FORMAT.import_model(source, out=tmp_path / "imported")
     settings = [
         "data.vocab_size=5", "data.max_length=4", "data.train_size=300", "data.dev_size=4",
         "data.test_size=6",
@@ -44,8 +44,8 @@ def test_an_imported_t5_model_fine_tunes_on_the_copy_task(tmp_path: Path) -> Non
     out = tmp_path / "copy"
     for steps in (15, 30):  # the second run continues the first from its checkpoint
         overrides = [*settings, f"train.max_steps={steps}"]
-        config = with_initial_model(resolve_config("copy", overrides=overrides), init, overrides)
-        metrics = run(config, out, device="cpu", init=init)
+        config = with_initial_model(seqtrans.resolve_config("copy", overrides=overrides), init, overrides)
+        metrics = seqtrans.run(config, out, device="cpu", init=init)
     assert (out / "vocab" / FILE).is_file() and (out / "vocab" / "hf.json").is_file()
     logged = _steps(out)
     assert [r["step"] for r in logged] == list(range(1, 31))  # continued, not started again
@@ -73,7 +73,7 @@ def test_an_imported_t5_model_fine_tunes_on_the_copy_task(tmp_path: Path) -> Non
 
 def test_a_task_without_a_text_form_is_refused_by_what_it_lacks(tmp_path: Path) -> None:
     source = t5_directory("byt5", tmp_path / "hf", d_model=16, train_steps=0)
-    init = initial(formats.load("hf").import_model(source, out=tmp_path / "imported"))
-    config = resolve_config("parsing", overrides=[])
+    init = initial(HF_FORMAT.import_model(source, out=tmp_path / "imported"))
+    config = seqtrans.resolve_config("parsing", overrides=[])
     with pytest.raises(UsageError, match="task 'parsing' has no text form"):
         with_initial_model(config, init)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seqtrans.errors import DataError
+from seqtrans.plugin import DataError
 from seqtrans_translation import TranslationConfig, TranslationTask
 from seqtrans_translation.readers import TextFile, read_lines, read_parallel, read_sentences, read_tsv
 

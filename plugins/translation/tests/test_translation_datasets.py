@@ -12,11 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from seqtrans.errors import DataError, DownloadError
-from seqtrans.inference import evaluation
-from seqtrans.runtime import download
-from seqtrans.tasks import Example, Skipped
-from seqtrans.tasks.testing import serve_directory, without_download_settings
+from seqtrans.inference import evaluation  # internal: the engine's count of what the reader skipped
+from seqtrans.plugin import (
+    CACHE_ENV,
+    MIRROR_ENV,
+    DataError,
+    DownloadError,
+    Example,
+    Skipped,
+    file_name,
+    serve_directory,
+    without_download_settings,
+)
 from seqtrans_translation import TranslationConfig, TranslationTask, datasets
 from translation_data import MULTI30K
 
@@ -66,8 +73,8 @@ def test_a_mirror_with_a_different_file_fails_verification(tmp_path: Path) -> No
 
 def test_data_mirror_over_http_wins_over_the_environment(tmp_path: Path, http_mirror: str,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(download.MIRROR_ENV, str(tmp_path / "no-such-mirror"))
-    monkeypatch.setenv(download.CACHE_ENV, str(tmp_path / "env-cache"))
+    monkeypatch.setenv(MIRROR_ENV, str(tmp_path / "no-such-mirror"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "env-cache"))
     task = _task(tmp_path, mirror=http_mirror)  # data.mirror and data.cache_dir, as --set gives them
     dev = list(task.read("dev"))
     assert len(dev) == 1014 and dev[0].origin.startswith(str(tmp_path / "cache" / "multi30k" / "val.en.gz"))
@@ -126,7 +133,7 @@ def wmt_mirror(tmp_path: Path) -> Path:
 def _with_digests(dataset: datasets.Dataset, mirror: Path) -> datasets.Dataset:
     """The dataset with the fake archives' digests in place of the published ones."""
     def side(s: datasets.Side) -> datasets.Side:
-        name = download.file_name(s.remote.url)
+        name = file_name(s.remote.url)
         digest = hashlib.sha256((mirror / name).read_bytes()).hexdigest()
         return dataclasses.replace(s, remote=datasets.Remote(s.remote.url, digest))
 

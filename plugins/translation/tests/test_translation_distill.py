@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from seqtrans import tasks
-from seqtrans.inference.loading import load
-from seqtrans.runtime import download
+from seqtrans import load
+from seqtrans.plugin import CACHE_ENV, MIRROR_ENV, Example
 from translation_data import MULTI30K
 
 TEACHER = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64",
@@ -30,14 +29,14 @@ TEACHER = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32
 def environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Multi30k from the shared data through the mirror override, into a fresh cache."""
     env = dict(os.environ)
-    env[download.MIRROR_ENV] = MULTI30K.as_uri()
-    env[download.CACHE_ENV] = str(tmp_path_factory.mktemp("cache"))
+    env[MIRROR_ENV] = MULTI30K.as_uri()
+    env[CACHE_ENV] = str(tmp_path_factory.mktemp("cache"))
     return env
 
 
 @pytest.fixture(autouse=True)
 def _in_process_too(environment: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in (download.MIRROR_ENV, download.CACHE_ENV):
+    for key in (MIRROR_ENV, CACHE_ENV):
         monkeypatch.setenv(key, environment[key])
 
 
@@ -63,7 +62,7 @@ def test_the_corpus_is_the_teachers_predictions_of_its_training_sources(
     sources = (tmp_path / "corpus" / "train.src").read_text(encoding="utf-8").splitlines()
     targets = (tmp_path / "corpus" / "train.tgt").read_text(encoding="utf-8").splitlines()
     loaded = load(teacher, device="cpu")
-    reference = [e for e in loaded.task.read("train") if isinstance(e, tasks.Example)]
+    reference = [e for e in loaded.task.read("train") if isinstance(e, Example)]
     assert sources == [e.source for e in reference] and len(sources) == 240
     predicted = subprocess.run([sys.executable, "-m", "seqtrans", "predict", str(teacher), "--device", "cpu"],
                                input="".join(s + "\n" for s in sources), capture_output=True, text=True,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from seqtrans import pipeline
-from seqtrans.inference.loading import load
+import seqtrans
+from seqtrans import load
 from seqtrans_translation import TranslationConfig, TranslationTask
 from seqtrans_translation.subwords import Subwords, SubwordSettings, build, train
 from seqtrans_translation.task import TranslationCodec
@@ -57,14 +57,14 @@ def test_a_run_trained_on_one_spelling_decodes_both_alike(tmp_path: Path) -> Non
         (tmp_path / f"{split}.de").write_text("\n".join(german) + "\n", encoding="utf-8")
     files = [f"data.{split}_{side}={tmp_path / f'{split}.{lang}'}"
              for split in ("train", "dev", "test") for side, lang in [("src", "en"), ("tgt", "de")]]
-    config = pipeline.resolve_config("translation", overrides=[
+    config = seqtrans.resolve_config("translation", overrides=[
         "data.dataset=none", *files, "data.vocab_size=400", f"data.cache_dir={tmp_path / 'cache'}",
         "model.encoder_layers=1", "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64",
         "model.heads=2", "train.max_steps=2", "train.max_minutes=0", "train.checkpoint_every=2",
         "train.eval_every=2", "train.keep_checkpoints=1", "train.average_last=1",
         "train.valid_max_examples=2", "decode.beam=1", "decode.max_len_b=6",
         f"train.data_cache={tmp_path / 'prepared'}"])
-    pipeline.run(config, tmp_path / "run", device="cpu")
+    seqtrans.run(config, tmp_path / "run", device="cpu")
     loaded = load(tmp_path / "run", device="cpu")
     composed, decomposed = (loaded.task.parse_source(t) for t in (COMPOSED, DECOMPOSED))
     assert loaded.codec.source_tokens(composed) == loaded.codec.source_tokens(decomposed)

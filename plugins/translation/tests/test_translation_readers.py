@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from seqtrans.errors import DataError
+from seqtrans.plugin import DataError
 from seqtrans_translation.readers import TextFile, read_lines, read_parallel, read_sentences, read_tsv
 from translation_data import MULTI30K
 

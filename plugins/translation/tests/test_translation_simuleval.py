@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from seqtrans import pipeline
-from seqtrans.inference.evaluation import Split
-from seqtrans.inference.loading import load
-from seqtrans.streaming.evaluation import score_stream
-from seqtrans.tasks import Example
+import seqtrans
+from seqtrans import load
+from seqtrans.inference.evaluation import Split  # internal: a split scored as evaluate --stream scores it
+from seqtrans.plugin import Example
+from seqtrans.streaming.evaluation import score_stream  # internal: (as above)
 from translation_data import MULTI30K
 
 pytest.importorskip("simuleval")
@@ -41,14 +41,14 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     splits = [("train", "train"), ("dev", "test"), ("test", "test")]
     files = [f"data.{split}_{side}={root / f'{name}.{lang}'}"
              for split, name in splits for side, lang in [("src", "en"), ("tgt", "de")]]
-    config = pipeline.resolve_config("translation", overrides=[
+    config = seqtrans.resolve_config("translation", overrides=[
         "data.dataset=none", *files, "data.vocab_size=400", "model.encoder_layers=1",
         "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2",
         "model.causal_encoder=true", "model.multi_k=true", "train.max_tokens=1024", "train.warmup=10",
         "train.max_steps=30", "train.max_minutes=0", "train.eval_every=30", "train.checkpoint_every=30",
         "train.keep_checkpoints=1", "train.average_last=1", "train.max_length=40", "decode.beam=1",
         "decode.max_len_b=10"])
-    pipeline.run(config, root / "run", device="cpu")
+    seqtrans.run(config, root / "run", device="cpu")
     return root
 
 

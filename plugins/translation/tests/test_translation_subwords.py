@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from seqtrans.data.vocab import SPECIALS
-from seqtrans.errors import DataError
+from seqtrans.plugin import SPECIALS, DataError
 from seqtrans_translation import subwords
 from seqtrans_translation.readers import read_lines
 from seqtrans_translation.subwords import Subwords, SubwordSettings

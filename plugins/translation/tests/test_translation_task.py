@@ -13,12 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from seqtrans import config as cfg
-from seqtrans import pipeline, tasks
-from seqtrans.errors import ConfigError, DataError
-from seqtrans.inference import evaluation
-from seqtrans.runtime import download
-from seqtrans.tasks.contract import check_task
+import seqtrans
+from seqtrans.inference import evaluation  # internal: the engine's count of what the reader skipped
+from seqtrans.plugin import CACHE_ENV, MIRROR_ENV, ConfigError, DataError, check_task, to_dict
 from seqtrans_translation import TranslationConfig, TranslationTask
 from seqtrans_translation.metrics import score
 from translation_data import MULTI30K
@@ -27,8 +24,8 @@ from translation_data import MULTI30K
 @pytest.fixture(autouse=True)
 def _shared_mirror(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Multi30k comes from the shared data through the mirror override, into a fresh cache."""
-    monkeypatch.setenv(download.MIRROR_ENV, MULTI30K.as_uri())
-    monkeypatch.setenv(download.CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv(MIRROR_ENV, MULTI30K.as_uri())
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
 
 
 def _lines(path: Path, n: int, start: int = 0) -> list[str]:
@@ -40,14 +37,14 @@ def test_the_task_keeps_the_plugin_contract(tmp_path: Path) -> None:
     scores = check_task(TranslationTask(TranslationConfig(vocab_size=1000)), tmp_path)
     assert scores["bleu"] == pytest.approx(100.0) and scores["chrf"] == pytest.approx(100.0)
     assert "tok:13a" in str(scores["bleu_signature"])
-    assert tasks.load("translation") is TranslationTask
+    assert seqtrans.tasks.load("translation") is TranslationTask
 
 
 def test_local_files_replace_the_dataset_split_by_split(tmp_path: Path) -> None:
     (tmp_path / "a.en").write_text("one\ntwo\n")
     (tmp_path / "a.de").write_text("eins\nzwei\n")
     (tmp_path / "dev.tsv").write_text("three\tdrei\n")
-    config = pipeline.resolve_config("translation", overrides=[
+    config = seqtrans.resolve_config("translation", overrides=[
         f"data.train_src={tmp_path / 'a.en'}", f"data.train_tgt={tmp_path / 'a.de'}",
         f"data.dev_tsv={tmp_path / 'dev.tsv'}", "data.dataset=none",
         f"data.test_src={tmp_path / 'a.de'}", f"data.test_tgt={tmp_path / 'a.en'}"])
@@ -106,7 +103,7 @@ def test_training_pairs_can_be_cleaned_by_length_and_ratio(tmp_path: Path,
 ])
 def test_bad_options_name_their_key(overrides: list[str], key: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        pipeline.resolve_config("translation", overrides=overrides)
+        seqtrans.resolve_config("translation", overrides=overrides)
     assert caught.value.key == key
 
 
@@ -117,31 +114,31 @@ def test_without_a_dataset_a_split_needs_local_files() -> None:
 
 
 def test_presets_follow_the_paper_and_the_budget() -> None:
-    default = pipeline.resolve_config("translation")
+    default = seqtrans.resolve_config("translation")
     assert default.data.dataset == "multi30k"
     assert (default.data.source_lang, default.data.target_lang) == ("en", "de")
     d = default.decode
     assert (d.beam, d.alpha, d.max_len_a, d.max_len_b) == (4, 0.6, 1.0, 50)
-    assert cfg.to_dict(default) == cfg.to_dict(pipeline.resolve_config("translation", preset="multi30k"))
-    base = pipeline.resolve_config("translation", preset="base")
+    assert to_dict(default) == to_dict(seqtrans.resolve_config("translation", preset="multi30k"))
+    base = seqtrans.resolve_config("translation", preset="base")
     assert (base.model.d_model, base.model.d_ff, base.model.heads, base.model.dropout) == (512, 2048, 8, 0.1)
     assert (base.data.dataset, base.data.vocab_size, base.train.average_last) == ("wmt14-en-de", 37000, 5)
     assert (base.data.max_train_words, base.data.max_train_ratio) == (250, 1.5)
     assert base.train.max_tokens == 25000 and base.train.warmup == 4000 and base.train.max_steps == 100000
-    big = pipeline.resolve_config("translation", preset="big")
+    big = seqtrans.resolve_config("translation", preset="big")
     assert (big.model.d_model, big.model.dropout, big.train.average_last, big.train.max_steps) == \
         (1024, 0.3, 20, 300000)
-    cpu = pipeline.resolve_config("translation", preset="cpu")
+    cpu = seqtrans.resolve_config("translation", preset="cpu")
     assert cpu.data.dataset == "multi30k" and cpu.train.max_minutes == 30
 
 
 def test_student_presets_have_a_deep_encoder_and_a_shallow_decoder() -> None:
-    cpu = pipeline.resolve_config("translation", preset="cpu")
+    cpu = seqtrans.resolve_config("translation", preset="cpu")
     for name, decoder in (("student", 2), ("student-tiny", 1)):
-        student = pipeline.resolve_config("translation", preset=name)
+        student = seqtrans.resolve_config("translation", preset=name)
         assert (student.model.encoder_layers, student.model.decoder_layers) == (6, decoder)
         assert student.model.d_model <= cpu.model.d_model
-        assert cfg.to_dict(student.train) == cfg.to_dict(cpu.train)  # trained as the cpu preset is
+        assert to_dict(student.train) == to_dict(cpu.train)  # trained as the cpu preset is
         assert student.decode == cpu.decode
 
 
@@ -212,13 +209,13 @@ def test_a_small_model_learns_its_training_sentences(tmp_path: Path) -> None:
         (tmp_path / name).write_text("\n".join(lines) + "\n")
     files = [f"data.{split}_{side}={tmp_path / f'{split}.{lang}'}"
              for split in ("train", "dev", "test") for side, lang in [("src", "en"), ("tgt", "de")]]
-    config = pipeline.resolve_config("translation", preset="cpu", overrides=[
+    config = seqtrans.resolve_config("translation", preset="cpu", overrides=[
         "data.dataset=none", *files, "data.vocab_size=1000", "model.encoder_layers=2",
         "model.decoder_layers=2", "model.d_model=64", "model.d_ff=256", "model.dropout=0.0",
         "train.max_tokens=1024", "train.warmup=100", "train.lr_scale=0.2", "train.label_smoothing=0.0",
         "train.max_steps=250", "train.max_minutes=0", "train.checkpoint_every=250", "train.max_length=64",
         "train.keep_checkpoints=1", "train.average_last=1", "decode.beam=2"])
-    metrics = pipeline.run(config, tmp_path / "run", device="cpu")
+    metrics = seqtrans.run(config, tmp_path / "run", device="cpu")
     print(json.dumps(metrics))
     outputs = (tmp_path / "run" / "predictions" / "test.txt").read_text(encoding="utf-8").split("\n")
     assert len(outputs) == 52 + 1 and outputs[-1] == "" and metrics["test_sentences"] == 52
@@ -229,7 +226,7 @@ def test_a_small_model_learns_its_training_sentences(tmp_path: Path) -> None:
 
 
 def test_pieces_are_grouped_into_the_words_they_spell() -> None:
-    from seqtrans.tasks import TokenWords
+    from seqtrans.plugin import TokenWords
     from seqtrans_translation.task import TranslationCodec, words_of_pieces
 
     assert words_of_pieces(["\u2581Ein", "\u2581Fahr", "rad", "\u2581", ".", "\u2581x"]) == [0, 1, 1, 2, 2, 3]

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from seqtrans.errors import DataError
+from seqtrans.plugin import DataError
 
 __all__ = ["COLLINS", "Parameters", "parse_parameters", "read_parameters"]
 

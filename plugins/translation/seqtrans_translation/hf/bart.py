@@ -24,8 +24,7 @@ from typing import Any, cast
 
 from torch import Tensor
 
-from seqtrans.config import ModelConfig
-from seqtrans.errors import ConfigError, DataError
+from seqtrans.plugin import ConfigError, DataError, ModelConfig
 from seqtrans_translation.hf.directory import Entry, Settings, Weights
 from seqtrans_translation.hf.vocabulary import output_tables
 

@@ -26,8 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from seqtrans.data.vocab import Vocab, Vocabularies
-from seqtrans.errors import ConfigError, DataError
+from seqtrans.plugin import ConfigError, DataError, Vocab, Vocabularies
 from seqtrans_translation.hf.vocabulary import IdMap
 from seqtrans_translation.subwords import one_line
 
@@ -266,7 +265,7 @@ class HFCodec:
                 VOCAB_FILE: "".join(s + "\n" for s in self.ids.vocab.symbols).encode("utf-8"),
                 **{f"hf-{name}": data for name, data in self.originals}}
 
-    # languages (seqtrans.tasks.Multilingual)
+    # languages (seqtrans.plugin.Multilingual)
 
     @property
     def languages(self) -> Sequence[str]:

@@ -2,7 +2,7 @@
 ``generation_config.json`` where there is one, the weights (``model.safetensors``, or
 the shards that ``model.safetensors.index.json`` lists) and the tokenizer files.
 
-Every problem is a :class:`~seqtrans.errors.DataError` naming the file (and the field or
+Every problem is a :class:`~seqtrans.plugin.DataError` naming the file (and the field or
 tensor): the import writes nothing then. A pickled ``pytorch_model.bin`` is read only
 when the caller allows it, since unpickling a file can run any code it holds.
 """
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from seqtrans.errors import DataError
+from seqtrans.plugin import DataError
 from seqtrans_translation.hf_marian.tensors import pickle_refused, read_safetensors
 
 #: One seqtrans tensor and the model's tensors it is made of, concatenated along the

@@ -29,17 +29,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from seqtrans.data.vocab import BOS, EOS, PAD
-from seqtrans.errors import UsageError
-from seqtrans.runtime import atomic
-from seqtrans.tasks.handover import TextCodec
+from seqtrans.plugin import BOS, EOS, PAD, TextCodec, UsageError, new_directory
 from seqtrans_translation.hf import bart, t5
 from seqtrans_translation.hf.codec import TOKENIZER_CONFIG, TOKENIZER_FILES, HFCodec
 from seqtrans_translation.hf.directory import CONFIG, GENERATION_CONFIG
 from seqtrans_translation.hf_marian.tensors import SAFETENSORS, write_safetensors
 
 if TYPE_CHECKING:
-    from seqtrans.inference.loading import Loaded
+    from seqtrans import Loaded
 
 
 def _rows_back(table: Tensor, hf_ids: tuple[int, ...], size: int, *, start_row: bool = False) -> Tensor:
@@ -151,7 +148,7 @@ def export_hf(loaded: Loaded, *, out: Path) -> Path:
                          "place in a Hugging Face model")
     files = _files(loaded, codec, config)
     tensors = weights(loaded, codec, config)
-    with atomic.new_directory(out) as scratch:
+    with new_directory(out) as scratch:
         for name, data in files.items():
             (scratch / name).write_bytes(data)
         write_safetensors(scratch / SAFETENSORS, tensors)

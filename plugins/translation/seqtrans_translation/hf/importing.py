@@ -12,10 +12,7 @@ from typing import Any
 
 from torch import Tensor
 
-from seqtrans import config as cfg
-from seqtrans.config import ModelConfig, RunConfig
-from seqtrans.errors import DataError
-from seqtrans.inference.formats import write_run
+from seqtrans.plugin import DataError, ModelConfig, RunConfig, from_dict, merge, to_dict, write_run
 from seqtrans_translation.config import TranslationConfig
 from seqtrans_translation.hf import bart, t5
 from seqtrans_translation.hf.codec import (
@@ -76,12 +73,12 @@ def _id_map(s: Settings, tokenizer: TextTokenizer, generation: Settings) -> IdMa
 def run_config(model: ModelConfig, generation: Settings) -> RunConfig:
     """The run config of an imported model: the model's options, the task's decoding
     defaults (the beam of generation_config.json where it has one), no data."""
-    tree = cfg.merge({}, DEFAULTS)
+    tree = merge({}, DEFAULTS)
     beams = generation.optional("num_beams", int)
     if beams is not None and beams >= 1:
-        tree = cfg.merge(tree, {"decode": {"beam": beams}})
-    tree = cfg.merge(tree, {"task": "translation", "model": cfg.to_dict(model), "data": {"dataset": "none"}})
-    return cfg.from_dict(RunConfig, tree, data_cls=TranslationConfig)
+        tree = merge(tree, {"decode": {"beam": beams}})
+    tree = merge(tree, {"task": "translation", "model": to_dict(model), "data": {"dataset": "none"}})
+    return from_dict(RunConfig, tree, data_cls=TranslationConfig)
 
 
 def read_model(directory: Path, *, allow_pickle: bool = False,

@@ -42,9 +42,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from seqtrans import config as cfg
-from seqtrans.config import ModelConfig
-from seqtrans.errors import ConfigError, DataError, UsageError
+from seqtrans.plugin import ConfigError, DataError, ModelConfig, UsageError, to_dict
 from seqtrans_translation.hf.codec import SENTENCEPIECE, TOKENIZER, ByteTokenizer
 from seqtrans_translation.hf.directory import Entry, Settings, Weights
 from seqtrans_translation.hf.vocabulary import output_tables
@@ -210,7 +208,7 @@ def config_json(c: ModelConfig, original: dict[str, Any], path: Path) -> dict[st
     # transformers 5 reads T5's scaling from tie_word_embeddings (v1.1's false); mT5's never scales
     out["tie_word_embeddings"] = c.scale_output if kind == "t5" else c.tie_output
     read = _options(Settings(out, path), tied=c.tie_output, scaled=_scaled(Settings(out, path)))
-    differ = [k for k in cfg.to_dict(c) if k not in _TRAINING_ONLY and getattr(read, k) != getattr(c, k)]
+    differ = [k for k in to_dict(c) if k not in _TRAINING_ONLY and getattr(read, k) != getattr(c, k)]
     if differ:
         shown = ", ".join(f"model.{k}={getattr(c, k)!r}" for k in differ)
         raise UsageError(f"{shown}: the {kind} format has no place for this (it would read back as "

@@ -25,12 +25,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from seqtrans.data.vocab import BOS, SPECIALS, Vocab
+from seqtrans.plugin import BOS, SPECIALS, Vocab
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: listing the tasks loads no torch
     from torch import Tensor
 
-    from seqtrans.config import ModelConfig
+    from seqtrans.plugin import ModelConfig
     from seqtrans_translation.hf.directory import Weights
 
 #: The logits bias of a symbol the model does not have as an output: e^-100 of the mass

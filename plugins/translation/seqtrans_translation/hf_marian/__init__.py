@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from seqtrans.inference.loading import Loaded
+    from seqtrans import Loaded
 
 
 class HFMarian:

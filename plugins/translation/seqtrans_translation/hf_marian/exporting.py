@@ -25,10 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from seqtrans.config import ModelConfig
-from seqtrans.data.vocab import BOS, EOS, PAD
-from seqtrans.errors import ConfigError, UsageError
-from seqtrans.runtime import atomic
+from seqtrans.plugin import BOS, EOS, PAD, ConfigError, ModelConfig, UsageError, new_directory
 from seqtrans_translation.hf_marian.importing import (
     CONFIG,
     GENERATION_CONFIG,
@@ -42,7 +39,7 @@ from seqtrans_translation.pretrained import PretrainedCodec
 from seqtrans_translation.task import TranslationCodec
 
 if TYPE_CHECKING:
-    from seqtrans.inference.loading import Loaded
+    from seqtrans import Loaded
 
 ACTIVATION_NAMES = {"relu": "relu", "gelu": "gelu", "silu": "swish"}
 
@@ -207,7 +204,7 @@ def export_marian(loaded: Loaded, *, out: Path) -> Path:
     symbols = codec.vocabularies.target.symbols
     data = loaded.config.data
     tensors = weights(loaded.model.state_dict(), c)
-    with atomic.new_directory(out) as scratch:
+    with new_directory(out) as scratch:
         write_safetensors(scratch / SAFETENSORS, tensors)
         (scratch / CONFIG).write_text(json.dumps(marian_config(c, len(symbols)), indent=2), encoding="utf-8")
         generation = {

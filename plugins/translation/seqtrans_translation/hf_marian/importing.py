@@ -36,11 +36,18 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from seqtrans import config as cfg
-from seqtrans.config import ModelConfig, RunConfig
-from seqtrans.data.vocab import SPECIALS, Vocab
-from seqtrans.errors import ConfigError, DataError
-from seqtrans.inference.formats import write_run
+from seqtrans.plugin import (
+    SPECIALS,
+    ConfigError,
+    DataError,
+    ModelConfig,
+    RunConfig,
+    Vocab,
+    from_dict,
+    merge,
+    to_dict,
+    write_run,
+)
 from seqtrans_translation.config import TranslationConfig
 from seqtrans_translation.hf_marian.tensors import read_weights, weights_file
 from seqtrans_translation.presets import DEFAULTS
@@ -336,14 +343,14 @@ def tokenizer(directory: Path, vocab: Vocab) -> PretrainedCodec:
 def run_config(model: ModelConfig, directory: Path) -> RunConfig:
     """The run config of an imported model: the model's options, the task's decoding
     defaults (the beam of generation_config.json where it has one), no data."""
-    tree = cfg.merge({}, DEFAULTS)
+    tree = merge({}, DEFAULTS)
     generation = directory / GENERATION_CONFIG
     if generation.is_file():
         beams = _read_json(generation).get("num_beams")
         if isinstance(beams, int) and not isinstance(beams, bool) and beams >= 1:
-            tree = cfg.merge(tree, {"decode": {"beam": beams}})
-    tree = cfg.merge(tree, {"task": "translation", "model": cfg.to_dict(model), "data": {"dataset": "none"}})
-    return cfg.from_dict(RunConfig, tree, data_cls=TranslationConfig)
+            tree = merge(tree, {"decode": {"beam": beams}})
+    tree = merge(tree, {"task": "translation", "model": to_dict(model), "data": {"dataset": "none"}})
+    return from_dict(RunConfig, tree, data_cls=TranslationConfig)
 
 
 def import_marian(directory: Path, *, out: Path, allow_pickle: bool = False) -> Path:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from seqtrans.errors import DataError
+from seqtrans.plugin import DataError
 
 SAFETENSORS = "model.safetensors"
 PICKLED = "pytorch_model.bin"
