@@ -7,7 +7,8 @@ object of a plugin may have: the **codec** (what ``build_vocabulary`` returns), 
 with ``isinstance``; the same methods on another object are ignored, which is why
 :func:`seqtrans.tasks.contract.check_task` reads this table to find abilities put on
 the wrong object. The plugin reference (docs/plugin-contract.md) shows the table as
-``python docs/generate.py`` writes it from :func:`markdown_table`.
+``python docs/generate.py`` writes it from :func:`markdown_table`, each row linked to
+the ability's section in docs/plugin-abilities.md.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def attached_to(place: str) -> tuple[Ability, ...]:
 
 def markdown_table() -> str:
     """The table of abilities as the plugin reference shows it."""
-    rows = [f"| [`{a.name}`](#{a.name.lower()}) | {a.attaches_to} | {a.since} | "
+    rows = [f"| [`{a.name}`](plugin-abilities.md#{a.name.lower()}) | {a.attaches_to} | {a.since} | "
             f"{', '.join(f'`{m}`' for m in a.members)} | {a.used_for} |" for a in ABILITIES]
     header = "| ability | attaches to | since | members | what the engine does with it |"
     return "\n".join([header, "|---|---|---|---|---|", *rows]) + "\n"

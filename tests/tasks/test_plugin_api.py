@@ -94,8 +94,9 @@ def test_the_reference_names_every_public_name_and_has_a_section_per_ability() -
     from seqtrans.tasks.abilities import ABILITIES
 
     page = (ROOT / "docs" / "plugin-contract.md").read_text(encoding="utf-8")
+    each = (ROOT / "docs" / "plugin-abilities.md").read_text(encoding="utf-8")
     assert [name for name in seqtrans.plugin.__all__ if f"`{name}" not in page] == []
-    assert [a.name for a in ABILITIES if f"\n### `{a.name}`\n" not in page] == []
+    assert [a.name for a in ABILITIES if f"\n## `{a.name}`\n" not in each] == []
 
 
 def test_resolve_config_has_one_path_and_the_old_ones_warn() -> None:
