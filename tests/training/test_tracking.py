@@ -44,9 +44,13 @@ def _trainer(tmp: Path, *, bar: bool, **train: object) -> Trainer:
 
 
 @pytest.fixture
-def console(caplog: pytest.LogCaptureFixture) -> Iterator[io.StringIO]:
+def console(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
     """A string for standard error with a console log handler on it, as the CLI sets up;
-    a test puts it in place itself (pytest sets its own between a fixture and the test)."""
+    a test puts it in place itself (pytest sets its own between a fixture and the test).
+    No terminal size in the environment: the bar would be cut to ``$COLUMNS`` (which a
+    parallel test run's workers inherit) and the tests read its end."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
     stderr = io.StringIO()
     handler = logging.StreamHandler(stderr)
     root = logging.getLogger()
