@@ -24,7 +24,7 @@ from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.model.extension import ExtensionError, ModelExtension
 from seqtrans.model.transformer import Transformer
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "plugin-contract.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "plugin-abilities.md"
 
 
 @functools.cache
