@@ -166,4 +166,5 @@ def test_the_abilities_table_names_the_object_each_attaches_to() -> None:
         attached_to("model")
     table = markdown_table().splitlines()
     assert len(table) == 2 + len(ABILITIES)
-    assert "| [`Multilingual`](plugin-abilities.md#multilingual) | codec | 0.2 | `languages`, `with_languages` |" in table[5]
+    assert ("| [`Multilingual`](plugin-abilities.md#multilingual) | codec | 0.2 | "
+            "`languages`, `with_languages` |") in table[5]
