@@ -1,7 +1,7 @@
 """Everything a task plugin imports from seqtrans, in one module: ``from seqtrans.plugin
 import Example, Vocab, option, check_task``.
 
-The built-in plugins (copy, translation, parsing), the package ``seqtrans new-task``
+Every built-in task plugin, the package ``seqtrans new-task``
 writes and the plugin guide (docs/plugins.md) import engine names from here and from
 ``seqtrans`` itself (the operations of the command line: ``seqtrans.resolve_config``,
 ``seqtrans.run``, ``seqtrans.load``), and from nowhere else: the rest of the engine may
