@@ -40,6 +40,7 @@ import argparse
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -270,23 +271,40 @@ def _ct2_convert(hf: Path, out: Path, quantization: str) -> float:
 
 
 def _cases(args: argparse.Namespace, base: Path, common: list[str], threads: str) -> list[dict[str, Any]]:
+    """Each case's systems measured in turn ``--repeats`` times, so that a slow spell of a
+    shared machine falls on all of them; each system's median speed, and each run's own
+    ratio (``ratios``) beside the ratio of the medians."""
     rows = []
+    run, hf = str(base / "run"), str(base / "hf")
     for precision, ct2_type in (("fp32", "float32"), ("int8", "int8")):
         for batch in (1, args.batch):
             row: dict[str, Any] = {"precision": precision, "batch": batch, "beam": 4}
-            ours = _child([*common, "--phase", "seqtrans", str(base / "run"), precision, "full", str(batch)],
-                          env={"SEQTRANS_THREADS": threads, "OMP_WAIT_POLICY": "PASSIVE"})
-            row["seqtrans_tok_s"] = ours["tokens"] / ours["seconds"]
-            row["seqtrans_peak_mib"] = ours["peak_mib"]
+            speeds: dict[str, list[float]] = {"seqtrans": [], **{p: [] for p in POLICIES}}
+            peaks: dict[str, float] = {}
+            for _ in range(args.repeats):
+                ours = _child([*common, "--phase", "seqtrans", run, precision, "full", str(batch)],
+                              env={"SEQTRANS_THREADS": threads, "OMP_WAIT_POLICY": "PASSIVE"})
+                speeds["seqtrans"].append(ours["tokens"] / ours["seconds"])
+                peaks["seqtrans"] = ours["peak_mib"]
+                for policy in POLICIES:
+                    ct2 = str(base / f"ct2-{ct2_type}")
+                    theirs = _child([*common, "--phase", "ct2", ct2, hf, str(batch)],
+                                    env={"THREADS": threads, "OMP_WAIT_POLICY": policy})
+                    speeds[policy].append(theirs["tokens"] / theirs["seconds"])
+                    peaks[policy] = theirs["peak_mib"]
+            row["seqtrans_tok_s"] = statistics.median(speeds["seqtrans"])
+            row["seqtrans_peak_mib"] = peaks["seqtrans"]
             for policy in POLICIES:
-                theirs = _child([*common, "--phase", "ct2", str(base / f"ct2-{ct2_type}"), str(base / "hf"),
-                                 str(batch)], env={"THREADS": threads, "OMP_WAIT_POLICY": policy})
-                row[f"ct2_{policy.lower()}_tok_s"] = theirs["tokens"] / theirs["seconds"]
-                row[f"ct2_{policy.lower()}_peak_mib"] = theirs["peak_mib"]
+                row[f"ct2_{policy.lower()}_tok_s"] = statistics.median(speeds[policy])
+                row[f"ct2_{policy.lower()}_peak_mib"] = peaks[policy]
             best = max(POLICIES, key=lambda p: row[f"ct2_{p.lower()}_tok_s"])
             row["ct2_best_policy"] = best
             row["ratio_vs_ct2_best"] = row["seqtrans_tok_s"] / row[f"ct2_{best.lower()}_tok_s"]
             row["memory_ratio_vs_ct2_best"] = row["seqtrans_peak_mib"] / row[f"ct2_{best.lower()}_peak_mib"]
+            if args.repeats > 1:
+                row["runs"] = {k.lower(): v for k, v in speeds.items()}
+                row["ratios"] = [ours / max(run) for ours, *run in zip(speeds["seqtrans"],
+                                                                       *(speeds[p] for p in POLICIES))]
             print(json.dumps(row), flush=True)
             rows.append(row)
     return rows
@@ -325,6 +343,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--source-tokens", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=24, help="Output tokens per sentence.")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="Measure each case's systems in turn this many times and take the medians.")
     parser.add_argument("--phase", nargs="+", help=argparse.SUPPRESS)  # one step, in a process of its own
     args = parser.parse_args(argv)
     if args.phase:
