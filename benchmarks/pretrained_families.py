@@ -17,10 +17,12 @@ in its own process so that its time and peak memory are its own:
 - decoding ``--sentences`` sources of ``--source-tokens`` pieces at beam 4, batch 1 (one
   sentence at a time) and batch ``--batch`` (all together), to ``--tokens`` output
   tokens (random weights never end by themselves; both systems are held to that
-  length), in float32 and int8, by seqtrans and by CTranslate2 with each OpenMP wait
-  policy (CTranslate2 bundles its own libgomp, whose ``ACTIVE`` policy is several times
-  faster at batch 1 on some processors); each system's tokens per second and peak
-  memory, and seqtrans's ratio against CTranslate2 at its best policy for that case;
+  length), in float32 and int8, by seqtrans and by CTranslate2, each with each OpenMP
+  wait policy (CTranslate2 bundles its own libgomp, whose ``ACTIVE`` policy is several
+  times faster at batch 1 on some processors; ``seqtrans --wait-policy active`` is what a
+  dedicated machine would set), ``--repeats`` times in turn; each system's tokens per
+  second and peak memory, and seqtrans's ratio against CTranslate2 at its best policy,
+  both at the ``PASSIVE`` policy the ``seqtrans`` command sets and at its own best;
 - for NLLB, seqtrans in int8 with a vocabulary shortlist of Marian's usual size (50
   candidates per source token, 100 frequent tokens) that holds its unrestricted outputs
   (random weights have no translation table to count), against CTranslate2 int8 without
@@ -270,43 +272,50 @@ def _ct2_convert(hf: Path, out: Path, quantization: str) -> float:
     return time.perf_counter() - start
 
 
+def _case(args: argparse.Namespace, base: Path, common: list[str], threads: str, precision: str,
+          batch: int) -> dict[str, Any]:
+    """One case's systems, each at each OpenMP wait policy, measured in turn ``--repeats``
+    times so that a slow spell of a shared machine falls on all of them: each one's median
+    speed; seqtrans's ratio at the policy its command sets (``PASSIVE``) and at its better
+    one, each against CTranslate2 at its better one; and, repeated, each round's own ratio
+    of the bests (``ratios``)."""
+    ct2 = str(base / f"ct2-{'float32' if precision == 'fp32' else 'int8'}")
+    systems = {f"{name}_{policy.lower()}": (phase, policy) for name, phase in
+               (("seqtrans", ["seqtrans", str(base / "run"), precision, "full"]),
+                ("ct2", ["ct2", ct2, str(base / "hf")])) for policy in POLICIES}
+    speeds: dict[str, list[float]] = {key: [] for key in systems}
+    peaks: dict[str, float] = {}
+    for _ in range(args.repeats):
+        for key, (phase, policy) in systems.items():
+            got = _child([*common, "--phase", *phase, str(batch)],
+                         env={"SEQTRANS_THREADS": threads, "THREADS": threads, "OMP_WAIT_POLICY": policy})
+            speeds[key].append(got["tokens"] / got["seconds"])
+            peaks[key] = got["peak_mib"]
+    row: dict[str, Any] = {"precision": precision, "batch": batch, "beam": 4}
+    for key in systems:
+        row[f"{key}_tok_s"] = statistics.median(speeds[key])
+        row[f"{key}_peak_mib"] = peaks[key]
+    for name in ("seqtrans", "ct2"):
+        row[f"{name}_best_policy"] = max(POLICIES, key=lambda p: row[f"{name}_{p.lower()}_tok_s"])
+    ours, theirs = (f"{name}_{row[f'{name}_best_policy'].lower()}" for name in ("seqtrans", "ct2"))
+    # the names earlier results used: seqtrans at its command's policy
+    row["seqtrans_tok_s"], row["seqtrans_peak_mib"] = row["seqtrans_passive_tok_s"], peaks["seqtrans_passive"]
+    row["ratio_vs_ct2_best"] = row["seqtrans_tok_s"] / row[f"{theirs}_tok_s"]
+    row["best_ratio_vs_ct2_best"] = row[f"{ours}_tok_s"] / row[f"{theirs}_tok_s"]
+    row["memory_ratio_vs_ct2_best"] = row["seqtrans_peak_mib"] / peaks[theirs]
+    if args.repeats > 1:
+        row["runs"] = speeds
+        row["ratios"] = [max(speeds[f"seqtrans_{p.lower()}"][i] for p in POLICIES)
+                         / max(speeds[f"ct2_{p.lower()}"][i] for p in POLICIES) for i in range(args.repeats)]
+    return row
+
+
 def _cases(args: argparse.Namespace, base: Path, common: list[str], threads: str) -> list[dict[str, Any]]:
-    """Each case's systems measured in turn ``--repeats`` times, so that a slow spell of a
-    shared machine falls on all of them; each system's median speed, and each run's own
-    ratio (``ratios``) beside the ratio of the medians."""
     rows = []
-    run, hf = str(base / "run"), str(base / "hf")
-    for precision, ct2_type in (("fp32", "float32"), ("int8", "int8")):
+    for precision in ("fp32", "int8"):
         for batch in (1, args.batch):
-            row: dict[str, Any] = {"precision": precision, "batch": batch, "beam": 4}
-            speeds: dict[str, list[float]] = {"seqtrans": [], **{p: [] for p in POLICIES}}
-            peaks: dict[str, float] = {}
-            for _ in range(args.repeats):
-                ours = _child([*common, "--phase", "seqtrans", run, precision, "full", str(batch)],
-                              env={"SEQTRANS_THREADS": threads, "OMP_WAIT_POLICY": "PASSIVE"})
-                speeds["seqtrans"].append(ours["tokens"] / ours["seconds"])
-                peaks["seqtrans"] = ours["peak_mib"]
-                for policy in POLICIES:
-                    ct2 = str(base / f"ct2-{ct2_type}")
-                    theirs = _child([*common, "--phase", "ct2", ct2, hf, str(batch)],
-                                    env={"THREADS": threads, "OMP_WAIT_POLICY": policy})
-                    speeds[policy].append(theirs["tokens"] / theirs["seconds"])
-                    peaks[policy] = theirs["peak_mib"]
-            row["seqtrans_tok_s"] = statistics.median(speeds["seqtrans"])
-            row["seqtrans_peak_mib"] = peaks["seqtrans"]
-            for policy in POLICIES:
-                row[f"ct2_{policy.lower()}_tok_s"] = statistics.median(speeds[policy])
-                row[f"ct2_{policy.lower()}_peak_mib"] = peaks[policy]
-            best = max(POLICIES, key=lambda p: row[f"ct2_{p.lower()}_tok_s"])
-            row["ct2_best_policy"] = best
-            row["ratio_vs_ct2_best"] = row["seqtrans_tok_s"] / row[f"ct2_{best.lower()}_tok_s"]
-            row["memory_ratio_vs_ct2_best"] = row["seqtrans_peak_mib"] / row[f"ct2_{best.lower()}_peak_mib"]
-            if args.repeats > 1:
-                row["runs"] = {k.lower(): v for k, v in speeds.items()}
-                row["ratios"] = [ours / max(run) for ours, *run in zip(speeds["seqtrans"],
-                                                                       *(speeds[p] for p in POLICIES))]
-            print(json.dumps(row), flush=True)
-            rows.append(row)
+            rows.append(_case(args, base, common, threads, precision, batch))
+            print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
