@@ -16,6 +16,10 @@ The public API, the same operations as the command line::
     session.push("3 1 4"); session.finish()
     seqtrans.evaluate("runs/copy", split="test")
     seqtrans.average(["a.pt", "b.pt"], "avg.pt")
+    seqtrans.export("runs/copy", to="ctranslate2", out="ct2-copy")   # as `seqtrans export`
+    start = seqtrans.initial("runs/copy")              # as `seqtrans run --init runs/copy`
+    tuned = seqtrans.with_initial_model(seqtrans.resolve_config("copy"), start)
+    seqtrans.run(tuned, "runs/copy-tuned", init=start)
     seqtrans.tasks.installed()
 
 Names are imported on first use, so ``import seqtrans`` stays cheap.
@@ -48,6 +52,11 @@ _API = {
     "stream": "seqtrans.streaming.session",
     "StreamSession": "seqtrans.streaming.session",
     "average": "seqtrans.pipeline",
+    "initial": "seqtrans.training.initial",
+    "Initial": "seqtrans.training.initial",
+    "with_initial_model": "seqtrans.training.initial",
+    "vocabulary_of": "seqtrans.training.initial",
+    "export": "seqtrans.inference.export",
     "Loaded": "seqtrans.inference.loaded",
     "RunConfig": "seqtrans.config",
     "ModelConfig": "seqtrans.config",
@@ -80,6 +89,7 @@ if TYPE_CHECKING:
     from seqtrans.decoding.ensemble import Ensemble
     from seqtrans.decoding.search import Hypothesis
     from seqtrans.errors import ConfigError, DataError, SeqtransError, UsageError
+    from seqtrans.inference.export import export
     from seqtrans.inference.loaded import Loaded
     from seqtrans.inference.loading import evaluate, load, load_ensemble
     from seqtrans.inference.online import predict
@@ -91,6 +101,7 @@ if TYPE_CHECKING:
     from seqtrans.streaming.session import StreamSession, stream
     from seqtrans.tasks.configuration import resolve_config
     from seqtrans.tasks.protocol import Codec, Example, Skipped, Task, TaskClass
+    from seqtrans.training.initial import Initial, initial, vocabulary_of, with_initial_model
 
 
 def __dir__() -> list[str]:
