@@ -121,7 +121,7 @@ def train(name: str, preset: str, overrides: list[str], args: argparse.Namespace
         config = seqtrans.resolve_config("translation", preset=preset,
                                          overrides=[*budget(args.steps, average_last=None), *NO_VALIDATION,
                                                     *settings(args), *overrides])
-        given = pipeline.vocabulary_of(vocabulary, config) if vocabulary is not None else None
+        given = seqtrans.vocabulary_of(vocabulary, config) if vocabulary is not None else None
         started = time.perf_counter()
         pipeline.run(config, out, device="cpu", progress=True, vocabulary=given)
         logging.info("%s trained in %.1f minutes", name, (time.perf_counter() - started) / 60)

@@ -173,8 +173,8 @@ def train(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str
             if not (start / "metrics.json").is_file():
                 raise SystemExit(f"{name} starts from {INIT[name]}, which is not trained yet in {args.work}: "
                                  f"run --models {INIT[name]} first")
-            init = pipeline.initial(start)
-            config = pipeline.with_initial_model(config, init, overrides)
+            init = seqtrans.initial(start)
+            config = seqtrans.with_initial_model(config, init, overrides)
         pipeline.run(config, out, device="cpu", init=init)
     start = {"init": INIT[name]} if name in INIT else {}
     return {"settings": overrides, **start, **json.loads(done.read_text())}

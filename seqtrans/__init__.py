@@ -16,6 +16,11 @@ The public API, the same operations as the command line::
     session.push("3 1 4"); session.finish()
     seqtrans.evaluate("runs/copy", split="test")
     seqtrans.average(["a.pt", "b.pt"], "avg.pt")
+    seqtrans.export("runs/copy", to="ctranslate2", out="ct2-copy")  # as `seqtrans export`
+    seqtrans.build_shortlist("runs/copy")              # as `seqtrans shortlist runs/copy`
+    start = seqtrans.initial("runs/copy")              # as `seqtrans run --init runs/copy`
+    tuned = seqtrans.with_initial_model(seqtrans.resolve_config("copy"), start)
+    seqtrans.run(tuned, "runs/copy-tuned", init=start)
     seqtrans.tasks.installed()
 
 Names are imported on first use, so ``import seqtrans`` stays cheap.
@@ -48,6 +53,13 @@ _API = {
     "stream": "seqtrans.streaming.session",
     "StreamSession": "seqtrans.streaming.session",
     "average": "seqtrans.pipeline",
+    "initial": "seqtrans.training.initial",
+    "Initial": "seqtrans.training.initial",
+    "with_initial_model": "seqtrans.training.initial",
+    "vocabulary_of": "seqtrans.training.initial",
+    "export": "seqtrans.inference.export",
+    "build_shortlist": "seqtrans.shortlist.build",
+    "ShortlistSettings": "seqtrans.shortlist.table",
     "Loaded": "seqtrans.inference.loaded",
     "RunConfig": "seqtrans.config",
     "ModelConfig": "seqtrans.config",
@@ -80,6 +92,7 @@ if TYPE_CHECKING:
     from seqtrans.decoding.ensemble import Ensemble
     from seqtrans.decoding.search import Hypothesis
     from seqtrans.errors import ConfigError, DataError, SeqtransError, UsageError
+    from seqtrans.inference.export import export
     from seqtrans.inference.loaded import Loaded
     from seqtrans.inference.loading import evaluate, load, load_ensemble
     from seqtrans.inference.online import predict
@@ -88,9 +101,12 @@ if TYPE_CHECKING:
     from seqtrans.model.transformer import Transformer, build_model
     from seqtrans.pipeline import average, run
     from seqtrans.runtime.threads import set_threads, set_wait_policy
+    from seqtrans.shortlist.build import build_shortlist
+    from seqtrans.shortlist.table import ShortlistSettings
     from seqtrans.streaming.session import StreamSession, stream
     from seqtrans.tasks.configuration import resolve_config
     from seqtrans.tasks.protocol import Codec, Example, Skipped, Task, TaskClass
+    from seqtrans.training.initial import Initial, initial, vocabulary_of, with_initial_model
 
 
 def __dir__() -> list[str]:

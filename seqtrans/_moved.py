@@ -117,6 +117,9 @@ def forwarding(package: str, old: str, new: str, *, warn: bool = True) -> Callab
 ONE_PATH = {
     "seqtrans.tasks.resolve_config": "seqtrans.resolve_config",
     "seqtrans.pipeline.resolve_config": "seqtrans.resolve_config",
+    "seqtrans.pipeline.initial": "seqtrans.initial",
+    "seqtrans.pipeline.with_initial_model": "seqtrans.with_initial_model",
+    "seqtrans.pipeline.vocabulary_of": "seqtrans.vocabulary_of",
 }
 
 

@@ -38,10 +38,7 @@ from seqtrans.shortlist import table as shortlists
 from seqtrans.tasks.protocol import Codec, Example, Metric, SegmentationSampling, Task, metric_mode
 from seqtrans.training import checkpoint, distributed, runlog
 from seqtrans.training import initial as initial_model
-from seqtrans.training.initial import Initial as Initial  # part of the operations API, with the three below
-from seqtrans.training.initial import initial as initial
-from seqtrans.training.initial import vocabulary_of as vocabulary_of
-from seqtrans.training.initial import with_initial_model as with_initial_model
+from seqtrans.training.initial import Initial
 from seqtrans.training.loop import Trainer
 from seqtrans.training.tracking import require_tensorboard
 from seqtrans.training.upgrade import check_current
@@ -140,9 +137,11 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     (:func:`seqtrans.training.runlog.to_file`). A run refused for its settings or its
     data before it writes ``out`` leaves nothing there.
 
-    With ``init`` (its model options already in ``config``, :func:`with_initial_model`),
-    training starts from its weights and its vocabulary instead of building one; with
-    ``vocabulary`` (:func:`vocabulary_of`), from new weights with that model's vocabulary.
+    With ``init`` (:func:`seqtrans.initial`, its model options already in ``config``:
+    :func:`seqtrans.with_initial_model`), training starts from its weights and its
+    vocabulary instead of building one, as ``seqtrans run --init`` does; with ``vocabulary``
+    (:func:`seqtrans.vocabulary_of`), from new weights with that model's vocabulary
+    (``--vocab``). Giving both is a :class:`~seqtrans.errors.UsageError`.
 
     Started by torchrun (or ``seqtrans run --nproc``), every process calls this with the
     same arguments: it joins the process group (and leaves it at the end), rank 0's
@@ -152,6 +151,9 @@ def run(config: RunConfig, out: str | Path, *, device: str | torch.device = "aut
     ranks; rank 0 writes the run directory (which all ranks must see). A collective that
     fails because another rank is gone or late raises a
     :class:`~seqtrans.errors.SeqtransError` that says so."""
+    if init is not None and vocabulary is not None:
+        raise UsageError("init (--init) brings its model's vocabulary; give init or vocabulary (--vocab), "
+                         "not both")
     joined = not distributed.current().distributed
     world = distributed.init(device if isinstance(device, str) else device.type,
                              timeout=config.train.dist_timeout)
@@ -336,9 +338,11 @@ def average(paths: Sequence[str | Path], out: str | Path) -> Path:
 
 
 def __getattr__(name: str) -> Any:
-    if name != "resolve_config":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    # its one path is seqtrans.resolve_config; this one warns until 0.3
-    from seqtrans.tasks.configuration import resolve_config
+    # their one path is seqtrans's; these warn until 0.3
+    if name == "resolve_config":
+        from seqtrans.tasks.configuration import resolve_config
 
-    return _moved.old_path(__name__, name, resolve_config)
+        return _moved.old_path(__name__, name, resolve_config)
+    if name in ("initial", "with_initial_model", "vocabulary_of"):
+        return _moved.old_path(__name__, name, getattr(initial_model, name))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,35 +17,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from seqtrans.tasks import protocol as _protocol  # no torch: only the list of the contract's names
+
 #: Each public name -> the engine module that defines it.
-_API = {
-    # the contract: a task class, its instances and its codec
-    "Codec": "seqtrans.tasks.protocol",
-    "Example": "seqtrans.tasks.protocol",
-    "Metric": "seqtrans.tasks.protocol",
-    "Skipped": "seqtrans.tasks.protocol",
-    "Task": "seqtrans.tasks.protocol",
-    "TaskClass": "seqtrans.tasks.protocol",
-    "SPLITS": "seqtrans.tasks.protocol",
-    "METRIC_MODES": "seqtrans.tasks.protocol",
-    "STREAM_UNITS": "seqtrans.tasks.protocol",
-    "check_split": "seqtrans.tasks.protocol",
-    "metric_mode": "seqtrans.tasks.protocol",
-    "stream_unit": "seqtrans.tasks.protocol",
-    # the optional abilities, and the table that declares them
-    "CacheDirectory": "seqtrans.tasks.protocol",
-    "Constraining": "seqtrans.tasks.protocol",
-    "DataDigest": "seqtrans.tasks.protocol",
-    "ModelExtending": "seqtrans.tasks.protocol",
-    "Multilingual": "seqtrans.tasks.protocol",
-    "SegmentationSampling": "seqtrans.tasks.protocol",
-    "SourceFormatting": "seqtrans.tasks.protocol",
-    "TargetParsing": "seqtrans.tasks.protocol",
-    "TargetPrefixing": "seqtrans.tasks.protocol",
-    "TextForm": "seqtrans.tasks.protocol",
-    "TokenWords": "seqtrans.tasks.protocol",
-    "TrainingFiles": "seqtrans.tasks.protocol",
-    "Upgrading": "seqtrans.tasks.protocol",
+_API: dict[str, str] = {
+    # the contract: a task class, its instances and its codec, the optional abilities, the
+    # splits, metric modes and stream units (seqtrans.tasks.protocol's names, listed there)
+    **dict.fromkeys(_protocol.__all__, "seqtrans.tasks.protocol"),
+    # the table that declares the abilities
     "ABILITIES": "seqtrans.tasks.abilities",
     "Ability": "seqtrans.tasks.abilities",
     # options, and the run config a preset or an imported model sets
@@ -144,33 +123,7 @@ if TYPE_CHECKING:
     from seqtrans.tasks.abilities import ABILITIES, Ability
     from seqtrans.tasks.contract import ContractError, ContractWarning, check_task
     from seqtrans.tasks.handover import TextCodec
-    from seqtrans.tasks.protocol import (
-        METRIC_MODES,
-        SPLITS,
-        STREAM_UNITS,
-        CacheDirectory,
-        Codec,
-        Constraining,
-        DataDigest,
-        Example,
-        Metric,
-        ModelExtending,
-        Multilingual,
-        SegmentationSampling,
-        Skipped,
-        SourceFormatting,
-        TargetParsing,
-        TargetPrefixing,
-        Task,
-        TaskClass,
-        TextForm,
-        TokenWords,
-        TrainingFiles,
-        Upgrading,
-        check_split,
-        metric_mode,
-        stream_unit,
-    )
+    from seqtrans.tasks.protocol import *  # noqa: F403 (its names: _protocol.__all__)
     from seqtrans.tasks.testing import serve, serve_directory, without_download_settings
 
 

@@ -87,6 +87,21 @@ def assert_alone_as_among_others(model: Transformer) -> None:
                                atol=1e-5, rtol=1e-5)
 
 
+def assert_cached_as_full(model: Transformer, src: torch.Tensor, tgt: torch.Tensor, *,
+                               split: int) -> None:
+    """Decoding ``tgt`` from a cache one token at a time (the cache growing past its
+    capacity), and in two calls split at ``split`` (a forced prefix, then the rest), gives
+    the teacher-forced scores."""
+    full = model(src, tgt)
+    state = model.start(model.encode(src), beam=1, capacity=2)
+    steps = [model.decode(tgt[:, t : t + 1], state=state) for t in range(tgt.size(1))]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    state = model.start(model.encode(src), beam=1, capacity=tgt.size(1) + 2)
+    first = model.decode(tgt[:, :split], state=state)
+    rest = model.decode(tgt[:, split:], state=state)
+    torch.testing.assert_close(torch.cat([first, rest], dim=1), full, atol=1e-5, rtol=1e-5)
+
+
 def src_batch() -> torch.Tensor:
     """Two sources, the second padded.  -> [2, 5]"""
     return torch.tensor([[5, 6, 7, 8, EOS], [9, 4, EOS, PAD, PAD]])

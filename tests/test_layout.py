@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import json
 import pkgutil
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -272,17 +273,60 @@ def test_the_longest_prefix_decides_a_layer(module: str) -> None:
     assert layer_of(module) == expected[module]
 
 
-def test_design_doc_layout_is_the_tree() -> None:
-    """docs/design.md's Layout block names each package and top-level module of
-    ``seqtrans/``, and nothing that is not there."""
-    design = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
+def layout_entries(design: str) -> dict[str, str]:
+    """docs/design.md's Layout block: each entry under ``seqtrans/`` (``name/`` for a
+    package, ``name.py`` for a module) -> its text, continuation lines included."""
     block = design[design.index("## Layout"):design.index("## Layers")]
     block = block[block.index("```\n") + 4:]
-    shown = {line.split()[0] for line in block[:block.index("```")].splitlines() if line.startswith("  ") and
-             not line.startswith("   ")}
+    entries: dict[str, str] = {}
+    name = None
+    for line in block[:block.index("```")].splitlines():
+        if line.startswith("  ") and not line.startswith("   "):
+            name, _, text = line.strip().partition(" ")
+            entries[name] = text.strip()
+        elif line.startswith("   ") and name is not None:
+            entries[name] += " " + line.strip()
+        else:
+            name = None  # seqtrans/ itself, and what lies beside it (plugins/, tests/, ...)
+    return entries
+
+
+def _stated_layers(text: str) -> set[int] | None:
+    """The layers an entry states first, ``(layer 3)`` or ``(layers 0, 6 and 8)``."""
+    found = re.match(r"\(layers? ([0-9, and]+)\)", text.strip())
+    return None if found is None else {int(n) for n in re.findall(r"[0-9]+", found.group(1))}
+
+
+def _layers_of_entry(name: str) -> set[int]:
+    """The layers of the modules an entry of the layout holds; a package's ``__init__`` only
+    where it is more than a docstring (not named on its own in layer 0)."""
+    path = PACKAGE / name
+    files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    docstring_only = {f"seqtrans.{name.rstrip('/')}"} & set(LAYERS[0])
+    modules = {module_name(f, PACKAGE) for f in files} - docstring_only
+    return {layer for m in modules if (layer := layer_of(m)) is not None}
+
+
+def test_design_doc_layout_is_the_tree_with_each_entrys_layers() -> None:
+    """docs/design.md's Layout block names each package and top-level module of
+    ``seqtrans/``, and nothing that is not there; each entry starts with the layers of its
+    modules, which say what it may import (its layer and those below, "Layers")."""
+    entries = layout_entries((PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8"))
     tree = {f"{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     tree |= {p.name for p in PACKAGE.glob("*.py")}
-    assert shown == tree
+    assert set(entries) == tree
+    wrong = {name: (_stated_layers(text), _layers_of_entry(name)) for name, text in entries.items()
+             if _stated_layers(text) != _layers_of_entry(name)}
+    assert wrong == {}, "entry: (the layers docs/design.md states, its modules' layers)"
+
+
+def test_the_layout_check_reads_entries_and_their_layers() -> None:
+    design = ("## Layout\n```\nseqtrans/\n  a/     (layers 0, 6 and 8) one job:\n         more of it\n"
+              "  b.py   (layer 3) another\nplugins/  beside\n```\n## Layers\n")
+    entries = layout_entries(design)
+    assert entries == {"a/": "(layers 0, 6 and 8) one job: more of it", "b.py": "(layer 3) another"}
+    assert _stated_layers(entries["a/"]) == {0, 6, 8} and _stated_layers(entries["b.py"]) == {3}
+    assert _stated_layers("one job (layer 3)") is None
 
 
 def test_at_most_eight_top_level_modules() -> None:

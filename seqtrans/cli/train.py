@@ -20,17 +20,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     config = resolve_config(args.task, preset=args.preset, config_file=args.config_file,
                             overrides=args.overrides)
-    init = None
+    init = vocabulary = None
     if args.init is not None:
-        from seqtrans.pipeline import initial, with_initial_model
+        from seqtrans.training.initial import initial, with_initial_model
 
         init = initial(args.init)
         config = with_initial_model(config, init, args.overrides)
-    vocabulary = None
     if args.vocab is not None:
-        if init is not None:
-            raise UsageError("--init brings its model's vocabulary; give --init or --vocab, not both")
-        from seqtrans.pipeline import vocabulary_of
+        from seqtrans.training.initial import vocabulary_of
 
         vocabulary = vocabulary_of(args.vocab, config)
     if args.nproc < 1:

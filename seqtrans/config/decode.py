@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from seqtrans.config.fields import PRECISIONS, check_precision, option
+from seqtrans.config.fields import PRECISIONS, check_at_least, check_precision, option
+from seqtrans.config.model import LEARNED_POLICIES
 from seqtrans.errors import ConfigError
 
 #: Values of ``decode.precision``: int8 is for decoding only.
@@ -52,9 +53,9 @@ class DecodeConfig:
         "model with scaled_dot encoder-decoder attention decodes at any lag."
     )
     monotonic_threshold: float = option(
-        0.5, "Decoding with learned read/write policies (monotonic, milk, mocha, mma_hard, mma_il, mma_chunk "
-        "attention): a head stops reading once its selection probability reaches this, in (0, 1). 0.5 is how "
-        "they are trained; lower writes sooner (less latency), higher reads further first."
+        0.5, f"Decoding with learned read/write policies ({', '.join(LEARNED_POLICIES)} attention): a head "
+        "stops reading once its selection probability reaches this, in (0, 1). 0.5 is how they are trained; "
+        "lower writes sooner (less latency), higher reads further first."
     )
     sample: int = option(
         0, "Draw this many outputs per input from the model's distribution (reshaped by "
@@ -106,21 +107,15 @@ class DecodeConfig:
     )
 
     def __post_init__(self) -> None:
-        for key in ("beam", "nbest", "batch_tokens"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"decode.{key}", f"must be at least 1, got {getattr(self, key)}")
+        check_at_least(self, "decode", ("beam", "nbest", "batch_tokens"), 1)
         if self.nbest > self.beam:
             raise ConfigError("decode.nbest", f"nbest {self.nbest} exceeds the beam size {self.beam}")
         if not 0.0 < self.monotonic_threshold < 1.0:
             raise ConfigError("decode.monotonic_threshold",
                               f"must lie strictly between 0 and 1, got {self.monotonic_threshold}")
-        for key in ("alpha", "max_len_a", "max_len_b", "min_len", "wait_k", "no_repeat_ngram_size"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"decode.{key}", f"must not be negative, got {getattr(self, key)}")
+        check_at_least(self, "decode", ("alpha", "max_len_a", "max_len_b", "min_len", "wait_k",
+                                        "no_repeat_ngram_size", "sample", "top_k"), 0)
         check_precision("decode.precision", self.precision, DECODE_PRECISIONS)
-        for key in ("sample", "top_k"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"decode.{key}", f"must not be negative, got {getattr(self, key)}")
         if not self.temperature > 0:
             raise ConfigError("decode.temperature", f"must be positive, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:

@@ -6,17 +6,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from seqtrans.config.fields import option
+from seqtrans.config.fields import check_at_least, option
 from seqtrans.errors import ConfigError
 
 # Attention mechanisms (docs/attention.md); seqtrans.attention builds them by these names.
 Mechanism = Literal["scaled_dot", "dot", "general", "additive", "location", "restricted", "local",
                     "memory", "monotonic", "milk", "mocha", "mma_hard", "mma_il", "mma_chunk"]
 SELF_MECHANISMS = ("scaled_dot", "dot", "general", "additive", "location", "restricted")
-CROSS_MECHANISMS = ("scaled_dot", "dot", "general", "additive", "location", "local", "memory", "monotonic",
-                    "milk", "mocha", "mma_hard", "mma_il", "mma_chunk")
+#: The encoder-decoder attentions whose read policy is learned: a selection probability per
+#: head and source position, trained with the energy options of :func:`policy_option`.
+LEARNED_POLICIES = ("monotonic", "milk", "mocha", "mma_hard", "mma_il", "mma_chunk")
+CROSS_MECHANISMS = ("scaled_dot", "dot", "general", "additive", "location", "local", "memory",
+                    *LEARNED_POLICIES)
+
+
+def policy_option(default: float, help: str) -> Any:
+    """An option of the learned read policies' energy, its help prefixed with their names."""
+    return option(default, f"{', '.join(LEARNED_POLICIES)}: {help}")
 
 
 @dataclass(frozen=True)
@@ -206,21 +214,19 @@ class ModelConfig:
         "stops at (Chiu and Raffel 2018), at least 1: 1 attends to that position alone, and a w at least the "
         "source's length attends to everything read, as milk does."
     )
-    monotonic_noise: float = option(
-        1.0, "monotonic, milk, mocha, mma_hard, mma_il, mma_chunk: standard deviation of the Gaussian noise "
-        "added to the energies before the sigmoid while training (Raffel et al.: 1); never at test time."
+    monotonic_noise: float = policy_option(
+        1.0, "standard deviation of the Gaussian noise added to the energies before the sigmoid while "
+        "training (Raffel et al.: 1); never at test time."
     )
-    monotonic_r_init: float = option(
-        -4.0, "monotonic, milk, mocha, mma_hard, mma_il, mma_chunk: initial value of the energy's scalar "
-        "bias r; negative so that selection probabilities start low and the expected alignment is not stuck "
-        "at the first position."
+    monotonic_r_init: float = policy_option(
+        -4.0, "initial value of the energy's scalar bias r; negative so that selection probabilities start "
+        "low and the expected alignment is not stuck at the first position."
     )
-    monotonic_temperature: float = option(
-        1.0, "monotonic, milk, mocha, mma_hard, mma_il, mma_chunk: the energy (its bias r included) is "
-        "divided by this before the noise and the sigmoid. Below 1 it sharpens the selection probabilities "
-        "towards 0 or 1, so that the expected alignment of training is closer to the hard decisions of "
-        "decoding, which it does not change (SeamlessStreaming's monotonic decoder uses 0.2 with r = -0.5); "
-        "1 is the paper's energy. Positive."
+    monotonic_temperature: float = policy_option(
+        1.0, "the energy (its bias r included) is divided by this before the noise and the sigmoid. Below 1 "
+        "it sharpens the selection probabilities towards 0 or 1, so that the expected alignment of training "
+        "is closer to the hard decisions of decoding, which it does not change (SeamlessStreaming's "
+        "monotonic decoder uses 0.2 with r = -0.5); 1 is the paper's energy. Positive."
     )
 
     def __post_init__(self) -> None:
@@ -253,14 +259,11 @@ def check_model(c: ModelConfig) -> None:
 
 def _check_ranges(c: ModelConfig) -> None:
     """Counts and sizes at least 1; lags, offsets and widths not negative."""
-    for key in ("encoder_layers", "decoder_layers", "d_model", "d_ff", "heads", "max_positions",
-                "restricted_radius", "local_window", "memory_slots", "memory_heads", "chunk_size"):
-        if getattr(c, key) < 1:
-            raise ConfigError(f"model.{key}", f"must be at least 1, got {getattr(c, key)}")
-    for key in ("location_max_length", "monotonic_dim", "monotonic_noise", "wait_k", "position_offset",
-                "head_dim"):
-        if getattr(c, key) < 0:
-            raise ConfigError(f"model.{key}", f"must not be negative, got {getattr(c, key)}")
+    check_at_least(c, "model", ("encoder_layers", "decoder_layers", "d_model", "d_ff", "heads",
+                                "max_positions", "restricted_radius", "local_window", "memory_slots",
+                                "memory_heads", "chunk_size"), 1)
+    check_at_least(c, "model", ("location_max_length", "monotonic_dim", "monotonic_noise", "wait_k",
+                                "position_offset", "head_dim"), 0)
 
 
 def _check_mechanisms(c: ModelConfig) -> None:

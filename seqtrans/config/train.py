@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from seqtrans.config.fields import check_precision, option
+from seqtrans.config.fields import check_at_least, check_precision, option
 from seqtrans.errors import ConfigError
 
 #: Values of ``train.precision``.
@@ -112,15 +112,11 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
-        positive = ("max_tokens", "accumulate", "warmup", "max_steps", "max_length", "log_every",
-                    "max_skipped", "eval_every", "checkpoint_every", "keep_checkpoints", "average_last")
-        for key in positive:
-            if getattr(self, key) < 1:
-                raise ConfigError(f"train.{key}", f"must be at least 1, got {getattr(self, key)}")
-        for key in ("max_epochs", "max_minutes", "valid_beam", "valid_max_examples", "patience",
-                    "clip_norm", "lr_scale", "prepare_workers"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"train.{key}", f"must not be negative, got {getattr(self, key)}")
+        check_at_least(self, "train", ("max_tokens", "accumulate", "warmup", "max_steps", "max_length",
+                                       "log_every", "max_skipped", "eval_every", "checkpoint_every",
+                                       "keep_checkpoints", "average_last"), 1)
+        check_at_least(self, "train", ("max_epochs", "max_minutes", "valid_beam", "valid_max_examples",
+                                       "patience", "clip_norm", "lr_scale", "prepare_workers"), 0)
         for key in ("latency_weight", "latency_weight_var"):
             weight = getattr(self, key)
             if not math.isfinite(weight) or weight < 0:  # NaN compares false: test finiteness first

@@ -380,17 +380,24 @@ def int8_linear_unchecked(x: Tensor, w: Tensor, col_scale: Tensor, *, compensati
     return out
 
 
+def _rows_for_k(x: Tensor, k: int, *, kernel: str) -> tuple[int, int]:
+    """The shape [M, N] of the rows ``kernel`` ranks, after checking that ``x`` is a float32
+    CPU matrix with contiguous rows and that ``k`` is within 1..N (a ValueError naming it)."""
+    if x.dtype != torch.float32 or x.dim() != 2 or x.stride(1) != 1 or x.device.type != "cpu":
+        raise ValueError(f"{kernel} takes a float32 CPU matrix with contiguous rows")
+    m, n = x.shape
+    if not 1 <= k <= n:
+        raise ValueError(f"{kernel}: k = {k} for rows of {n}")
+    return m, n
+
+
 def topk_rows(x: Tensor, k: int) -> tuple[Tensor, Tensor] | None:
     """``x.topk(k, dim=1)`` for a float32 matrix with contiguous rows, in one pass over
     each row: (values [M, k], indices [M, k] int64), largest first, of equal values the
     lower index first (``torch.topk`` leaves their order unspecified). None where a row
     holds a NaN, which the caller ranks with ``torch.topk``. Only when :func:`available`."""
     library = _library_or_raise()
-    if x.dtype != torch.float32 or x.dim() != 2 or x.stride(1) != 1 or x.device.type != "cpu":
-        raise ValueError("topk_rows takes a float32 CPU matrix with contiguous rows")
-    m, n = x.shape
-    if not 1 <= k <= n:
-        raise ValueError(f"topk_rows: k = {k} for rows of {n}")
+    m, n = _rows_for_k(x, k, kernel="topk_rows")
     values = torch.empty(m, k, dtype=torch.float32)
     index = torch.empty(m, k, dtype=torch.int64)
     nan = library.seqtrans_topk_rows(x.data_ptr(), m, n, x.stride(0), k, values.data_ptr(), index.data_ptr(),
@@ -412,11 +419,7 @@ def beam_candidates(x: Tensor, prefix: Tensor, k: int, *, never: Tensor, only: T
     None where a row's largest logit is not finite (a NaN, +inf, no finite logit), which the
     caller leaves to torch's operators. Only when :func:`available`."""
     library = _library_or_raise()
-    if x.dtype != torch.float32 or x.dim() != 2 or x.stride(1) != 1 or x.device.type != "cpu":
-        raise ValueError("beam_candidates takes a float32 CPU matrix with contiguous rows")
-    m, n = x.shape
-    if not 1 <= k <= n:
-        raise ValueError(f"beam_candidates: k = {k} for rows of {n}")
+    m, n = _rows_for_k(x, k, kernel="beam_candidates")
     ints = [t for t in (never, only, banned_start, banned) if t is not None]
     if (prefix.dtype != torch.float32 or prefix.shape != (m,) or not prefix.is_contiguous()
             or any(t.dtype != torch.int64 or not t.is_contiguous() for t in ints)

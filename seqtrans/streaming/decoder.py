@@ -66,6 +66,7 @@ from torch import Tensor
 
 from seqtrans.attention import DecodingState, SourceStream, StreamingCrossAttention, reading
 from seqtrans.config import DecodeConfig
+from seqtrans.config.model import LEARNED_POLICIES
 from seqtrans.data.vocab import BOS, EOS
 from seqtrans.decoding.generate import max_output_length
 from seqtrans.decoding.search import mask_log_probs
@@ -76,9 +77,9 @@ from seqtrans.streaming.reencoding import PrefixReencoding
 #: Encoder-decoder attention that decides when to read: hard monotonic and its lookback
 #: (MILk, and over a chunk, MoChA), monotonic multihead attention (hard and infinite lookback), and scaled-dot
 #: attention under wait-k (or reading the whole source first).
-STREAMING = ("monotonic", "milk", "mocha", "mma_hard", "mma_il", "mma_chunk", "scaled_dot")
+STREAMING = (*LEARNED_POLICIES, "scaled_dot")
 #: Of those, the learned policies: they need a causal encoder.
-LEARNED = STREAMING[:-1]
+LEARNED = LEARNED_POLICIES
 
 
 @dataclass(frozen=True)

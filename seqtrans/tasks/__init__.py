@@ -7,40 +7,12 @@ here. Importing this package imports no torch."""
 from typing import Any
 
 from seqtrans import _moved
+from seqtrans.tasks import protocol
 from seqtrans.tasks.discovery import GROUP, TaskEntry, find, installed, load
-from seqtrans.tasks.protocol import (
-    METRIC_MODES,
-    SPLITS,
-    STREAM_UNITS,
-    CacheDirectory,
-    Codec,
-    Constraining,
-    DataDigest,
-    Example,
-    ModelExtending,
-    Multilingual,
-    SegmentationSampling,
-    Skipped,
-    SourceFormatting,
-    TargetParsing,
-    TargetPrefixing,
-    Task,
-    TaskClass,
-    TextForm,
-    TokenWords,
-    TrainingFiles,
-    Upgrading,
-    check_split,
-    metric_mode,
-    stream_unit,
-)
+from seqtrans.tasks.protocol import *  # noqa: F403 (the contract's names, listed once: protocol.__all__)
 
-__all__ = ["GROUP", "METRIC_MODES", "SPLITS", "STREAM_UNITS", "CacheDirectory", "Codec", "Constraining",
-           "DataDigest",
-           "Example", "ModelExtending", "Multilingual", "SegmentationSampling", "Skipped",
-           "SourceFormatting", "TargetParsing", "TargetPrefixing", "Task", "TaskClass", "TaskEntry",
-           "TextForm", "TokenWords", "TrainingFiles", "Upgrading",
-           "check_split", "find", "installed", "load", "metric_mode", "stream_unit"]
+__all__ = ["GROUP", "TaskEntry", "find", "installed", "load"]
+__all__ += protocol.__all__
 
 
 def __getattr__(name: str) -> Any:

@@ -49,6 +49,13 @@ if TYPE_CHECKING:
     from seqtrans.decoding.constraints import Constraint
     from seqtrans.model.extension import ModelExtension
 
+#: The contract's names: what ``seqtrans.tasks`` and ``seqtrans.plugin`` give a plugin from
+#: this module (the rest is the engine's).
+__all__ = ["METRIC_MODES", "SPLITS", "STREAM_UNITS", "CacheDirectory", "Codec", "Constraining", "DataDigest",
+           "Example", "Metric", "ModelExtending", "Multilingual", "SegmentationSampling", "Skipped",
+           "SourceFormatting", "TargetParsing", "TargetPrefixing", "Task", "TaskClass", "TextForm",
+           "TokenWords", "TrainingFiles", "Upgrading", "check_split", "metric_mode", "stream_unit"]
+
 SPLITS = ("train", "dev", "test")
 
 #: A value of :meth:`Task.score`: a number, or a string describing one (a signature).

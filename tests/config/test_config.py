@@ -70,6 +70,10 @@ def test_set_values_are_cast_to_the_field_type() -> None:
     ("model.cross_attention=location", "model.location_max_length", "needs the longest sequence"),
     ("model.memory_slots=0", "model.memory_slots", "at least 1"),
     ("model.monotonic_noise=-1", "model.monotonic_noise", "must not be negative"),
+    ("train.warmup=0", "train.warmup", "must be at least 1, got 0"),
+    ("train.patience=-2", "train.patience", "must not be negative, got -2"),
+    ("decode.beam=0", "decode.beam", "must be at least 1, got 0"),
+    ("decode.top_k=-1", "decode.top_k", "must not be negative, got -1"),
 ])
 def test_bad_overrides_name_the_key(pair: str, key: str, words: str) -> None:
     with pytest.raises(ConfigError) as err:

@@ -495,3 +495,12 @@ def test_topk_rows_breaks_ties_by_the_lower_index_and_leaves_nan_to_torch() -> N
         native.topk_rows(x, 6)
     with pytest.raises(ValueError, match="float32 CPU matrix"):
         native.topk_rows(x.double(), 2)
+
+
+def test_beam_candidates_refuses_a_k_beyond_its_rows_and_any_other_matrix() -> None:
+    require_native_kernels()
+    x, prefix, never = torch.zeros(2, 5), torch.zeros(2), torch.zeros(0, dtype=torch.int64)
+    with pytest.raises(ValueError, match="beam_candidates: k = 6 for rows of 5"):
+        native.beam_candidates(x, prefix, 6, never=never)
+    with pytest.raises(ValueError, match="beam_candidates takes a float32 CPU matrix"):
+        native.beam_candidates(x.t(), prefix, 2, never=never)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import assert_alone_as_among_others, assert_causal, src_batch, tiny_model
+from conftest import assert_alone_as_among_others, assert_cached_as_full, assert_causal, src_batch, tiny_model
 from seqtrans.config import PRESETS, ModelConfig
 from seqtrans.data.vocab import BOS, EOS
 from seqtrans.model.transformer import Transformer
@@ -32,15 +32,7 @@ def test_incremental_decoding_with_cache_equals_full_recomputation(positions: st
     # 4 is the token the extension counts
     tgt = torch.tensor([[BOS, 4, 5, 6, 7, 8], [BOS, 5, 4, 5, 6, 4], [BOS, 6, 5, 5, 4, 6]])
     src = torch.cat([src, src[:1]])
-    full = model(src, tgt)
-    state = model.start(model.encode(src), beam=1, capacity=2)  # grows past its capacity
-    steps = [model.decode(tgt[:, t : t + 1], state=state) for t in range(tgt.size(1))]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
-    # several tokens at once with a cache (prefix forcing) agree too
-    state = model.start(model.encode(src), beam=1, capacity=8)
-    first = model.decode(tgt[:, :3], state=state)
-    rest = model.decode(tgt[:, 3:], state=state)
-    torch.testing.assert_close(torch.cat([first, rest], dim=1), full, atol=1e-5, rtol=1e-5)
+    assert_cached_as_full(model, src, tgt, split=3)
 
 
 def test_shared_vocabulary_ties_embeddings_and_output() -> None:

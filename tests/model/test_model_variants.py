@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import assert_alone_as_among_others, assert_causal, src_batch, tiny_model
+from conftest import assert_alone_as_among_others, assert_cached_as_full, assert_causal, src_batch, tiny_model
 from seqtrans.attention import SelfAttention
 from seqtrans.attention.cache import KVCache
 from seqtrans.config import ModelConfig
@@ -164,14 +164,7 @@ def test_incremental_decoding_of_the_variants_equals_teacher_forcing(native_kern
     src = torch.cat([src_batch(), torch.tensor([[5, 6, 7, 8, 9, 10, 4, 5, 6, 7, 8, 9, 10, EOS]])[:, :5]])
     tgt = torch.randint(4, 11, (3, 14), generator=torch.Generator().manual_seed(0))
     tgt[:, 0] = BOS
-    full = model(src, tgt)
-    state = model.start(model.encode(src), beam=1, capacity=2)  # grows past its capacity
-    steps = [model.decode(tgt[:, t: t + 1], state=state) for t in range(tgt.size(1))]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
-    state = model.start(model.encode(src), beam=1, capacity=16)
-    first = model.decode(tgt[:, :5], state=state)
-    rest = model.decode(tgt[:, 5:], state=state)
-    torch.testing.assert_close(torch.cat([first, rest], dim=1), full, atol=1e-5, rtol=1e-5)
+    assert_cached_as_full(model, src, tgt, split=5)
 
 
 def test_the_scaled_output_is_what_the_projection_reads() -> None:

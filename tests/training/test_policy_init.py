@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_cli import TINY
 
-from seqtrans import pipeline, resolve_config
+from seqtrans import Initial, initial, resolve_config, run, with_initial_model
 from seqtrans.errors import UsageError
 from seqtrans.inference.loading import load
 from seqtrans.training import initial as initial_model
@@ -25,9 +25,9 @@ def _run(out: Path, *extra: str, init: Path | None = None) -> Path:
     config = resolve_config("copy", overrides=overrides)
     start = None
     if init is not None:
-        start = pipeline.initial(init)
-        config = pipeline.with_initial_model(config, start, overrides)
-    pipeline.run(config, out, device="cpu", init=start)
+        start = initial(init)
+        config = with_initial_model(config, start, overrides)
+    run(config, out, device="cpu", init=start)
     return out
 
 
@@ -36,7 +36,7 @@ def _started(out: Path, monkeypatch: pytest.MonkeyPatch, *extra: str, init: Path
     seen: dict[str, torch.Tensor] = {}
     original = initial_model.start_from
 
-    def started(model: torch.nn.Module, start: pipeline.Initial) -> None:
+    def started(model: torch.nn.Module, start: Initial) -> None:
         original(model, start)  # type: ignore[arg-type]
         seen.update({k: v.clone() for k, v in model.state_dict().items()})
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 import seqtrans
-from seqtrans import build_model
-from seqtrans.inference import evaluation  # internal: decodes a model built here, with no run
+from seqtrans import Loaded, RunConfig, build_model
 from seqtrans.plugin import ConfigError, DecodeConfig, ModelConfig, UsageError, check_task
 from seqtrans_copy import CopyConfig, CopyTask
 
@@ -42,8 +41,8 @@ def test_the_constraint_makes_every_output_a_permutation_of_its_source(tmp_path:
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=4,
                                     dropout=0.0), codec).eval()
     sources = [[1, 2, 2, 5], [6], [0, 0, 0]]
-    preds, _ = evaluation.decode_sources(model, codec, sources, DecodeConfig(beam=3, max_len_b=5),
-                                       device=torch.device("cpu"))
+    loaded = Loaded(RunConfig(task="copy", data=task.config), task, codec, model, torch.device("cpu"))
+    preds, _ = loaded.decode(sources, decode=DecodeConfig(beam=3, max_len_b=5))
     for src, pred in zip(sources, preds):
         assert sorted(pred) == sorted(src)
 

@@ -12,10 +12,8 @@ import torch
 
 import seqtrans
 from parsing_data import SAMPLE, use_shared_nltk_data
-from seqtrans import Transformer, build_model
-from seqtrans.cli import main  # internal: the command line in this process
+from seqtrans import Loaded, RunConfig, Transformer, build_model
 from seqtrans.data.batches import target_ids  # internal: a reference's ids, as the engine makes them
-from seqtrans.inference import evaluation, scoring  # internal: decodes models built here, reads pairs
 from seqtrans.plugin import UNK, ConfigError, DecodeConfig, Example, ModelConfig, check_task
 from seqtrans_parsing import ParsingCodec, ParsingConfig, ParsingTask
 from seqtrans_parsing.cursor import SpanCursor
@@ -64,43 +62,43 @@ def _small_task(tmp_path: Path, **options: Any) -> tuple[ParsingTask, ParsingCod
     return task, codec, train
 
 
-def _assert_constrained_trees(model: Any, codec: ParsingCodec, sources: list[Any], beam: int) -> None:
+def _loaded(task: ParsingTask, codec: ParsingCodec, model: Transformer) -> Loaded:
+    """A model built here with its task and codec, decoding as a loaded run decodes."""
+    return Loaded(RunConfig(task="parsing", data=task.config), task, codec, model, torch.device("cpu"))
+
+
+def _assert_constrained_trees(loaded: Loaded, sources: list[Any], beam: int) -> None:
     """Constrained decoding at ``beam`` gives trees over exactly the words, none repaired."""
-    decode = DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=10)
-    preds, _ = evaluation.decode_sources(model, codec, sources, decode, device=torch.device("cpu"))
+    preds, _ = loaded.decode(sources, decode=DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=10))
     assert all(p.repairs == 0 for p in preds)
     assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
 
 
-def _seeded_parser(tmp_path: Path) -> tuple[Any, Transformer, list[Any]]:
-    """The small task's codec, an untrained seeded model of it and three of its sources."""
-    _, codec, train = _small_task(tmp_path)
+def _seeded_parser(tmp_path: Path) -> tuple[Loaded, list[Any]]:
+    """An untrained seeded model of the small task, and three of its sources."""
+    task, codec, train = _small_task(tmp_path)
     torch.manual_seed(1)
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
                                     dropout=0.0, share_embeddings=False), codec).eval()
-    return codec, model, sorted((e.source for e in train), key=lambda s: len(s.words))[:6:2]
+    return _loaded(task, codec, model), sorted((e.source for e in train), key=lambda s: len(s.words))[:6:2]
 
 
 def test_constrained_outputs_are_well_formed_and_unconstrained_ones_are_repaired(tmp_path: Path) -> None:
-    codec, model, sources = _seeded_parser(tmp_path)
-    device = torch.device("cpu")
+    loaded, sources = _seeded_parser(tmp_path)
     for beam in (1, 3):
-        _assert_constrained_trees(model, codec, sources, beam)
-        free_decode = DecodeConfig(beam=beam, max_len_b=10, constrained=False)
-        free, _ = evaluation.decode_sources(model, codec, sources, free_decode, device=device)
+        _assert_constrained_trees(loaded, sources, beam)
+        free, _ = loaded.decode(sources, decode=DecodeConfig(beam=beam, max_len_b=10, constrained=False))
         assert sum(p.repairs for p in free) > 0
         assert [p.tree.leaves() for p in free] == [list(s.words) for s in sources]
 
 
 def test_required_phrases_keep_the_bracket_constraint(tmp_path: Path) -> None:
-    codec, model, sources = _seeded_parser(tmp_path)
-    phrase = [codec.vocabularies.target.index(t) for t in ("(NP", "(VP")]
+    loaded, sources = _seeded_parser(tmp_path)
+    phrase = [loaded.codec.vocabularies.target.index(t) for t in ("(NP", "(VP")]
     assert UNK not in phrase
     decode = DecodeConfig(beam=3, max_len_a=1.0, max_len_b=10)
-    device = torch.device("cpu")
-    free, free_hyps = evaluation.decode_sources(model, codec, sources, decode, device=device)
-    preds, hyps = evaluation.decode_sources(model, codec, sources, decode, device=device,
-                                            required=[[phrase[:1], phrase[1:]]] * len(sources))
+    free, free_hyps = loaded.decode(sources, decode=decode)
+    preds, hyps = loaded.decode(sources, decode=decode, required=[[phrase[:1], phrase[1:]]] * len(sources))
     assert all(set(phrase) <= set(h[0].tokens) for h in hyps)
     assert any(not set(phrase) <= set(h[0].tokens) for h in free_hyps)  # the phrases change the parses
     assert all(p.repairs == 0 for p in preds)  # still well-formed trees over exactly the words
@@ -123,8 +121,7 @@ def test_each_word_starts_exactly_one_source_unit_for_the_cursor(tmp_path: Path)
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
                                     dropout=0.0, share_embeddings=False), with_cursors(codec)).eval()
     some = sources[:3] + sources[-1:]
-    preds, _ = evaluation.decode_sources(model, codec, some, DecodeConfig(beam=3, max_len_b=10),
-                                       device=torch.device("cpu"))
+    preds, _ = _loaded(task, codec, model).decode(some, decode=DecodeConfig(beam=3, max_len_b=10))
     assert [p.tree.leaves() for p in preds] == [list(s.words) for s in some]
     assert all(p.repairs == 0 for p in preds)
 
@@ -151,8 +148,7 @@ def test_brackets_are_the_walks_spans_for_the_span_cursor(tmp_path: Path) -> Non
         assert [starts[i] for i, _ in opened] == [words for _, words in opened]
         assert starts[-1] == -1  # the whole tree closed
     sources = [e.source for e in train[:3]]
-    preds, _ = evaluation.decode_sources(model, codec, sources, DecodeConfig(beam=3, max_len_b=10),
-                                       device=torch.device("cpu"))
+    preds, _ = _loaded(task, codec, model).decode(sources, decode=DecodeConfig(beam=3, max_len_b=10))
     assert [p.tree.leaves() for p in preds] == [list(s.words) for s in sources]
     assert all(p.repairs == 0 for p in preds)
 
@@ -203,8 +199,7 @@ def test_a_tagging_target_writes_tags_walks_the_cursor_on_them_and_decodes_trees
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2,
                                     dropout=0.0, share_embeddings=False), with_cursors(codec)).eval()
     sentence = task.parse_source("The dog barked .")  # no gold tags: the tree has the decoded ones
-    preds, _ = evaluation.decode_sources(model, codec, [sentence], DecodeConfig(beam=3, max_len_b=10),
-                                       device=torch.device("cpu"))
+    preds, _ = _loaded(task, codec, model).decode([sentence], decode=DecodeConfig(beam=3, max_len_b=10))
     leaves = preds[0].tree.tagged()
     assert preds[0].repairs == 0 and [w for _, w in leaves] == list(sentence.words)
     assert all(t in tags for t, _ in leaves)
@@ -284,23 +279,23 @@ def test_an_in_order_target_round_trips_and_decodes_well_formed_trees(tmp_path: 
                                     dropout=0.0, share_embeddings=False), with_cursors(codec)).eval()
     sources = sorted((e.source for e in train), key=lambda s: len(s.words))[:8:2]
     for beam in (1, 3):
-        _assert_constrained_trees(model, codec, sources, beam)
+        _assert_constrained_trees(_loaded(task, codec, model), sources, beam)
     # a saved run loads the same order back
     assert ParsingTask(task.config).load_vocabulary(tmp_path).order == "in_order"
 
 
-def test_a_tiny_in_order_run_through_the_command_line(tmp_path: Path) -> None:
+def test_a_tiny_in_order_run(tmp_path: Path) -> None:
     train = _first_trees(SAMPLE / "dev.trees", 60, tmp_path / "train.trees")
     dev = _first_trees(SAMPLE / "dev.trees", 3, tmp_path / "dev.trees")
     test = _first_trees(SAMPLE / "test.trees", 5, tmp_path / "test.trees")
     run = tmp_path / "run"
-    assert main(["-q", "run", "parsing", "--out", str(run), "--device", "cpu", "--set",
-                 f"data.train={train}", f"data.dev={dev}", f"data.test={test}", "data.vocab_size=200",
-                 "data.linearization=in_order", "model.encoder_layers=1", "model.decoder_layers=1",
-                 "model.d_model=16", "model.d_ff=32", "model.heads=2", "train.max_steps=2",
-                 "train.eval_every=2", "train.checkpoint_every=2", "train.average_last=1",
-                 "train.keep_checkpoints=1", "train.valid_max_examples=3", "decode.beam=2",
-                 "decode.max_len_b=10"]) == 0
+    config = seqtrans.resolve_config("parsing", overrides=[
+        f"data.train={train}", f"data.dev={dev}", f"data.test={test}", "data.vocab_size=200",
+        "data.linearization=in_order", "model.encoder_layers=1", "model.decoder_layers=1",
+        "model.d_model=16", "model.d_ff=32", "model.heads=2", "train.max_steps=2",
+        "train.eval_every=2", "train.checkpoint_every=2", "train.average_last=1",
+        "train.keep_checkpoints=1", "train.valid_max_examples=3", "decode.beam=2", "decode.max_len_b=10"])
+    seqtrans.run(config, run, device="cpu")
     metrics = json.loads((run / "metrics.json").read_text())
     # constrained outputs are well-formed in-order sequences (read back in order, no repairs)
     assert metrics["malformed"] == 0.0 and metrics["evalb_errors"] == 0.0 and metrics["test_sentences"] == 5
@@ -308,11 +303,9 @@ def test_a_tiny_in_order_run_through_the_command_line(tmp_path: Path) -> None:
     assert loaded.config.data.linearization == "in_order" and loaded.codec.order == "in_order"
     lines = (run / "predictions" / "test.txt").read_text().splitlines()
     assert len(lines) == 5 and all(line.startswith("(TOP ") for line in lines)
-    # scoring reads the reference trees into in-order ids
-    (tmp_path / "src.txt").write_text("The dog barked .\n")
-    (tmp_path / "tgt.txt").write_text("(S (NP (DT The) (NN dog)) (VP (VBD barked)) (. .))\n")
-    _, targets = scoring.read_pairs(loaded, tmp_path / "src.txt", tmp_path / "tgt.txt")
-    assert loaded.codec.vocabularies.target.decode(targets[0]) == "DT (NP NN )NP (S VBD (VP )VP . )S".split()
+    # a reference tree reads into in-order ids
+    target = loaded.target_ids("(S (NP (DT The) (NN dog)) (VP (VBD barked)) (. .))")
+    assert loaded.codec.vocabularies.target.decode(target) == "DT (NP NN )NP (S VBD (VP )VP . )S".split()
 
 
 def test_a_target_line_is_read_as_one_preprocessed_tree() -> None:

@@ -12,8 +12,7 @@ import torch
 from hf_models import NLLB_LANGUAGES, imported_nllb, our_ids
 from marian_models import SOURCES, TARGETS, _pairs
 
-from seqtrans import Loaded, load, load_ensemble, score_files
-from seqtrans.cli import main  # internal: the command line in this process
+from seqtrans import Loaded, ShortlistSettings, build_shortlist, load, load_ensemble, score_files
 from seqtrans.plugin import EOS, DecodeConfig
 
 pytest.importorskip("transformers")
@@ -81,8 +80,8 @@ def test_a_shortlist_counted_from_given_pairs_keeps_the_outputs_it_covers(run: P
     sources, targets = _pairs(32, 3)  # what the model was trained on
     (tmp_path / "src").write_text("\n".join(sources) + "\n", encoding="utf-8")
     (tmp_path / "tgt").write_text("\n".join(targets) + "\n", encoding="utf-8")
-    assert main(["shortlist", str(run), "--source", str(tmp_path / "src"), "--target", str(tmp_path / "tgt"),
-                 "--set", *LANGUAGES, "--top", "4", "--frequent", "2"]) == 0
+    pairs = (tmp_path / "src", tmp_path / "tgt")
+    build_shortlist(run, settings=ShortlistSettings(top=4, frequent=2), pairs=pairs, overrides=LANGUAGES)
     settings = [*LANGUAGES, "decode.beam=1", f"decode.precision={precision}"]
     full = load(run, device="cpu", overrides=settings)
     listed = load(run, device="cpu", overrides=[*settings, "decode.shortlist=true"])

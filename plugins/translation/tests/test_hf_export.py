@@ -11,8 +11,7 @@ import torch
 from hf_models import LANGUAGES, hf_directory
 from marian_models import SOURCES, marian_directory
 
-from seqtrans import load
-from seqtrans.inference.export import export  # internal: seqtrans export, which has no Python API name
+from seqtrans import export, load
 from seqtrans.plugin import UsageError
 from seqtrans_translation.hf import FORMAT as HF_FORMAT
 from seqtrans_translation.hf_marian import FORMAT as MARIAN_FORMAT

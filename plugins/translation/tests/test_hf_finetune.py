@@ -13,10 +13,8 @@ from hf_models import hf_directory
 from marian_models import _pairs
 
 import seqtrans
-from seqtrans import load
+from seqtrans import export, initial, load, with_initial_model
 from seqtrans.data.batches import pad_batch  # internal: batches fed to both models, as the engine pads
-from seqtrans.inference.export import export  # internal: seqtrans export, which has no Python API name
-from seqtrans.pipeline import initial, with_initial_model  # internal: run --init has no Python API name
 from seqtrans.plugin import BOS, EOS
 from seqtrans.training.loss import label_smoothed_loss  # internal: the loss compared with transformers'
 from seqtrans_translation.hf import FORMAT as HF_FORMAT

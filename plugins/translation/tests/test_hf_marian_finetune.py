@@ -12,9 +12,8 @@ import torch
 from marian_models import _pairs, marian_directory
 
 import seqtrans
-from seqtrans import load
+from seqtrans import initial, load, with_initial_model
 from seqtrans.data.batches import pad_batch  # internal: batches fed to both models, as the engine pads
-from seqtrans.pipeline import initial, with_initial_model  # internal: run --init has no Python API name
 from seqtrans.plugin import BOS, EOS, UsageError
 from seqtrans.training.loss import label_smoothed_loss  # internal: the loss compared with transformers'
 from seqtrans_translation.hf_marian import FORMAT as MARIAN_FORMAT

@@ -20,10 +20,8 @@ from marian_models import SOURCES, TARGETS
 from t5_models import MAX_LENGTH, t5_directory, training_pairs
 
 import seqtrans
-from seqtrans import Loaded, load
+from seqtrans import Loaded, export, initial, load, with_initial_model
 from seqtrans.data.batches import pad_batch  # internal: batches fed to both models, as the engine pads
-from seqtrans.inference.export import export  # internal: seqtrans export, which has no Python API name
-from seqtrans.pipeline import initial, with_initial_model  # internal: run --init has no Python API name
 from seqtrans.plugin import BOS, EOS, PAD, DecodeConfig, UsageError
 from seqtrans_translation.hf import FORMAT as HF_FORMAT
 

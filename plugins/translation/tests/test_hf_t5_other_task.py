@@ -13,9 +13,7 @@ import pytest
 from t5_models import t5_directory
 
 import seqtrans
-from seqtrans import load
-from seqtrans.inference.export import export  # internal: seqtrans export, which has no Python API name
-from seqtrans.pipeline import initial, with_initial_model  # internal: run --init has no Python API name
+from seqtrans import export, initial, load, with_initial_model
 from seqtrans.plugin import DecodeConfig, TextCodec, UsageError
 from seqtrans.tasks.handover import FILE  # internal: the file that names the model's task
 from seqtrans_translation.hf import FORMAT as HF_FORMAT
