@@ -71,14 +71,19 @@ def sentences(loaded: Loaded, inputs: Path | None) -> list[str]:
 #: The server's metrics a load level reports the change of.
 COUNTED = ("seqtrans_expired_inputs_total", "seqtrans_batch_requests_count", "seqtrans_batch_requests_sum",
            "seqtrans_decode_seconds_total")
+#: The server's histograms a level reports by bucket: requests per batch, and the queue's
+#: depth as each request arrived.
+HISTOGRAMS = {"batch_requests": "seqtrans_batch_requests_bucket",
+              "queue_depth": "seqtrans_queue_depth_bucket"}
 
 
 def counters(url: str, pid: int) -> dict[str, float]:
-    """The server's :data:`COUNTED` metrics now, its CPU seconds, and this process's."""
+    """The server's :data:`COUNTED` metrics and the buckets of its :data:`HISTOGRAMS` now
+    (cumulative, keyed ``NAME_bucket{le="X"}``), its CPU seconds, and this process's."""
     found = dict.fromkeys(COUNTED, 0.0)
     for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
         name, _, value = line.partition(" ")
-        if name in found:
+        if name in found or name.startswith(tuple(f"{h}{{" for h in HISTOGRAMS.values())):
             found[name] = float(value)
     # after the name: state ..., utime and stime are fields 14 and 15, in clock ticks
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -89,16 +94,32 @@ def counters(url: str, pid: int) -> dict[str, float]:
 
 def changes(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, Any]:
     """What the server did during a level: inputs it stopped decoding at their deadline, its
-    batches and their mean size in requests, the share of the time it spent decoding, and
+    batches, their mean size in requests and how many of each size (:func:`buckets`), the
+    queue's depth at each arrival by bucket, the share of the time it spent decoding, and
     the CPU seconds of the server and of the clients (this process) per second."""
-    delta = {key: after[key] - before[key] for key in before}
+    delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
     batches = delta["seqtrans_batch_requests_count"]
     mean = round(delta["seqtrans_batch_requests_sum"] / batches, 2) if batches else None
     return {"decoding_stopped_inputs": int(delta["seqtrans_expired_inputs_total"]), "batches": int(batches),
             "mean_batch_requests": mean,
+            **{f"{name}_histogram": buckets(delta, metric) for name, metric in HISTOGRAMS.items()},
             "decoding_share": round(delta["seqtrans_decode_seconds_total"] / seconds, 3),
             "server_cores": round(delta["server_cpu_s"] / seconds, 3),
             "client_cores": round(delta["client_cpu_s"] / seconds, 3)}
+
+
+def buckets(delta: dict[str, float], metric: str) -> dict[str, int]:
+    """The observations of a histogram by bucket, each bucket named by its upper bound
+    (``"4"``: above the bound before and at most 4), from the change of its cumulative
+    ``metric{le="X"}`` counts; empty buckets left out."""
+    cumulative = sorted((float(key.split('le="')[1].split('"')[0]), value) for key, value in delta.items()
+                        if key.startswith(metric + "{"))
+    out, below = {}, 0.0
+    for bound, count in cumulative:
+        if count > below:
+            out["inf" if bound == float("inf") else f"{bound:g}"] = int(count - below)
+        below = count
+    return out
 
 
 def rss(pid: int) -> int:

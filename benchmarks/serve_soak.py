@@ -8,7 +8,9 @@ one or two sentences sent a few words at a time (when the model can stream); bad
 (not JSON, unknown fields, too long, a beam too large, an unknown model, a body not
 declared JSON, a bad WebSocket message); and probes (``/health``, ``/metrics``,
 ``/v1/models``). A WebSocket session counts as one request. The server's RSS (read from
-``/proc/PID/status``) is sampled every ``--sample-every`` answers; the result is its growth
+``/proc/PID/status``) is sampled every ``--sample-every`` answers, with where it lies
+(:func:`anatomy`: glibc's heaps, Python's and other anonymous mappings, files, and the
+threads, from ``/proc/PID/smaps``); the result is its growth
 from the ``--from``-th answer (default 1,000) to the last (``--requests``, default 5,000),
 which docs/reliability.md promises stays under 5 %. No answer may be a 5xx.
 
@@ -185,6 +187,7 @@ async def soak(url: str, pid: int, calls: Sequence[Call], *, users: int, every: 
     the outcomes by kind, and the server's RSS (MiB) after every ``every`` answers."""
     outcomes: dict[str, Counter[str]] = {}
     samples: dict[int, float] = {}
+    kinds: dict[int, dict[str, float]] = {}
     taken = answered = 0
 
     async def user(client: httpx.AsyncClient) -> None:
@@ -200,6 +203,7 @@ async def soak(url: str, pid: int, calls: Sequence[Call], *, users: int, every: 
             answered += 1
             if answered % every == 0:
                 samples[answered] = round(rss(pid) / 2**20, 1)
+                kinds[answered] = anatomy(pid)
 
     limits = httpx.Limits(max_connections=users, max_keepalive_connections=users)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
@@ -208,7 +212,42 @@ async def soak(url: str, pid: int, calls: Sequence[Call], *, users: int, every: 
         seconds = time.perf_counter() - started
     return {"seconds": round(seconds, 1), "requests_per_s": round(len(calls) / seconds, 1),
             "outcomes": {kind: dict(sorted(c.items())) for kind, c in sorted(outcomes.items())},
-            "rss_mib": {str(k): v for k, v in sorted(samples.items())}}
+            "rss_mib": {str(k): v for k, v in sorted(samples.items())},
+            "rss_by_kind_mib": {str(k): v for k, v in sorted(kinds.items())}}
+
+
+#: glibc gives each thread arena heaps of this size, aligned to it (HEAP_MAX_SIZE, 64-bit).
+ARENA_HEAP = 64 << 20
+
+
+def anatomy(pid: int) -> dict[str, float]:
+    """Where a process's resident memory lies (MiB, from ``/proc/PID/smaps``): ``heap``, the
+    main thread's glibc heap; ``arenas``, the heaps of glibc's other arenas (anonymous
+    read-write mappings that start at a multiple of :data:`ARENA_HEAP`; ``arena_heaps``
+    counts them); ``anonymous``, the other anonymous mappings (Python's object arenas,
+    thread stacks, blocks mapped on their own); ``files``, mapped files; and ``threads``."""
+    resident = dict.fromkeys(("heap", "arenas", "anonymous", "files"), 0)
+    heaps = 0
+    kind = "files"
+    with open(f"/proc/{pid}/smaps", encoding="utf-8") as f:
+        for line in f:
+            head = line.split(maxsplit=6)
+            if "-" in head[0] and not head[0].endswith(":"):  # a mapping's first line
+                name = head[5] if len(head) > 5 else ""
+                start = int(head[0].split("-")[0], 16)
+                if name == "[heap]":
+                    kind = "heap"
+                elif name and not name.startswith("[stack"):
+                    kind = "files"
+                elif not name and head[1].startswith("rw") and start % ARENA_HEAP == 0:
+                    kind, heaps = "arenas", heaps + 1
+                else:
+                    kind = "anonymous"
+            elif head[0] == "Rss:":
+                resident[kind] += int(head[1])  # kB
+    threads = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                   if line.startswith("Threads:"))
+    return {**{k: round(v / 1024, 1) for k, v in resident.items()}, "arena_heaps": heaps, "threads": threads}
 
 
 def failure(outcome: str) -> bool:

@@ -70,6 +70,27 @@ class OneDNNLinear(nn.Module):
         return y[:m].view(*x.shape[:-1], y.size(1))
 
 
+#: The built products of distinct shapes ``seqtrans serve`` keeps (:func:`bound_primitive_caches`).
+SERVER_PRIMITIVES = 128
+
+
+def bound_primitive_caches(entries: int) -> dict[str, str]:
+    """Have PyTorch's cache of built oneDNN products and oneDNN's own keep at most
+    ``entries`` each, where the environment does not set them
+    (:data:`~seqtrans.runtime.environment.PRIMITIVE_CACHES`); returns the capacities in force.
+
+    Each product of a new shape (a weight's shape and a padded row count) is built once,
+    its kernels compiled for it, and both caches keep it: about half a MiB, for up to 1,024
+    shapes each by default. A server meets new row counts for as long as it runs (batches,
+    beams, n-best lists and scores of every size), so its memory grew by that much again
+    with each until the caches filled (docs/serving-load.md, "Memory under a mixed load").
+    Both read their capacity once, when the first product is built: call this before."""
+    for name in environment.PRIMITIVE_CACHES:
+        if not environment.primitive_cache_capacity(name):
+            environment.export(name, str(entries))
+    return {name: environment.primitive_cache_capacity(name) for name in environment.PRIMITIVE_CACHES}
+
+
 def row_bucket(m: int) -> int:
     """The row count a product of ``m`` rows runs at: ``m`` itself from 2 to 16 (2 for
     1), then the next multiple of 1/8 of the power of two below it (eight sizes per

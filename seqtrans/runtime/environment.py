@@ -26,6 +26,10 @@ one page lists what the environment can change. Imports no torch.
 - ``SEQTRANS_MALLOC``: ``keep`` (the default) has the ``seqtrans`` command keep freed
   memory for reuse, ``system`` leaves the C library's own policy
   (:func:`seqtrans.runtime.system.keep_freed_memory`).
+- ``LRU_CACHE_CAPACITY``, ``ONEDNN_PRIMITIVE_CACHE_CAPACITY``: how many built oneDNN
+  products PyTorch's cache and oneDNN's own keep (1,024 each unless set), which
+  ``seqtrans serve`` bounds where they are unset
+  (:func:`seqtrans.linear.onednn.bound_primitive_caches`).
 
 :func:`setting` sets one for the processes seqtrans starts, inside a block; :func:`export`
 for the rest of this process and those it starts (the thread count, before PyTorch
@@ -52,6 +56,8 @@ OMP_WAIT_POLICY = "OMP_WAIT_POLICY"
 GOMP_SPINCOUNT = "GOMP_SPINCOUNT"
 MALLOC = "SEQTRANS_MALLOC"
 MALLOC_POLICIES = ("keep", "system")
+#: The capacities of PyTorch's (ideep's) cache of built oneDNN products and of oneDNN's own.
+PRIMITIVE_CACHES = ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")
 
 
 def threads() -> str:
@@ -76,6 +82,11 @@ def malloc() -> str:
     if value not in MALLOC_POLICIES:
         raise ValueError(f"{MALLOC} must be keep or system, got {os.environ[MALLOC]!r}")
     return value
+
+
+def primitive_cache_capacity(name: str) -> str:
+    """``$name``, one of :data:`PRIMITIVE_CACHES`, or an empty string."""
+    return os.environ.get(name, "").strip()
 
 
 def export(name: str, value: str) -> None:

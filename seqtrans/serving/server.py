@@ -48,10 +48,14 @@ def serve(paths: Sequence[str], settings: ServeSettings, *, device: str = "auto"
     check_installed()
     import uvicorn
 
+    from seqtrans.linear.onednn import SERVER_PRIMITIVES, bound_primitive_caches
     from seqtrans.serving.app import build_app
     from seqtrans.serving.models import load_served, model_names
     from seqtrans.serving.workers import decoding_workers
 
+    # before the first product: the caches of built products would otherwise grow the
+    # server's memory with every new batch shape it meets, for hours
+    log.info("caches of built oneDNN products: %s", bound_primitive_caches(SERVER_PRIMITIVES))
     models = {}
     workers = decoding_workers(settings.workers, threads=threads)
     for name, path in model_names(paths).items():

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -89,3 +91,27 @@ def test_a_short_soak_gets_every_kind_answered_and_samples_the_given_process(str
     assert len(set(outcomes["bad"]) - full) >= 4
     assert outcomes["stream"].get("ok", 0) > 0
     assert set(outcomes["stream"]) <= {"ok", *full}
+
+
+def test_memory_is_told_apart_by_where_it_lies() -> None:
+    before = soak.anatomy(os.getpid())
+    total = sum(v for k, v in before.items() if k not in ("arena_heaps", "threads"))
+    assert abs(total - rss(os.getpid()) / 2**20) < 0.02 * total + 2  # every resident page counted once
+    held: list[bytearray] = []
+    seen: dict[str, float] = {}
+    done = threading.Event()
+
+    def hold() -> None:  # blocks over Python's small-object limit come from this thread's glibc arena
+        held.extend(bytearray(1000) for _ in range(30_000))
+        seen.update(soak.anatomy(os.getpid()))
+        done.set()
+
+    worker = threading.Thread(target=hold)
+    worker.start()
+    worker.join()
+    assert done.is_set()
+    # 30 MB held in the thread's arena (it may reuse the freed pages of an earlier thread's, so
+    # the arenas' size is compared with what is held, not with before), none in the main heap
+    assert seen["arenas"] > 25 and seen["arena_heaps"] >= 1
+    assert seen["heap"] - before["heap"] < 10
+    assert seen["threads"] == before["threads"] + 1

@@ -4,6 +4,11 @@ search results, and the choice ``generate`` makes for each precision."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -18,9 +23,11 @@ from seqtrans.decoding.generate import decoding_model, generate
 from seqtrans.linear.int8 import Int8Linear
 from seqtrans.linear.onednn import OneDNNLinear, onednn_available, row_bucket
 from seqtrans.linear.quantize import onednn, onednn_cached
+from seqtrans.runtime import environment
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN linear operator")
 CPU = torch.device("cpu")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("shape", [(1, 64), (7, 64), (2, 5, 64), (3, 1, 64), (3, 13, 64), (0, 64)])
@@ -147,3 +154,50 @@ def test_without_packing_the_layer_keeps_no_copy(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("SEQTRANS_PACK_WEIGHTS")
     with torch.inference_mode():
         torch.testing.assert_close(plain(x), OneDNNLinear(w, b)(x), rtol=1e-5, atol=1e-5)
+
+
+#: In a fresh process: products of 48 row counts, then the memory they left in use (MiB).
+_SHAPES_KEPT = """
+import ctypes, sys
+import torch
+from seqtrans.linear.onednn import OneDNNLinear, bound_primitive_caches
+
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+        "keepcost")]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+
+def in_use():
+    info = libc.mallinfo2()
+    return info.uordblks + info.hblkhd
+
+if sys.argv[1] != "unbounded":
+    print(bound_primitive_caches(int(sys.argv[1])), file=sys.stderr)
+torch.set_num_threads(1)
+layer = OneDNNLinear(torch.randn(64, 32))
+layer(torch.randn(2, 32))
+start = in_use()
+for rows in range(3, 51):
+    layer(torch.randn(rows, 32))
+print((in_use() - start) / 2**20)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads glibc's mallinfo2")
+def test_bounded_caches_keep_the_memory_of_few_product_shapes() -> None:
+    # each product of a new row count is built and kept by PyTorch's cache and oneDNN's
+    # (a third of a MiB for this shape); bounded to 4 entries each, 48 row counts leave
+    # the memory of a few
+    env = {k: v for k, v in os.environ.items() if k not in environment.PRIMITIVE_CACHES}
+
+    def kept(entries: str) -> float:
+        done = subprocess.run([sys.executable, "-c", _SHAPES_KEPT, entries], env=env, cwd=ROOT,
+                              capture_output=True, text=True, check=True)
+        return float(done.stdout)
+
+    unbounded, bounded = kept("unbounded"), kept("4")
+    assert unbounded > 10  # the 48 shapes, all kept
+    assert bounded < 3
