@@ -19,14 +19,27 @@
    every thread (``SEQTRANS_STEP_TEAMS=0``), and with one thread, each variant in turn,
    ``--repeats`` rounds (medians), beside ``--background-load`` CPU-burning processes.
 
+4. **Shapes** (``--parts shapes``, not run by default). One product at a time, the same
+   operands again and again, for each of ``--shape-rows`` rows, each K x O of
+   ``--shapes`` and one thread and the process's threads: the native int8 product,
+   PyTorch's ``torch._int_mm`` and the float32 ``F.linear`` of the same shape, in giga
+   operations (a multiply and an add each) per second. Each is the best of repeated calls
+   (at least three, and for at least ``--shape-seconds``): with one thread in the process's
+   CPU time, which another process's work on the machine does not add to, with more in
+   wall time. The default shapes are NLLB's output layer (256 x 256,206) and its other
+   layers (256 x 1,024 and 1,024 x 256), T5-small's output layer (512 x 32,128) and a
+   base-size feed-forward layer (1,024 x 4,096).
+
 Writes benchmarks/results/small_steps-LABEL-cpu.json.
 
     OMP_WAIT_POLICY=PASSIVE python -m benchmarks small_steps --label amd
     OMP_WAIT_POLICY=PASSIVE python -m benchmarks small_steps --background-load 2 --label amd-load2
+    python -m benchmarks small_steps --parts shapes --label amd-shapes
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import time
@@ -34,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from benchmarks import common
 from benchmarks.common import arguments, background_load, timed_in_turn, write_json
@@ -44,6 +58,9 @@ from seqtrans.linear.int8 import Int8Linear, _torch_product
 from seqtrans.runtime import environment
 
 CPU = torch.device("cpu")
+PARTS = ("products", "share", "teams", "shapes")
+#: K x O of the shapes part's products (see the module's notes)
+SHAPES_K_O = ["256x256206", "256x1024", "1024x256", "512x32128", "1024x4096"]
 
 
 def step_weights(shape: dict[str, int]) -> list[torch.Tensor]:
@@ -90,6 +107,59 @@ def products(rows: list[int], repeats: int) -> list[dict[str, Any]]:
         print(f"{m:>3} rows: PyTorch {row['torch_us']:8.0f} us ({row['torch_gb_s']:.1f} GB/s), native "
               f"{row['native_us']:8.0f} us ({row['native_gb_s']:.1f} GB/s): {row['native_speedup']:.2f}x",
               flush=True)
+    return out
+
+
+def best_seconds(fn: Callable[[], Any], *, wall: bool, seconds: float, least: int = 3) -> float:
+    """The least time of a call of ``fn`` over at least ``least`` calls and ``seconds`` in all:
+    wall time where ``wall``, else the process's CPU time."""
+    clock = time.perf_counter if wall else time.process_time
+    best, spent, calls = float("inf"), 0.0, 0
+    while calls < least or spent < seconds:
+        start = clock()
+        fn()
+        took = clock() - start
+        best, spent, calls = min(best, took), spent + took, calls + 1
+    return best
+
+
+def shape_products(rows: list[int], shapes: list[tuple[int, int]], seconds: float) -> list[dict[str, Any]]:
+    """Each thread count, shape (K, O) and row count: the native int8 product, PyTorch's and
+    the float32 F.linear, in giga operations per second (the best call; see the module's notes)."""
+    threads = torch.get_num_threads()
+    out = []
+    for team in sorted({1, threads}):  # one thread first: a team's threads may still spin after it
+        torch.set_num_threads(team)
+        try:
+            for k, o in shapes:
+                out.extend(_shape_rows(rows, k, o, team, seconds))
+        finally:
+            torch.set_num_threads(threads)
+    return out
+
+
+def _shape_rows(rows: list[int], k: int, o: int, team: int, seconds: float) -> list[dict[str, Any]]:
+    g = torch.Generator().manual_seed(k + o)
+    w = torch.randint(-127, 128, (o, k), dtype=torch.int8, generator=g)
+    w_float = w.to(torch.float32)
+    out = []
+    for m in rows:
+        x = torch.randint(1, 256, (m, k), dtype=torch.uint8, generator=g)
+        x_float = x.to(torch.float32)
+        if not torch.equal(native.int8_product(x, w), _torch_product(x, w)):
+            raise AssertionError(f"the products differ at {m} rows, {k} x {o}, {team} thread(s)")
+        ways: dict[str, Callable[[], Any]] = {
+            "native": functools.partial(native.int8_product, x, w),
+            "torch": functools.partial(_torch_product, x, w),
+            "fp32": functools.partial(F.linear, x_float, w_float)}
+        row: dict[str, Any] = {"k": k, "o": o, "rows": m, "threads": team}
+        for key, fn in ways.items():
+            best = best_seconds(fn, wall=team > 1, seconds=seconds)
+            row[f"{key}_us"] = best * 1e6
+            row[f"{key}_gops"] = 2 * m * k * o / best / 1e9
+        out.append(row)
+        print(f"{k:>5} x {o:<6} {m:>3} rows, {team} thread(s): native {row['native_gops']:6.1f}, "
+              f"_int_mm {row['torch_gops']:6.1f}, fp32 {row['fp32_gops']:6.1f} GOPS", flush=True)
     return out
 
 
@@ -184,12 +254,25 @@ def team_variants(repeats: int, out_len: int) -> list[dict[str, Any]]:
     return out
 
 
+def _shape(text: str) -> tuple[int, int]:
+    k, _, o = text.partition("x")
+    return int(k), int(o)
+
+
 def main(argv: list[str]) -> None:
     parser = arguments(__doc__)
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS[:3]),
+                        help="What to measure (default: products share teams).")
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 16],
                         help="Activation rows of the products (a step's hypotheses).")
     parser.add_argument("--repeats", type=int, default=9, help="Timed steps or decodes of each (median).")
     parser.add_argument("--out-len", type=int, default=32, help="Target tokens per output (teams).")
+    parser.add_argument("--shapes", type=_shape, nargs="+", default=[_shape(s) for s in SHAPES_K_O],
+                        metavar="KxO", help="Inputs x outputs of the shapes part's products.")
+    parser.add_argument("--shape-rows", type=int, nargs="+", default=[4, 16, 64, 128],
+                        help="Activation rows of the shapes part's products.")
+    parser.add_argument("--shape-seconds", type=float, default=0.5,
+                        help="Least time spent on each of the shapes part's measurements.")
     parser.add_argument("--background-load", type=int, default=0, metavar="N",
                         help="CPU-burning processes beside everything (default 0).")
     parser.add_argument("--label", default="", help="Write small_steps-LABEL-cpu.json.")
@@ -197,20 +280,24 @@ def main(argv: list[str]) -> None:
     if args.background_load < 0:
         parser.error(f"--background-load: 0 or more processes, got {args.background_load}")
     if not native.int8_product_available():
-        reason = native.unavailable_reason() or "no AVX-512 VNNI"
+        reason = native.unavailable_reason() or "no AVX-512 VNNI or AVX2"
         parser.error(f"the native int8 product is not built here ({reason})")
     torch.set_grad_enabled(False)
     print(f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '')}")
+    results: dict[str, Any] = {"background_load": args.background_load,
+                               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
     # the fastest read of memory, measured before any burner starts, as decode_speed.py does
-    bound = max(common.memory_bandwidth(CPU), common.read_bandwidth(CPU))
+    bound = max(common.memory_bandwidth(CPU), common.read_bandwidth(CPU)) if "share" in args.parts else 0.0
     with background_load(args.background_load):
-        rows = products(args.rows, args.repeats)
-        share = step_share(args.repeats, args.out_len, bound)
-        variants = team_variants(args.repeats, args.out_len)
+        if "products" in args.parts:
+            results["products"] = products(args.rows, args.repeats)
+        if "share" in args.parts:
+            results["step_share"] = step_share(args.repeats, args.out_len, bound)
+        if "teams" in args.parts:
+            results["teams"] = team_variants(args.repeats, args.out_len)
+            results["team_settings"] = {"small_step_rows": teams.SMALL_STEP_ROWS, "trials": teams.TRIALS}
+        if "shapes" in args.parts:
+            results["shapes"] = shape_products(args.shape_rows, args.shapes, args.shape_seconds)
     name = "small_steps" + (f"-{args.label}" if args.label else "")
-    settings = {"small_step_rows": teams.SMALL_STEP_ROWS, "trials": teams.TRIALS}
-    path = write_json(name, {"background_load": args.background_load,
-                             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-                             "products": rows, "step_share": share, "teams": variants,
-                             "team_settings": settings}, CPU)
+    path = write_json(name, results, CPU)
     print(f"wrote {path}")

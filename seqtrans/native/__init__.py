@@ -7,10 +7,11 @@
 - :func:`quantize_rows` and :func:`dequantize`: the float passes around an int8 product
   (:class:`seqtrans.linear.int8.Int8Linear`), one pass each instead of PyTorch's five or
   six operators, giving the same bits as those.
-- :func:`int8_product`: the exact int32 product of a few rows of unsigned bytes with an
-  int8 weight in its own layout, each block of weight rows read once for all the rows
-  (AVX-512 VNNI or AVX2: :func:`int8_product_available`); :func:`int8_linear`: a whole int8
-  layer for a few float rows in one call, those three passes.
+- :func:`int8_product`: the exact int32 product of rows of unsigned bytes with an int8
+  weight in its own layout, each block of weight rows read once for all the rows
+  (AVX-512 VNNI or AVX2: :func:`int8_product_available`; with AVX2, a batch's many rows
+  in tiles of rows by weight rows whose sums stay in registers); :func:`int8_linear`: a
+  whole int8 layer for float rows in one call, those three passes.
 - :func:`topk_rows`: the few largest of each long row (beam search's candidates), in one
   pass that compares a block of elements with the k-th best so far at once, where
   ``torch.topk`` took a fifth of a small model's beam search.

@@ -28,8 +28,8 @@
  * seqtrans_topk_rows: the k largest of each row, for beam search's candidates (twice the
  * beam among the beam's hypotheses times the vocabulary), in one pass over each row.
  *
- * seqtrans_int8_product and seqtrans_int8_linear: the int8 product of a step's few rows
- * with a weight, and a whole int8 layer (quantize, product, dequantize) in one call;
+ * seqtrans_int8_product and seqtrans_int8_linear: the int8 product of a step's rows with
+ * a weight, and a whole int8 layer (quantize, product, dequantize) in one call;
  * built only where the processor has AVX-512 VNNI or AVX2 (seqtrans_int8_product_available).
  *
  * The library is built without reassociating float arithmetic or contracting a * b + c
@@ -558,7 +558,9 @@ int seqtrans_beam_candidates(const float *x, int64_t m, int64_t n, int64_t strid
  * the prefetches the loads waited (docs/speed.md, benchmarks/small_steps.py).
  * With AVX2 but no VNNI, 16 bytes at a time widened to 16 bits: there PyTorch's int8
  * product is a plain loop (over ten times slower than float32 at a step's rows), so this
- * one serves every row count. Integer sums, so any order gives the same result. Built
+ * one serves every row count, and from MANY_ROWS rows on (a batch's beams) in tiles that
+ * are bound by arithmetic rather than memory (wide_product). Integer sums, so any order,
+ * and either way, gives the same result. Built
  * only with AVX-512 VNNI or AVX2: without either seqtrans_int8_product_available() is 0
  * and the caller uses PyTorch's product. */
 #if (defined(__AVX512VNNI__) && defined(__AVX512BW__)) || defined(__AVX2__)
@@ -567,6 +569,8 @@ typedef struct {
     const int8_t *w;
     int32_t *out;
     int64_t rows, cols, outputs;
+    const int16_t *wide; /* AVX2, many rows: x widened to 16 bits, rows `padded` apart */
+    int64_t padded;
 } Int8Product;
 
 #define PRODUCT_OUTPUTS 4 /* weight rows a tile reads together */
@@ -621,9 +625,12 @@ static inline __attribute__((always_inline)) void product_tile(const Int8Product
  * at 255 * 127 * 2: widening is exact for every byte, in as many instructions per
  * product. */
 
-/* [sum(a), sum(b), sum(c), sum(d)] of four vectors of 8 int32 */
+/* [sum(a), sum(b), sum(c), sum(d)] of four vectors of 8 int32, by unpacks (a horizontal add
+ * is several micro-operations on some processors, and a tile's sums are many at short K) */
 static inline __m128i sum4(__m256i a, __m256i b, __m256i c, __m256i d) {
-    const __m256i abcd = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    const __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    const __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
+    const __m256i abcd = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
     return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
 }
 
@@ -656,6 +663,104 @@ static inline __attribute__((always_inline)) void product_tile(const Int8Product
         }
     }
 }
+
+/* From MANY_ROWS rows on, the rows are widened to 16 bits once for the whole product, and a
+ * tile of TILE_ROWS rows by TILE_OUTPUTS weight rows keeps its twelve sums in registers:
+ * each widened weight vector serves four rows and each row's vector three weight rows, so
+ * that the sixteen registers of AVX2 hold the tile (the 4 x 4 tile above spills; the few
+ * rows of a step are bound by memory, not by it). */
+#ifndef MANY_ROWS
+#define MANY_ROWS 8
+#endif
+#define TILE_ROWS 4
+#define TILE_OUTPUTS 3
+/* a thread's weight rows go TILE_OUTPUTS at a time through all the rows in panels of
+ * about this many bytes, so that a panel read from memory stays in the first-level cache
+ * for every block of rows */
+#define PANEL_BYTES 16384
+
+/* sum += the products of xv and w, 16 pairs of 16-bit values summed into 8 int32 lanes. The
+ * empty asm keeps each sum in a register of its own: without it GCC computes a tile's
+ * products first and spills the sums to memory, at two thirds of the speed. */
+#define ACCUMULATE(sum, xv, w)                                        \
+    do {                                                              \
+        (sum) = _mm256_add_epi32((sum), _mm256_madd_epi16((xv), (w))); \
+        __asm__("" : "+x"(sum));                                      \
+    } while (0)
+
+/* the sums of tile row i, 16 columns from k */
+#define TILE_ROW(i, s0, s1, s2, k)                                                         \
+    do {                                                                                   \
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)(x + (i) * padded + (k))); \
+        ACCUMULATE(s0, xv, w0);                                                            \
+        ACCUMULATE(s1, xv, w1);                                                            \
+        ACCUMULATE(s2, xv, w2);                                                            \
+    } while (0)
+
+/* out[r .. r+3, o .. o+2] (rows and weight rows past the end computed but not stored: the
+ * widened rows are zeros there, a weight row past the end repeats row o); the columns past
+ * the last whole 16 are summed one by one */
+static void wide_tile(const Int8Product *c, int64_t r, int64_t o) {
+    const int64_t cols = c->cols, full = cols & ~(int64_t)15, padded = c->padded;
+    const int16_t *x = c->wide + r * padded;
+    const int8_t *w[TILE_OUTPUTS] = {c->w + o * cols, c->w + (o + 1 < c->outputs ? o + 1 : o) * cols,
+                                     c->w + (o + 2 < c->outputs ? o + 2 : o) * cols};
+    __m256i s00 = _mm256_setzero_si256(), s01 = s00, s02 = s00, s10 = s00, s11 = s00, s12 = s00;
+    __m256i s20 = s00, s21 = s00, s22 = s00, s30 = s00, s31 = s00, s32 = s00;
+    for (int64_t k = 0; k < full; k += 16) {
+        const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[0] + k)));
+        const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[1] + k)));
+        const __m256i w2 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[2] + k)));
+        TILE_ROW(0, s00, s01, s02, k);
+        TILE_ROW(1, s10, s11, s12, k);
+        TILE_ROW(2, s20, s21, s22, k);
+        TILE_ROW(3, s30, s31, s32, k);
+    }
+    const __m256i zero = _mm256_setzero_si256();
+    const __m128i sums[TILE_ROWS] = {sum4(s00, s01, s02, zero), sum4(s10, s11, s12, zero),
+                                     sum4(s20, s21, s22, zero), sum4(s30, s31, s32, zero)};
+    const int64_t stored = c->outputs - o < TILE_OUTPUTS ? c->outputs - o : TILE_OUTPUTS;
+    for (int64_t i = 0; i < TILE_ROWS && r + i < c->rows; i++) {
+        int32_t *y = c->out + (r + i) * c->outputs + o;
+        if (stored == TILE_OUTPUTS && full == cols) {
+            _mm_storel_epi64((__m128i *)y, sums[i]);
+            y[2] = _mm_extract_epi32(sums[i], 2);
+            continue;
+        }
+        int32_t part[4];
+        _mm_storeu_si128((__m128i *)part, sums[i]);
+        for (int64_t j = 0; j < stored; j++) {
+            for (int64_t k = full; k < cols; k++) part[j] += (int32_t)x[i * padded + k] * (int32_t)w[j][k];
+            y[j] = part[j];
+        }
+    }
+}
+#undef TILE_ROW
+#undef ACCUMULATE
+
+/* tiles begin .. end-1 of TILE_OUTPUTS weight rows, a panel of them at a time for all the rows */
+static void wide_product(void *context, int64_t begin, int64_t end) {
+    const Int8Product *c = (const Int8Product *)context;
+    int64_t panel = PANEL_BYTES / (TILE_OUTPUTS * c->cols);
+    if (panel < 1) panel = 1;
+    for (int64_t p = begin; p < end; p += panel) {
+        const int64_t stop = p + panel < end ? p + panel : end;
+        for (int64_t r = 0; r < c->rows; r += TILE_ROWS) {
+            for (int64_t t = p; t < stop; t++) wide_tile(c, r, t * TILE_OUTPUTS);
+        }
+    }
+}
+
+/* The rows widened to 16 bits, `padded` apart, and zero rows up to a whole tile's, or NULL
+ * where there is no memory for them */
+static int16_t *widened(const uint8_t *x, int64_t rows, int64_t cols, int64_t padded) {
+    const int64_t tiled = (rows + TILE_ROWS - 1) / TILE_ROWS * TILE_ROWS;
+    int16_t *wide = (int16_t *)calloc((size_t)(tiled * padded), sizeof(int16_t));
+    if (wide == NULL) return NULL;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t k = 0; k < cols; k++) wide[r * padded + k] = (int16_t)x[r * cols + k];
+    return wide;
+}
 #endif
 
 /* weight-row blocks begin .. end-1, each for all the activation rows while it is cached */
@@ -673,9 +778,17 @@ int seqtrans_int8_product_available(void) { return 1; }
 
 void seqtrans_int8_product(const uint8_t *x, const int8_t *w, int32_t *out, int64_t rows, int64_t cols,
                            int64_t outputs, int64_t threads) {
-    Int8Product c = {x, w, out, rows, cols, outputs};
-    const int64_t blocks = (outputs + PRODUCT_OUTPUTS - 1) / PRODUCT_OUTPUTS;
-    parallel(int8_product, &c, blocks, rows * cols * outputs < 16 * SMALL_WORK ? 1 : threads);
+    Int8Product c = {x, w, out, rows, cols, outputs, NULL, 0};
+    if (rows * cols * outputs < 16 * SMALL_WORK) threads = 1;
+#if !(defined(__AVX512VNNI__) && defined(__AVX512BW__))
+    c.padded = (cols + 15) & ~(int64_t)15;
+    if (rows >= MANY_ROWS && cols > 0 && (c.wide = widened(x, rows, cols, c.padded)) != NULL) {
+        parallel(wide_product, &c, (outputs + TILE_OUTPUTS - 1) / TILE_OUTPUTS, threads);
+        free((void *)c.wide);
+        return;
+    } /* without the memory for the widened rows, the few rows' product: the same integers */
+#endif
+    parallel(int8_product, &c, (outputs + PRODUCT_OUTPUTS - 1) / PRODUCT_OUTPUTS, threads);
 }
 
 /* A whole int8 linear layer for a step's few rows, in one call (one call's Python glue

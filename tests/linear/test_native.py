@@ -202,6 +202,24 @@ def test_the_native_int8_product_gives_pytorchs_integers(m: int, k: int, o: int)
 
 
 @needs_int8_product
+@pytest.mark.parametrize(("m", "k", "o"),
+                         [(8, 512, 300), (9, 33, 7), (10, 15, 1), (13, 1, 5), (67, 17, 2), (64, 256, 100),
+                          (11, 2048, 13), (130, 70, 37), (128, 1024, 97), (33, 1024, 100)])
+def test_the_native_int8_product_over_many_rows_gives_pytorchs_integers_in_every_build(
+        m: int, k: int, o: int, build: str) -> None:
+    # rows and weight rows that are not whole tiles (4 x 3 with AVX2), inputs not whole vectors,
+    # and products large enough for every thread
+    if not native.int8_product_available():
+        pytest.skip(f"the {build} build has no int8 product")
+    gen = torch.Generator().manual_seed(m * k + o)
+    x = torch.randint(0, 256, (m, k), dtype=torch.uint8, generator=gen)
+    w = torch.randint(-128, 128, (o, k), dtype=torch.int8, generator=gen)
+    x[0], w[0], x[-1], w[-1] = 255, -128, 255, 127  # the extremes, in the first and the last tiles
+    x[1] = 0
+    assert torch.equal(native.int8_product(x, w), torch._int_mm(x, w.t()))
+
+
+@needs_int8_product
 def test_the_native_int8_product_refuses_what_it_cannot_read() -> None:
     x, w = torch.zeros(2, 8, dtype=torch.uint8), torch.zeros(3, 8, dtype=torch.int8)
     with pytest.raises(ValueError, match="rows of 8 against a weight of"):
