@@ -147,3 +147,11 @@ def test_without_packing_the_layer_keeps_no_copy(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("SEQTRANS_PACK_WEIGHTS")
     with torch.inference_mode():
         torch.testing.assert_close(plain(x), OneDNNLinear(w, b)(x), rtol=1e-5, atol=1e-5)
+
+
+def test_relu_in_the_product_is_relu_of_the_product_bit_for_bit() -> None:
+    torch.manual_seed(0)
+    layer = OneDNNLinear(torch.randn(96, 48) / 7, torch.randn(96))
+    for rows in (1, 2, 4, 17):
+        x = torch.randn(rows, 48)
+        assert torch.equal(layer(x, relu=True), layer(x).relu())

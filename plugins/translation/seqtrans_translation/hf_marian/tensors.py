@@ -15,8 +15,9 @@ import mmap
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
+from io import BufferedReader
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -131,13 +132,13 @@ def _stored(path: Path, name: str, entry: Any, start: int, length: int) -> Store
     return Stored(dtype, shape, start + begin, count)
 
 
-def read_stored(f: BinaryIO, stored: Stored) -> Tensor:
+def read_stored(f: BufferedReader, stored: Stored) -> Tensor:
     """The tensor ``stored`` says where to find in the open file ``f``, read into memory of
     its own (not a map of the file, whose pages would stay resident after the tensor is
     copied elsewhere)."""
     out = torch.empty(stored.shape, dtype=stored.dtype)
     if stored.nbytes:
-        view = memoryview(out.view(-1).view(torch.uint8).numpy())  # the tensor's own bytes
+        view = out.view(-1).view(torch.uint8).numpy().data  # the tensor's own bytes
         f.seek(stored.offset)
         done = 0
         while done < stored.nbytes:
