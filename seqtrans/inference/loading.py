@@ -90,7 +90,9 @@ def _load_payload(path: str | Path) -> tuple[Path, dict[str, Any]]:
     ckpt_path = Path(path)
     try:
         ckpt_path = find_checkpoint(path)
-        return ckpt_path, checkpoint.load(ckpt_path)
+        # a map of the file: the model's tensors are its views, no copy is read (what packing or
+        # quantizing for decoding has read, it gives back)
+        return ckpt_path, checkpoint.load(ckpt_path, mapped=True)
     except CheckpointError as exc:
         others = other_checkpoints(ckpt_path)
         if not others:

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from seqtrans import native
+from seqtrans.runtime.system import release_mapped
 from seqtrans.runtime.timing import TimedChoice
 
 #: Largest magnitude of a quantized value; symmetric, so -128 is never used.
@@ -98,14 +99,19 @@ def quantize_rows(x: Tensor, *, unsigned: bool = False) -> tuple[Tensor, Tensor]
     return (q.add_(128).to(torch.uint8) if unsigned else q.to(torch.int8)), scale
 
 
-def quantize_weight(w: Tensor, *, block: int = 4096) -> tuple[Tensor, Tensor]:
+def quantize_weight(w: Tensor, *, block: int = 4096, release: bool = False) -> tuple[Tensor, Tensor]:
     """:func:`quantize_rows` of a weight matrix, ``block`` rows at a time, so that its
-    float temporaries stay small beside a large matrix (an embedding table).
-    w [O, K] -> (W_q [O, K] int8, s_w [O, 1] float32)"""
+    float temporaries stay small beside a large matrix (an embedding table). ``release``:
+    the float weight is let go after, so each block's pages are given back once read
+    where they are a map of the checkpoint's file (:func:`~seqtrans.runtime.system.release_mapped`):
+    the float matrix is never resident whole.  w [O, K] -> (W_q [O, K] int8, s_w [O, 1] float32)"""
     q = torch.empty(w.shape, dtype=torch.int8, device=w.device)
     s = torch.empty(w.size(0), 1, dtype=torch.float32, device=w.device)
     for start in range(0, w.size(0), block):
-        q[start:start + block], s[start:start + block] = quantize_rows(w[start:start + block])
+        rows = w[start:start + block]  # [block, K]
+        q[start:start + block], s[start:start + block] = quantize_rows(rows)
+        if release:
+            release_mapped(rows)
     return q, s
 
 
@@ -155,7 +161,7 @@ class Int8Linear(nn.Module):
         if rows is None:
             if weight is None:
                 raise ValueError("Int8Linear needs a float weight or its quantized rows")
-            rows = quantize_weight(weight.detach())
+            rows = quantize_weight(weight.detach(), release=not keep_float)
         q, s = rows
         self.register_buffer("qweight", q)  # [O, K]
         self.register_buffer("scale", s.view(-1))  # [O]
@@ -228,7 +234,8 @@ class Int8Linear(nn.Module):
 class Int8Embedding(nn.Module):
     """An embedding table in int8, quantized as :class:`Int8Linear` quantizes a weight
     (symmetrically per row, ``E ~ E_q * s``), looked up and dequantized row by row.
-    Made from a float table, which it keeps no reference to; a tied output projection
+    Made from a float table, which it keeps no reference to (``release``: its pages are
+    given back as :func:`quantize_weight` reads them); a tied output projection
     shares its rows (``Int8Linear(None, rows=(table.qweight, table.scale[:, None]))``).
 
     ``forward(ids [...]) -> [..., D]`` in float32.
@@ -237,9 +244,9 @@ class Int8Embedding(nn.Module):
     qweight: Tensor
     scale: Tensor
 
-    def __init__(self, weight: Tensor) -> None:
+    def __init__(self, weight: Tensor, *, release: bool = False) -> None:
         super().__init__()
-        q, s = quantize_weight(weight.detach())
+        q, s = quantize_weight(weight.detach(), release=release)
         self.register_buffer("qweight", q)  # [V, D]
         self.register_buffer("scale", s.view(-1))  # [V]
 

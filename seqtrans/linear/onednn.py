@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from seqtrans.runtime import environment
+from seqtrans.runtime.system import release_mapped
 
 
 def onednn_available() -> bool:
@@ -60,13 +61,18 @@ class OneDNNLinear(nn.Module):
         product restricted to them (a vocabulary shortlist)."""
         return OneDNNLinear(self.weight[ids].contiguous(), None if self.bias is None else self.bias[ids])
 
-    def forward(self, x: Tensor) -> Tensor:
+    #: ``forward(x, relu=True)`` applies max(0, .) as the product's own last step
+    #: (seqtrans.model.layers.FeedForward): the same values, one pass over them fewer
+    fuses_relu = True
+
+    def forward(self, x: Tensor, *, relu: bool = False) -> Tensor:
         rows = x.reshape(-1, x.size(-1))  # [M, K]
         m = rows.size(0)
         padded = row_bucket(m)
         if padded != m:
             rows = torch.cat([rows, rows.new_zeros(padded - m, rows.size(1))])
-        y = torch.ops.mkldnn._linear_pointwise(rows, self._packed, self.bias, "none", [], "")  # [M', O]
+        y = torch.ops.mkldnn._linear_pointwise(rows, self._packed, self.bias, "relu" if relu else "none",
+                                               [], "")  # [M', O]
         return y[:m].view(*x.shape[:-1], y.size(1))
 
 
@@ -105,13 +111,19 @@ def packed(weight: Tensor) -> Tensor:
     """A copy of ``weight`` [O, K] float32 in the blocked layout oneDNN's product reads
     fastest on this processor (an opaque ``torch._mkldnn`` tensor that only
     ``_linear_pointwise`` reads), or ``weight`` itself where this PyTorch cannot make one
-    or ``SEQTRANS_PACK_WEIGHTS=0`` says not to."""
+    or ``SEQTRANS_PACK_WEIGHTS=0`` says not to. A weight read from a map of its file
+    (a run loaded for decoding) gives its pages back once copied
+    (:func:`seqtrans.runtime.system.release_mapped`): the weights are then in memory once,
+    in the packed layout."""
     reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
     if (reorder is None or weight.dtype != torch.float32 or weight.device.type != "cpu"
             or not environment.pack_weights()):
         return weight
     try:
         with torch.no_grad():
-            return reorder(weight.detach())
+            copy = reorder(weight.detach())
     except RuntimeError:  # a layout oneDNN does not take: the plain product, still the same for every batch
         return weight
+    # the product reads the copy alone: a weight loaded as a map of its file need not stay resident
+    release_mapped(weight)
+    return copy

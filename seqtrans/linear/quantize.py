@@ -30,23 +30,24 @@ def _with_linears(model: Transformer, make: Callable[[Tensor, Tensor | None], nn
     projection) is ``make(weight, bias)``; it shares the model's other tensors and never
     writes them. ``in_place``: change ``model`` itself, each float layer let go as soon as
     it is replaced (so that its weight can be freed then)."""
-    output = model.output_weight if projection else None
     if in_place:
         twin = model
     else:
         # deepcopy with every parameter and buffer in the memo copies the modules, not the tensors
         memo: dict[int, object] = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
         twin = copy.deepcopy(model, memo)
-    made: dict[int, nn.Module] = {}  # a layer shared by several modules is made once
+    # a layer of the same tensors, shared by several modules or the untied output layer, is made once
+    made: dict[tuple[int, int], nn.Module] = {}
+    if projection:  # first: the largest layer, made while nothing else is
+        twin.projection = made[id(model.output_weight), id(None)] = make(model.output_weight, None)
     # the parents only: a list of every module would keep each float layer alive to the end
     for parent in [m for m in twin.modules() if not isinstance(m, nn.Linear)]:
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):
-                if id(child) not in made:
-                    made[id(child)] = make(child.weight, child.bias)
-                setattr(parent, name, made[id(child)])
-    if output is not None:
-        twin.projection = make(output, None)
+                key = id(child.weight), id(child.bias)
+                if key not in made:
+                    made[key] = make(child.weight, child.bias)
+                setattr(parent, name, made[key])
     return twin.eval()
 
 
@@ -73,8 +74,8 @@ def int8_only(model: Transformer, *, in_place: bool = False) -> Transformer:
     check_int8(model)
     tied, shared = model.output is None, model.source_embed is model.target_embed
     twin = _with_linears(model, partial(Int8Linear, keep_float=False), projection=False, in_place=in_place)
-    table = Int8Embedding(twin.target_embed.weight)
-    source = table if shared else Int8Embedding(twin.source_embed.weight)
+    table = Int8Embedding(twin.target_embed.weight, release=in_place)
+    source = table if shared else Int8Embedding(twin.source_embed.weight, release=in_place)
     twin.target_embed, twin.source_embed = table, source  # type: ignore[assignment]
     if tied:  # the projection is the target table, rows shared
         twin.projection = Int8Linear(None, rows=(table.qweight, table.scale.unsqueeze(1)))

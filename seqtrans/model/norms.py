@@ -8,6 +8,7 @@ Shapes: D model width; any leading dimensions.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 
@@ -23,6 +24,10 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.dtype == self.weight.dtype == torch.float32:
+            # PyTorch's operator computes the same arithmetic, bit for bit, as one call instead of
+            # seven (a decoding step of T5 normalises three times a layer)
+            return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
         variance = x.float().pow(2).mean(-1, keepdim=True)  # [..., 1]
         return self.weight * (x * torch.rsqrt(variance + self.eps)).to(self.weight.dtype)
 

@@ -9,6 +9,9 @@ to work through these fallbacks, untested):
   else only a garbage collection;
 - :func:`keep_freed_memory`: glibc's ``mallopt``, so that freed blocks are reused rather
   than handed back and faulted in again (elsewhere it does nothing);
+- :func:`release_mapped`: ``madvise(MADV_DONTNEED)`` over a tensor's pages where each is a
+  page of the file it was mapped from, never written, so that they stop counting in the
+  resident set (elsewhere it does nothing);
 - :func:`cpu_features`: the processor's feature flags from ``/proc/cpuinfo``, else its
   name from :mod:`platform`.
 """
@@ -20,12 +23,18 @@ import ctypes
 import ctypes.util
 import gc
 import importlib
+import mmap
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is not imported here: commands that need no model load none
+    from torch import Tensor
 
 #: Where Linux describes the processor (a constant, so that tests can point it elsewhere).
 CPUINFO = Path("/proc/cpuinfo")
@@ -159,6 +168,45 @@ def release_freed_memory() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+MADV_DONTNEED = 4  # Linux's sys/mman.h
+PAGEMAP = Path("/proc/self/pagemap")
+# /proc/self/pagemap's flags of a page (Documentation/admin-guide/mm/pagemap.rst)
+_PRESENT, _SWAPPED, _FILE = 1 << 63, 1 << 62, 1 << 61
+
+
+def release_mapped(tensor: Tensor) -> bool:
+    """Give back this process's pages of ``tensor`` where each is a page of a file it was
+    mapped from (``torch.load(..., mmap=True)``) and never written: a later read faults it
+    in again from the file (the page cache, as a rule), so the values are unchanged while
+    they stop counting in the resident set. Where any of its pages holds data of the
+    process's own (memory not mapped from a file, or a page written since), it is left
+    alone: giving that back would lose it. Returns whether pages were given back (Linux
+    only: ``/proc/self/pagemap`` and ``madvise``)."""
+    if tensor.device.type != "cpu" or not tensor.is_contiguous() or not sys.platform.startswith("linux"):
+        return False
+    page = mmap.PAGESIZE
+    address = tensor.data_ptr()
+    start = -(-address // page) * page  # the whole pages inside the tensor's bytes only
+    end = (address + tensor.numel() * tensor.element_size()) // page * page
+    madvise = _libc_function("madvise")
+    if end <= start or madvise is None:
+        return False
+    try:
+        with PAGEMAP.open("rb") as f:
+            f.seek(start // page * 8)
+            raw = f.read((end - start) // page * 8)
+    except OSError:
+        return False
+    import numpy as np
+
+    flags = np.frombuffer(raw, dtype=np.uint64)  # [pages]
+    present, swapped, file = ((flags & np.uint64(bit)) != 0 for bit in (_PRESENT, _SWAPPED, _FILE))
+    own = swapped | (present & ~file)  # written (a private copy now) or never a file's
+    if len(flags) != (end - start) // page or own.any() or not present.any():
+        return False
+    return madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED) == 0
 
 
 def cpu_features() -> str:

@@ -16,7 +16,7 @@ import hashlib
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,13 @@ import torch
 
 from seqtrans.errors import CheckpointError
 from seqtrans.runtime import atomic
+from seqtrans.runtime.system import release_mapped
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
+#: How many bytes of a tensor the digest reads at a time (the same hash as all at once).
+HASHED_BLOCK = 16 << 20
 _NAME = re.compile(r"^checkpoint_(\d+)\.pt$")
 #: The model of the best validation so far (by the task's metric and its direction), in
 #: a run's ``checkpoints/``: a model-only checkpoint, never pruned nor averaged.
@@ -36,28 +39,33 @@ BEST = "best.pt"
 DAMAGED = ".damaged"
 
 
-def digest(payload: Mapping[str, Any]) -> str:
-    """sha256 of a checkpoint's content, ``digest`` itself excluded."""
+def digest(payload: Mapping[str, Any], *, read: Callable[[torch.Tensor], object] | None = None) -> str:
+    """sha256 of a checkpoint's content, ``digest`` itself excluded; ``read`` is called
+    with each block of a tensor's bytes (:data:`HASHED_BLOCK`) once they are hashed."""
     h = hashlib.sha256()
-    _feed(h, {k: v for k, v in payload.items() if k != "digest"})
+    _feed(h, {k: v for k, v in payload.items() if k != "digest"}, read)
     return h.hexdigest()
 
 
-def _feed(h: Any, value: Any) -> None:
+def _feed(h: Any, value: Any, read: Callable[[torch.Tensor], object] | None) -> None:
     if isinstance(value, torch.Tensor):
         t = value.detach().cpu().contiguous()
         h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
-        if t.numel():
-            h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+        flat = t.reshape(-1).view(torch.uint8)
+        for start in range(0, flat.numel(), HASHED_BLOCK):
+            block = flat[start:start + HASHED_BLOCK]
+            h.update(block.numpy().data)
+            if read is not None:
+                read(block)
     elif isinstance(value, Mapping):
         h.update(f"D{len(value)}".encode())
         for key in sorted(value, key=repr):
             h.update(repr(key).encode())
-            _feed(h, value[key])
+            _feed(h, value[key], read)
     elif isinstance(value, (list, tuple)):
         h.update(f"L{len(value)}".encode())
         for item in value:
-            _feed(h, item)
+            _feed(h, item, read)
     else:
         h.update(f"V{value!r}".encode())
 
@@ -87,20 +95,23 @@ def save_atomic(payload: Mapping[str, Any], path: str | Path) -> None:
                               "the files written before it are intact)") from None
 
 
-def load(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint written by seqtrans; a clear error if it is not one."""
+def load(path: str | Path, *, mapped: bool = False) -> dict[str, Any]:
+    """Read a checkpoint written by seqtrans; a clear error if it is not one. ``mapped``:
+    its tensors are views of a map of the file, read as they are used, and the pages the
+    digest's check read are given back (:func:`seqtrans.runtime.system.release_mapped`),
+    so that loading holds no copy of the weights; they must not be written then."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=mapped)
     except Exception as exc:
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT or "model" not in payload:
         raise CheckpointError(f"{path}: not a seqtrans checkpoint (format {FORMAT})")
     if "digest" not in payload:
         log.warning("%s: has no digest (written by an earlier seqtrans); its content is not verified", path)
-    elif payload["digest"] != digest(payload):
+    elif payload["digest"] != digest(payload, read=release_mapped if mapped else None):
         raise CheckpointError(f"{path}: damaged: its content does not match the digest it was written with")
     return payload
 

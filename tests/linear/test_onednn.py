@@ -201,3 +201,11 @@ def test_bounded_caches_keep_the_memory_of_few_product_shapes() -> None:
     unbounded, bounded = kept("unbounded"), kept("4")
     assert unbounded > 10  # the 48 shapes, all kept
     assert bounded < 3
+
+
+def test_relu_in_the_product_is_relu_of_the_product_bit_for_bit() -> None:
+    torch.manual_seed(0)
+    layer = OneDNNLinear(torch.randn(96, 48) / 7, torch.randn(96))
+    for rows in (1, 2, 4, 17):
+        x = torch.randn(rows, 48)
+        assert torch.equal(layer(x, relu=True), layer(x).relu())

@@ -246,3 +246,12 @@ def test_int8_decoding_copies_of_the_variants_quantize_every_layer_and_stay_clos
         assert isinstance(twin.encoder_layers[0].ffn.gate, Int8Linear)
         assert not any(type(m) is torch.nn.Linear for m in twin.modules())
         assert (twin(src, tgt).log_softmax(-1) - expected).abs().max() < 0.15
+
+
+def test_rms_norm_in_float32_is_its_formula_bit_for_bit() -> None:
+    torch.manual_seed(0)
+    norm = RMSNorm(64, eps=1e-6)
+    torch.nn.init.normal_(norm.weight)
+    x = torch.randn(3, 5, 64) * 3
+    expected = norm.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+    assert torch.equal(norm(x), expected)

@@ -187,3 +187,39 @@ def test_without_mallopt_nothing_is_kept(monkeypatch: Any) -> None:
     monkeypatch.setattr(system, "_libc", {})
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
     assert system.keep_freed_memory() is False
+
+
+def _file_resident_kib() -> int:
+    """This process's resident pages that map files (``RssFile`` of /proc/self/status)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssFile:"):
+            return int(line.split()[1])
+    raise AssertionError("no RssFile line")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and /proc are Linux's")
+def test_mapped_pages_are_given_back_and_read_again_unchanged(tmp_path: Path) -> None:
+    import torch
+
+    path = tmp_path / "t.pt"
+    torch.save({"w": torch.arange(8 << 20, dtype=torch.float32)}, path)  # 32 MiB
+    w = torch.load(path, mmap=True, weights_only=True)["w"]
+    total = float(w.sum())  # every page read
+    resident = _file_resident_kib()
+    assert system.release_mapped(w)
+    assert _file_resident_kib() < resident - 24 * 1024  # most of the 32 MiB given back
+    assert float(w.sum()) == total  # read again from the file
+
+
+def test_memory_not_mapped_from_a_file_or_written_is_left_alone(tmp_path: Path) -> None:
+    import torch
+
+    own = torch.ones(1 << 20)
+    assert not system.release_mapped(own)
+    assert float(own.sum()) == 1 << 20
+    path = tmp_path / "t.pt"
+    torch.save({"w": torch.zeros(1 << 20)}, path)
+    w = torch.load(path, mmap=True, weights_only=True)["w"]
+    w.add_(1.0)  # written: its pages are private copies now, not the file's
+    assert not system.release_mapped(w)
+    assert float(w.sum()) == 1 << 20

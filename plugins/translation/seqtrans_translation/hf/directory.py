@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from seqtrans.plugin import DataError
-from seqtrans_translation.hf_marian.tensors import pickle_refused, read_safetensors
+from seqtrans_translation.hf_marian.tensors import Stored, pickle_refused, read_stored, safetensors_index
 
 #: One seqtrans tensor and the model's tensors it is made of, concatenated along the
 #: first dimension (self-attention's fused query, key and value), each with its shape.
@@ -31,6 +31,8 @@ GENERATION_CONFIG = "generation_config.json"
 SAFETENSORS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 PICKLED = "pytorch_model.bin"
+#: How much of a table :meth:`Weights.rows` reads at once.
+_BLOCK_BYTES = 16 << 20
 
 
 def read_json(path: Path, *, what: str) -> dict[str, Any]:
@@ -72,13 +74,37 @@ class Settings:
         return DataError(self.path, None, f"field '{key}' is {self.values.get(key)!r}: {reason}")
 
 
+class _Safetensors(Mapping[str, Tensor]):
+    """A safetensors file's tensors by name, each read from the file when it is asked for,
+    into memory of its own: the importer keeps one tensor at a time beside what it has
+    converted, never a second copy of the whole model (a map of the file would keep every
+    page it read resident until the end)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.index = safetensors_index(path)
+
+    def __getitem__(self, name: str) -> Tensor:
+        with self.path.open("rb") as f:
+            return read_stored(f, self.index[name])
+
+    def __contains__(self, name: object) -> bool:  # Mapping's own would read the tensor
+        return name in self.index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.index)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
 @dataclass
 class Weights:
-    """The model's tensors by name, read lazily from safetensors files (memory-mapped), and
-    which were taken: a tensor the importer did not use is named in a warning."""
+    """The model's tensors by name, read one at a time from their files, and which were
+    taken: a tensor the importer did not use is named in a warning."""
 
     files: dict[str, Path]  # tensor name -> the file that holds it
-    _open: dict[Path, dict[str, Tensor]] = field(default_factory=dict)
+    _open: dict[Path, Mapping[str, Tensor]] = field(default_factory=dict)
     taken: set[str] = field(default_factory=set)
 
     def __contains__(self, name: str) -> bool:
@@ -92,9 +118,7 @@ class Weights:
         path = self.files.get(name)
         if path is None:
             raise DataError(self._first(), None, f"tensor '{name}' is missing")
-        if path not in self._open:
-            self._open[path] = _read(path)
-        tensor = self._open[path][name]
+        tensor = self._opened(path)[name]
         if tuple(tensor.shape) != shape:
             raise DataError(path, None, f"tensor '{name}' has shape {tuple(tensor.shape)}, but "
                                         f"config.json implies {shape}")
@@ -102,24 +126,64 @@ class Weights:
         return tensor.float()
 
     def joined(self, parts: tuple[tuple[str, tuple[int, ...]], ...]) -> Tensor:
-        """The tensors of an :data:`Entry`, concatenated along the first dimension."""
+        """The tensors of an :data:`Entry`, concatenated along the first dimension (a single
+        tensor as it was read: no copy)."""
+        if len(parts) == 1:
+            return self.take(*parts[0])
         return torch.cat([self.take(name, shape) for name, shape in parts])
 
     def first_of(self, names: tuple[str, ...], shape: tuple[int, ...]) -> Tensor:
         """The first of ``names`` the files hold (tied tensors are saved under one name)."""
+        return self.take(self._held(names), shape)
+
+    def rows(self, names: tuple[str, ...], shape: tuple[int, ...], order: Tensor) -> Tensor:
+        """The rows ``order`` [R] (in that order) of the first of ``names`` the files hold,
+        as float32: from a safetensors file, read a block of rows at a time, so that the
+        table (an embedding matrix, 1 GB for NLLB-200's) is never in memory twice.
+        [V, ...] -> [R, ...]"""
+        name = self._held(names)
+        path = self.files[name]
+        source = self._opened(path)
+        if not isinstance(source, _Safetensors):
+            return self.take(name, shape).index_select(0, order)
+        stored = source.index[name]
+        if stored.shape != shape:
+            raise DataError(path, None, f"tensor '{name}' has shape {stored.shape}, but "
+                                        f"config.json implies {shape}")
+        self.taken.add(name)
+        out = torch.empty((order.numel(), *shape[1:]))
+        row_bytes = stored.nbytes // max(shape[0], 1)
+        block = max(1, _BLOCK_BYTES // max(row_bytes, 1))
+        with path.open("rb") as f:
+            for first in range(0, shape[0], block):
+                count = min(block, shape[0] - first)
+                rows = Stored(stored.dtype, (count, *shape[1:]), stored.offset + first * row_bytes,
+                              count * row_bytes)  # rows first .. first + count - 1
+                part = read_stored(f, rows)
+                where = ((order >= first) & (order < first + count)).nonzero().squeeze(1)  # [R']
+                out[where] = part.float().index_select(0, order[where] - first)
+        return out
+
+    def _held(self, names: tuple[str, ...]) -> str:
         for name in names:
             if name in self.files:
-                return self.take(name, shape)
+                return name
         raise DataError(self._first(), None, f"none of the tensors {', '.join(names)} is there")
+
+    def _opened(self, path: Path) -> Mapping[str, Tensor]:
+        if path not in self._open:
+            self._open[path] = _read(path)
+        return self._open[path]
 
     def _first(self) -> Path:
         return next(iter(self.files.values()))
 
 
-def _read(path: Path) -> dict[str, Tensor]:
+def _read(path: Path) -> Mapping[str, Tensor]:
     if path.name.endswith(".safetensors"):
-        return read_safetensors(path)
+        return _Safetensors(path)
     try:
+        # a map of the file: its tensors are read as they are used
         loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # noqa: BLE001 - any failure of a damaged or hostile file
         raise DataError(path, None,
@@ -130,7 +194,7 @@ def _read(path: Path) -> dict[str, Tensor]:
 
 
 def _whole(path: Path) -> Weights:
-    """The tensors of one weight file, read once."""
+    """The tensors of one weight file."""
     tensors = _read(path)
     return Weights(dict.fromkeys(tensors, path), {path: tensors})
 

@@ -110,6 +110,7 @@ def read_model(directory: Path, *, allow_pickle: bool = False,
                     bool(tokenizer_config.values.get("clean_up_tokenization_spaces", False)))
     originals = tuple((name, (directory / name).read_bytes()) for name in ORIGINALS
                       if (directory / name).is_file())
+    del tokenizer  # the codec parses its own: a 256,206-word tokenizer holds hundreds of MB
     codec = HFCodec(data, ids, layout, originals, tokenizer_kind, tuple(added.items()))
     w = weights(directory, allow_pickle=allow_pickle)
     model = t5.model_config(s, w) if family is t5 else bart.model_config(s)

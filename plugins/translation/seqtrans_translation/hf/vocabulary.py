@@ -121,9 +121,9 @@ def output_tables(w: Weights, c: ModelConfig, order: Tensor, *, embeddings: Sequ
     output bias, in seqtrans's order, from the model's tensors: ``embeddings`` the names
     the shared matrix may be saved under, ``bias`` [V] the model's or None."""
     out: dict[str, Tensor] = {}
-    embed = w.first_of(tuple(embeddings), (vocab_size, c.d_model))  # [V, D]
-    out["source_embed.weight"] = out["target_embed.weight"] = rows(embed, order)
+    table = (vocab_size, c.d_model)  # [V, D], in seqtrans's order [V + 1, D]
+    out["source_embed.weight"] = out["target_embed.weight"] = w.rows(tuple(embeddings), table, order)
     if not c.tie_output:
-        out["output.weight"] = rows(w.take("lm_head.weight", (vocab_size, c.d_model)), order)
+        out["output.weight"] = w.rows(("lm_head.weight",), table, order)
     out["output_bias"] = logits_bias(bias, order)
     return out

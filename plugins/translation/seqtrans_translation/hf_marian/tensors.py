@@ -1,6 +1,7 @@
 """Reading and writing the weight files of a Hugging Face model directory:
 ``model.safetensors`` (read through a memory map, so that a tensor is read only when
-it is used) and, for older models, ``pytorch_model.bin`` (loaded with
+it is used; or a tensor at a time into memory of its own, :func:`read_stored`)
+and, for older models, ``pytorch_model.bin`` (loaded with
 ``weights_only=True``: a file holding pickled code is refused, never run).
 
 The safetensors layout: an 8-byte little-endian header length, a JSON header mapping
@@ -13,7 +14,10 @@ import json
 import mmap
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
+from io import BufferedReader
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -71,52 +75,94 @@ def read_weights(path: Path) -> dict[str, Tensor]:
     return dict(loaded)
 
 
-def read_safetensors(path: Path) -> dict[str, Tensor]:
+@dataclass(frozen=True)
+class Stored:
+    """Where a safetensors file keeps one tensor: its dtype, shape and byte range (from
+    the file's start)."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+
+def safetensors_index(path: Path) -> dict[str, Stored]:
+    """The tensors a safetensors file holds, by name, each checked to fit the file; the
+    file's data is not read."""
     with path.open("rb") as f:
-        try:
-            buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-        except ValueError:  # an empty file cannot be mapped
-            raise DataError(path, None, "empty, not a safetensors file") from None
-    if len(buffer) < 8:
-        raise DataError(path, None, "truncated: shorter than a safetensors header")
-    (size,) = struct.unpack("<Q", buffer[:8])
-    if 8 + size > len(buffer):
-        raise DataError(
-            path, None, f"not a safetensors file: its header claims {size} bytes, more than the file"
-        )
+        length = f.seek(0, 2)
+        f.seek(0)
+        if length == 0:
+            raise DataError(path, None, "empty, not a safetensors file")
+        if length < 8:
+            raise DataError(path, None, "truncated: shorter than a safetensors header")
+        (size,) = struct.unpack("<Q", f.read(8))
+        if 8 + size > length:
+            raise DataError(
+                path, None, f"not a safetensors file: its header claims {size} bytes, more than the file"
+            )
+        raw = f.read(size)
     try:
-        header = json.loads(bytes(buffer[8 : 8 + size]))
+        header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataError(path, None, f"not a safetensors file: its header is not JSON ({exc})") from None
     if not isinstance(header, dict):
         raise DataError(path, None, "not a safetensors file: its header is not a JSON object")
-    start = 8 + size
-    tensors = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype = _DTYPES[entry["dtype"]]
-            shape = [int(n) for n in entry["shape"]]
-            begin, end = (int(n) for n in entry["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise DataError(
-                path, None, f"tensor '{name}': unreadable entry {entry!r} (dtypes read: {', '.join(_DTYPES)})"
-            ) from None
-        count = end - begin
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        if count < 0 or start + end > len(buffer) or count != itemsize * _numel(shape):
-            raise DataError(
-                path,
-                None,
-                f"tensor '{name}': its byte range {begin}-{end} does not fit the file or its shape {shape}",
-            )
-        flat = (
-            torch.frombuffer(buffer, dtype=dtype, count=count // itemsize, offset=start + begin)
-            if count
-            else torch.empty(0, dtype=dtype)
+    return {name: _stored(path, name, entry, 8 + size, length)
+            for name, entry in header.items() if name != "__metadata__"}
+
+
+def _stored(path: Path, name: str, entry: Any, start: int, length: int) -> Stored:
+    try:
+        dtype = _DTYPES[entry["dtype"]]
+        shape = tuple(int(n) for n in entry["shape"])
+        begin, end = (int(n) for n in entry["data_offsets"])
+    except (KeyError, TypeError, ValueError):
+        raise DataError(
+            path, None, f"tensor '{name}': unreadable entry {entry!r} (dtypes read: {', '.join(_DTYPES)})"
+        ) from None
+    count = end - begin
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if count < 0 or start + end > length or count != itemsize * _numel(list(shape)):
+        raise DataError(
+            path,
+            None,
+            f"tensor '{name}': its byte range {begin}-{end} does not fit the file or its shape {list(shape)}",
         )
-        tensors[name] = flat.view(shape)
+    return Stored(dtype, shape, start + begin, count)
+
+
+def read_stored(f: BufferedReader, stored: Stored) -> Tensor:
+    """The tensor ``stored`` says where to find in the open file ``f``, read into memory of
+    its own (not a map of the file, whose pages would stay resident after the tensor is
+    copied elsewhere)."""
+    out = torch.empty(stored.shape, dtype=stored.dtype)
+    if stored.nbytes:
+        view = out.view(-1).view(torch.uint8).numpy().data  # the tensor's own bytes
+        f.seek(stored.offset)
+        done = 0
+        while done < stored.nbytes:
+            got = f.readinto(view[done:])
+            if not got:
+                raise DataError(Path(f.name), None, "truncated while it was read")
+            done += got
+    return out
+
+
+def read_safetensors(path: Path) -> dict[str, Tensor]:
+    """Every tensor of a safetensors file, as views of a map of the file (read only when used)."""
+    index = safetensors_index(path)
+    with path.open("rb") as f:
+        buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    tensors = {}
+    for name, s in index.items():
+        itemsize = torch.empty((), dtype=s.dtype).element_size()
+        flat = (
+            torch.frombuffer(buffer, dtype=s.dtype, count=s.nbytes // itemsize, offset=s.offset)
+            if s.nbytes
+            else torch.empty(0, dtype=s.dtype)
+        )
+        tensors[name] = flat.view(s.shape)
     return tensors
 
 
