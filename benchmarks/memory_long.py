@@ -18,8 +18,10 @@ the test documents end to end (text in, text out, as ``seqtrans predict``) with 
   hypothesis held to the same output length (``--output-length``; by default the median
   reference length of the test documents in target tokens), so that every model does the
   same number of steps whatever it has learned;
-- ``free_b32_seconds``, ``bleu`` and the output lengths: the same batches of 32 decoded
-  with the task's own settings (the length penalty of the preset), scored with sacreBLEU;
+- ``free_b32_seconds``, ``timed_bleu`` and the output lengths: the same batches of 32
+  decoded with the task's own settings (the length penalty of the preset), scored with
+  sacreBLEU; ``bleu`` is the run's own test decoding of every test document (the same
+  settings);
 - the load average before and after each timing, and the peak memory of the batches of
   32 over the loaded model and of the whole process.
 
@@ -217,7 +219,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     scores = loaded.task.score([str(h.text) for h in hyps], examples)
     outputs = [len(h.tokens) for h in hyps]
     return {**row, "output_length": length, "b1": b1, "b32": b32, "free_b32": b32_free,
-            "bleu": round(float(scores["bleu"]), 2), "free_output_tokens": sum(outputs),
+            "timed_bleu": round(float(scores["bleu"]), 2), "free_output_tokens": sum(outputs),
             "free_median_output_tokens": statistics.median(outputs),
             "b32_peak_mib": round(peak["mib"], 1), "process_peak_mib": round(process_peak_mib(), 1)}
 
@@ -276,7 +278,9 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
 def row(name: str, slots: int, trained: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
     """A model's row: the medians over the rounds, each round's timings with its load."""
     first = runs[0]
-    out = {"model": name, "slots": slots, "local_prior": name.endswith("-local"), "bleu": first["bleu"],
+    out = {"model": name, "slots": slots, "local_prior": name.endswith("-local"),
+           "bleu": round(float(trained["bleu"]), 2), "test_documents": trained["test_sentences"],
+           "timed_bleu": first["timed_bleu"],
            "b1_seconds": _median(runs, "b1"), "b32_seconds": _median(runs, "b32"),
            "free_b32_seconds": _median(runs, "free_b32"),
            "median_source_tokens": first["median_source_tokens"],
@@ -286,7 +290,7 @@ def row(name: str, slots: int, trained: dict[str, Any], runs: list[dict[str, Any
            "free_median_output_tokens": first["free_median_output_tokens"],
            "b32_peak_mib": first["b32_peak_mib"], "process_peak_mib": first["process_peak_mib"],
            "updates": trained["train_steps"], "train_minutes": trained["train_minutes"],
-           "params": trained["params"], "run_bleu": trained["bleu"]}
+           "params": trained["params"], "train_tokens_per_s": trained["train_tokens_per_s"]}
     out["rounds"] = [{key: run[key] for key in ("b1", "b32", "free_b32")} for run in runs]
     return out
 
