@@ -31,7 +31,7 @@ encoder-decoder attention is measured apart (the profiler's own cost left out).
 
     python -m benchmarks memory_long --mirror ../shared/data/multi30k
     python -m benchmarks memory_long --mirror ../shared/data/multi30k --steps 300 --d-model 128 --layers 2
-    python -m benchmarks memory_long --smoke --mirror ../shared/data/multi30k --work /tmp/memory-long
+    python -m benchmarks memory_long --smoke --mirror ../shared/data/multi30k --work runs/memory-long-smoke
 
 Models already trained in ``--work`` with the same settings are reused; the timings are
 always taken anew, so that the models compare within one run. Writes
@@ -110,6 +110,11 @@ def shared(args: argparse.Namespace) -> list[str]:
         out += [*TINY, f"data.test_tsv={(Path(args.work) / 'test.tsv').resolve()}",
                 f"data.cache_dir={(Path(args.work) / 'cache').resolve()}"]
     return [*out, *args.set]
+
+
+def recorded(settings: list[str], args: argparse.Namespace) -> list[str]:
+    """``settings`` as the results record them: the mirror as given, not as this machine resolves it."""
+    return [f"data.mirror={args.mirror}" if s.startswith("data.mirror=") else s for s in settings]
 
 
 def in_process(fn: Callable[..., T], *args: Any) -> T:
@@ -374,7 +379,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit(f"--models: no model {', '.join(unknown)}; the models: {', '.join(settings)}")
     chosen = [name for name in settings if not args.models or name in args.models]
     result: dict[str, Any] = {
-        "benchmark": "memory_long", "note": NOTE, "settings": shared(args),
+        "benchmark": "memory_long", "note": NOTE, "settings": recorded(shared(args), args),
         "models": {name: settings[name][1] for name in chosen},
         "machine": {"processor": cpu_info()["model"], "cpus": os.cpu_count(), "threads": args.threads,
                     "torch": torch.__version__},
