@@ -320,6 +320,47 @@ def memory_multi30k() -> str:
             + _source(source, machine=_cpu(data["machine"])))
 
 
+def memory_long() -> str:
+    if not (RESULTS / "memory_long.json").is_file():
+        return "\nNot measured yet: `python -m benchmarks memory_long` trains the models and times them.\n"
+    data = _result("memory_long.json")
+    rows = []
+    for r in data["rows"]:
+        load = r["rounds"][0]["b1"]["load_before"][0], r["rounds"][0]["b32"]["load_before"][0]
+        speed = (f"{r['b1_speedup']:.2f} / {r['b32_speedup']:.2f}" if "b1_speedup" in r else "-")
+        rows.append([r["model"], str(r["slots"]), f"{r['bleu']:.2f}", f"{r['timed_bleu']:.2f}",
+                     f"{r['free_median_output_tokens']:g}",
+                     f"{r['b1_seconds']:.1f} ({load[0]:.1f})", f"{r['b32_seconds']:.1f} ({load[1]:.1f})",
+                     speed, f"{r['free_b32_seconds']:.1f}", f"{r['b32_peak_mib']:.0f}",
+                     f"{r['process_peak_mib']:.0f}"])
+    first = data["rows"][0]
+    header = ["model", "K", "BLEU", "BLEU, timed documents", "median output tokens, free lengths",
+              "batch 1: s (load)", "batch 32: s (load)",
+              "speed-up over scaled-dot, batch 1 / 32", "batch 32, free lengths: s", "batch 32 peak MiB",
+              "process peak MiB"]
+    caption = (f"\nBLEU of all {first['test_documents']} test documents; timings of the first "
+               f"{first['documents']} (median {first['median_source_tokens']:g} source tokens), beam 4, "
+               f"outputs held to {first['output_length']} tokens; {first['updates']} updates each; "
+               "load: the 1-minute load average when the timing started.\n")
+    return (caption + _table(header, rows) + _profiles(data["profile"])
+            + _source("memory_long.json", machine=_cpu({**data["machine"], "jobs": 1})))
+
+
+def _profiles(profiles: list[dict[str, Any]]) -> str:
+    """The operators with the most self time in each profile, with their shares."""
+    if not profiles:
+        return ""
+    rows = []
+    for p in profiles:
+        for size in (1, 32):
+            part = p[f"b{size}"]
+            top = ", ".join(f"`{o['operation']}` {_pct(o['share'])}" for o in part["operations"][:5])
+            rows.append([p["model"], str(size), _pct(part["attention_share"]), top])
+    return ("\nWhere the time goes (torch.profiler, self time; the attention's share of end-to-end "
+            "decoding timed apart):\n" + _table(["model", "batch", "encoder-decoder attention",
+                                                 "operators with the most self time"], rows))
+
+
 def attention_copy() -> str:
     data = _result("attention_copy.json")
     results: dict[str, dict[str, dict[str, float]]] = data["results"]
@@ -549,7 +590,8 @@ BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
                         "decode_cuda": decode_cuda, "distill_multi30k": distill_multi30k},
     DOCS / "streaming-policies.md": {"streaming_copy": streaming_copy},
     DOCS / "streaming-multi30k.md": {"simultaneous_multi30k": simultaneous_multi30k},
-    DOCS / "attention-results.md": {"attention_copy": attention_copy, "memory_multi30k": memory_multi30k},
+    DOCS / "attention-results.md": {"attention_copy": attention_copy, "memory_multi30k": memory_multi30k,
+                                    "memory_long": memory_long},
     DOCS / "tasks" / "translation.md": {"translation_multi30k": translation_multi30k},
     DOCS / "tasks" / "parsing-results.md": {"parsing_sample": parsing_sample,
                                             "parsing_vectors": parsing_vectors},

@@ -36,6 +36,11 @@ class TranslationConfig:
         "", "Local test source file (with test_tgt); its lines are all translated, in order.")
     test_tgt: str = option("", "Local test reference file.")
     test_tsv: str = option("", "Local test pairs, tab-separated.")
+    join_lines: int = option(
+        1, "Join this many consecutive lines of each corpus into one example, on both sides (with a "
+        "space between them), to translate documents as one sequence: each split's documents come "
+        "from its own files only, in file order, and a file's last document holds the lines that "
+        "remain (fewer than N). 1 keeps one sentence an example.")
     max_train_examples: int = option(0, "Use only the first N training pairs; 0 uses all.")
     max_train_words: int = option(
         0, "Skip training pairs with more words (white-space separated) on a side; 0 keeps all.")
@@ -86,6 +91,8 @@ class TranslationConfig:
         if self.vocab_size < 300:
             raise ConfigError("data.vocab_size", f"must be at least 300 (256 byte pieces and the "
                               f"characters), got {self.vocab_size}")
+        if self.join_lines < 1:
+            raise ConfigError("data.join_lines", f"must be at least 1, got {self.join_lines}")
         for key in ("max_train_examples", "subword_sample", "max_train_words", "max_train_ratio"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"data.{key}", f"must not be negative, got {getattr(self, key)}")

@@ -13,7 +13,7 @@ import gzip
 import itertools
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -122,3 +122,17 @@ def read_tsv(path: str | Path) -> Iterator[Example[str, str]]:
             raise DataError(path, number, f"expected 2 tab-separated fields (source, target), "
                                           f"found {len(fields)}")
         yield Example(fields[0], fields[1], origin=f"{path}:{number}")
+
+
+def join_examples(examples: Iterable[Example[str, str]], lines: int) -> Iterator[Example[str, str]]:
+    """Documents of ``lines`` consecutive examples, each side's texts joined by a space, in
+    order; the last holds what remains (fewer lines). Its origin is its first line's."""
+    if lines < 1:
+        raise ValueError(f"lines must be at least 1, got {lines}")
+    if lines == 1:
+        yield from examples
+        return
+    stream = iter(examples)
+    while chunk := list(itertools.islice(stream, lines)):
+        yield Example(" ".join(e.source for e in chunk), " ".join(e.target for e in chunk),
+                      origin=f"{chunk[0].origin} ({len(chunk)} lines)")

@@ -29,7 +29,7 @@ from seqtrans_translation.config import TranslationConfig
 from seqtrans_translation.hf.codec import HFCodec, has_hf_files
 from seqtrans_translation.presets import DEFAULTS, PRESETS
 from seqtrans_translation.pretrained import PretrainedCodec, has_pretrained_files
-from seqtrans_translation.readers import TextFile, read_parallel, read_tsv
+from seqtrans_translation.readers import TextFile, join_examples, read_parallel, read_tsv
 from seqtrans_translation.subwords import TEXT_FORM, Subwords, SubwordSettings, build, one_line
 
 
@@ -118,9 +118,9 @@ class TranslationTask:
         c = self.config
         local = c.local(split)
         if isinstance(local, tuple):
-            return read_parallel(TextFile.of(local[0]), TextFile.of(local[1]))
+            return join_examples(read_parallel(TextFile.of(local[0]), TextFile.of(local[1])), c.join_lines)
         if isinstance(local, str):
-            return read_tsv(local)
+            return join_examples(read_tsv(local), c.join_lines)
         if c.dataset == "none":
             raise ConfigError(f"data.{split}_src", f"data.dataset is 'none' and no local {split} files "
                               f"are given (data.{split}_src and data.{split}_tgt, or data.{split}_tsv)")
@@ -130,7 +130,9 @@ class TranslationTask:
         where = datasets.Where(cache=c.cache_dir, mirror=c.mirror)
         pair = (c.source_lang, c.target_lang)
         files = [datasets.corpus_files(dataset, corpus, pair, where) for corpus in corpora]
-        return itertools.chain.from_iterable(read_parallel(src, tgt) for src, tgt in files)
+        # documents (data.join_lines) never span two files, so never two splits
+        return itertools.chain.from_iterable(join_examples(read_parallel(src, tgt), c.join_lines)
+                                             for src, tgt in files)
 
     def _training(self, examples: Iterator[Example[str, str]]) -> Iterator[Example[str, str] | Skipped]:
         c = self.config
