@@ -8,6 +8,13 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
+from seqtrans.runtime.threads import set_wait_policy
+
+# Idle OpenMP threads sleep rather than spin, as under the command line: the suite runs a
+# process per core, and one process's spinning threads take the cores the others compute on.
+# libgomp reads the policy once, when torch loads: here, before any test module imports it.
+set_wait_policy()
+
 # Property-based tests draw the same examples on every run and keep no example database,
 # so a failure in CI is reproduced by running the test again; "explore" draws afresh
 # (pytest --hypothesis-profile=explore).
