@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from hf_models import hf_directory
 
-from seqtrans.linear import onednn_available
+from seqtrans.linear import onednn_available  # internal: whether fp32 decoding packs its weights
 from seqtrans_translation.hf import FORMAT
 
 pytest.importorskip("transformers")
