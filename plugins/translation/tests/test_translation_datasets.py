@@ -25,7 +25,7 @@ from seqtrans.plugin import (
     without_download_settings,
 )
 from seqtrans_translation import TranslationConfig, TranslationTask, datasets
-from translation_data import MULTI30K
+from translation_data import MULTI30K, multi30k_task
 
 
 @pytest.fixture
@@ -40,22 +40,17 @@ def _no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     without_download_settings(monkeypatch)
 
 
-def _task(tmp_path: Path, **options: object) -> TranslationTask:
-    options = {"mirror": MULTI30K.as_uri(), "cache_dir": str(tmp_path / "cache"), **options}
-    return TranslationTask(TranslationConfig(**options))  # type: ignore[arg-type]
-
-
 def test_multi30k_has_its_published_sizes_in_both_directions(tmp_path: Path) -> None:
-    task = _task(tmp_path)
+    task = multi30k_task(tmp_path)
     sizes = {split: len(list(task.read(split))) for split in ("train", "dev", "test")}
     assert sizes == {"train": 29000, "dev": 1014, "test": 1000}
     first = next(task.read("test"))
     assert (first.source, first.target) == ("A man in an orange hat starring at something.",
                                             "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.")
-    back = next(_task(tmp_path, source_lang="de", target_lang="en").read("test"))
+    back = next(multi30k_task(tmp_path, source_lang="de", target_lang="en").read("test"))
     assert (back.source, back.target) == (first.target, first.source)
     for test_set, size in [("test_2017_flickr", 1000), ("test_2017_mscoco", 461), ("test_2018_flickr", 1071)]:
-        assert len(list(_task(tmp_path, test_set=test_set).read("test"))) == size
+        assert len(list(multi30k_task(tmp_path, test_set=test_set).read("test"))) == size
     # every file went through the cache, verified
     cached = sorted(p.name for p in (tmp_path / "cache" / "multi30k").iterdir())
     assert len(cached) == 12 and not any(name.startswith(".") for name in cached)
@@ -67,7 +62,7 @@ def test_a_mirror_with_a_different_file_fails_verification(tmp_path: Path) -> No
     for name in ("train.en.gz", "train.de.gz"):
         (mirror / name).write_bytes((MULTI30K / "train.en.gz").read_bytes())  # de is wrong
     with pytest.raises(DownloadError, match=r"train.de.gz: sha256 mismatch"):
-        list(_task(tmp_path, mirror=str(mirror)).read("train"))
+        list(multi30k_task(tmp_path, mirror=str(mirror)).read("train"))
     assert not (tmp_path / "cache" / "multi30k" / "train.de.gz").exists()
 
 
@@ -75,7 +70,7 @@ def test_data_mirror_over_http_wins_over_the_environment(tmp_path: Path, http_mi
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(MIRROR_ENV, str(tmp_path / "no-such-mirror"))
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "env-cache"))
-    task = _task(tmp_path, mirror=http_mirror)  # data.mirror and data.cache_dir, as --set gives them
+    task = multi30k_task(tmp_path, mirror=http_mirror)  # data.mirror and data.cache_dir, as --set gives them
     dev = list(task.read("dev"))
     assert len(dev) == 1014 and dev[0].origin.startswith(str(tmp_path / "cache" / "multi30k" / "val.en.gz"))
     assert sorted(p.name for p in (tmp_path / "cache" / "multi30k").iterdir()) == ["val.de.gz", "val.en.gz"]
@@ -156,10 +151,10 @@ def test_wmt14_is_fetched_extracted_and_paired_through_a_mirror(
         tmp_path: Path, wmt_mirror: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the real digests reject the fake archives ...
     with pytest.raises(DownloadError, match="training-parallel-europarl-v7.tgz: sha256 mismatch"):
-        list(_task(tmp_path, dataset="wmt14-en-de", mirror=str(wmt_mirror)).read("train"))
+        list(multi30k_task(tmp_path, dataset="wmt14-en-de", mirror=str(wmt_mirror)).read("train"))
     # ... so the test swaps in theirs; everything else is the real code path
     monkeypatch.setitem(datasets.DATASETS, "wmt14-en-de", _with_digests(datasets.WMT14_EN_DE, wmt_mirror))
-    task = _task(tmp_path, dataset="wmt14-en-de", mirror=wmt_mirror.as_uri())
+    task = multi30k_task(tmp_path, dataset="wmt14-en-de", mirror=wmt_mirror.as_uri())
     train = list(task.read("train"))
     # the corpora in order, the pair with an empty side left out and reported
     assert [(e.source, e.target) for e in train if isinstance(e, Example)] == \
@@ -170,20 +165,20 @@ def test_wmt14_is_fetched_extracted_and_paired_through_a_mirror(
     test = list(task.read("test"))
     assert [(e.source, e.target) for e in test] == [("test one", "Test eins"), ("test two", ""),
                                                      ("test three", "Test drei")]
-    back = _task(tmp_path, dataset="wmt14-en-de", mirror=wmt_mirror.as_uri(), source_lang="de",
+    back = multi30k_task(tmp_path, dataset="wmt14-en-de", mirror=wmt_mirror.as_uri(), source_lang="de",
                  target_lang="en")
     assert [e.source for e in back.read("test")] == ["Test eins", "", "Test drei"]
     # extracted once: later runs need neither the mirror nor the archives
     for archive in (tmp_path / "cache" / "wmt14-en-de").glob("*.tgz"):
         archive.unlink()
-    offline = _task(tmp_path, dataset="wmt14-en-de", mirror=str(tmp_path / "gone"))
+    offline = multi30k_task(tmp_path, dataset="wmt14-en-de", mirror=str(tmp_path / "gone"))
     assert len(evaluation.read_split(offline, "train").examples) == 4 and len(list(offline.read("test"))) == 3
 
 
 def test_an_interrupted_extraction_is_done_again(tmp_path: Path, wmt_mirror: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(datasets.DATASETS, "wmt14-en-de", _with_digests(datasets.WMT14_EN_DE, wmt_mirror))
-    task = _task(tmp_path, dataset="wmt14-en-de", mirror=str(wmt_mirror))
+    task = multi30k_task(tmp_path, dataset="wmt14-en-de", mirror=str(wmt_mirror))
     assert len(list(task.read("dev"))) == 2
     extracted = tmp_path / "cache" / "wmt14-en-de" / "dev.tgz.d"
     (extracted / ".complete").unlink()
@@ -196,7 +191,7 @@ def test_an_archive_without_the_expected_member_is_a_data_error(
     _tgz(wmt_mirror / "training-parallel-commoncrawl.tgz", {"commoncrawl.fr-en.en": "x\n"})
     monkeypatch.setitem(datasets.DATASETS, "wmt14-en-de", _with_digests(datasets.WMT14_EN_DE, wmt_mirror))
     with pytest.raises(DataError, match=r"holds no 'commoncrawl\.de-en\.(de|en)'"):
-        list(_task(tmp_path, dataset="wmt14-en-de", mirror=str(wmt_mirror)).read("train"))
+        list(multi30k_task(tmp_path, dataset="wmt14-en-de", mirror=str(wmt_mirror)).read("train"))
 
 
 def test_an_archive_member_that_is_a_link_is_refused_not_followed(
@@ -212,6 +207,6 @@ def test_an_archive_member_that_is_a_link_is_refused_not_followed(
     monkeypatch.setitem(datasets.DATASETS, "wmt14-en-de", _with_digests(datasets.WMT14_EN_DE, wmt_mirror))
     with pytest.raises(DataError, match=r"dev.tgz: refused the member 'dev/newstest2013.(de|en)': it is a "
                                         r"symbolic link"):
-        list(_task(tmp_path, dataset="wmt14-en-de", mirror=str(wmt_mirror)).read("dev"))
+        list(multi30k_task(tmp_path, dataset="wmt14-en-de", mirror=str(wmt_mirror)).read("dev"))
     extracted = tmp_path / "cache" / "wmt14-en-de" / "dev.tgz.d"
     assert not any(p.is_file() for p in extracted.rglob("*")) and secret.read_text() == "not for the model\n"

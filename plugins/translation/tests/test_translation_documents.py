@@ -9,19 +9,14 @@ from pathlib import Path
 import pytest
 
 from seqtrans.plugin import ConfigError, Example, without_download_settings
-from seqtrans_translation import TranslationConfig, TranslationTask
+from seqtrans_translation import TranslationConfig
 from seqtrans_translation.readers import join_examples
-from translation_data import MULTI30K
+from translation_data import MULTI30K, multi30k_task
 
 
 @pytest.fixture(autouse=True)
 def _no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     without_download_settings(monkeypatch)
-
-
-def _task(tmp_path: Path, **options: object) -> TranslationTask:
-    options = {"mirror": MULTI30K.as_uri(), "cache_dir": str(tmp_path / "cache"), **options}
-    return TranslationTask(TranslationConfig(**options))  # type: ignore[arg-type]
 
 
 def _lines(name: str) -> list[str]:
@@ -42,7 +37,7 @@ def test_lines_join_in_order_and_the_remainder_is_a_shorter_last_document() -> N
 
 
 def test_multi30k_documents_of_eight_sentences_come_from_their_own_split(tmp_path: Path) -> None:
-    task = _task(tmp_path, join_lines=8)
+    task = multi30k_task(tmp_path, join_lines=8)
     test = list(task.read("test"))
     assert len(test) == 125  # 1,000 sentences: every document whole
     english, german = _lines("test_2016_flickr.en.gz"), _lines("test_2016_flickr.de.gz")
@@ -53,17 +48,17 @@ def test_multi30k_documents_of_eight_sentences_come_from_their_own_split(tmp_pat
     assert dev[0].source == " ".join(_lines("val.en.gz")[:8])
     train = list(task.read("train"))
     assert len(train) == 3625 and train[0].source == " ".join(_lines("train.en.gz")[:8])
-    back = next(_task(tmp_path, join_lines=8, source_lang="de", target_lang="en").read("test"))
+    back = next(multi30k_task(tmp_path, join_lines=8, source_lang="de", target_lang="en").read("test"))
     assert (back.source, back.target) == (test[0].target, test[0].source)
 
 
 def test_local_files_join_too_and_the_option_is_part_of_the_training_digest(tmp_path: Path) -> None:
     tsv = tmp_path / "train.tsv"
     tsv.write_text("".join(f"a{i}\tb{i}\n" for i in range(5)))
-    task = _task(tmp_path, dataset="none", train_tsv=str(tsv), join_lines=2)
+    task = multi30k_task(tmp_path, dataset="none", train_tsv=str(tsv), join_lines=2)
     assert [(e.source, e.target) for e in task.read("train")] == [("a0 a1", "b0 b1"), ("a2 a3", "b2 b3"),
                                                                   ("a4", "b4")]
-    sentences = _task(tmp_path, dataset="none", train_tsv=str(tsv))
+    sentences = multi30k_task(tmp_path, dataset="none", train_tsv=str(tsv))
     assert task.train_digest() != sentences.train_digest()
     with pytest.raises(ConfigError, match="data.join_lines"):
         TranslationConfig(join_lines=0)
