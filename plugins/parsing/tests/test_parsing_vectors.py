@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import seqtrans
-from parsing_data import SHARED_DATA
+from parsing_data import SAMPLE, use_shared_nltk_data
 from seqtrans import Transformer, build_model
 from seqtrans.data.batches import source_ids  # internal: a source's ids, as the engine makes them
 from seqtrans.linear.quantize import (  # internal: the decoding copies keep the vectors shared
@@ -37,13 +37,11 @@ from seqtrans_parsing.extensions import VectorInput
 from seqtrans_parsing.task import ParsingCodec
 from seqtrans_parsing.vectors import GLOVE_50D, Table, WordVectors, read_text
 
-SAMPLE = SHARED_DATA / "ptb-sample"
-NLTK_DATA = SHARED_DATA / "nltk_data"
-
 
 @pytest.fixture(autouse=True)
 def _nltk_data(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NLTK_DATA", str(NLTK_DATA))
+    # the search path too: NLTK reads $NLTK_DATA once, when a test before this one imported it
+    use_shared_nltk_data(monkeypatch)
 
 
 def _write(path: Path, text: str) -> Path:
