@@ -290,7 +290,7 @@ def _case(args: argparse.Namespace, base: Path, common: list[str], threads: str,
             got = _child([*common, "--phase", *phase, str(batch)],
                          env={"SEQTRANS_THREADS": threads, "THREADS": threads, "OMP_WAIT_POLICY": policy})
             speeds[key].append(got["tokens"] / got["seconds"])
-            peaks[key] = got["peak_mib"]
+            peaks[key] = max(peaks.get(key, 0.0), got["peak_mib"])  # the highest of its rounds
     row: dict[str, Any] = {"precision": precision, "batch": batch, "beam": 4}
     for key in systems:
         row[f"{key}_tok_s"] = statistics.median(speeds[key])
