@@ -133,7 +133,7 @@ def rss(pid: int) -> int:
 class Server:
     """``seqtrans serve`` in a process of its own, on a free port."""
 
-    def __init__(self, run: Path, *args: str, threads: int | None = None) -> None:
+    def __init__(self, run: Path, *args: str, threads: int | None = None, device: str = "cpu") -> None:
         import socket
 
         with socket.socket() as s:
@@ -142,7 +142,7 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         counts = ["--threads", str(threads)] if threads is not None else []
         command = [sys.executable, "-m", "seqtrans", "-q", *counts, "serve", f"m={run}", "--port",
-                   str(self.port), "--device", "cpu", *args]
+                   str(self.port), "--device", device, *args]
         self.process = subprocess.Popen(command, cwd=ROOT)
         deadline = time.monotonic() + 300
         while True:
@@ -221,6 +221,8 @@ def main(argv: list[str]) -> None:
                         help="Run the load levels in turn this many times on the same server, so that "
                         "each level meets the machine's changes of load alike; each row names its round.")
     parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--device", default="cpu", help="Where the server and the in-process references "
+                        "decode (cpu, cuda).")
     parser.add_argument("--max-wait-ms", default="5")
     parser.add_argument("--max-queue", default="256")
     parser.add_argument("--timeout-s", help="The server's time limit per request (its default otherwise); "
@@ -243,7 +245,7 @@ def main(argv: list[str]) -> None:
 def measure(args: argparse.Namespace) -> None:
     """The run, as the arguments say (see the module docstring)."""
 
-    loaded = load(args.run, overrides=[f"decode.beam={args.beam}"], device="cpu")
+    loaded = load(args.run, overrides=[f"decode.beam={args.beam}"], device=args.device)
     texts = sentences(loaded, args.inputs)
     started = time.perf_counter()
     expected = list(predict_batches(loaded, [texts]))
@@ -261,7 +263,8 @@ def measure(args: argparse.Namespace) -> None:
         started = time.perf_counter()
         list(predict_batches(loaded, [sample[i : i + users] for i in range(0, len(sample), users)]))
         grouped[str(users)] = len(sample) / (time.perf_counter() - started)
-    results: dict[str, Any] = {"run": args.run.name, "beam": args.beam, "sentences": len(texts),
+    results: dict[str, Any] = {"run": args.run.name, "device": args.device, "beam": args.beam,
+                               "sentences": len(texts),
                                "timeout_s": float(args.timeout_s) if args.timeout_s else None,
                                "batch_ceiling_sentences_per_s": ceiling,
                                "in_process_batches_of_one_per_user_sentences_per_s": grouped,
@@ -271,7 +274,7 @@ def measure(args: argparse.Namespace) -> None:
 
     limit = ["--timeout-s", args.timeout_s] if args.timeout_s else []
     server = Server(args.run, "--max-wait-ms", args.max_wait_ms, "--max-queue", args.max_queue,
-                    "--workers", str(args.workers), *limit, threads=args.threads)
+                    "--workers", str(args.workers), *limit, threads=args.threads, device=args.device)
     before = rss(server.process.pid)
     for turn in range(args.rounds):
         for users in args.users:
@@ -293,7 +296,7 @@ def measure(args: argparse.Namespace) -> None:
     unbatched_requests = args.requests if args.unbatched_requests is None else args.unbatched_requests
     if unbatched_requests:
         unbatched = Server(args.run, "--max-wait-ms", "0", "--max-batch-tokens", "1",
-                           "--max-queue", args.max_queue, threads=args.threads)
+                           "--max-queue", args.max_queue, threads=args.threads, device=args.device)
         results["unbatched"] = asyncio.run(load_test(unbatched.url, texts, expected, users=users,
                                                      requests=unbatched_requests, beam=args.beam))
         unbatched.stop()

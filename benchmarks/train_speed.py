@@ -68,18 +68,27 @@ def measure(step: Any, device: torch.device, repeats: int) -> tuple[float, int]:
 
 
 def seqtrans_step(shape: dict[str, int], device: torch.device, b: dict[str, torch.Tensor],
-                  target_tokens: int, *, autocast: bool = False, dropout: float = 0.0) -> Callable[[], None]:
-    """One training step exactly as the trainer takes it (fused projection and loss)."""
+                  target_tokens: int, *, autocast: bool = False, dropout: float = 0.0,
+                  compiled: bool | str = False) -> Callable[[], None]:
+    """One training step exactly as the trainer takes it (fused projection and loss);
+    ``compiled``: its forward pass and loss under ``torch.compile`` (a string: with that
+    backend), the optimizer's step as it is."""
     model = seqtrans_model(shape, device, dropout=dropout).train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
                            fused=device.type == "cuda" or None)  # as the trainer's
 
+    def forward(src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            hidden = model.hidden(src, tgt_in)  # [B, T, D]
+            loss, _ = projected_label_smoothed_loss(hidden, model.output_weight, tgt_out, smoothing=0.1)
+        return loss
+
+    if compiled:
+        forward = torch.compile(forward, **({"backend": compiled} if isinstance(compiled, str) else {}))
+
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            hidden = model.hidden(b["src"], b["tgt_in"])  # [B, T, D]
-            loss, _ = projected_label_smoothed_loss(hidden, model.output_weight, b["tgt_out"],
-                                                    smoothing=0.1)
+        loss = forward(b["src"], b["tgt_in"], b["tgt_out"])
         (loss / target_tokens).backward()
         opt.step()
 

@@ -14,8 +14,11 @@ Parts, each recorded with its device, dtype, torch version and processor or GPU 
 - ``step_graphs``: the decoder step with static shapes over bucketed cache lengths, in
   CUDA graphs and under ``torch.compile(mode="reduce-overhead")``, against eager decoding,
   the tokens compared (``static_step.compare``);
-- ``train_mfu``: training tokens/s and MFU against the measured bf16 matmul peak, under bf16
-  autocast, a batch of about 25,000 tokens (``train_speed``'s step);
+- ``train_mfu``: training tokens/s and MFU against the measured bf16 matmul peak and the
+  datasheet's, under bf16 autocast, a batch of about 25,000 tokens (``train_speed``'s step);
+- ``train_compiled``: the same step with its forward pass and loss under ``torch.compile``;
+- ``torchrun_resume``: ``seqtrans run copy`` under torchrun killed with SIGKILL at an update
+  and resumed, against uninterrupted runs (``resume.py``);
 - ``multi30k``: the translation task's ``base`` preset trained for 15 minutes on Multi30k
   through ``seqtrans.run``, with its test2016 BLEU (the data from ``$SEQTRANS_MIRROR`` when set).
 
@@ -54,13 +57,17 @@ from benchmarks.common import (
     gemm_peak,
     memory_bandwidth,
     pick_device,
+    synchronize,
     write_results,
 )
-from benchmarks.gpu_suite import static_step
+from benchmarks.gpu_suite import resume, static_step
 from seqtrans.data.vocab import PAD
 from seqtrans.training.step import resolve_precision
 
-PARTS = ("gpu_tests", "decode_speed", "step_graphs", "train_mfu", "multi30k")
+PARTS = ("gpu_tests", "decode_speed", "step_graphs", "train_mfu", "train_compiled", "torchrun_resume",
+         "multi30k")
+# dense bf16 matrix-multiply peaks from the makers' datasheets (without sparsity), FLOP/s
+DATASHEET_BF16 = {"H100": 989.4e12, "H200": 989.4e12}
 
 # The base preset on Multi30k: the WMT 2014 data settings give way to the dataset's own
 # (its default vocabulary, no length or ratio cleaning).
@@ -80,6 +87,8 @@ class Sizes:
     step_batches: tuple[int, ...]
     step_out_len: int
     train_tokens: int
+    resume_steps: int
+    resume_kill_at: int
     multi30k: list[str] = field(default_factory=list)
     gemm_size: int | None = None  # None: as large as common.gemm_peak finds fit
 
@@ -88,13 +97,13 @@ FULL = Sizes(
     shape_name="base", shape=decode_speed.SHAPES["base"],
     decode_cases=[decode_speed.Case("base", beam, batch) for beam in (1, 4) for batch in (1, 32)],
     out_len=32, repeats=3, step_batches=(1, 32), step_out_len=64, train_tokens=25000,
-    multi30k=[*MULTI30K, "train.max_minutes=15"],
+    resume_steps=300, resume_kill_at=130, multi30k=[*MULTI30K, "train.max_minutes=15"],
 )
 SMOKE = Sizes(
     shape_name="tiny", shape={"layers": 1, "d_model": 32, "d_ff": 64, "heads": 2, "vocab": 300},
     decode_cases=[decode_speed.Case("tiny", beam, batch) for beam, batch in ((1, 1), (2, 2))],
     out_len=4, repeats=1, step_batches=(1, 2), step_out_len=20, train_tokens=256, gemm_size=256,
-    multi30k=[*MULTI30K, "data.max_train_examples=1500", "data.vocab_size=800", "model.encoder_layers=1",
+    resume_steps=30, resume_kill_at=20, multi30k=[*MULTI30K, "data.max_train_examples=1500", "data.vocab_size=800", "model.encoder_layers=1",
               "model.decoder_layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2",
               "train.max_steps=4", "train.max_tokens=1500", "train.warmup=2", "train.eval_every=4",
               "train.checkpoint_every=4", "train.keep_checkpoints=1", "train.average_last=1",
@@ -220,14 +229,26 @@ def graphs(device: torch.device, sizes: Sizes, work: Path, *, smoke: bool) -> di
     return result
 
 
-def train(device: torch.device, sizes: Sizes, work: Path, *, smoke: bool) -> dict[str, Any]:
+def train(device: torch.device, sizes: Sizes, work: Path, *, smoke: bool,
+          compiled: bool = False) -> dict[str, Any]:
     peak16 = gemm_peak(device, torch.bfloat16, size=sizes.gemm_size)
     b = {k: v.to(device) for k, v in train_speed.batch(sizes.train_tokens, sizes.shape["vocab"]).items()}
     target_tokens = int(b["tgt_out"].ne(PAD).sum())
     flops = train_speed.train_flops(sizes.shape, b)
-    step = train_speed.seqtrans_step(sizes.shape, device, b, target_tokens, autocast=True)
+    started = time.perf_counter()
+    step = train_speed.seqtrans_step(sizes.shape, device, b, target_tokens, autocast=True,
+                                     compiled="aot_eager" if compiled and smoke else compiled)
+    if compiled:  # the first steps compile: timed apart
+        step()
+        synchronize(device)
+    first = time.perf_counter() - started
     seconds, memory = train_speed.measure(step, device, sizes.repeats)
-    return {**machine(device, "bf16 autocast (fp32 weights)"),
+    name = device_name(device)
+    datasheet = next((peak for chip, peak in DATASHEET_BF16.items() if chip in name), None)
+    return {**machine(device, "bf16 autocast (fp32 weights)" + (", torch.compile" if compiled else "")),
+            **({"compile_and_first_step_seconds": first} if compiled else {}),
+            "datasheet_bf16_flops": datasheet,
+            "mfu_bf16_datasheet": flops / seconds / datasheet if datasheet else None,
             "shape": {"name": sizes.shape_name, **sizes.shape},
             "sentences": b["src"].size(0), "source_tokens": int(b["src"].ne(PAD).sum()),
             "target_tokens": target_tokens, "model_gflop": round(flops / 1e9, 3),
@@ -251,9 +272,20 @@ def multi30k(device: torch.device, sizes: Sizes, work: Path, *, smoke: bool) -> 
             "test_sentences": metrics["test_sentences"], "wall_minutes": (time.perf_counter() - started) / 60}
 
 
+def train_compiled(device: torch.device, sizes: Sizes, work: Path, *, smoke: bool) -> dict[str, Any]:
+    return train(device, sizes, work, smoke=smoke, compiled=True)
+
+
+def torchrun_resume(device: torch.device, sizes: Sizes, work: Path, *, smoke: bool) -> dict[str, Any]:
+    part = work / "torchrun_resume"
+    part.mkdir(parents=True, exist_ok=True)
+    return {**machine(device, "fp32"),
+            **resume.torchrun_resume(device, part, steps=sizes.resume_steps, kill_at=sizes.resume_kill_at)}
+
+
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "gpu_tests": gpu_tests, "decode_speed": decode, "step_graphs": graphs, "train_mfu": train,
-    "multi30k": multi30k}
+    "train_compiled": train_compiled, "torchrun_resume": torchrun_resume, "multi30k": multi30k}
 
 
 def run_part(name: str, device: torch.device, sizes: Sizes, work: Path, *, smoke: bool) -> dict[str, Any]:
@@ -311,6 +343,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS, help="Which parts to run.")
     parser.add_argument("--out", type=Path, help="Results file (default: benchmarks/results/gpu_suite.json, "
                         "or gpu_suite-smoke.json with --smoke).")
+    parser.add_argument("--decode-cases", nargs="+", metavar="CASE",
+                        help="Only these of decode_speed's cases, e.g. base-beam4-b1 base-beam4-b32.")
     parser.add_argument("--multi30k-set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="Settings for the Multi30k run after the suite's own, e.g. "
                         "train.max_minutes=5 to fit less time on the GPU.")
@@ -327,6 +361,12 @@ def main(argv: list[str]) -> int:
     sizes = SMOKE if args.smoke else FULL
     if args.multi30k_set:
         sizes = replace(sizes, multi30k=[*sizes.multi30k, *args.multi30k_set])
+    if args.decode_cases:
+        known = {c.name: c for c in sizes.decode_cases}
+        unknown = [c for c in args.decode_cases if c not in known]
+        if unknown:
+            parser.error(f"--decode-cases: no case {', '.join(unknown)}; known: {', '.join(known)}")
+        sizes = replace(sizes, decode_cases=[known[c] for c in args.decode_cases])
     out = args.out or RESULTS / ("gpu_suite-smoke.json" if args.smoke else "gpu_suite.json")
     started = time.perf_counter()
     results: dict[str, Any] = {
