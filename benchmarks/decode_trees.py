@@ -137,10 +137,10 @@ def main(argv: list[str]) -> None:
             for tree in args.trees:
                 result = time_tree(tree, case, args, device, trace=args.sync_trace and turn == 0)
                 runs[str(tree)].append(result)
-                print(json.dumps({"tree": tree.name, "round": turn, **result}), flush=True)
+                print(json.dumps({"tree": tree.name or "working tree", "round": turn, **result}), flush=True)
         for tree in args.trees:
             done = runs[str(tree)]
-            row: dict[str, Any] = {"tree": tree.name, "case": name, "rounds": done}
+            row: dict[str, Any] = {"tree": tree.name or "working tree", "case": name, "rounds": done}
             for precision in args.precisions:
                 values = [r[precision + "_tok_s"] for r in done if r.get(precision + "_tok_s")]
                 row[precision + "_tok_s"] = statistics.median(values) if values else None
@@ -150,6 +150,7 @@ def main(argv: list[str]) -> None:
     out = args.out or RESULTS / f"decode_trees-{device.type}.json"
     write_results(out, results, sort_keys=False)
     for row in rows:
-        print(f"{row['case']:18s} {row['tree']:24s} " + " ".join(
-            f"{p} {row[p + '_tok_s']:,.0f} tok/s" if row[p + "_tok_s"] else f"{p} -" for p in args.precisions))
+        speeds = [f"{p} {row[p + '_tok_s']:,.0f} tok/s" if row[p + "_tok_s"] else f"{p} -"
+                  for p in args.precisions]
+        print(f"{row['case']:18s} {row['tree']:24s} " + " ".join(speeds))
     print(f"wrote {out}")

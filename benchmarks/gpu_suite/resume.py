@@ -50,7 +50,8 @@ def outcome(out: Path) -> dict[str, Any]:
             "predictions": (out / "predictions" / "test.txt").read_text()}
 
 
-def finished(out: Path, cache: Path, device: torch.device, steps: int, log: Path) -> tuple[dict[str, Any], float]:
+def finished(out: Path, cache: Path, device: torch.device, steps: int,
+             log: Path) -> tuple[dict[str, Any], float]:
     started = time.perf_counter()
     with log.open("a") as err:
         subprocess.run(command(out, cache, device, steps), check=True, cwd=ROOT, stdout=err, stderr=err)
@@ -96,7 +97,8 @@ def torchrun_resume(device: torch.device, work: Path, *, steps: int, kill_at: in
     result = {"command": " ".join(["torchrun --standalone --nproc_per_node 1 -m seqtrans run copy",
                                    f"--device {device.type} --set", *settings(steps)]),
               "process_group": "none: a world of one process joins none (NCCL needs two ranks, on two GPUs)",
-              "reference_seconds": round(seconds, 1), "kill_at_update": kill_at, "last_line_before_kill": last,
+              "reference_seconds": round(seconds, 1), "kill_at_update": kill_at,
+              "last_line_before_kill": last,
               "checkpoints_at_kill": checkpoints, "resume_log": resumed_lines[-3:],
               "references_agree": references, "resumed_vs_reference": recovered}
     if not (recovered["metrics_equal"] and recovered["predictions_equal"]):
