@@ -303,7 +303,8 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     history, scores, kept, active = _start_beams(b0, k, nbest, device)
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
     for step in range(longest + 1):
-        with teams.step(model, len(active) * k):  # a small step's team: speed only (seqtrans.decoding.teams)
+        # a small step's team: speed only (seqtrans.decoding.teams)
+        with teams.step(model, len(active) * k, device):
             cand, rows_c, token, ends, go_on = _beam_candidates(
                 _next_logits(model, history, state), history, step, beam=k, prefix=scores.view(-1),
                 limit=limit, rules=rules, constraint=constrained, required=lexical, columns=columns,
@@ -435,7 +436,7 @@ def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, rules: Rules,
     constrained = start_constraint(constraint, active) if constraint is not None else None
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
     for step in range(longest + 1):
-        with teams.step(model, active.numel()):
+        with teams.step(model, active.numel(), device):
             log_probs = _extended_scores(_next_logits(model, history[:, : step + 1], state),
                                          history[:, : step + 1], step,
                                          prefix=zeros[: active.numel()], limit=limit, rules=rules,

@@ -16,7 +16,8 @@ team, so the choice changes the speed, never a result (tests/decoding/test_teams
 
 PyTorch's thread count is the process's, so a step changes it only while no other
 thread is inside a step (a server's other decoding workers); ``SEQTRANS_STEP_TEAMS=0``
-turns the choice off.
+turns the choice off. Steps on another device than the CPU keep the process's count: their
+operators run there, and a step's wall time there is mostly its launches.
 """
 
 from __future__ import annotations
@@ -52,14 +53,16 @@ class StepTeams:
         self._inside = 0  # threads inside a step now
 
     @contextlib.contextmanager
-    def step(self, model: object, rows: int) -> Iterator[None]:
-        """A decoding step of ``model`` over ``rows`` hypotheses runs inside this, with its team."""
+    def step(self, model: object, rows: int, device: torch.device) -> Iterator[None]:
+        """A decoding step of ``model`` over ``rows`` hypotheses on ``device`` runs inside
+        this, with its team."""
         threads = torch.get_num_threads()
         with self._lock:
             alone = self._inside == 0
             self._inside += 1
             choice = None
-            if alone and threads > 1 and rows <= SMALL_STEP_ROWS and environment.step_teams():
+            if (alone and threads > 1 and rows <= SMALL_STEP_ROWS and device.type == "cpu"
+                    and environment.step_teams()):
                 choice = self._choice(model, rows, threads)
                 team = choice.next() if choice is not None else threads
         try:
@@ -106,6 +109,6 @@ class StepTeams:
 TEAMS = StepTeams()
 
 
-def step(model: object, rows: int) -> contextlib.AbstractContextManager[None]:
+def step(model: object, rows: int, device: torch.device) -> contextlib.AbstractContextManager[None]:
     """:meth:`StepTeams.step` of the process's teams."""
-    return TEAMS.step(model, rows)
+    return TEAMS.step(model, rows, device)

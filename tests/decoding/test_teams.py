@@ -93,13 +93,24 @@ def test_large_nested_or_unwanted_steps_keep_every_thread(model: Transformer, fr
         greedy_search(model, src, max_len=torch.full((rows,), 12), min_len=12)
         assert set(seen) == {2} and fresh_teams.choices(model) == {}
         seen.clear()
-        with fresh_teams.step(object(), 1):  # another thread's step, as a server's other worker
+        with fresh_teams.step(object(), 1, torch.device("cpu")):  # another thread's, as a server's worker
             greedy_search(model, src[:1], max_len=torch.tensor([12]), min_len=12)
         assert set(seen) == {2}
         seen.clear()
         monkeypatch.setenv("SEQTRANS_STEP_TEAMS", "0")
         greedy_search(model, src[:1], max_len=torch.tensor([12]), min_len=12)
         assert set(seen) == {2} and fresh_teams.choices(model) == {}
+
+
+def test_steps_on_another_device_keep_every_thread(model: Transformer, fresh_teams: teams.StepTeams) -> None:
+    for _ in range(3 * teams.TRIALS):
+        with fresh_teams.step(model, 1, torch.device("meta")):  # as a GPU's: nothing chosen
+            assert torch.get_num_threads() == 2
+    assert fresh_teams.choices(model) == {}
+    for _ in range(2 * teams.TRIALS):  # the same steps on the CPU: both teams tried, one kept
+        with fresh_teams.step(model, 1, torch.device("cpu")):
+            pass
+    assert list(fresh_teams.choices(model)) == [(1, 2)]
 
 
 @pytest.mark.usefixtures("native_kernels")
@@ -122,7 +133,7 @@ def test_a_decode_has_the_same_bits_whatever_its_team(model: Transformer, fresh_
     one = decoded()  # every step with the process's two threads
 
     @contextlib.contextmanager
-    def one_thread(model: object, rows: int) -> Iterator[None]:
+    def one_thread(model: object, rows: int, device: torch.device) -> Iterator[None]:
         torch.set_num_threads(1)
         try:
             yield
