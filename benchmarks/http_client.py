@@ -2,16 +2,16 @@
 
 On a small machine the load generator runs on the cores the server under test decodes
 on, so every CPU second the client spends is taken from the server: with httpx's
-``AsyncClient`` (one per user) the clients of ``serve_load`` took about 6 ms of CPU per
-request, more than the server's own share of the two cores, and the benchmark measured
-the client. This client does only what those requests need, on plain asyncio streams:
-the request's bytes are built once (:func:`request`) and written as they are; an answer
-is read as its status line, its headers and a body of ``Content-Length`` bytes, or up to
-the connection's end when it gives none. It keeps the connection alive across requests,
-and opens a new one when the server closed it (``Connection: close``, or a kept-alive
-connection it closed while idle). It refuses a chunked answer (:class:`ProtocolError`):
-``seqtrans serve`` (uvicorn's h11 protocol) sends ``Content-Length`` with every answer
-the benchmarks request, since none of them is streamed.
+``AsyncClient`` (one per user) the clients of ``serve_load`` kept more of two cores busy
+than the server did, and the benchmark measured the client. This client does only what
+those requests need, on plain asyncio streams: a request's bytes are built once
+(:func:`request`) and written as they are; an answer is read as its status line, its
+headers and a body of ``Content-Length`` bytes, or up to the connection's end when it
+gives none. It keeps the connection alive across requests, and opens a new one when the
+server closed it (``Connection: close``, or a kept-alive connection it closed while
+idle). It refuses a chunked answer (:class:`ProtocolError`): ``seqtrans serve``
+(uvicorn's h11 protocol) sends ``Content-Length`` with every answer the benchmarks
+request, since none of them is streamed.
 
 httpx remains the client for everything else (readiness probes, metrics).
 """
@@ -158,7 +158,7 @@ class Connection:
     async def _exchange(self, request: bytes) -> Answer:
         reader = self._reader
         fresh = reader is None or reader.at_eof()
-        if fresh:
+        if reader is None or fresh:
             reader = await self._open()
         try:
             head = await self._head(reader, request)

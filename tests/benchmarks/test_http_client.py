@@ -262,7 +262,7 @@ def test_a_chunked_answer_is_refused_with_the_reason() -> None:
         await reader.read()
 
     async def go() -> None:
-        async with serving(handle) as (url, _), Connection(url) as connection:
+        async with serving(handle) as (url, _), Connection(url, timeout=10) as connection:
             with pytest.raises(ProtocolError, match="Transfer-Encoding: chunked, which this client does not"):
                 await connection.send(request("GET", url))
 
