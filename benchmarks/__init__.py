@@ -6,7 +6,8 @@
 
 Each benchmark is a module of this package with a ``main(argv)``; what they share (timing,
 peak memory, a training budget, the argument parser and writing results with their
-provenance) is in :mod:`benchmarks.common`. Results go to ``benchmarks/results/``.
+provenance) is in :mod:`benchmarks.common`, and the serving benchmarks' light HTTP client in
+:mod:`benchmarks.http_client`. Results go to ``benchmarks/results/``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
 #: Modules of the package that are not benchmarks: what the benchmarks share.
-SHARED = frozenset({"common"})
+SHARED = frozenset({"common", "http_client"})
 
 
 def benchmarks() -> dict[str, str]:

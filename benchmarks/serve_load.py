@@ -54,6 +54,7 @@ from typing import Any
 import httpx
 
 from benchmarks.common import ROOT, arguments, background_load, write_results
+from benchmarks.http_client import ERRORS, Connection, request
 from seqtrans.inference.evaluation import read_split
 from seqtrans.inference.loading import Loaded, load
 from seqtrans.inference.online import predict_batches
@@ -166,39 +167,38 @@ async def load_test(url: str, texts: list[str], expected: list[str], *, users: i
                     beam: int, pid: int | None = None) -> dict[str, Any]:
     """``users`` clients, each sending its next sentence when the last is answered, until
     ``requests`` have been sent; with the server's ``pid``, its RSS after every 1,000
-    answers."""
+    answers. Each user is a connection of :mod:`benchmarks.http_client`, kept alive: the
+    load generator shares the server's cores, so its CPU per request is kept small."""
     latencies: list[float] = []
     statuses: dict[str, int] = {}
     memory: list[int] = []
     wrong = 0
     sent = 0
+    prepared = [request("POST", f"{url}/v1/models/m/predict",
+                        body=json.dumps({"inputs": [text], "beam": beam}).encode()) for text in texts]
 
-    async def user(client: httpx.AsyncClient) -> None:
+    async def user(connection: Connection) -> None:
         nonlocal sent, wrong
         while sent < requests:
             i = sent % len(texts)
             sent += 1
             started = time.perf_counter()
             try:
-                answer = await client.post(f"{url}/v1/models/m/predict",
-                                           json={"inputs": [texts[i]], "beam": beam})
-            except httpx.HTTPError as exc:
+                answer = await connection.send(prepared[i])
+            except ERRORS as exc:
                 statuses[type(exc).__name__] = statuses.get(type(exc).__name__, 0) + 1
                 continue
-            statuses[str(answer.status_code)] = statuses.get(str(answer.status_code), 0) + 1
+            statuses[str(answer.status)] = statuses.get(str(answer.status), 0) + 1
             if pid is not None and sum(statuses.values()) % 1000 == 0:
                 memory.append(rss(pid))
-            if answer.status_code == 200:
+            if answer.status == 200:
                 latencies.append(time.perf_counter() - started)
                 wrong += answer.json()["outputs"][0]["output"] != expected[i]
 
-    # a client of its own per user, as users are: one client's pool of all the connections
-    # scans them at every request, so its CPU per request grew with the users, taken from the
-    # server's cores (docs/serving.md, "64 users against 32")
     async with contextlib.AsyncExitStack() as stack:
-        clients = [await stack.enter_async_context(httpx.AsyncClient(timeout=120)) for _ in range(users)]
+        connections = [await stack.enter_async_context(Connection(url, timeout=120)) for _ in range(users)]
         started = time.perf_counter()
-        await asyncio.gather(*(user(client) for client in clients))
+        await asyncio.gather(*(user(connection) for connection in connections))
         seconds = time.perf_counter() - started
     quantiles = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
     return {"users": users, "requests": requests, "seconds": seconds,
@@ -206,7 +206,8 @@ async def load_test(url: str, texts: list[str], expected: list[str], *, users: i
             "p50_ms": 1000 * quantiles[49], "p95_ms": 1000 * quantiles[94], "p99_ms": 1000 * quantiles[98],
             "ok": statuses.get("200", 0), "refused": statuses.get("503", 0),
             "errors": sum(n for s, n in statuses.items() if s not in ("200", "503")), "wrong_outputs": wrong,
-            "statuses": statuses, **({"rss_every_1000_bytes": memory} if pid is not None else {})}
+            "statuses": statuses, "connections_opened": sum(c.opened for c in connections),
+            **({"rss_every_1000_bytes": memory} if pid is not None else {})}
 
 
 def main(argv: list[str]) -> None:
