@@ -1,5 +1,6 @@
-"""Decoding speed of other checkouts of seqtrans, side by side in one run: which change
-made decoding slower or faster (the steps of a bisection, measured at once).
+"""Beam search speed of other checkouts of seqtrans, side by side in one run.
+
+Which change made decoding slower or faster: the steps of a bisection, measured at once.
 
     git archive COMMIT seqtrans benchmarks | tar -x -C trees/COMMIT     # one per commit
     python -m benchmarks decode_trees trees/* --device cuda --cases base-beam4-b32 --sync-trace
@@ -28,7 +29,7 @@ import torch
 
 from benchmarks.common import RESULTS, arguments, device_name, pick_device, write_results
 
-# Runs in the tree (its working directory first on sys.path): that tree's seqtrans and
+# Runs in the tree (its working directory first on the import path): that tree's seqtrans and
 # decode_speed. Prints one JSON line.
 CHILD = r"""
 import importlib.util, inspect, json, sys, time, warnings
@@ -93,7 +94,7 @@ def time_tree(tree: Path, case: tuple[str, int, int], args: Any, device: torch.d
               trace: bool) -> dict[str, Any]:
     settings = {"device": device.type, "case": list(case), "out_len": args.out_len, "repeats": args.repeats,
                 "precisions": args.precisions, "sync_trace": trace}
-    # 'python -c' puts its working directory, the tree, first on sys.path (unless
+    # 'python -c' puts its working directory, the tree, first on the import path (unless
     # PYTHONSAFEPATH): the tree's seqtrans before any other on the path
     env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
     done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(settings)], cwd=tree, env=env,

@@ -35,7 +35,8 @@ def test_the_smoke_run_measures_every_part(tmp_path: Path) -> None:
     results = json.loads(out.read_text())
     assert results["smoke"] and results["failed_parts"] == []
     parts = results["parts"]
-    assert list(parts) == ["gpu_tests", "decode_speed", "step_graphs", "train_mfu", "train_compiled", "multi30k"]
+    assert list(parts) == ["gpu_tests", "decode_speed", "step_graphs", "train_mfu", "train_compiled",
+                           "multi30k"]
     for name, part in parts.items():
         assert part["status"] == "ok" and "error" not in part, name
         tested = "cuda" if name == "gpu_tests" and torch.cuda.is_available() else "cpu"
