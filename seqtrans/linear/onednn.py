@@ -6,6 +6,8 @@ Shapes: M rows, K inputs, O outputs.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -66,14 +68,27 @@ class OneDNNLinear(nn.Module):
     fuses_relu = True
 
     def forward(self, x: Tensor, *, relu: bool = False) -> Tensor:
-        rows = x.reshape(-1, x.size(-1))  # [M, K]
-        m = rows.size(0)
+        # A decoding step's products are small, so every operator called from Python around
+        # the product costs time of the same order as the product itself: the operator is
+        # given x as it comes (it flattens the leading dims itself) wherever no padding is needed.
+        post = "relu" if relu else "none"
+        lead = x.shape[:-1]
+        m = math.prod(lead)
         padded = row_bucket(m)
-        if padded != m:
-            rows = torch.cat([rows, rows.new_zeros(padded - m, rows.size(1))])
-        y = torch.ops.mkldnn._linear_pointwise(rows, self._packed, self.bias, "relu" if relu else "none",
-                                               [], "")  # [M', O]
-        return y[:m].view(*x.shape[:-1], y.size(1))
+        if padded == m:
+            return _product(x, self._packed, self.bias, post)  # [..., O]
+        if m == 1 and x.dim() > 1:
+            # the row twice as a view of it; the operator makes it contiguous
+            return _product(x.expand(2, *x.shape[1:]), self._packed, self.bias, post)[:1]  # [1, ..., O]
+        rows = x.reshape(m, x.size(-1))  # [M, K]
+        rows = torch.cat([rows, rows.new_zeros(padded - m, rows.size(1))])  # [M', K]
+        y = _product(rows, self._packed, self.bias, post)  # [M', O]
+        return y[:m].view(*lead, y.size(1))
+
+
+def _product(x: Tensor, weight: Tensor, bias: Tensor | None, post: str) -> Tensor:
+    """oneDNN's ``x @ weight.T + bias``, then ``post`` ("relu" or "none").  [..., K] -> [..., O]"""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, post, [], "")
 
 
 #: The built products of distinct shapes ``seqtrans serve`` keeps (:func:`bound_primitive_caches`).

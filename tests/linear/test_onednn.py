@@ -145,6 +145,24 @@ def test_the_packed_product_gives_a_row_the_same_bits_in_any_batch_and_team(shap
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("lead", [(1,), (1, 1), (4,), (4, 1), (2, 2), (17,), (17, 1), (3, 6), (0, 1)])
+@pytest.mark.parametrize("relu", [False, True])
+def test_any_leading_shape_gives_each_row_the_bits_it_gets_alone(lead: tuple[int, ...], relu: bool) -> None:
+    """Rows that need no padding go to the operator in the caller's shape, a single row as a
+    view of itself twice, other counts padded: each row must come out as it does alone."""
+    g = torch.Generator().manual_seed(4)
+    layer = OneDNNLinear(torch.randn(40, 24, generator=g), torch.randn(40, generator=g))
+    x = torch.randn(*lead, 24, generator=g)
+    with torch.inference_mode():
+        y = layer(x, relu=relu)
+        flat = x.reshape(-1, 24)
+        alone = [layer(flat[i:i + 1], relu=relu) for i in range(flat.size(0))]
+    assert y.shape == (*lead, 40)
+    assert y.is_contiguous()
+    for i, row in enumerate(alone):
+        assert torch.equal(y.reshape(-1, 40)[i:i + 1], row), i
+
+
 def test_without_packing_the_layer_keeps_no_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     g = torch.Generator().manual_seed(3)
     w, b, x = torch.randn(40, 32, generator=g), torch.randn(40, generator=g), torch.randn(5, 32, generator=g)
