@@ -22,8 +22,11 @@
 4. **Shapes** (``--parts shapes``, not run by default). One product at a time, the same
    operands again and again, for each of ``--shape-rows`` rows, each K x O of
    ``--shapes`` and one thread and the process's threads: the native int8 product,
-   PyTorch's ``torch._int_mm`` and the float32 ``F.linear`` of the same shape, in giga
-   operations (a multiply and an add each) per second. Each is the best of repeated calls
+   PyTorch's ``torch._int_mm`` and the float32 ``F.linear`` of the same shape, and the float32
+   product as fp32 decoding makes it (:class:`seqtrans.linear.onednn.OneDNNLinear`, its weight
+   packed) and oneDNN's operator alone on that packed weight (what the layer adds to it is
+   its own cost per call), in microseconds a call and giga operations (a multiply and an
+   add each) per second. Each is the best of repeated calls
    (at least three, and for at least ``--shape-seconds``): with one thread in the process's
    CPU time, which another process's work on the machine does not add to, with more in
    wall time. The default shapes are NLLB's output layer (256 x 256,206) and its other
@@ -55,6 +58,7 @@ from benchmarks.decode_speed import SHAPES, Case, seqtrans_decoder, sources, ste
 from seqtrans import native
 from seqtrans.decoding import teams
 from seqtrans.linear.int8 import Int8Linear, _torch_product
+from seqtrans.linear.onednn import OneDNNLinear, row_bucket
 from seqtrans.runtime import environment
 
 CPU = torch.device("cpu")
@@ -142,16 +146,22 @@ def _shape_rows(rows: list[int], k: int, o: int, team: int, seconds: float) -> l
     g = torch.Generator().manual_seed(k + o)
     w = torch.randint(-127, 128, (o, k), dtype=torch.int8, generator=g)
     w_float = w.to(torch.float32)
+    layer = OneDNNLinear(w_float)
     out = []
     for m in rows:
         x = torch.randint(1, 256, (m, k), dtype=torch.uint8, generator=g)
         x_float = x.to(torch.float32)
+        # the rows the layer gives the operator
+        padded = torch.cat([x_float, x_float.new_zeros(row_bucket(m) - m, k)])
         if not torch.equal(native.int8_product(x, w), _torch_product(x, w)):
             raise AssertionError(f"the products differ at {m} rows, {k} x {o}, {team} thread(s)")
         ways: dict[str, Callable[[], Any]] = {
             "native": functools.partial(native.int8_product, x, w),
             "torch": functools.partial(_torch_product, x, w),
-            "fp32": functools.partial(F.linear, x_float, w_float)}
+            "fp32": functools.partial(F.linear, x_float, w_float),
+            "onednn": functools.partial(layer, x_float),
+            "onednn_op": functools.partial(torch.ops.mkldnn._linear_pointwise, padded, layer.packed_weight,
+                                           None, "none", [], "")}
         row: dict[str, Any] = {"k": k, "o": o, "rows": m, "threads": team}
         for key, fn in ways.items():
             best = best_seconds(fn, wall=team > 1, seconds=seconds)
@@ -159,7 +169,9 @@ def _shape_rows(rows: list[int], k: int, o: int, team: int, seconds: float) -> l
             row[f"{key}_gops"] = 2 * m * k * o / best / 1e9
         out.append(row)
         print(f"{k:>5} x {o:<6} {m:>3} rows, {team} thread(s): native {row['native_gops']:6.1f}, "
-              f"_int_mm {row['torch_gops']:6.1f}, fp32 {row['fp32_gops']:6.1f} GOPS", flush=True)
+              f"_int_mm {row['torch_gops']:6.1f}, fp32 {row['fp32_gops']:6.1f} GOPS; fp32 us a call: "
+              f"F.linear {row['fp32_us']:.1f}, oneDNN layer {row['onednn_us']:.1f}, "
+              f"its operator {row['onednn_op_us']:.1f}", flush=True)
     return out
 
 

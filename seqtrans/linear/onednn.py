@@ -58,6 +58,12 @@ class OneDNNLinear(nn.Module):
     def out_features(self) -> int:
         return self.weight.size(0)
 
+    @property
+    def packed_weight(self) -> Tensor:
+        """The weight as the product reads it: oneDNN's blocked copy, or the weight itself
+        where none was made (:func:`packed`)."""
+        return self._packed
+
     def rows(self, ids: Tensor) -> OneDNNLinear:
         """The layer of the output rows ``ids`` [O'] only (their weights copied), for a
         product restricted to them (a vocabulary shortlist)."""

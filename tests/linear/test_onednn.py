@@ -125,7 +125,7 @@ def test_the_packed_product_gives_a_row_the_same_bits_in_any_batch_and_team(shap
     b = torch.randn(shape[0], generator=g)
     layer = OneDNNLinear(w, b)
     if hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
-        assert layer._packed.layout == torch._mkldnn  # the blocked copy, not the plain weight
+        assert layer.packed_weight.layout == torch._mkldnn  # the blocked copy, not the plain weight
     x = torch.randn(700, shape[1], generator=g)
     threads = torch.get_num_threads()
     out = {}
@@ -168,7 +168,7 @@ def test_without_packing_the_layer_keeps_no_copy(monkeypatch: pytest.MonkeyPatch
     w, b, x = torch.randn(40, 32, generator=g), torch.randn(40, generator=g), torch.randn(5, 32, generator=g)
     monkeypatch.setenv("SEQTRANS_PACK_WEIGHTS", "0")
     plain = OneDNNLinear(w, b)
-    assert plain._packed is w  # the weight itself: no second copy in memory
+    assert plain.packed_weight is w  # the weight itself: no second copy in memory
     monkeypatch.delenv("SEQTRANS_PACK_WEIGHTS")
     with torch.inference_mode():
         torch.testing.assert_close(plain(x), OneDNNLinear(w, b)(x), rtol=1e-5, atol=1e-5)
