@@ -74,9 +74,9 @@ class OneDNNLinear(nn.Module):
     fuses_relu = True
 
     def forward(self, x: Tensor, *, relu: bool = False) -> Tensor:
-        # A decoding step's products are small, so every operator called from Python around
-        # the product costs time of the same order as the product itself: the operator is
-        # given x as it comes (it flattens the leading dims itself) wherever no padding is needed.
+        # A decoding step's products are small, so each operator called from Python around one
+        # is a sizeable share of its time: the operator is given x as it comes (it flattens
+        # the leading dims itself) wherever no padding is needed.
         post = "relu" if relu else "none"
         lead = x.shape[:-1]
         m = math.prod(lead)
@@ -84,8 +84,8 @@ class OneDNNLinear(nn.Module):
         if padded == m:
             return _product(x, self._packed, self.bias, post)  # [..., O]
         if m == 1 and x.dim() > 1:
-            # the row twice as a view of it; the operator makes it contiguous
-            return _product(x.expand(2, *x.shape[1:]), self._packed, self.bias, post)[:1]  # [1, ..., O]
+            # the row twice, contiguous: the operator copies a strided view itself, more slowly
+            return _product(torch.cat([x, x]), self._packed, self.bias, post)[:1]  # [1, ..., O]
         rows = x.reshape(m, x.size(-1))  # [M, K]
         rows = torch.cat([rows, rows.new_zeros(padded - m, rows.size(1))])  # [M', K]
         y = _product(rows, self._packed, self.bias, post)  # [M', O]

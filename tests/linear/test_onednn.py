@@ -148,8 +148,8 @@ def test_the_packed_product_gives_a_row_the_same_bits_in_any_batch_and_team(shap
 @pytest.mark.parametrize("lead", [(1,), (1, 1), (4,), (4, 1), (2, 2), (17,), (17, 1), (3, 6), (0, 1)])
 @pytest.mark.parametrize("relu", [False, True])
 def test_any_leading_shape_gives_each_row_the_bits_it_gets_alone(lead: tuple[int, ...], relu: bool) -> None:
-    """Rows that need no padding go to the operator in the caller's shape, a single row as a
-    view of itself twice, other counts padded: each row must come out as it does alone."""
+    """Rows that need no padding go to the operator in the caller's shape, a single row as
+    itself twice, other counts padded: each row must come out as it does alone."""
     g = torch.Generator().manual_seed(4)
     layer = OneDNNLinear(torch.randn(40, 24, generator=g), torch.randn(40, generator=g))
     x = torch.randn(*lead, 24, generator=g)
