@@ -1,18 +1,22 @@
 """float32 linear layers that multiply through oneDNN instead of the BLAS behind
 ``F.linear``, for float32 decoding on CPU.
 
-Shapes: M rows, K inputs, O outputs.
+Shapes: M rows, K inputs, O outputs; N ids, D an embedding's width.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from seqtrans.runtime import environment
-from seqtrans.runtime.system import release_mapped
+from seqtrans.runtime.system import MappedFile, mapped_file, release_mapped
+
+#: The most bytes of a weight packed in one piece (:func:`packed`).
+PACK_BLOCK_BYTES = 32 << 20
 
 
 def onednn_available() -> bool:
@@ -32,9 +36,12 @@ class OneDNNLinear(nn.Module):
     (:func:`packed`), made once with the layer: with the weight in its plain layout
     oneDNN rearranges it at every call, which made a decoding step's few rows take twice
     as long (docs/speed.md, "Packed float32 weights"). The copy costs the weight's memory
-    again, for as long as the layer lives; ``SEQTRANS_PACK_WEIGHTS=0`` (read when the
-    layer is made) keeps none. Either way a row gets the same bits alone as in any batch,
-    with any number of threads (tests/linear/test_onednn.py).
+    again, for as long as the layer lives, unless the weight is a map of its file, whose
+    pages are then given back; ``SEQTRANS_PACK_WEIGHTS=0`` (read when the layer is made)
+    keeps none. A weight larger than :data:`PACK_BLOCK_BYTES` is packed in blocks of output
+    rows, each multiplied on its own: the same bits as one product (each output's sum over
+    K is the same), for one more pass over the output. Either way a row gets the same bits
+    alone as in any batch, with any number of threads (tests/linear/test_onednn.py).
 
     oneDNN builds and caches a primitive for every row count it sees. Decoding sees
     thousands (batch rows x source lengths, beams shrinking as sentences end), which
@@ -49,6 +56,16 @@ class OneDNNLinear(nn.Module):
         self.weight = weight
         self.bias = bias
         self._packed = packed(weight)
+        sizes = [block.size(0) for block in self._packed.blocks]
+        # each block's own bias, a view of the layer's
+        self._biases: list[Tensor | None] = [None] * len(sizes) if bias is None else list(bias.split(sizes))
+
+    @property
+    def file_rows(self) -> FileRows | None:
+        """Where the plain weight's pages were given back once packed (it is a map of its
+        file), its rows read from the file: what a tied embedding looks up
+        (:class:`FileEmbedding`)."""
+        return self._packed.file_rows
 
     @property
     def in_features(self) -> int:
@@ -59,15 +76,18 @@ class OneDNNLinear(nn.Module):
         return self.weight.size(0)
 
     @property
-    def packed_weight(self) -> Tensor:
-        """The weight as the product reads it: oneDNN's blocked copy, or the weight itself
+    def packed_weights(self) -> tuple[Tensor, ...]:
+        """The weight as the product reads it, in blocks of its output rows (one unless it is
+        larger than :data:`PACK_BLOCK_BYTES`): oneDNN's blocked copies, or the weight itself
         where none was made (:func:`packed`)."""
-        return self._packed
+        return self._packed.blocks
 
     def rows(self, ids: Tensor) -> OneDNNLinear:
         """The layer of the output rows ``ids`` [O'] only (their weights copied), for a
         product restricted to them (a vocabulary shortlist)."""
-        return OneDNNLinear(self.weight[ids].contiguous(), None if self.bias is None else self.bias[ids])
+        file_rows = self._packed.file_rows
+        weight = self.weight[ids].contiguous() if file_rows is None else file_rows(ids)
+        return OneDNNLinear(weight, None if self.bias is None else self.bias[ids])
 
     #: ``forward(x, relu=True)`` applies max(0, .) as the product's own last step
     #: (seqtrans.model.layers.FeedForward): the same values, one pass over them fewer
@@ -82,14 +102,22 @@ class OneDNNLinear(nn.Module):
         m = math.prod(lead)
         padded = row_bucket(m)
         if padded == m:
-            return _product(x, self._packed, self.bias, post)  # [..., O]
+            return self._product(x, post)  # [..., O]
         if m == 1 and x.dim() > 1:
             # the row twice, contiguous: the operator copies a strided view itself, more slowly
-            return _product(torch.cat([x, x]), self._packed, self.bias, post)[:1]  # [1, ..., O]
+            return self._product(torch.cat([x, x]), post)[:1]  # [1, ..., O]
         rows = x.reshape(m, x.size(-1))  # [M, K]
         rows = torch.cat([rows, rows.new_zeros(padded - m, rows.size(1))])  # [M', K]
-        y = _product(rows, self._packed, self.bias, post)  # [M', O]
+        y = self._product(rows, post)  # [M', O]
         return y[:m].view(*lead, y.size(1))
+
+    def _product(self, x: Tensor, post: str) -> Tensor:
+        """The product over the packed blocks, each block's outputs in its columns.  [..., K] -> [..., O]"""
+        blocks = self._packed.blocks
+        if len(blocks) == 1:
+            return _product(x, blocks[0], self.bias, post)
+        return torch.cat([_product(x, block, bias, post) for block, bias in zip(blocks, self._biases)],
+                         dim=-1)  # [..., O]
 
 
 def _product(x: Tensor, weight: Tensor, bias: Tensor | None, post: str) -> Tensor:
@@ -128,23 +156,88 @@ def row_bucket(m: int) -> int:
     return -(-m // step) * step
 
 
-def packed(weight: Tensor) -> Tensor:
-    """A copy of ``weight`` [O, K] float32 in the blocked layout oneDNN's product reads
-    fastest on this processor (an opaque ``torch._mkldnn`` tensor that only
-    ``_linear_pointwise`` reads), or ``weight`` itself where this PyTorch cannot make one
-    or ``SEQTRANS_PACK_WEIGHTS=0`` says not to. A weight read from a map of its file
-    (a run loaded for decoding) gives its pages back once copied
-    (:func:`seqtrans.runtime.system.release_mapped`): the weights are then in memory once,
-    in the packed layout."""
+@dataclass(frozen=True)
+class Packed:
+    """A weight [O, K] as the product reads it: ``blocks`` of its output rows in order,
+    each an opaque copy in oneDNN's layout (or the weight itself, unpacked); ``file_rows``:
+    where the plain weight's pages were given back (a map of its file), how to read its
+    rows without bringing them back."""
+
+    blocks: tuple[Tensor, ...]
+    file_rows: FileRows | None = None
+
+
+def packed(weight: Tensor) -> Packed:
+    """``weight`` [O, K] float32 in the blocked layout oneDNN's product reads fastest on this
+    processor (opaque ``torch._mkldnn`` tensors that only ``_linear_pointwise`` reads), or
+    ``weight`` itself where this PyTorch cannot make one or ``SEQTRANS_PACK_WEIGHTS=0`` says
+    not to. A weight read from a map of its file (a run loaded for decoding) gives its pages
+    back as each block is copied (:func:`seqtrans.runtime.system.release_mapped`), so that
+    the weights are in memory once, in the packed layout, and never twice even while they
+    are packed. The blocks are of :data:`PACK_BLOCK_BYTES` at most and of nearly equal rows,
+    never one row alone (oneDNN multiplies a single output by another kernel, which sums in
+    another order)."""
     reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
     if (reorder is None or weight.dtype != torch.float32 or weight.device.type != "cpu"
             or not environment.pack_weights()):
-        return weight
+        return Packed((weight,))
+    count = max(1, min(weight.size(0) // 2, -(-weight.numel() * weight.element_size() // PACK_BLOCK_BYTES)))
+    blocks, released = [], False
     try:
         with torch.no_grad():
-            copy = reorder(weight.detach())
+            for rows in weight.detach().tensor_split(count):  # [O_i, K] views, contiguous
+                blocks.append(reorder(rows))
+                # the product reads the copy alone: a weight mapped from its file need not stay resident
+                released = release_mapped(rows) or released
     except RuntimeError:  # a layout oneDNN does not take: the plain product, still the same for every batch
-        return weight
-    # the product reads the copy alone: a weight loaded as a map of its file need not stay resident
-    release_mapped(weight)
-    return copy
+        return Packed((weight,))
+    released = release_mapped(weight) or released  # the pages across the blocks' edges
+    source = mapped_file(weight) if released else None
+    return Packed(tuple(blocks), None if source is None else FileRows(weight, source))
+
+
+class FileRows:
+    """Rows of a table [V, D] that is a map of its file, read from the file (``pread``,
+    :class:`~seqtrans.runtime.system.MappedFile`) rather than through the map: one row read
+    through the map brings a whole folio of the file back into the resident set (2 MiB),
+    so that a few hundred scattered lookups made a table whose pages were given back
+    resident again. Made where no page of the table was written (its bytes are the
+    file's: :func:`~seqtrans.runtime.system.mapped_file`); a table written since (its version
+    moved) is read as it is.
+    ``rows(ids [...]) -> [..., D]``, bit for bit ``table[ids]``."""
+
+    def __init__(self, table: Tensor, source: MappedFile) -> None:
+        self.table = table
+        self._source = source
+        self._version = table._version
+
+    def __call__(self, ids: Tensor) -> Tensor:
+        if self.table._version != self._version:
+            return self.table[ids]
+        size, width = self.table.shape
+        wanted = ids.reshape(-1).tolist()  # [N]
+        if any(not 0 <= row < size for row in wanted):
+            raise IndexError(f"row ids out of range for a table of {size} rows")
+        out = self.table.new_empty(len(wanted), width)  # [N, D]
+        row_bytes = width * self.table.element_size()
+        buffer = out.numpy().data.cast("B")
+        for i, row in enumerate(wanted):
+            self._source.read_into(buffer[i * row_bytes:(i + 1) * row_bytes], row * row_bytes)
+        return out.view(*ids.shape, width)
+
+
+class FileEmbedding(nn.Module):
+    """An embedding table looked up from its file (:class:`FileRows`): the tied table of a
+    float32 decoding copy, whose output projection reads the packed copy
+    (:class:`OneDNNLinear`), so that the table stays resident once, packed, rather than
+    coming back plain as decoding looks rows up. ``weight`` is the model's own, shared.
+    ``forward(ids [...]) -> [..., D]``, the rows ``nn.Embedding`` gives.
+    """
+
+    def __init__(self, rows: FileRows) -> None:
+        super().__init__()
+        self.weight = rows.table
+        self._rows = rows
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self._rows(ids)

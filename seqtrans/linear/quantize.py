@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from seqtrans.errors import ConfigError
 from seqtrans.linear.int8 import Int8Embedding, Int8Linear
-from seqtrans.linear.onednn import OneDNNLinear
+from seqtrans.linear.onednn import FileEmbedding, OneDNNLinear
 from seqtrans.model.transformer import Transformer
 
 
@@ -102,10 +102,20 @@ def onednn(model: Transformer) -> Transformer:
     """A copy of ``model`` for float32 decoding on CPU whose linear layers and output
     projection multiply through oneDNN (:class:`OneDNNLinear`); it shares the model's
     tensors. The products round differently from ``F.linear``'s in the last bits, the
-    same way in every process on one machine, so decoding stays reproducible."""
+    same way in every process on one machine, so decoding stays reproducible. Where the
+    projection is the target embeddings (tied) and packing gave the table's pages back (a
+    map of its file), the copy looks embeddings up from the file (:class:`FileEmbedding`),
+    so that the table stays resident once, as the projection's packed copy."""
     if model.device.type != "cpu":
         raise ValueError("oneDNN linear layers are for CPU decoding")
-    return _with_linears(model, OneDNNLinear)
+    twin = _with_linears(model, OneDNNLinear)
+    projection = twin.projection
+    if model.output is None and isinstance(projection, OneDNNLinear) and projection.file_rows is not None:
+        table = FileEmbedding(projection.file_rows)
+        if twin.source_embed is twin.target_embed:
+            twin.source_embed = table  # type: ignore[assignment]
+        twin.target_embed = table  # type: ignore[assignment]
+    return twin
 
 
 # model -> kind -> (the state its copy was made from, the copy); weak, so a model dropped is forgotten

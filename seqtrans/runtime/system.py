@@ -11,7 +11,8 @@ to work through these fallbacks, untested):
   than handed back and faulted in again (elsewhere it does nothing);
 - :func:`release_mapped`: ``madvise(MADV_DONTNEED)`` over a tensor's pages where each is a
   page of the file it was mapped from, never written, so that they stop counting in the
-  resident set (elsewhere it does nothing);
+  resident set (elsewhere it does nothing); :func:`mapped_file`: the file a tensor maps,
+  to read it without bringing its pages back (``/proc/self/maps``; elsewhere None);
 - :func:`cpu_features`: the processor's feature flags from ``/proc/cpuinfo``, else its
   name from :mod:`platform`.
 """
@@ -28,10 +29,11 @@ import os
 import platform
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch is not imported here: commands that need no model load none
     from torch import Tensor
@@ -193,20 +195,91 @@ def release_mapped(tensor: Tensor) -> bool:
     madvise = _libc_function("madvise")
     if end <= start or madvise is None:
         return False
+    pages = _pages(start, end)
+    if pages is None or pages[0].any() or not pages[1].any():
+        return False
+    return madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED) == 0
+
+
+def _pages(start: int, end: int) -> tuple[Any, Any] | None:
+    """Which pages from ``start`` to ``end`` (page-aligned addresses) hold data of the
+    process's own (written, so a private copy now, or never a file's) and which are
+    resident, as two bool arrays; None where ``/proc/self/pagemap`` cannot say."""
+    page = mmap.PAGESIZE
     try:
         with PAGEMAP.open("rb") as f:
             f.seek(start // page * 8)
             raw = f.read((end - start) // page * 8)
     except OSError:
-        return False
+        return None
     import numpy as np
 
     flags = np.frombuffer(raw, dtype=np.uint64)  # [pages]
+    if len(flags) != (end - start) // page:
+        return None
     present, swapped, file = ((flags & np.uint64(bit)) != 0 for bit in (_PRESENT, _SWAPPED, _FILE))
-    own = swapped | (present & ~file)  # written (a private copy now) or never a file's
-    if len(flags) != (end - start) // page or own.any() or not present.any():
-        return False
-    return madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED) == 0
+    return swapped | (present & ~file), present
+
+
+#: Where Linux lists this process's maps of memory (a constant, so that tests can point it elsewhere).
+MAPS = Path("/proc/self/maps")
+
+
+class MappedFile:
+    """The file a tensor's memory is a map of, open, and where the tensor's first byte lies
+    in it (:func:`mapped_file`). Its bytes are read with ``pread``, which brings none of the
+    file's pages into this process's resident set as a read through the map does (a whole
+    folio of the file, 2 MiB on Linux 6's ext4, for one byte). Closed when dropped."""
+
+    def __init__(self, fd: int, offset: int) -> None:
+        self.offset = offset
+        self._fd = fd
+        weakref.finalize(self, os.close, fd)
+
+    def read_into(self, buffer: memoryview, at: int) -> None:
+        """Fill ``buffer`` with the file's bytes from ``at`` bytes past the tensor's first byte."""
+        got = os.preadv(self._fd, [buffer], self.offset + at)
+        if got != len(buffer):
+            raise OSError(f"read {got} of {len(buffer)} bytes: the file mapped is shorter than its map")
+
+
+def mapped_file(tensor: Tensor) -> MappedFile | None:
+    """The file ``tensor``'s memory is a map of (``torch.load(..., mmap=True)``), opened, where
+    the whole tensor lies in one map and the file at its path is still the one mapped (the
+    same device and inode); else None: memory of the process's own, a file renamed over or
+    removed since, or no ``/proc/self/maps`` (Linux only). The file's bytes are the tensor's
+    only where the tensor was never written (a written page of a private map is a copy),
+    so where any page under it holds data of the process's own, None too."""
+    start = tensor.data_ptr()
+    end = start + tensor.numel() * tensor.element_size()
+    if tensor.device.type != "cpu" or not tensor.is_contiguous() or end <= start:
+        return None
+    page = mmap.PAGESIZE
+    pages = _pages(start // page * page, -(-end // page) * page)  # every page it touches
+    if pages is None or pages[0].any():
+        return None
+    try:
+        lines = MAPS.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split(maxsplit=5)  # range, permissions, offset, device, inode, path
+        low, high = (int(bound, 16) for bound in fields[0].split("-"))
+        if not low <= start < high:
+            continue
+        if end > high or len(fields) < 6 or not fields[5].startswith("/"):
+            return None
+        try:
+            fd = os.open(fields[5], os.O_RDONLY)
+        except OSError:
+            return None
+        found = os.fstat(fd)
+        major, minor = (int(part, 16) for part in fields[3].split(":"))
+        if (found.st_ino, os.major(found.st_dev), os.minor(found.st_dev)) != (int(fields[4]), major, minor):
+            os.close(fd)
+            return None
+        return MappedFile(fd, int(fields[2], 16) + start - low)
+    return None
 
 
 def cpu_features() -> str:

@@ -4,6 +4,7 @@ search results, and the choice ``generate`` makes for each precision."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import subprocess
 import sys
@@ -20,8 +21,9 @@ from seqtrans.data.vocab import EOS
 from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import decoding_model, generate
+from seqtrans.linear import onednn as onednn_module
 from seqtrans.linear.int8 import Int8Linear
-from seqtrans.linear.onednn import OneDNNLinear, onednn_available, row_bucket
+from seqtrans.linear.onednn import FileEmbedding, OneDNNLinear, onednn_available, row_bucket
 from seqtrans.linear.quantize import onednn, onednn_cached
 from seqtrans.runtime import environment
 
@@ -125,7 +127,7 @@ def test_the_packed_product_gives_a_row_the_same_bits_in_any_batch_and_team(shap
     b = torch.randn(shape[0], generator=g)
     layer = OneDNNLinear(w, b)
     if hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
-        assert layer.packed_weight.layout == torch._mkldnn  # the blocked copy, not the plain weight
+        assert [b.layout for b in layer.packed_weights] == [torch._mkldnn]  # the blocked copy, not the weight
     x = torch.randn(700, shape[1], generator=g)
     threads = torch.get_num_threads()
     out = {}
@@ -168,7 +170,7 @@ def test_without_packing_the_layer_keeps_no_copy(monkeypatch: pytest.MonkeyPatch
     w, b, x = torch.randn(40, 32, generator=g), torch.randn(40, generator=g), torch.randn(5, 32, generator=g)
     monkeypatch.setenv("SEQTRANS_PACK_WEIGHTS", "0")
     plain = OneDNNLinear(w, b)
-    assert plain.packed_weight is w  # the weight itself: no second copy in memory
+    assert len(plain.packed_weights) == 1 and plain.packed_weights[0] is w  # no second copy in memory
     monkeypatch.delenv("SEQTRANS_PACK_WEIGHTS")
     with torch.inference_mode():
         torch.testing.assert_close(plain(x), OneDNNLinear(w, b)(x), rtol=1e-5, atol=1e-5)
@@ -227,3 +229,58 @@ def test_relu_in_the_product_is_relu_of_the_product_bit_for_bit() -> None:
     for rows in (1, 2, 4, 17):
         x = torch.randn(rows, 48)
         assert torch.equal(layer(x, relu=True), layer(x).relu())
+
+
+def test_a_weight_packed_in_blocks_gives_the_bits_of_one_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of output rows, each multiplied on its own, sum each output as one product does."""
+    g = torch.Generator().manual_seed(4)
+    w, b = torch.randn(301, 96, generator=g), torch.randn(301, generator=g)
+    whole = OneDNNLinear(w, b)
+    monkeypatch.setattr(onednn_module, "PACK_BLOCK_BYTES", 301 * 96 * 4 // 4)
+    blocked = OneDNNLinear(w, b)
+    if hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        assert [block.size(0) for block in blocked.packed_weights] == [76, 75, 75, 75]  # nearly equal
+    for rows in (1, 2, 3, 17, 130):
+        x = torch.randn(rows, 96, generator=g)
+        for relu in (False, True):
+            assert torch.equal(blocked(x, relu=relu), whole(x, relu=relu)), (rows, relu)
+
+
+def _present_pages(t: torch.Tensor) -> int:
+    """How many of the pages under ``t`` this process has resident (/proc/self/pagemap)."""
+    page = mmap.PAGESIZE
+    start, end = t.data_ptr() // page, -(-(t.data_ptr() + t.numel() * t.element_size()) // page)
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(start * 8)
+        raw = f.read((end - start) * 8)
+    return sum(int.from_bytes(raw[i:i + 8], "little") >> 63 for i in range(0, len(raw), 8))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="maps, madvise and /proc are Linux's")
+def test_a_tied_table_mapped_from_its_file_stays_resident_once(tmp_path: Path) -> None:
+    """The packed projection gives the mapped table's pages back, and the copy's lookups read
+    the file, not the map: the table is never resident again, and the results are the bits
+    of a copy of the same model in memory of its own."""
+    model = tiny_model(vocab=3000, seed=5, d_model=32, d_ff=64)
+    torch.save(model.state_dict(), tmp_path / "m.pt")
+    mapped = tiny_model(vocab=3000, seed=6, d_model=32, d_ff=64)
+    mapped.load_state_dict(torch.load(tmp_path / "m.pt", mmap=True, weights_only=True), assign=True)
+    table = mapped.target_embed.weight
+    own, twin = onednn(model), onednn(mapped)
+    if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        pytest.skip("this PyTorch packs no weights")
+    assert isinstance(twin.target_embed, FileEmbedding) and twin.source_embed is twin.target_embed
+    assert not isinstance(own.target_embed, FileEmbedding)  # nothing to give back
+    assert _present_pages(table) <= 2  # at most the pages it shares with its neighbours
+    ids = torch.tensor([[0, 2999, 17], [5, 5, 1234]])
+    assert torch.equal(twin.target_embed(ids), model.target_embed(ids))
+    src = pad_batch([[4, 5, 6, 2000, EOS], [2999, 8, EOS]])
+    ours, theirs = ([[(h.tokens, h.score) for h in hyps]
+                     for hyps in beam_search(m, src, beam=4, alpha=0.6, max_len=torch.full((2,), 6))]
+                    for m in (twin, own))
+    assert ours == theirs
+    assert _present_pages(table) <= 2
+    hidden = torch.randn(3, 32)
+    with torch.inference_mode():  # a shortlist's rows: read from the file too
+        assert torch.equal(twin.projection.rows(ids[0])(hidden), own.projection.rows(ids[0])(hidden))
+    assert _present_pages(table) <= 2

@@ -223,3 +223,32 @@ def test_memory_not_mapped_from_a_file_or_written_is_left_alone(tmp_path: Path) 
     w.add_(1.0)  # written: its pages are private copies now, not the file's
     assert not system.release_mapped(w)
     assert float(w.sum()) == 1 << 20
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_the_file_of_a_mapped_tensor_reads_its_bytes_without_mapping_them(tmp_path: Path) -> None:
+    import torch
+
+    path = tmp_path / "t.pt"
+    torch.save({"a": torch.arange(100.0), "w": torch.arange(1 << 20, dtype=torch.float32)}, path)
+    w = torch.load(path, mmap=True, weights_only=True)["w"]
+    source = system.mapped_file(w)
+    assert source is not None
+    got = torch.empty(1000)
+    source.read_into(got.numpy().data.cast("B"), 5000 * 4)  # elements 5,000 to 5,999
+    assert torch.equal(got, w[5000:6000])
+    assert system.mapped_file(torch.ones(10)) is None  # memory of the process's own
+    w[-1] = 0.0  # written: that page is a private copy now, and the file no longer its bytes
+    assert system.mapped_file(w) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_a_file_renamed_over_since_it_was_mapped_is_not_read(tmp_path: Path) -> None:
+    import torch
+
+    path, newer = tmp_path / "t.pt", tmp_path / "new.pt"
+    torch.save({"w": torch.zeros(1 << 16)}, path)
+    w = torch.load(path, mmap=True, weights_only=True)["w"]
+    torch.save({"w": torch.ones(1 << 16)}, newer)
+    newer.replace(path)  # as a checkpoint is replaced: the map still reads the old file
+    assert system.mapped_file(w) is None
