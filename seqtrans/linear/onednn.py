@@ -6,6 +6,7 @@ Shapes: M rows, K inputs, O outputs; N ids, D an embedding's width.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -60,12 +61,14 @@ class OneDNNLinear(nn.Module):
         # each block's own bias, a view of the layer's
         self._biases: list[Tensor | None] = [None] * len(sizes) if bias is None else list(bias.split(sizes))
 
-    @property
+    @functools.cached_property
     def file_rows(self) -> FileRows | None:
         """Where the plain weight's pages were given back once packed (it is a map of its
         file), its rows read from the file: what a tied embedding looks up
-        (:class:`FileEmbedding`)."""
-        return self._packed.file_rows
+        (:class:`FileEmbedding`) and :meth:`rows` copies. Opened on first use: most layers
+        never read their plain weight again."""
+        source = mapped_file(self.weight) if self._packed.released else None
+        return None if source is None else FileRows(self.weight, source)
 
     @property
     def in_features(self) -> int:
@@ -85,7 +88,7 @@ class OneDNNLinear(nn.Module):
     def rows(self, ids: Tensor) -> OneDNNLinear:
         """The layer of the output rows ``ids`` [O'] only (their weights copied), for a
         product restricted to them (a vocabulary shortlist)."""
-        file_rows = self._packed.file_rows
+        file_rows = self.file_rows
         weight = self.weight[ids].contiguous() if file_rows is None else file_rows(ids)
         return OneDNNLinear(weight, None if self.bias is None else self.bias[ids])
 
@@ -159,12 +162,11 @@ def row_bucket(m: int) -> int:
 @dataclass(frozen=True)
 class Packed:
     """A weight [O, K] as the product reads it: ``blocks`` of its output rows in order,
-    each an opaque copy in oneDNN's layout (or the weight itself, unpacked); ``file_rows``:
-    where the plain weight's pages were given back (a map of its file), how to read its
-    rows without bringing them back."""
+    each an opaque copy in oneDNN's layout (or the weight itself, unpacked); ``released``:
+    whether the plain weight's pages were given back (it is a map of its file)."""
 
     blocks: tuple[Tensor, ...]
-    file_rows: FileRows | None = None
+    released: bool = False
 
 
 def packed(weight: Tensor) -> Packed:
@@ -192,8 +194,7 @@ def packed(weight: Tensor) -> Packed:
     except RuntimeError:  # a layout oneDNN does not take: the plain product, still the same for every batch
         return Packed((weight,))
     released = release_mapped(weight) or released  # the pages across the blocks' edges
-    source = mapped_file(weight) if released else None
-    return Packed(tuple(blocks), None if source is None else FileRows(weight, source))
+    return Packed(tuple(blocks), released)
 
 
 class FileRows:
@@ -203,8 +204,8 @@ class FileRows:
     so that a few hundred scattered lookups made a table whose pages were given back
     resident again. Made where no page of the table was written (its bytes are the
     file's: :func:`~seqtrans.runtime.system.mapped_file`); a table written since (its version
-    moved) is read as it is.
-    ``rows(ids [...]) -> [..., D]``, bit for bit ``table[ids]``."""
+    moved) is read as it is. Called with ids [...]: their rows [..., D], bit for bit
+    ``table[ids]``."""
 
     def __init__(self, table: Tensor, source: MappedFile) -> None:
         self.table = table
