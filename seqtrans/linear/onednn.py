@@ -105,16 +105,16 @@ class OneDNNLinear(nn.Module):
         m = math.prod(lead)
         padded = row_bucket(m)
         if padded == m:
-            return self._product(x, post)  # [..., O]
+            return self._blocks_product(x, post)  # [..., O]
         if m == 1 and x.dim() > 1:
             # the row twice, contiguous: the operator copies a strided view itself, more slowly
-            return self._product(torch.cat([x, x]), post)[:1]  # [1, ..., O]
+            return self._blocks_product(torch.cat([x, x]), post)[:1]  # [1, ..., O]
         rows = x.reshape(m, x.size(-1))  # [M, K]
         rows = torch.cat([rows, rows.new_zeros(padded - m, rows.size(1))])  # [M', K]
-        y = self._product(rows, post)  # [M', O]
+        y = self._blocks_product(rows, post)  # [M', O]
         return y[:m].view(*lead, y.size(1))
 
-    def _product(self, x: Tensor, post: str) -> Tensor:
+    def _blocks_product(self, x: Tensor, post: str) -> Tensor:
         """The product over the packed blocks, each block's outputs in its columns.  [..., K] -> [..., O]"""
         blocks = self._packed.blocks
         if len(blocks) == 1:

@@ -240,10 +240,11 @@ def test_a_weight_packed_in_blocks_gives_the_bits_of_one_block(monkeypatch: pyte
     blocked = OneDNNLinear(w, b)
     if hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
         assert [block.size(0) for block in blocked.packed_weights] == [76, 75, 75, 75]  # nearly equal
-    for rows in (1, 2, 3, 17, 130):
-        x = torch.randn(rows, 96, generator=g)
+    for lead in ((1,), (2,), (3,), (17,), (130,), (1, 1), (2, 3), (17, 1)):
+        x = torch.randn(*lead, 96, generator=g)
         for relu in (False, True):
-            assert torch.equal(blocked(x, relu=relu), whole(x, relu=relu)), (rows, relu)
+            y = blocked(x, relu=relu)
+            assert y.shape == (*lead, 301) and torch.equal(y, whole(x, relu=relu)), (lead, relu)
 
 
 def _present_pages(t: torch.Tensor) -> int:
