@@ -52,11 +52,13 @@ class OneDNNLinear(nn.Module):
     order, and a row must get the same bits alone as in a batch.
     """
 
-    def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
+    def __init__(self, weight: Tensor, bias: Tensor | None = None, *,
+                 packed_weight: Packed | None = None) -> None:
         super().__init__()
         self.weight = weight
         self.bias = bias
-        self._packed = packed(weight)
+        # packed_weight: another layer's copy of this weight (plus_bias), so it is not made twice
+        self._packed = packed(weight) if packed_weight is None else packed_weight
         sizes = [block.size(0) for block in self._packed.blocks]
         # each block's own bias, a view of the layer's
         self._biases: list[Tensor | None] = [None] * len(sizes) if bias is None else list(bias.split(sizes))
@@ -91,6 +93,15 @@ class OneDNNLinear(nn.Module):
         file_rows = self.file_rows
         weight = self.weight[ids].contiguous() if file_rows is None else file_rows(ids)
         return OneDNNLinear(weight, None if self.bias is None else self.bias[ids])
+
+    def plus_bias(self, bias: Tensor) -> OneDNNLinear:
+        """This layer's product with ``bias`` [O] added as the operator's last step, sharing its
+        packed weight: the same bits as adding ``bias`` to its output afterwards
+        (tests/linear/test_onednn.py), without a pass over the output of its own, which for a
+        large vocabulary's logits costs as much as a step's other layers."""
+        if self.bias is not None:
+            raise ValueError("plus_bias: the layer already adds a bias")
+        return OneDNNLinear(self.weight, bias, packed_weight=self._packed)
 
     #: ``forward(x, relu=True)`` applies max(0, .) as the product's own last step
     #: (seqtrans.model.layers.FeedForward): the same values, one pass over them fewer

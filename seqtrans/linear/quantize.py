@@ -100,12 +100,13 @@ def check_int8(model: Transformer) -> None:
 
 def onednn(model: Transformer) -> Transformer:
     """A copy of ``model`` for float32 decoding on CPU whose linear layers and output
-    projection multiply through oneDNN (:class:`OneDNNLinear`); it shares the model's
-    tensors. The products round differently from ``F.linear``'s in the last bits, the
-    same way in every process on one machine, so decoding stays reproducible. Where the
-    projection is the target embeddings (tied) and packing gave the table's pages back (a
-    map of its file), the copy looks embeddings up from the file (:class:`FileEmbedding`),
-    so that the table stays resident once, as the projection's packed copy."""
+    projection multiply through oneDNN (:class:`OneDNNLinear`), the output bias added by the
+    projection's own product (``projection_adds_bias``); it shares the model's tensors. The
+    products round differently from ``F.linear``'s in the last bits, the same way in every
+    process on one machine, so decoding stays reproducible. Where the projection is the
+    target embeddings (tied) and packing gave the table's pages back (a map of its file),
+    the copy looks embeddings up from the file (:class:`FileEmbedding`), so that the table
+    stays resident once, as the projection's packed copy."""
     if model.device.type != "cpu":
         raise ValueError("oneDNN linear layers are for CPU decoding")
     twin = _with_linears(model, OneDNNLinear)
@@ -115,6 +116,10 @@ def onednn(model: Transformer) -> Transformer:
         if twin.source_embed is twin.target_embed:
             twin.source_embed = table  # type: ignore[assignment]
         twin.target_embed = table  # type: ignore[assignment]
+    if model.output_bias is not None and isinstance(projection, OneDNNLinear):
+        # the output bias as the product's last step: the same bits, one pass over the logits fewer
+        twin.projection = projection.plus_bias(model.output_bias.detach())
+        twin.projection_adds_bias = True
     return twin
 
 

@@ -125,6 +125,8 @@ class Transformer(nn.Module):
         self.extensions = nn.ModuleDict()
         # a decoding-only replacement of ``x @ output_weight.T`` (seqtrans.linear.quantize); never trained
         self.projection: nn.Module | None = None
+        # whether ``projection`` adds ``output_bias`` itself (its product's last step)
+        self.projection_adds_bias = False
 
     def extend(self, extensions: Mapping[str, ModelExtension]) -> None:
         """Attach a task's model extensions, applied in the given order after any already attached."""
@@ -263,7 +265,9 @@ class Transformer(nn.Module):
             logits = cast(Tensor, self.projection(hidden))
         else:
             logits = output_projection(hidden, self.output_weight)
-        return logits if self.output_bias is None else biased(logits, self.output_bias)
+        if self.output_bias is None or (self.projection is not None and self.projection_adds_bias):
+            return logits
+        return biased(logits, self.output_bias)
 
     def decode_hidden(self, tokens: Tensor, encoded: Encoded | None = None, *,
                       state: DecoderState | None = None, record: Recorder | None = None) -> Tensor:

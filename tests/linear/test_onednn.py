@@ -26,6 +26,7 @@ from seqtrans.linear.int8 import Int8Linear
 from seqtrans.linear.onednn import FileEmbedding, OneDNNLinear, onednn_available, row_bucket
 from seqtrans.linear.quantize import onednn, onednn_cached
 from seqtrans.runtime import environment
+from seqtrans.shortlist.search import output_rows
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN linear operator")
 CPU = torch.device("cpu")
@@ -285,3 +286,47 @@ def test_a_tied_table_mapped_from_its_file_stays_resident_once(tmp_path: Path) -
     with torch.inference_mode():  # a shortlist's rows: read from the file too
         assert torch.equal(twin.projection.rows(ids[0])(hidden), own.projection.rows(ids[0])(hidden))
     assert _present_pages(table) <= 2
+
+
+@pytest.mark.parametrize("blocks", [1, 4])
+def test_a_bias_in_the_product_is_the_bias_added_after_bit_for_bit(blocks: int,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    monkeypatch.setattr(onednn_module, "PACK_BLOCK_BYTES", 300 * 96 * 4 // blocks)
+    plain = OneDNNLinear(torch.randn(300, 96) / 9)
+    bias = torch.randn(300) * 5
+    bias[7] = float("-inf")  # a column an imported model never emits
+    with_bias = plain.plus_bias(bias)
+    assert with_bias.packed_weights is plain.packed_weights  # not made twice
+    for rows in (1, 2, 4, 17, 64, 100):
+        x = torch.randn(rows, 1, 96)
+        with torch.inference_mode():
+            assert torch.equal(with_bias(x), plain(x) + bias)
+    with pytest.raises(ValueError, match="already adds a bias"):
+        with_bias.plus_bias(bias)
+
+
+def test_the_copy_adds_the_output_bias_in_the_projection_with_the_same_bits() -> None:
+    model = tiny_model(vocab=40, seed=3, output_bias=True)
+    assert model.output_bias is not None
+    with torch.no_grad():
+        model.output_bias.normal_()
+        model.output_bias[5] = float("-inf")
+    twin = onednn(model)
+    assert twin.projection_adds_bias and not model.projection_adds_bias
+    assert isinstance(twin.projection, OneDNNLinear) and twin.projection.bias is not None
+    # the same copy with the bias added after the product, as before
+    after = onednn(model)
+    after.projection = OneDNNLinear(model.output_weight)
+    after.projection_adds_bias = False
+    g = torch.Generator().manual_seed(0)
+    src = pad_batch([torch.randint(6, 40, (int(n),), generator=g).tolist() + [EOS] for n in (3, 7, 5)])
+    with torch.inference_mode():
+        assert torch.equal(twin(src, src[:, :4]), after(src, src[:, :4]))
+        # a shortlist's rows of the projection add their own bias once
+        ids = torch.tensor([2, 5, 9, 30])
+        hidden = twin.hidden(src, src[:, :4])
+        assert torch.equal(output_rows(twin, ids)(hidden), twin(src, src[:, :4])[..., ids])
+    found = [beam_search(m, src, beam=3, alpha=0.6, max_len=torch.full((3,), 6)) for m in (twin, after)]
+    assert [[(h.tokens, h.score) for h in a] for a in found[0]] == [[(h.tokens, h.score) for h in a]
+                                                                    for a in found[1]]
