@@ -146,7 +146,9 @@ class Int8Linear(nn.Module):
     ``keep_float=False``: keep no reference to the float weight (``weight`` is None), so
     that it can be freed. ``rows``: the weight already quantized by
     :func:`quantize_rows`, ``(W_q [O, K], s_w [O, 1])``, shared (an int8 embedding table
-    that is also the output projection).
+    that is also the output projection). ``bias_after``: the bias added to the scaled
+    product in a rounding of its own, the bits of adding it to the layer's output afterwards
+    (:meth:`plus_bias`), not in one fused multiply-add with the scale.
     """
 
     qweight: Tensor
@@ -156,7 +158,8 @@ class Int8Linear(nn.Module):
     fuses_relu = True
 
     def __init__(self, weight: Tensor | None, bias: Tensor | None = None, *, unsigned: bool | None = None,
-                 keep_float: bool = True, rows: tuple[Tensor, Tensor] | None = None) -> None:
+                 keep_float: bool = True, rows: tuple[Tensor, Tensor] | None = None,
+                 bias_after: bool = False) -> None:
         super().__init__()
         if rows is None:
             if weight is None:
@@ -172,6 +175,7 @@ class Int8Linear(nn.Module):
         self.unsigned = unsigned_activations() if unsigned is None else unsigned
         self.weight = weight if keep_float else None
         self.bias = bias.detach() if bias is not None else None  # the same storage
+        self.bias_after = bias_after
 
     @property
     def in_features(self) -> int:
@@ -186,7 +190,17 @@ class Int8Linear(nn.Module):
         same bits), for a product restricted to them (a vocabulary shortlist)."""
         bias = None if self.bias is None else self.bias[ids]
         return Int8Linear(None, bias, unsigned=self.unsigned, keep_float=False,
-                          rows=(self.qweight[ids], self.scale[ids].unsqueeze(1)))
+                          rows=(self.qweight[ids], self.scale[ids].unsqueeze(1)), bias_after=self.bias_after)
+
+    def plus_bias(self, bias: Tensor) -> Int8Linear:
+        """This layer's product with ``bias`` [O] added in the same pass as the scales, its int8
+        weights shared: the same bits as adding ``bias`` to its output afterwards
+        (``bias_after``), without a pass over the output of its own, which for a large
+        vocabulary's logits costs as much as a step's other layers."""
+        if self.bias is not None:
+            raise ValueError("plus_bias: the layer already adds a bias")
+        return Int8Linear(self.weight, bias, unsigned=self.unsigned, keep_float=self.weight is not None,
+                          rows=(self.qweight, self.scale.unsqueeze(1)), bias_after=True)
 
     def forward(self, x: Tensor, *, relu: bool = False) -> Tensor:
         """``relu``: max(0, y), in the same pass as the scales where the native kernels are
@@ -209,7 +223,7 @@ class Int8Linear(nn.Module):
 
     def _native(self, x2: Tensor, *, relu: bool) -> Tensor:
         return native.int8_linear_unchecked(x2, self.qweight, self.scale, compensation=self.compensation,
-                                            bias=self.bias, relu=relu)
+                                            bias=self.bias, relu=relu, bias_after=self.bias_after)
 
     def _passes(self, x2: Tensor, *, relu: bool, fused: bool) -> Tensor:
         """The layer as quantize, PyTorch's product and dequantize: x2 [M, K] -> [M, O];
@@ -220,12 +234,14 @@ class Int8Linear(nn.Module):
         if fused:
             compensation = self.compensation if self.unsigned else None
             return native.dequantize(acc, xs, self.scale, compensation=compensation, bias=self.bias,
-                                     relu=relu)
+                                     relu=relu, bias_after=self.bias_after)
         if self.unsigned:
             acc.sub_(self.compensation)
         out = acc.to(torch.float32).mul_(xs)
-        if self.bias is None:
+        if self.bias is None or self.bias_after:
             out.mul_(self.scale)
+            if self.bias is not None:
+                out.add_(self.bias)
         else:
             torch.addcmul(self.bias, out, self.scale, out=out)
         return out.relu_() if relu else out

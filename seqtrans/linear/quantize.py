@@ -60,7 +60,7 @@ def quantized(model: Transformer) -> Transformer:
     if is_int8_only(model):
         return model
     check_int8(model)
-    return _with_linears(model, Int8Linear)
+    return _bias_in_projection(_with_linears(model, Int8Linear), model.output_bias)
 
 
 def int8_only(model: Transformer, *, in_place: bool = False) -> Transformer:
@@ -81,6 +81,16 @@ def int8_only(model: Transformer, *, in_place: bool = False) -> Transformer:
         twin.projection = Int8Linear(None, rows=(table.qweight, table.scale.unsqueeze(1)))
     else:
         twin.projection, twin.output = twin.output, None
+    return _bias_in_projection(twin, twin.output_bias)
+
+
+def _bias_in_projection(twin: Transformer, bias: Tensor | None) -> Transformer:
+    """``twin`` with its output projection adding the output ``bias`` as the product's own last
+    step, with the same bits (each layer's ``plus_bias``): a pass over a large vocabulary's
+    logits fewer at every step. An ``Int8Linear`` or ``OneDNNLinear`` projection."""
+    if bias is not None and isinstance(twin.projection, (Int8Linear, OneDNNLinear)):
+        twin.projection = twin.projection.plus_bias(bias.detach())
+        twin.projection_adds_bias = True
     return twin
 
 
@@ -116,11 +126,7 @@ def onednn(model: Transformer) -> Transformer:
         if twin.source_embed is twin.target_embed:
             twin.source_embed = table  # type: ignore[assignment]
         twin.target_embed = table  # type: ignore[assignment]
-    if model.output_bias is not None and isinstance(projection, OneDNNLinear):
-        # the output bias as the product's last step: the same bits, one pass over the logits fewer
-        twin.projection = projection.plus_bias(model.output_bias.detach())
-        twin.projection_adds_bias = True
-    return twin
+    return _bias_in_projection(twin, model.output_bias)
 
 
 # model -> kind -> (the state its copy was made from, the copy); weak, so a model dropped is forgotten

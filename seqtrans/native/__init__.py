@@ -184,14 +184,14 @@ def _load() -> ctypes.CDLL | None:
         library.seqtrans_quantize_rows.argtypes = [pointer, integer, integer, integer, pointer, pointer,
                                                    integer, integer]
         library.seqtrans_dequantize.restype = None
-        library.seqtrans_dequantize.argtypes = [pointer] * 6 + [integer] * 4
+        library.seqtrans_dequantize.argtypes = [pointer] * 6 + [integer] * 5
         library.seqtrans_int8_product_available.restype = ctypes.c_int
         library.seqtrans_int8_product_available.argtypes = []
         library.seqtrans_int8_product.restype = None
         library.seqtrans_int8_product.argtypes = [pointer] * 3 + [integer] * 4
         library.seqtrans_int8_linear.restype = ctypes.c_int
         library.seqtrans_int8_linear.argtypes = ([pointer] + [integer] * 3 + [pointer, integer]
-                                                 + [pointer] * 3 + [integer, pointer, integer])
+                                                 + [pointer] * 3 + [integer, integer, pointer, integer])
         library.seqtrans_topk_rows.restype = ctypes.c_int
         library.seqtrans_topk_rows.argtypes = [pointer, integer, integer, integer, integer, pointer, pointer,
                                                integer]
@@ -281,8 +281,9 @@ def quantize_rows(x: Tensor, *, unsigned: bool) -> tuple[Tensor, Tensor]:
 
 
 def dequantize(acc: Tensor, row_scale: Tensor, col_scale: Tensor, *, compensation: Tensor | None = None,
-               bias: Tensor | None = None, relu: bool = False) -> Tensor:
-    """((acc - compensation) * row_scale) * col_scale + bias (one fused multiply-add) in
+               bias: Tensor | None = None, relu: bool = False, bias_after: bool = False) -> Tensor:
+    """((acc - compensation) * row_scale) * col_scale + bias (one fused multiply-add, or with
+    ``bias_after`` the bias added in a rounding of its own, as to a layer's output) in
     one pass, then ``relu`` if asked, the same bits as those PyTorch operators, written over
     ``acc`` (the same size: no new tensor, whose fresh pages would cost more than the
     pass): acc [M, O] int32, row_scale [M, 1], col_scale [O], compensation [O] int32, bias
@@ -302,7 +303,7 @@ def dequantize(acc: Tensor, row_scale: Tensor, col_scale: Tensor, *, compensatio
     library.seqtrans_dequantize(acc.data_ptr(), None if compensation is None else compensation.data_ptr(),
                                 row_scale.data_ptr(), col_scale.data_ptr(),
                                 None if bias is None else bias.data_ptr(), out.data_ptr(), m, o,
-                                int(relu), torch.get_num_threads())
+                                int(relu), int(bias_after), torch.get_num_threads())
     return out
 
 
@@ -344,11 +345,12 @@ def int8_product(x: Tensor, w: Tensor) -> Tensor:
 
 
 def int8_linear(x: Tensor, w: Tensor, col_scale: Tensor, *, compensation: Tensor, bias: Tensor | None = None,
-                relu: bool = False) -> Tensor:
+                relu: bool = False, bias_after: bool = False) -> Tensor:
     """:func:`quantize_rows` (unsigned), :func:`int8_product` and :func:`dequantize` in one
     call, the same bits: x [M, K] float32 (rows contiguous), w [O, K] int8, col_scale [O],
     compensation [O] int32 (128 times each weight row's sum), bias [O] float32 or None
-    -> [M, O] float32. Only when :func:`int8_product_available`."""
+    (``bias_after`` as :func:`dequantize` takes it) -> [M, O] float32. Only when
+    :func:`int8_product_available`."""
     _library_or_raise()
     if not built_with_int8_product():
         raise RuntimeError("int8_linear needs AVX-512 VNNI or AVX2, which this build lacks")
@@ -364,11 +366,12 @@ def int8_linear(x: Tensor, w: Tensor, col_scale: Tensor, *, compensation: Tensor
             or col_scale.numel() != o or compensation.numel() != o):
         raise ValueError(f"int8_linear: rows {tuple(x.shape)} {x.dtype} against a weight {tuple(w.shape)} "
                          f"{w.dtype} with scales, compensation and bias of its {o} outputs")
-    return int8_linear_unchecked(x, w, col_scale, compensation=compensation, bias=bias, relu=relu)
+    return int8_linear_unchecked(x, w, col_scale, compensation=compensation, bias=bias, relu=relu,
+                                 bias_after=bias_after)
 
 
 def int8_linear_unchecked(x: Tensor, w: Tensor, col_scale: Tensor, *, compensation: Tensor,
-                          bias: Tensor | None = None, relu: bool = False) -> Tensor:
+                          bias: Tensor | None = None, relu: bool = False, bias_after: bool = False) -> Tensor:
     """:func:`int8_linear` for arguments already known to be as it wants (an int8 layer's
     own, with float32 rows), without its checks, which a small layer would pay at every step."""
     m, k = x.shape
@@ -376,7 +379,8 @@ def int8_linear_unchecked(x: Tensor, w: Tensor, col_scale: Tensor, *, compensati
     out = torch.empty(m, o, dtype=torch.float32)
     if out.numel() and _library_or_raise().seqtrans_int8_linear(
             x.data_ptr(), m, k, x.stride(0), w.data_ptr(), o, col_scale.data_ptr(), compensation.data_ptr(),
-            None if bias is None else bias.data_ptr(), int(relu), out.data_ptr(), torch.get_num_threads()):
+            None if bias is None else bias.data_ptr(), int(relu), int(bias_after), out.data_ptr(),
+            torch.get_num_threads()):
         raise MemoryError("int8_linear could not allocate its working memory")
     return out
 

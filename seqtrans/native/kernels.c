@@ -297,7 +297,7 @@ typedef struct {
     const float *row_scale, *col_scale, *bias;
     float *out;
     int64_t cols;
-    int relu;
+    int relu, bias_after;
 } Dequantize;
 
 static void dequantize(void *context, int64_t begin, int64_t end) {
@@ -316,7 +316,10 @@ static void dequantize(void *context, int64_t begin, int64_t end) {
             if (c->compensation) a = _mm512_sub_epi32(a, _mm512_loadu_si512(c->compensation + i));
             const __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(a), rows);
             const __m512 scale = _mm512_loadu_ps(c->col_scale + i);
-            __m512 z = c->bias ? _mm512_fmadd_ps(y, scale, _mm512_loadu_ps(c->bias + i)) : _mm512_mul_ps(y, scale);
+            __m512 z;
+            if (!c->bias) z = _mm512_mul_ps(y, scale);
+            else if (c->bias_after) z = _mm512_add_ps(_mm512_mul_ps(y, scale), _mm512_loadu_ps(c->bias + i));
+            else z = _mm512_fmadd_ps(y, scale, _mm512_loadu_ps(c->bias + i));
             /* (0 > z) ? 0 : z, which keeps a NaN as PyTorch's relu does */
             if (c->relu) z = _mm512_max_ps(zero, z);
             _mm512_storeu_ps(out + i, z);
@@ -325,8 +328,12 @@ static void dequantize(void *context, int64_t begin, int64_t end) {
         for (; i < cols; i++) {
             const int32_t a = c->compensation ? acc[i] - c->compensation[i] : acc[i];
             const float y = (float)a * row;
-            /* one rounding for the bias, as PyTorch's vectorized addcmul does */
-            const float z = c->bias ? fmaf(y, c->col_scale[i], c->bias[i]) : y * c->col_scale[i];
+            /* one rounding for the bias, as PyTorch's vectorized addcmul does, or (bias_after)
+             * its own, as adding it to the layer's output does (built with -ffp-contract=off) */
+            const float scaled = y * c->col_scale[i];
+            const float z = !c->bias       ? scaled
+                            : c->bias_after ? scaled + c->bias[i]
+                                            : fmaf(y, c->col_scale[i], c->bias[i]);
             out[i] = c->relu && 0.0f > z ? 0.0f : z;
         }
     }
@@ -335,13 +342,14 @@ static void dequantize(void *context, int64_t begin, int64_t end) {
 /* acc [m, cols] int32 -> out [m, cols] float32 (out may be acc itself: each element is
  * read before it is written):
  * ((acc - compensation[col]) * row_scale[row]) * col_scale[col] + bias[col], the last two
- * in one rounding (fused multiply-add), then max(0, .) where `relu` (a feed-forward
- * layer's inner product: its activation without a pass of its own);
+ * in one rounding (fused multiply-add), or with `bias_after` each rounded (the bias added
+ * to the scaled product, as to a layer's output), then max(0, .) where `relu` (a
+ * feed-forward layer's inner product: its activation without a pass of its own);
  * compensation and bias may be NULL. */
 void seqtrans_dequantize(const int32_t *acc, const int32_t *compensation, const float *row_scale,
                          const float *col_scale, const float *bias, float *out, int64_t m, int64_t cols,
-                         int64_t relu, int64_t threads) {
-    Dequantize c = {acc, compensation, row_scale, col_scale, bias, out, cols, (int)relu};
+                         int64_t relu, int64_t bias_after, int64_t threads) {
+    Dequantize c = {acc, compensation, row_scale, col_scale, bias, out, cols, (int)relu, (int)bias_after};
     parallel(dequantize, &c, m, m * cols < SMALL_WORK ? 1 : threads);
 }
 
@@ -799,7 +807,7 @@ void seqtrans_int8_product(const uint8_t *x, const int8_t *w, int32_t *out, int6
  * working memory could not be had (nothing written), else 0. */
 int seqtrans_int8_linear(const float *x, int64_t rows, int64_t cols, int64_t stride, const int8_t *w,
                          int64_t outputs, const float *col_scale, const int32_t *compensation, const float *bias,
-                         int64_t relu, float *out, int64_t threads) {
+                         int64_t relu, int64_t bias_after, float *out, int64_t threads) {
     uint8_t *q = (uint8_t *)malloc((size_t)(rows * cols + 1));
     float *row_scale = (float *)malloc((size_t)(rows + 1) * sizeof(float));
     if (!q || !row_scale) {
@@ -810,7 +818,7 @@ int seqtrans_int8_linear(const float *x, int64_t rows, int64_t cols, int64_t str
     seqtrans_quantize_rows(x, rows, cols, stride, q, row_scale, 1, threads);
     seqtrans_int8_product(q, w, (int32_t *)out, rows, cols, outputs, threads);
     seqtrans_dequantize((const int32_t *)out, compensation, row_scale, col_scale, bias, out, rows, outputs, relu,
-                        threads);
+                        bias_after, threads);
     free(q);
     free(row_scale);
     return 0;
@@ -820,9 +828,9 @@ int seqtrans_int8_product_available(void) { return 0; }
 
 int seqtrans_int8_linear(const float *x, int64_t rows, int64_t cols, int64_t stride, const int8_t *w,
                          int64_t outputs, const float *col_scale, const int32_t *compensation, const float *bias,
-                         int64_t relu, float *out, int64_t threads) {
+                         int64_t relu, int64_t bias_after, float *out, int64_t threads) {
     (void)x, (void)rows, (void)cols, (void)stride, (void)w, (void)outputs, (void)col_scale, (void)compensation;
-    (void)bias, (void)relu, (void)out, (void)threads;
+    (void)bias, (void)relu, (void)bias_after, (void)out, (void)threads;
     return 1;
 }
 

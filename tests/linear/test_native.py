@@ -522,3 +522,22 @@ def test_beam_candidates_refuses_a_k_beyond_its_rows_and_any_other_matrix() -> N
         native.beam_candidates(x, prefix, 6, never=never)
     with pytest.raises(ValueError, match="beam_candidates takes a float32 CPU matrix"):
         native.beam_candidates(x.t(), prefix, 2, never=never)
+
+
+@needs_int8_product
+@pytest.mark.parametrize(("m", "k", "o"), [(1, 512, 512), (4, 70, 37), (64, 129, 45)])
+def test_a_bias_after_the_scales_is_the_bias_added_to_the_output_bit_for_bit(m: int, k: int, o: int) -> None:
+    gen = torch.Generator().manual_seed(m + k + o)
+    x = torch.randn(m, k, generator=gen) * 2
+    b = torch.randn(o, generator=gen) * 3
+    b[0] = float("-inf")  # a column an imported model never emits
+    layer = Int8Linear(torch.randn(o, k, generator=gen) * 0.05, unsigned=True)
+    args = {"compensation": layer.compensation}
+    plain = native.int8_linear(x, layer.qweight, layer.scale, **args)
+    after = native.int8_linear(x, layer.qweight, layer.scale, **args, bias=b, bias_after=True)
+    assert torch.equal(after, plain + b)
+    xq, xs = native.quantize_rows(x, unsigned=True)
+    acc = native.int8_product(xq, layer.qweight)
+    assert torch.equal(native.dequantize(acc, xs, layer.scale, **args, bias=b, bias_after=True), after)
+    # fused, one rounding: other bits somewhere, so the test above can tell them apart
+    assert not torch.equal(native.int8_linear(x, layer.qweight, layer.scale, **args, bias=b), after)

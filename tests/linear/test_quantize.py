@@ -236,3 +236,40 @@ def test_an_int8_only_model_refuses_float_precisions_by_name() -> None:
             generate(alone, [[4, 5, EOS]], DecodeConfig(precision=precision), device=torch.device("cpu"))
     config = DecodeConfig(precision="int8", max_len_b=3)
     assert generate(alone, [[4, 5, EOS]], config, device=torch.device("cpu"))[0][0].tokens
+
+
+@pytest.mark.parametrize("unsigned", [True, False])
+def test_a_bias_added_by_the_int8_layer_is_the_bias_added_after_bit_for_bit(unsigned: bool) -> None:
+    torch.manual_seed(0)
+    plain = Int8Linear(torch.randn(70, 48) * 0.1, unsigned=unsigned)
+    bias = torch.randn(70) * 4
+    bias[3] = float("-inf")
+    with_bias = plain.plus_bias(bias)
+    assert with_bias.qweight is plain.qweight and with_bias.weight is plain.weight
+    assert torch.equal(with_bias.rows(torch.tensor([3, 9]))(torch.ones(2, 48)),
+                       plain.rows(torch.tensor([3, 9]))(torch.ones(2, 48)) + bias[[3, 9]])
+    for rows in (1, 4, 17, 64):
+        x = torch.randn(rows, 48)
+        assert torch.equal(with_bias(x), plain(x) + bias)
+    with pytest.raises(ValueError, match="already adds a bias"):
+        with_bias.plus_bias(bias)
+
+
+@pytest.mark.parametrize("only", [False, True])
+def test_the_int8_projection_adds_the_output_bias_with_the_bits_of_adding_it_after(only: bool) -> None:
+    model = tiny_model(vocab=40, seed=3, d_model=32, d_ff=64, output_bias=True, tie_output=False)
+    assert model.output_bias is not None
+    with torch.no_grad():
+        model.output_bias.normal_()
+    twin = int8_only(copy.deepcopy(model)) if only else quantized(model)
+    assert twin.projection_adds_bias and isinstance(twin.projection, Int8Linear)
+    assert twin.projection.bias is not None
+    # the same copy with the bias added to the projection's output, as before
+    after = int8_only(copy.deepcopy(model)) if only else quantized(model)
+    assert isinstance(after.projection, Int8Linear)
+    after.projection = Int8Linear(None, unsigned=after.projection.unsigned, keep_float=False,
+                                  rows=(after.projection.qweight, after.projection.scale.unsqueeze(1)))
+    after.projection_adds_bias = False
+    src = pad_batch([[4, 5, 6, 7, EOS], [9, 30, EOS]])
+    with torch.no_grad():
+        assert torch.equal(twin(src, src[:, :4]), after(src, src[:, :4]))
