@@ -164,3 +164,29 @@ def test_searches_find_the_same_outputs_either_way(settings: dict, seed: int,
         assert [h.tokens for h in mine] == [h.tokens for h in theirs]
         assert [h.log_prob for h in mine] == pytest.approx([h.log_prob for h in theirs], abs=1e-5)
         assert [h.score for h in mine] == pytest.approx([h.score for h in theirs], abs=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_logits_that_round_to_one_score_rank_by_column_as_the_scores_do(seed: int,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel ranks a row from its largest logits where the next one's score is lower:
+    where rounding against a large prefix makes nearly equal logits one score, the lower
+    column must still come first, as in the whole row's ranking."""
+    b, k, v, t = 2, 4, 64, 3
+    step = random_step(seed, b=b, k=k, v=v, t=t)
+    gen = torch.Generator().manual_seed(seed)
+    columns = torch.randperm(v - 12, generator=gen)[:12] + 12  # past the tokens the rules touch
+    near = 20.0 - torch.arange(12) * 1e-5  # the largest, at random columns
+    step["logits"][:, columns] = near
+    step["logits"][1, columns[:5]] = 20.0 + torch.arange(5) * 0.5  # a row whose best are far apart
+    step["prefix"][: 2 * k : 2] = -3000.0  # rounds the near logits to one score
+    step["step"] = t - 1
+    fused, scores = candidates_both_ways(step, monkeypatch, limit=torch.full((b * k,), 20), rules=beam.Rules(),
+                                         forced=None, sources=None)
+    for mine, theirs in zip(fused, scores):
+        assert torch.equal(mine, theirs)
+    # row 0's near logits as one score: lowest columns first; without the prefix, largest first
+    never = torch.tensor([], dtype=torch.long)
+    for prefix, expected in ((-3000.0, sorted(columns.tolist())[:8]), (0.0, columns[:8].tolist())):
+        found = native.beam_candidates(step["logits"][:1].contiguous(), torch.tensor([prefix]), 8, never=never)
+        assert found is not None and found[1][0].tolist() == expected
