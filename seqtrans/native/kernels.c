@@ -490,82 +490,39 @@ static void only_column(const Candidates *c, int64_t r, float most, float shift,
         }
 }
 
-#define FAST_TOP 64 /* the most candidates a row's first pass keeps (k + 1) for ranked_from_top */
-
-/* The largest logit of row r (in lanes the compiler vectorizes), and whether it holds a
- * NaN, keeping meanwhile the `want` largest logits of the columns not excluded in top/at (largest
- * first, of equal ones the lower column first; *kept of them): what ranked_from_top
- * settles most rows' candidates from, without a pass over the row of their own. */
-static float row_max_top(const Candidates *c, int64_t r, int64_t want, float *top, int64_t *at,
-                         int64_t *kept, int *nan) {
-    const float *x = c->x + r * c->stride;
-    const int64_t n = c->n;
+/* The row's largest value, and whether it holds a NaN: in lanes the compiler vectorizes */
+static float row_max(const float *x, int64_t n, int *nan) {
     float most[LANES];
     int odd[LANES] = {0};
-    int64_t filled = 0;
     for (int l = 0; l < LANES; l++) most[l] = -INFINITY;
-    for (int64_t i = 0; i < n; i += TOPK_BLOCK) { /* TOPK_BLOCK is a multiple of LANES */
-        const int64_t stop = i + TOPK_BLOCK < n ? i + TOPK_BLOCK : n;
-        const float bar = filled < want ? -INFINITY : want > 0 ? top[want - 1] : INFINITY;
-        int more = 0;
-        int64_t j;
-        for (j = i; j + LANES <= stop; j += LANES)
-            for (int l = 0; l < LANES; l++) {
-                odd[l] |= x[j + l] != x[j + l];
-                most[l] = x[j + l] > most[l] ? x[j + l] : most[l];
-                more |= x[j + l] > bar;
-            }
-        for (; j < stop; j++) {
-            odd[0] |= x[j] != x[j];
-            most[0] = x[j] > most[0] ? x[j] : most[0];
-            more |= x[j] > bar;
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++) {
+            odd[l] |= x[j + l] != x[j + l];
+            most[l] = x[j + l] > most[l] ? x[j + l] : most[l];
         }
-        if (!more) continue; /* most blocks hold nothing above the want-th largest */
-        for (j = i; j < stop; j++)
-            if (x[j] == x[j] && !excluded(c, r, j)) topk_insert(top, at, &filled, want, x[j], j);
+    for (; j < n; j++) {
+        odd[0] |= x[j] != x[j];
+        most[0] = x[j] > most[0] ? x[j] : most[0];
     }
     for (int l = 1; l < LANES; l++) {
         odd[0] |= odd[l];
         most[0] = most[l] > most[0] ? most[l] : most[0];
     }
     *nan = odd[0];
-    *kept = filled;
     return most[0];
-}
-
-/* Row r's k best scores from its k + 1 largest logits not excluded (top/at, largest first),
- * where they settle them: the score does not fall as the logit grows (each step of it
- * rounds monotonically), so where the (k+1)-th's score is below the k-th best one, no
- * column outside them, whose logit is no larger, scores as high, and an excluded column
- * scores -inf. Returns 0, with v/ix to be filled by the whole row's pass, where they do not. */
-static int ranked_from_top(const Candidates *c, int64_t r, float most, float shift, float *top, int64_t *at,
-                           float *v, int64_t *ix) {
-    const int64_t k = c->k;
-    const float prefix = c->prefix[r], last = ((top[k] - most) - shift) + prefix;
-    /* columns ascending, as the whole row's pass meets them: equal scores keep the lower column first */
-    for (int64_t i = 1; i <= k; i++)
-        for (int64_t p = i; p > 0 && at[p - 1] > at[p]; p--) {
-            const float t = top[p];
-            const int64_t a = at[p];
-            top[p] = top[p - 1], at[p] = at[p - 1];
-            top[p - 1] = t, at[p - 1] = a;
-        }
-    int64_t filled = 0;
-    for (int64_t i = 0; i <= k; i++) topk_insert(v, ix, &filled, k, ((top[i] - most) - shift) + prefix, at[i]);
-    return last < v[k - 1];
 }
 
 static void candidates(void *context, int64_t begin, int64_t end) {
     Candidates *c = (Candidates *)context;
-    const int64_t n = c->n, k = c->k, want = k < FAST_TOP ? k + 1 : 0;
-    float score[TOPK_BLOCK], top[FAST_TOP + 1];
-    int64_t at[FAST_TOP + 1];
+    const int64_t n = c->n, k = c->k;
+    float score[TOPK_BLOCK];
     for (int64_t r = begin; r < end; r++) {
         const float *x = c->x + r * c->stride;
         float most, *v = c->values + r * k;
-        int64_t *ix = c->index + r * k, filled = 0, kept;
+        int64_t *ix = c->index + r * k, filled = 0;
         int nan;
-        most = row_max_top(c, r, want, top, at, &kept, &nan);
+        most = row_max(x, n, &nan);
         if (nan || !isfinite(most)) {
             c->not_finite = 1;
             return;
@@ -575,7 +532,6 @@ static void candidates(void *context, int64_t begin, int64_t end) {
             only_column(c, r, most, shift, v, ix);
             continue;
         }
-        if (want > 0 && kept == want && ranked_from_top(c, r, most, shift, top, at, v, ix)) continue;
         for (int64_t i = 0; i < n; i += TOPK_BLOCK) {
             const int64_t stop = i + TOPK_BLOCK < n ? i + TOPK_BLOCK : n;
             int more = filled < k;
