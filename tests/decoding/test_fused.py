@@ -167,11 +167,11 @@ def test_searches_find_the_same_outputs_either_way(settings: dict, seed: int,
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_logits_that_round_to_one_score_rank_by_column_as_the_scores_do(seed: int,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The kernel ranks a row from its largest logits where the next one's score is lower:
-    where rounding against a large prefix makes nearly equal logits one score, the lower
-    column must still come first, as in the whole row's ranking."""
+def test_logits_that_round_to_one_score_rank_by_column_as_the_scores_do(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nearly equal logits that a large prefix rounds to one score rank by column, the lower
+    first, as the [N, V] scores rank them, not by logit (a ranking from a row's largest
+    logits alone must notice the tie)."""
     b, k, v, t = 2, 4, 64, 3
     step = random_step(seed, b=b, k=k, v=v, t=t)
     gen = torch.Generator().manual_seed(seed)
@@ -181,12 +181,13 @@ def test_logits_that_round_to_one_score_rank_by_column_as_the_scores_do(seed: in
     step["logits"][1, columns[:5]] = 20.0 + torch.arange(5) * 0.5  # a row whose best are far apart
     step["prefix"][: 2 * k : 2] = -3000.0  # rounds the near logits to one score
     step["step"] = t - 1
-    fused, scores = candidates_both_ways(step, monkeypatch, limit=torch.full((b * k,), 20), rules=beam.Rules(),
-                                         forced=None, sources=None)
+    fused, scores = candidates_both_ways(step, monkeypatch, limit=torch.full((b * k,), 20),
+                                         rules=beam.Rules(), forced=None, sources=None)
     for mine, theirs in zip(fused, scores):
         assert torch.equal(mine, theirs)
     # row 0's near logits as one score: lowest columns first; without the prefix, largest first
     never = torch.tensor([], dtype=torch.long)
     for prefix, expected in ((-3000.0, sorted(columns.tolist())[:8]), (0.0, columns[:8].tolist())):
-        found = native.beam_candidates(step["logits"][:1].contiguous(), torch.tensor([prefix]), 8, never=never)
+        row = step["logits"][:1].contiguous()
+        found = native.beam_candidates(row, torch.tensor([prefix]), 8, never=never)
         assert found is not None and found[1][0].tolist() == expected
