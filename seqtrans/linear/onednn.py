@@ -16,7 +16,8 @@ from torch import Tensor, nn
 from seqtrans.runtime import environment
 from seqtrans.runtime.system import MappedFile, mapped_file, release_mapped
 
-#: The most bytes of a weight packed in one piece (:func:`packed`).
+#: The most bytes of a weight packed in one piece (:func:`packed`) unless
+#: ``SEQTRANS_PACK_BLOCK_MIB`` says otherwise.
 PACK_BLOCK_BYTES = 32 << 20
 
 
@@ -187,14 +188,18 @@ def packed(weight: Tensor) -> Packed:
     not to. A weight read from a map of its file (a run loaded for decoding) gives its pages
     back as each block is copied (:func:`seqtrans.runtime.system.release_mapped`), so that
     the weights are in memory once, in the packed layout, and never twice even while they
-    are packed. The blocks are of :data:`PACK_BLOCK_BYTES` at most and of nearly equal rows,
+    are packed. The blocks are of :data:`PACK_BLOCK_BYTES` at most (``SEQTRANS_PACK_BLOCK_MIB``;
+    ``0``: one block, faster where each product call costs most, the weight twice while it
+    is packed) and of nearly equal rows,
     never one row alone (oneDNN multiplies a single output by another kernel, which sums in
     another order)."""
     reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
     if (reorder is None or weight.dtype != torch.float32 or weight.device.type != "cpu"
             or not environment.pack_weights()):
         return Packed((weight,))
-    count = max(1, min(weight.size(0) // 2, -(-weight.numel() * weight.element_size() // PACK_BLOCK_BYTES)))
+    block = environment.pack_block_bytes(PACK_BLOCK_BYTES)
+    count = 1 if block is None else max(1, min(weight.size(0) // 2,
+                                               -(-weight.numel() * weight.element_size() // block)))
     blocks, released = [], False
     try:
         with torch.no_grad():

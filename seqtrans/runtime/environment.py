@@ -6,6 +6,10 @@ one page lists what the environment can change. Imports no torch.
 - ``SEQTRANS_PACK_WEIGHTS=0``: float32 CPU decoding multiplies with each weight as it is,
   without oneDNN's blocked copy beside it (less memory, slower;
   :mod:`seqtrans.linear.onednn`).
+- ``SEQTRANS_PACK_BLOCK_MIB``: the largest block (MiB, default 32) in which a float32
+  weight is packed and multiplied; ``0``: each weight in one block, faster where a product
+  call costs most (batch 1, passive waits), a large weight resident twice while packed
+  (:func:`pack_block_bytes`).
 - ``SEQTRANS_STEP_TEAMS=0``: every decoding step computes with all the process's threads
   (:mod:`seqtrans.decoding.teams`).
 - ``SEQTRANS_NATIVE=0``: CPU decoding builds and uses no native kernel
@@ -42,10 +46,13 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from seqtrans.errors import UsageError
+
 TUNE_MATMUL = "SEQTRANS_TUNE_MATMUL"
 NATIVE = "SEQTRANS_NATIVE"
 STEP_TEAMS = "SEQTRANS_STEP_TEAMS"
 PACK_WEIGHTS = "SEQTRANS_PACK_WEIGHTS"
+PACK_BLOCK_MIB = "SEQTRANS_PACK_BLOCK_MIB"
 CACHE_DIR = "SEQTRANS_CACHE_DIR"
 MIRROR = "SEQTRANS_MIRROR"
 SERVE_TOKEN = "SEQTRANS_SERVE_TOKEN"
@@ -103,6 +110,19 @@ def pack_weights() -> bool:
     """Whether float32 CPU decoding keeps oneDNN's blocked copy of each weight (on unless
     ``SEQTRANS_PACK_WEIGHTS=0``)."""
     return os.environ.get(PACK_WEIGHTS, "1") != "0"
+
+
+def pack_block_bytes(default: int) -> int | None:
+    """The largest block of a packed float32 weight in bytes: ``SEQTRANS_PACK_BLOCK_MIB``
+    MiB where set, else ``default``; None for one block per weight (``0``). UsageError
+    naming the variable for anything but a whole number of MiB."""
+    value = os.environ.get(PACK_BLOCK_MIB)
+    if value is None:
+        return default
+    if not value.strip().isdigit():
+        raise UsageError(f"{PACK_BLOCK_MIB} must be a whole number of MiB (0: one block per weight), "
+                         f"not {value!r}")
+    return int(value) << 20 or None
 
 
 def tune_matmul() -> bool:

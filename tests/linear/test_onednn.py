@@ -21,6 +21,7 @@ from seqtrans.data.vocab import EOS
 from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import decoding_model, generate
+from seqtrans.errors import UsageError
 from seqtrans.linear import onednn as onednn_module
 from seqtrans.linear.int8 import Int8Linear
 from seqtrans.linear.onednn import FileEmbedding, OneDNNLinear, onednn_available, row_bucket
@@ -330,3 +331,21 @@ def test_the_copy_adds_the_output_bias_in_the_projection_with_the_same_bits() ->
     found = [beam_search(m, src, beam=3, alpha=0.6, max_len=torch.full((3,), 6)) for m in (twin, after)]
     assert [[(h.tokens, h.score) for h in a] for a in found[0]] == [[(h.tokens, h.score) for h in a]
                                                                     for a in found[1]]
+
+
+def test_the_block_size_is_the_environments_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    weight = torch.randn(300, 96) / 9
+    x = torch.randn(5, 96)
+    monkeypatch.setattr(onednn_module, "PACK_BLOCK_BYTES", 300 * 96 * 4 // 4)
+    default = OneDNNLinear(weight)
+    monkeypatch.setenv("SEQTRANS_PACK_BLOCK_MIB", "0")  # one block per weight
+    whole = OneDNNLinear(weight)
+    assert len(default.packed_weights) == 4 and len(whole.packed_weights) == 1
+    with torch.inference_mode():
+        assert torch.equal(default(x), whole(x))  # the blocks' sums are the whole product's
+    monkeypatch.setenv("SEQTRANS_PACK_BLOCK_MIB", "1")  # 1 MiB: this weight's 112.5 KiB in one
+    assert len(OneDNNLinear(weight).packed_weights) == 1
+    for bad in ("-1", "1.5", "lots"):
+        monkeypatch.setenv("SEQTRANS_PACK_BLOCK_MIB", bad)
+        with pytest.raises(UsageError, match=f"SEQTRANS_PACK_BLOCK_MIB must be a whole number.*{bad!r}"):
+            OneDNNLinear(weight)
