@@ -90,7 +90,6 @@ def _bias_in_projection(twin: Transformer, bias: Tensor | None) -> Transformer:
     logits fewer at every step. An ``Int8Linear`` or ``OneDNNLinear`` projection."""
     if bias is not None and isinstance(twin.projection, (Int8Linear, OneDNNLinear)):
         twin.projection = twin.projection.plus_bias(bias.detach())
-        twin.projection_adds_bias = True
     return twin
 
 

@@ -125,8 +125,13 @@ class Transformer(nn.Module):
         self.extensions = nn.ModuleDict()
         # a decoding-only replacement of ``x @ output_weight.T`` (seqtrans.linear.quantize); never trained
         self.projection: nn.Module | None = None
-        # whether ``projection`` adds ``output_bias`` itself (its product's last step)
-        self.projection_adds_bias = False
+
+    @property
+    def projection_adds_bias(self) -> bool:
+        """Whether ``projection`` adds ``output_bias`` itself, as its product's last step: a
+        projection is made without a bias and given the output bias only for that
+        (seqtrans.linear.quantize)."""
+        return getattr(self.projection, "bias", None) is not None
 
     def extend(self, extensions: Mapping[str, ModelExtension]) -> None:
         """Attach a task's model extensions, applied in the given order after any already attached."""
@@ -265,7 +270,7 @@ class Transformer(nn.Module):
             logits = cast(Tensor, self.projection(hidden))
         else:
             logits = output_projection(hidden, self.output_weight)
-        if self.output_bias is None or (self.projection is not None and self.projection_adds_bias):
+        if self.output_bias is None or self.projection_adds_bias:
             return logits
         return biased(logits, self.output_bias)
 

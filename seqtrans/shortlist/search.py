@@ -180,7 +180,7 @@ def output_rows(model: Transformer, ids: Tensor) -> Callable[[Tensor], Tensor]:
     bias included: ``decode``'s logits at those columns, to float rounding.
     hidden [N, T, D] -> [N, T, V']"""
     bias = None if model.output_bias is None else model.output_bias[ids]
-    if model.projection is not None and model.projection_adds_bias:
+    if model.projection_adds_bias:
         bias = None  # the rows' layer adds theirs (the same bits)
     if model.projection is not None:
         if not isinstance(model.projection, RowSelecting):

@@ -319,7 +319,6 @@ def test_the_copy_adds_the_output_bias_in_the_projection_with_the_same_bits() ->
     # the same copy with the bias added after the product, as before
     after = onednn(model)
     after.projection = OneDNNLinear(model.output_weight)
-    after.projection_adds_bias = False
     g = torch.Generator().manual_seed(0)
     src = pad_batch([torch.randint(6, 40, (int(n),), generator=g).tolist() + [EOS] for n in (3, 7, 5)])
     with torch.inference_mode():

@@ -269,7 +269,6 @@ def test_the_int8_projection_adds_the_output_bias_with_the_bits_of_adding_it_aft
     assert isinstance(after.projection, Int8Linear)
     after.projection = Int8Linear(None, unsigned=after.projection.unsigned, keep_float=False,
                                   rows=(after.projection.qweight, after.projection.scale.unsqueeze(1)))
-    after.projection_adds_bias = False
     src = pad_batch([[4, 5, 6, 7, EOS], [9, 30, EOS]])
     with torch.no_grad():
         assert torch.equal(twin(src, src[:, :4]), after(src, src[:, :4]))
