@@ -25,7 +25,7 @@ from seqtrans.linear.onednn import onednn_available
 from seqtrans.linear.precision import autocast
 from seqtrans.linear.quantize import is_int8_only, onednn_cached, quantized_cached
 from seqtrans.model.transformer import Transformer
-from seqtrans.runtime import environment
+from seqtrans.runtime import buffers, environment
 from seqtrans.runtime.heartbeat import Counter
 from seqtrans.shortlist.search import Shortlisted
 from seqtrans.shortlist.table import Shortlist
@@ -118,7 +118,7 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
         _check_required(sources, required, config, position_limit=position_limit, prefixes=prefixes)
     model = decoding_model(model, config.precision, device)
     searcher = _shortlisted(model, shortlist if config.shortlist else None, config)
-    with reading(config):
+    with reading(config), buffers.reused():
         return _generate(searcher, sources, config, device=device, constraints=constraints,
                          position_limit=position_limit,
                          positions=range(len(sources)) if positions is None else positions,

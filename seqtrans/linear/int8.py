@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from seqtrans import native
+from seqtrans.runtime import buffers
 from seqtrans.runtime.system import release_mapped
 from seqtrans.runtime.timing import TimedChoice
 
@@ -56,8 +57,9 @@ _trials_lock = threading.Lock()
 
 
 def _torch_product(xq: Tensor, w: Tensor) -> Tensor:
-    # [K, O] as a transposed view: the layout _int_mm was fastest with for one row
-    return torch._int_mm(xq, w.t())
+    # [K, O] as a transposed view: the layout _int_mm was fastest with for one row; a large
+    # vocabulary's products in memory kept from the last step (dequantize writes over them)
+    return torch._int_mm(xq, w.t(), out=buffers.output(xq.size(0), w.size(0), dtype=torch.int32))
 
 
 def _chosen(key: tuple[int, int, int, int], native_call: Callable[[], Tensor],

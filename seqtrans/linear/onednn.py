@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from seqtrans.runtime import environment
+from seqtrans.runtime import buffers, environment
 from seqtrans.runtime.system import MappedFile, mapped_file, release_mapped
 
 #: The most bytes of a weight packed in one piece (:func:`packed`) unless
@@ -131,8 +131,9 @@ class OneDNNLinear(nn.Module):
         blocks = self._packed.blocks
         if len(blocks) == 1:
             return _product(x, blocks[0], self.bias, post)
-        return torch.cat([_product(x, block, bias, post) for block, bias in zip(blocks, self._biases)],
-                         dim=-1)  # [..., O]
+        parts = [_product(x, block, bias, post) for block, bias in zip(blocks, self._biases)]
+        # a large vocabulary's logits go to memory kept from the last step (seqtrans.runtime.buffers)
+        return torch.cat(parts, dim=-1, out=buffers.output(*x.shape[:-1], self.out_features))  # [..., O]
 
 
 def _product(x: Tensor, weight: Tensor, bias: Tensor | None, post: str) -> Tensor:

@@ -53,7 +53,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from seqtrans.runtime import environment
+from seqtrans.runtime import buffers, environment
 from seqtrans.runtime.download import cache_dir
 from seqtrans.runtime.system import cpu_features
 
@@ -376,7 +376,7 @@ def int8_linear_unchecked(x: Tensor, w: Tensor, col_scale: Tensor, *, compensati
     own, with float32 rows), without its checks, which a small layer would pay at every step."""
     m, k = x.shape
     o = w.size(0)
-    out = torch.empty(m, o, dtype=torch.float32)
+    out = buffers.output(m, o)  # a large vocabulary's logits: in memory kept from the last step
     if out.numel() and _library_or_raise().seqtrans_int8_linear(
             x.data_ptr(), m, k, x.stride(0), w.data_ptr(), o, col_scale.data_ptr(), compensation.data_ptr(),
             None if bias is None else bias.data_ptr(), int(relu), int(bias_after), out.data_ptr(),
