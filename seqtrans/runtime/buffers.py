@@ -46,8 +46,10 @@ def output(*shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
     """An uninitialised CPU tensor of ``shape`` for a product to write: a view of this
     thread's buffer within :func:`reused` (grown to fit, and only where nothing else refers
     to the buffer, the previous output included), otherwise ``torch.empty``."""
-    size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-    if getattr(_local, "depth", 0) == 0 or size < MIN_BYTES:
+    if getattr(_local, "depth", 0) == 0:
+        return torch.empty(shape, dtype=dtype)
+    size = math.prod(shape) * dtype.itemsize
+    if size < MIN_BYTES:
         return torch.empty(shape, dtype=dtype)
     buffer: Tensor | None = getattr(_local, "buffer", None)
     if buffer is not None and not _unshared(buffer):
