@@ -102,19 +102,57 @@ def quantize_rows(x: Tensor, *, unsigned: bool = False) -> tuple[Tensor, Tensor]
 
 
 def quantize_weight(w: Tensor, *, block: int = 4096, release: bool = False) -> tuple[Tensor, Tensor]:
-    """:func:`quantize_rows` of a weight matrix, ``block`` rows at a time, so that its
-    float temporaries stay small beside a large matrix (an embedding table). ``release``:
-    the float weight is let go after, so each block's pages are given back once read
-    where they are a map of the checkpoint's file (:func:`~seqtrans.runtime.system.release_mapped`):
-    the float matrix is never resident whole.  w [O, K] -> (W_q [O, K] int8, s_w [O, 1] float32)"""
+    """:func:`quantize_rows` of a weight matrix, the same bits, ``block`` rows at a time, so
+    that its float temporaries stay small beside a large matrix (an embedding table), and
+    for a float32 weight in one float buffer reused from block to block: new temporaries
+    at every block left the C library's heap in pieces it did not reuse, and loading
+    NLLB-200's shape in int8 peaked at a third more than it needed (docs/pretrained-families.md).
+    ``release``: the float weight is let go after, so each block's pages are given back once
+    read where they are a map of the checkpoint's file
+    (:func:`~seqtrans.runtime.system.release_mapped`): the float matrix is never resident
+    whole.  w [O, K] -> (W_q [O, K] int8, s_w [O, 1] float32)"""
     q = torch.empty(w.shape, dtype=torch.int8, device=w.device)
     s = torch.empty(w.size(0), 1, dtype=torch.float32, device=w.device)
+    wide = (torch.empty(min(block, w.size(0)), w.size(1), dtype=torch.float32, device=w.device)
+            if w.dtype == torch.float32 else None)
     for start in range(0, w.size(0), block):
         rows = w[start:start + block]  # [block, K]
-        q[start:start + block], s[start:start + block] = quantize_rows(rows)
+        if wide is None:
+            q[start:start + block], s[start:start + block] = quantize_rows(rows)
+        else:
+            _quantize_float32_rows(rows, wide[:rows.size(0)], q[start:start + block], s[start:start + block])
         if release:
             release_mapped(rows)
     return q, s
+
+
+def _quantize_float32_rows(x: Tensor, work: Tensor, q: Tensor, scale: Tensor) -> None:
+    """:func:`quantize_rows` of float32 rows x [M, K] written into q [M, K] int8 and scale
+    [M, 1], through ``work`` [M, K] float32 instead of new temporaries: the same operators
+    in the same order, so the same bits."""
+    torch.abs(x, out=work)
+    torch.amax(work, dim=-1, keepdim=True, out=scale)
+    scale.div_(QMAX)
+    scale.masked_fill_(~(scale > 0), 1.0)  # a row of zeros: scale 1, so that x / scale stays 0
+    torch.div(x, scale, out=work)
+    torch.round(work, out=work)
+    q.copy_(work)
+
+
+def row_sums(q: Tensor, *, block: int = 4096) -> Tensor:
+    """Each row's sum of an int8 matrix, in int32: widened ``block`` rows at a time into one
+    int32 buffer, reused. A sum with ``dtype=torch.int32`` widens its input into a new
+    tensor, 4x the int8 rows; block by block those copies left the C library's heap in pieces
+    it did not reuse, and the process grew by 4 bytes a weight (a GiB for NLLB-200's tied
+    table) while an int8 copy was made.  q [O, K] int8 -> [O] int32"""
+    sums = torch.empty(q.size(0), dtype=torch.int32, device=q.device)
+    wide = torch.empty(min(block, q.size(0)), q.size(1), dtype=torch.int32, device=q.device)
+    for start in range(0, q.size(0), block):
+        rows = q[start:start + block]  # [block, K]
+        part = wide[:rows.size(0)]
+        part.copy_(rows)
+        torch.sum(part, dim=1, out=sums[start:start + rows.size(0)])
+    return sums
 
 
 def _vnni_amx() -> tuple[bool, bool]:
@@ -170,10 +208,8 @@ class Int8Linear(nn.Module):
         q, s = rows
         self.register_buffer("qweight", q)  # [O, K]
         self.register_buffer("scale", s.view(-1))  # [O]
-        # (x_q + 128) @ W_q.T = x_q @ W_q.T + 128 * (row sums of W_q); summed a block of rows
-        # at a time, as the int32 copy of the rows the sum makes would be 4x the int8 matrix
-        sums = torch.cat([b.sum(dim=1, dtype=torch.int32) for b in q.split(4096)])
-        self.register_buffer("compensation", sums.mul_(128))  # [O]
+        # (x_q + 128) @ W_q.T = x_q @ W_q.T + 128 * (row sums of W_q)
+        self.register_buffer("compensation", row_sums(q).mul_(128))  # [O]
         self.unsigned = unsigned_activations() if unsigned is None else unsigned
         self.weight = weight if keep_float else None
         self.bias = bias.detach() if bias is not None else None  # the same storage

@@ -18,7 +18,7 @@ from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import generate
 from seqtrans.errors import ConfigError
-from seqtrans.linear.int8 import Int8Linear, quantize_rows
+from seqtrans.linear.int8 import Int8Linear, quantize_rows, quantize_weight, row_sums
 from seqtrans.linear.quantize import int8_only, is_int8_only, quantized, quantized_cached
 
 
@@ -29,6 +29,31 @@ def test_rows_quantize_by_their_largest_magnitude_with_ties_to_even() -> None:
     assert q.dtype == torch.int8
     assert q.tolist() == [[127, -50, 4, 0], [-127, 50, 0, 2], [0, 0, 0, 0]]
     assert scale.view(-1).tolist() == [1.0, 2.0, 1.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_weight_quantized_in_blocks_has_the_bits_of_its_rows_quantized_at_once(dtype: torch.dtype) -> None:
+    """float32 goes through one reused buffer, other types through quantize_rows: either
+    way the bits of quantize_rows over the whole matrix, across block edges, with rows of
+    zeros and exact ties."""
+    g = torch.Generator().manual_seed(3)
+    w = (torch.randn(1003, 40, generator=g) * torch.rand(1003, 1, generator=g) * 9).to(dtype)
+    w[0] = 0.0
+    w[500] = torch.tensor([127.0, -50.5, 3.5, 0.5] * 10, dtype=dtype)  # scale 1: ties round to even
+    q, scale = quantize_weight(w, block=100)
+    expected_q, expected_scale = quantize_rows(w)
+    assert q.dtype == torch.int8 and scale.dtype == torch.float32
+    assert torch.equal(q, expected_q)
+    assert torch.equal(scale, expected_scale)
+    assert q[500, :4].tolist() == [127, -50, 4, 0]
+
+
+def test_row_sums_are_an_int8_matrix_summed_in_int32() -> None:
+    g = torch.Generator().manual_seed(4)
+    q = torch.randint(-127, 128, (1003, 300), generator=g, dtype=torch.int8)
+    q[5] = 127  # 38,100: past int8 and int16
+    sums = row_sums(q, block=100)
+    assert sums.dtype == torch.int32 and torch.equal(sums, q.to(torch.int64).sum(dim=1).to(torch.int32))
 
 
 @pytest.mark.parametrize("unsigned", [False, True])
