@@ -40,7 +40,7 @@ from torch import Tensor, nn
 
 from seqtrans import native
 from seqtrans.runtime import buffers
-from seqtrans.runtime.system import release_mapped
+from seqtrans.runtime.system import release_mapped, trim_freed_memory
 from seqtrans.runtime.timing import TimedChoice
 
 #: Largest magnitude of a quantized value; symmetric, so -128 is never used.
@@ -123,6 +123,11 @@ def quantize_weight(w: Tensor, *, block: int = 4096, release: bool = False) -> t
             _quantize_float32_rows(rows, wide[:rows.size(0)], q[start:start + block], s[start:start + block])
         if release:
             release_mapped(rows)
+    if release:
+        # a model converted in place, weight after weight: the heap's freed pieces, which glibc
+        # kept from one weight to the next and which took loading NLLB-600M's shape in int8 to
+        # 1.7 GiB instead of 1.1 (benchmarks/README.md, "The heap while an int8 copy is made")
+        trim_freed_memory()
     return q, s
 
 

@@ -18,6 +18,7 @@ from seqtrans.decoding.beam import beam_search, greedy_search
 from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import generate
 from seqtrans.errors import ConfigError
+from seqtrans.linear import int8 as int8_module
 from seqtrans.linear.int8 import Int8Linear, quantize_rows, quantize_weight, row_sums
 from seqtrans.linear.quantize import int8_only, is_int8_only, quantized, quantized_cached
 
@@ -46,6 +47,16 @@ def test_a_weight_quantized_in_blocks_has_the_bits_of_its_rows_quantized_at_once
     assert torch.equal(q, expected_q)
     assert torch.equal(scale, expected_scale)
     assert q[500, :4].tolist() == [127, -50, 4, 0]
+
+
+def test_a_weight_converted_in_place_hands_the_freed_heap_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[None] = []
+    monkeypatch.setattr(int8_module, "trim_freed_memory", lambda: calls.append(None))
+    w = torch.randn(300, 16)
+    kept = quantize_weight(w, block=100)
+    assert not calls  # a copy beside the float weight: nothing freed to hand back
+    released = quantize_weight(w, block=100, release=True)
+    assert len(calls) == 1 and all(torch.equal(a, b) for a, b in zip(kept, released))
 
 
 def test_row_sums_are_an_int8_matrix_summed_in_int32() -> None:
