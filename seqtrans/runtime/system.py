@@ -176,9 +176,7 @@ def release_freed_memory() -> None:
     the C library has it, ``malloc_trim`` (glibc keeps freed blocks below its mapping
     threshold for reuse, and the process's resident set would still count them)."""
     gc.collect()
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
+    trim_freed_memory()
 
 
 MADV_DONTNEED = 4  # Linux's sys/mman.h
