@@ -238,7 +238,8 @@ def decode_ct2(model: Path, hf: Path, texts: list[str], *, batch: int, tokens: i
     for i in range(0, len(inputs), batch):
         chunk = inputs[i:i + batch]
         out = translator.translate_batch(chunk, target_prefix=prefix(len(chunk)), **options)
-        produced += sum(len(r.hypotheses[0]) for r in out)
+        # its hypotheses hold the prefix it was given, which it did not write: seqtrans's leave it out
+        produced += sum(len(r.hypotheses[0]) - (1 if languages else 0) for r in out)
     return {"tokens": produced, "seconds": time.perf_counter() - start, "peak_mib": process_peak_mib()}
 
 
@@ -285,13 +286,18 @@ def _case(args: argparse.Namespace, base: Path, common: list[str], threads: str,
                 ("ct2", ["ct2", ct2, str(base / "hf")])) for policy in POLICIES}
     speeds: dict[str, list[float]] = {key: [] for key in systems}
     peaks: dict[str, float] = {}
+    tokens: dict[str, int] = {}
     for _ in range(args.repeats):
         for key, (phase, policy) in systems.items():
             got = _child([*common, "--phase", *phase, str(batch)],
                          env={"SEQTRANS_THREADS": threads, "THREADS": threads, "OMP_WAIT_POLICY": policy})
             speeds[key].append(got["tokens"] / got["seconds"])
             peaks[key] = max(peaks.get(key, 0.0), got["peak_mib"])  # the highest of its rounds
-    row: dict[str, Any] = {"precision": precision, "batch": batch, "beam": 4}
+            tokens[key] = got["tokens"]
+    if len(set(tokens.values())) != 1:  # the speeds compare the same work only if every system wrote as much
+        raise RuntimeError(f"the systems wrote different numbers of tokens: {tokens}")
+    row: dict[str, Any] = {"precision": precision, "batch": batch, "beam": 4,
+                           "tokens": tokens["seqtrans_passive"]}
     for key in systems:
         row[f"{key}_tok_s"] = statistics.median(speeds[key])
         row[f"{key}_peak_mib"] = peaks[key]

@@ -13,8 +13,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from seqtrans import native
 from seqtrans.runtime import buffers, environment
 from seqtrans.runtime.system import MappedFile, mapped_file, release_mapped
+
+#: The most rows a product runs through :func:`seqtrans.native.packed_linear_unchecked`
+#: rather than oneDNN's call (where the layer's check passed): from about twice as many,
+#: oneDNN's kernel is as fast (docs/speed.md, "A step's few rows").
+NATIVE_ROWS = 8
 
 #: The most bytes of a weight packed in one piece (:func:`packed`) unless
 #: ``SEQTRANS_PACK_BLOCK_MIB`` says otherwise.
@@ -58,11 +64,15 @@ class OneDNNLinear(nn.Module):
         super().__init__()
         self.weight = weight
         self.bias = bias
+        # plain ints: read at every call, where a parameter's lookup through the module costs
+        self.in_features, self.out_features = weight.size(1), weight.size(0)
         # packed_weight: another layer's copy of this weight (plus_bias), so it is not made twice
         self._packed = packed(weight) if packed_weight is None else packed_weight
         sizes = [block.size(0) for block in self._packed.blocks]
         # each block's own bias, a view of the layer's
         self._biases: list[Tensor | None] = [None] * len(sizes) if bias is None else list(bias.split(sizes))
+        # whether a few rows' product goes through the native kernel: None until checked on first use
+        self._native: bool | None = None
 
     @functools.cached_property
     def file_rows(self) -> FileRows | None:
@@ -72,14 +82,6 @@ class OneDNNLinear(nn.Module):
         never read their plain weight again."""
         source = mapped_file(self.weight) if self._packed.released else None
         return None if source is None else FileRows(self.weight, source)
-
-    @property
-    def in_features(self) -> int:
-        return self.weight.size(1)
-
-    @property
-    def out_features(self) -> int:
-        return self.weight.size(0)
 
     @property
     def packed_weights(self) -> tuple[Tensor, ...]:
@@ -115,6 +117,10 @@ class OneDNNLinear(nn.Module):
         post = "relu" if relu else "none"
         lead = x.shape[:-1]
         m = math.prod(lead)
+        if m <= NATIVE_ROWS and (self._native or (self._native is None and self._check_native())):
+            rows = x.reshape(m, x.size(-1))  # [M, K]
+            return self._native_product(rows if rows.stride(-1) == 1 else rows.contiguous(), relu).view(
+                *lead, self.out_features)
         padded = row_bucket(m)
         if padded == m:
             return self._blocks_product(x, post)  # [..., O]
@@ -125,6 +131,38 @@ class OneDNNLinear(nn.Module):
         rows = torch.cat([rows, rows.new_zeros(padded - m, rows.size(1))])  # [M', K]
         y = self._blocks_product(rows, post)  # [M', O]
         return y[:m].view(*lead, y.size(1))
+
+    def _native_product(self, rows: Tensor, relu: bool) -> Tensor:
+        """The product by the native kernel, each block's outputs written in place in its
+        columns.  [M, K] -> [M, O]"""
+        m, size = rows.size(0), self.out_features
+        # a layer's few outputs: straight from the allocator (a vocabulary's go to reused memory)
+        out = torch.empty(m, size) if m * size * 4 < buffers.MIN_BYTES else buffers.output(m, size)
+        column = 0
+        for (address, outputs), bias in zip(self._addresses, self._biases):
+            native.packed_linear_unchecked(rows, address, outputs, bias, out, column, relu=relu)
+            column += outputs
+        return out
+
+    def _check_native(self) -> bool:
+        """Whether the native kernel gives this layer oneDNN's bits (it reads oneDNN's packing
+        for AVX2 and sums as its kernel there does; another processor's oneDNN may pack or sum
+        otherwise): tried once, on random rows, with and without relu, against oneDNN's own
+        product of them; the answer is kept."""
+        blocks = self._packed.blocks
+        fits = (native.packed_linear_available() and self.in_features > 0
+                and all(block.is_mkldnn and torch.ops.mkldnn._nbytes(block)
+                        == -(-block.size(0) // native.PACKED_OUTPUTS) * native.PACKED_OUTPUTS
+                        * self.in_features * 4 for block in blocks))
+        if fits:
+            self._addresses = [(torch.ops.mkldnn.data_ptr(block), block.size(0)) for block in blocks]
+            generator = torch.Generator().manual_seed(0)
+            probe = torch.randn(3, self.in_features, generator=generator)  # [3, K]
+            fits = all(torch.equal(self._native_product(probe, relu).clone(),
+                                   self._blocks_product(probe, post))
+                       for relu, post in ((False, "none"), (True, "relu")))
+        self._native = fits
+        return fits
 
     def _blocks_product(self, x: Tensor, post: str) -> Tensor:
         """The product over the packed blocks, each block's outputs in its columns.  [..., K] -> [..., O]"""

@@ -12,6 +12,9 @@
   (AVX-512 VNNI or AVX2: :func:`int8_product_available`; with AVX2, a batch's many rows
   in tiles of rows by weight rows whose sums stay in registers); :func:`int8_linear`: a
   whole int8 layer for float rows in one call, those three passes.
+- :func:`packed_linear_unchecked`: a float32 layer's product for a decoding step's few rows, reading
+  the weight where oneDNN packed it and summing as oneDNN's kernel sums, the same bits
+  without the tens of microseconds oneDNN's call costs before it multiplies.
 - :func:`topk_rows`: the few largest of each long row (beam search's candidates), in one
   pass that compares a block of elements with the k-th best so far at once, where
   ``torch.topk`` took a fifth of a small model's beam search.
@@ -75,6 +78,7 @@ _failed: str | None = None
 # loaded library -> whether it has the int8 product; weak, so that a library let go (a test's
 # other build) is forgotten rather than its id taken by the next one's
 _int8_products: weakref.WeakKeyDictionary[ctypes.CDLL, bool] = weakref.WeakKeyDictionary()
+_packed_linears: weakref.WeakKeyDictionary[ctypes.CDLL, bool] = weakref.WeakKeyDictionary()
 
 
 def available() -> bool:
@@ -192,6 +196,11 @@ def _load() -> ctypes.CDLL | None:
         library.seqtrans_int8_linear.restype = ctypes.c_int
         library.seqtrans_int8_linear.argtypes = ([pointer] + [integer] * 3 + [pointer, integer]
                                                  + [pointer] * 3 + [integer, integer, pointer, integer])
+        library.seqtrans_packed_linear_available.restype = ctypes.c_int
+        library.seqtrans_packed_linear_available.argtypes = []
+        library.seqtrans_packed_linear.restype = None
+        library.seqtrans_packed_linear.argtypes = [pointer, integer, integer, integer, pointer, integer,
+                                                   pointer, integer, pointer, integer, integer]
         library.seqtrans_topk_rows.restype = ctypes.c_int
         library.seqtrans_topk_rows.argtypes = [pointer, integer, integer, integer, integer, pointer, pointer,
                                                integer]
@@ -383,6 +392,41 @@ def int8_linear_unchecked(x: Tensor, w: Tensor, col_scale: Tensor, *, compensati
             torch.get_num_threads()):
         raise MemoryError("int8_linear could not allocate its working memory")
     return out
+
+
+#: The most rows :func:`packed_linear_unchecked` takes in one call.
+PACKED_LINEAR_ROWS = 16
+#: Outputs side by side in a block of a weight packed as :func:`packed_linear_unchecked` reads it.
+PACKED_OUTPUTS = 64
+
+
+def packed_linear_available() -> bool:
+    """Whether :func:`packed_linear_unchecked` is built here (the processor has AVX2 and FMA)."""
+    if not environment.native_kernels():
+        return False
+    library = _load()
+    if library is None:
+        return False
+    known = _packed_linears.get(library)
+    if known is None:
+        known = _packed_linears[library] = bool(library.seqtrans_packed_linear_available())
+    return known
+
+
+def packed_linear_unchecked(x: Tensor, weight: int, outputs: int, bias: Tensor | None, out: Tensor,
+                            column: int, *, relu: bool = False) -> None:
+    """``out[:, column:column + outputs] = x @ W.T (+ bias, then max(0, .) with relu)`` for
+    x [M, K] float32 (rows contiguous, M at most :data:`PACKED_LINEAR_ROWS`), W the weight
+    of ``outputs`` rows at address ``weight`` in oneDNN's packing for AVX2
+    (:data:`PACKED_OUTPUTS` outputs side by side at each k, past ``outputs`` padded to a
+    whole block), out [M, O] float32 contiguous, bias [outputs] float32 or None. The same
+    bits as oneDNN's product where its kernel sums as ``kernels.c`` says, which the caller
+    checks (seqtrans.linear.onednn); without checks of its own: a layer calls it at every
+    step. Only when :func:`packed_linear_available`."""
+    m, k = x.shape
+    _library_or_raise().seqtrans_packed_linear(
+        x.data_ptr(), m, k, x.stride(0), weight, outputs, None if bias is None else bias.data_ptr(),
+        int(relu), out.data_ptr() + column * out.element_size(), out.size(1), torch.get_num_threads())
 
 
 def _rows_for_k(x: Tensor, k: int, *, kernel: str) -> tuple[int, int]:

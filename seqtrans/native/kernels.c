@@ -839,3 +839,101 @@ void seqtrans_int8_product(const uint8_t *x, const int8_t *w, int32_t *out, int6
     (void)x, (void)w, (void)out, (void)rows, (void)cols, (void)outputs, (void)threads;
 }
 #endif
+
+/* seqtrans_packed_linear: out[r, o] = sum_k x[r, k] * w[o, k] (+ bias[o]; then max(0, .)
+ * with relu) for the few rows of a decoding step (seqtrans.linear.onednn), reading a
+ * float32 weight where oneDNN's packing put it: blocks of PACKED_OUTPUTS outputs, each
+ * [cols][PACKED_OUTPUTS] (the outputs of one k side by side; past `outputs`, zeros). Each
+ * output is summed as oneDNN's own kernel for processors with AVX2 sums it: fused
+ * multiply-adds in order of k within chunks of PACKED_CHUNK, the chunks' sums added in
+ * order, then the bias. So a row gets the same bits here as in oneDNN's product of any
+ * batch; the caller checks that on each layer before using this (another processor's
+ * oneDNN may pack or sum otherwise). oneDNN's call costs tens of microseconds before its
+ * first multiply, as much as a small layer's whole product at a step's few rows, and its
+ * kernel reads the weight more slowly than memory gives it (docs/speed.md). Rows `x_stride`
+ * apart, outputs `out_stride` apart (a block of the columns of a wider output). */
+#if defined(__AVX2__) && defined(__FMA__)
+#define PACKED_OUTPUTS 64
+#define PACKED_CHUNK 1024
+#define PACKED_STEP 64 /* k read for every row while in the first-level cache (16 KiB of the block) */
+#define PACKED_ROWS 16 /* rows a call takes (the caller's limit) */
+
+typedef struct {
+    const float *x, *w, *bias;
+    float *out;
+    int64_t rows, cols, x_stride, outputs, out_stride;
+    int relu;
+} PackedLinear;
+
+/* one row's 64 sums over k0 .. k1-1, continued from and left in acc[64]: eight vectors,
+ * each summed in order of k, that the weight's rows stream through */
+static inline void packed_row(const float *x, const float *w, int64_t k0, int64_t k1, float *acc) {
+    __m256 a0 = _mm256_loadu_ps(acc), a1 = _mm256_loadu_ps(acc + 8), a2 = _mm256_loadu_ps(acc + 16),
+           a3 = _mm256_loadu_ps(acc + 24), a4 = _mm256_loadu_ps(acc + 32), a5 = _mm256_loadu_ps(acc + 40),
+           a6 = _mm256_loadu_ps(acc + 48), a7 = _mm256_loadu_ps(acc + 56);
+    for (int64_t k = k0; k < k1; k++) {
+        const float *wk = w + k * PACKED_OUTPUTS;
+        const __m256 xv = _mm256_broadcast_ss(x + k);
+        a0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wk), a0);
+        a1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wk + 8), a1);
+        a2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wk + 16), a2);
+        a3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wk + 24), a3);
+        a4 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wk + 32), a4);
+        a5 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wk + 40), a5);
+        a6 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wk + 48), a6);
+        a7 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wk + 56), a7);
+    }
+    _mm256_storeu_ps(acc, a0), _mm256_storeu_ps(acc + 8, a1), _mm256_storeu_ps(acc + 16, a2);
+    _mm256_storeu_ps(acc + 24, a3), _mm256_storeu_ps(acc + 32, a4), _mm256_storeu_ps(acc + 40, a5);
+    _mm256_storeu_ps(acc + 48, a6), _mm256_storeu_ps(acc + 56, a7);
+}
+
+static void packed_linear(void *context, int64_t begin, int64_t end) {
+    const PackedLinear *c = (const PackedLinear *)context;
+    float acc[PACKED_ROWS][PACKED_OUTPUTS];
+    for (int64_t b = begin; b < end; b++) {
+        const float *block = c->w + b * c->cols * PACKED_OUTPUTS;
+        const int64_t o = b * PACKED_OUTPUTS;
+        const int64_t valid = c->outputs - o < PACKED_OUTPUTS ? c->outputs - o : PACKED_OUTPUTS;
+        for (int64_t k0 = 0; k0 < c->cols; k0 += PACKED_CHUNK) {
+            const int64_t k1 = k0 + PACKED_CHUNK < c->cols ? k0 + PACKED_CHUNK : c->cols;
+            const int first = k0 == 0, last = k1 == c->cols;
+            for (int64_t r = 0; r < c->rows; r++)
+                for (int j = 0; j < PACKED_OUTPUTS; j++) acc[r][j] = 0.0f;
+            for (int64_t s = k0; s < k1; s += PACKED_STEP) {
+                const int64_t e = s + PACKED_STEP < k1 ? s + PACKED_STEP : k1;
+                for (int64_t r = 0; r < c->rows; r++) packed_row(c->x + r * c->x_stride, block, s, e, acc[r]);
+            }
+            for (int64_t r = 0; r < c->rows; r++) {
+                float *y = c->out + r * c->out_stride + o;
+                for (int64_t j = 0; j < valid; j++) {
+                    float v = first ? acc[r][j] : y[j] + acc[r][j];
+                    if (last && c->bias != NULL) v = v + c->bias[o + j];
+                    if (last && c->relu) v = v > 0.0f ? v : 0.0f;
+                    y[j] = v;
+                }
+            }
+        }
+    }
+}
+
+int seqtrans_packed_linear_available(void) { return 1; }
+
+void seqtrans_packed_linear(const float *x, int64_t rows, int64_t cols, int64_t x_stride, const float *w,
+                            int64_t outputs, const float *bias, int64_t relu, float *out, int64_t out_stride,
+                            int64_t threads) {
+    if (rows > PACKED_ROWS) return;
+    PackedLinear c = {x, w, bias, out, rows, cols, x_stride, outputs, out_stride, (int)relu};
+    const int64_t blocks = (outputs + PACKED_OUTPUTS - 1) / PACKED_OUTPUTS;
+    parallel(packed_linear, &c, blocks, rows * outputs * cols < SMALL_WORK ? 1 : threads);
+}
+#else
+int seqtrans_packed_linear_available(void) { return 0; }
+
+void seqtrans_packed_linear(const float *x, int64_t rows, int64_t cols, int64_t x_stride, const float *w,
+                            int64_t outputs, const float *bias, int64_t relu, float *out, int64_t out_stride,
+                            int64_t threads) {
+    (void)x, (void)rows, (void)cols, (void)x_stride, (void)w, (void)outputs, (void)bias, (void)relu, (void)out;
+    (void)out_stride, (void)threads;
+}
+#endif

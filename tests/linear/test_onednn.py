@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import decoding_copy, tiny_model
+from seqtrans import native
 from seqtrans.config import DecodeConfig
 from seqtrans.data.batches import pad_batch
 from seqtrans.data.vocab import EOS
@@ -27,6 +28,7 @@ from seqtrans.linear.int8 import Int8Linear
 from seqtrans.linear.onednn import FileEmbedding, OneDNNLinear, onednn_available, row_bucket
 from seqtrans.linear.quantize import onednn, onednn_cached
 from seqtrans.runtime import environment
+from seqtrans.runtime.system import cpu_features
 from seqtrans.shortlist.search import output_rows
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN linear operator")
@@ -348,3 +350,69 @@ def test_the_block_size_is_the_environments_to_set(monkeypatch: pytest.MonkeyPat
         monkeypatch.setenv("SEQTRANS_PACK_BLOCK_MIB", bad)
         with pytest.raises(UsageError, match=f"SEQTRANS_PACK_BLOCK_MIB must be a whole number.*{bad!r}"):
             OneDNNLinear(weight)
+
+
+def _through_onednn(layer: OneDNNLinear) -> OneDNNLinear:
+    """The same layer (the same packed copy) with every product through oneDNN's call."""
+    other = OneDNNLinear(layer.weight, layer.bias, packed_weight=layer._packed)
+    other._native = False
+    return other
+
+
+@pytest.mark.parametrize("shape", [(48, 64), (301, 96), (512, 512), (70, 1536), (1024, 2048)])
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_a_steps_few_rows_get_onednns_bits_from_the_native_kernel(shape: tuple[int, int], blocks: int,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to NATIVE_ROWS rows go through the native kernel, which reads oneDNN's packed copy
+    and must give each output oneDNN's bits (sums in chunks of 1,024 inputs past 1,024, the
+    bias, relu, blocks of the weight written in place in their columns)."""
+    if blocks > 1:
+        monkeypatch.setattr(onednn_module, "PACK_BLOCK_BYTES", shape[0] * shape[1] * 4 // blocks)
+    g = torch.Generator().manual_seed(7)
+    w, b = torch.randn(*shape, generator=g), torch.randn(shape[0], generator=g)
+    for bias in (b, None):
+        layer = OneDNNLinear(w, bias)
+        reference = _through_onednn(layer)
+        for lead in ((1,), (2,), (3, 1), (4,), (5,), (8, 1), (2, 4)):
+            x = torch.randn(*lead, shape[1], generator=g)
+            for relu in (False, True):
+                with torch.inference_mode():
+                    y = layer(x, relu=relu)
+                assert y.shape == (*lead, shape[0]) and y.is_contiguous()
+                assert torch.equal(y, reference(x, relu=relu)), (lead, relu)
+        packed_for_avx2 = native.packed_linear_available() and "avx512f" not in cpu_features()
+        if packed_for_avx2 and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+            assert layer._native, "oneDNN packs these shapes for AVX2 as the kernel reads them"
+
+
+def test_the_native_kernel_is_used_only_where_it_gives_onednns_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel that sums otherwise (here: one output a float step off) fails the layer's
+    check, and every product goes through oneDNN."""
+    real = native.packed_linear_unchecked
+
+    def off_by_a_step(x: torch.Tensor, *args: object, **kwargs: object) -> None:
+        real(x, *args, **kwargs)  # type: ignore[arg-type]
+        out = args[3]
+        assert isinstance(out, torch.Tensor)
+        out[0, 0] = torch.nextafter(out[0, 0], torch.tensor(float("inf")))
+
+    monkeypatch.setattr(native, "packed_linear_unchecked", off_by_a_step)
+    g = torch.Generator().manual_seed(8)
+    layer = OneDNNLinear(torch.randn(64, 64, generator=g), torch.randn(64, generator=g))
+    x = torch.randn(4, 64, generator=g)
+    y = layer(x)
+    assert layer._native is False
+    assert torch.equal(y, _through_onednn(layer)(x))
+    assert torch.equal(y[:1], layer(x[:1]))
+
+
+def test_a_packing_the_kernel_does_not_read_keeps_onednns_call() -> None:
+    """Where oneDNN packs a weight otherwise than in blocks of 64 outputs by K (its size
+    says so), the kernel never reads it."""
+    g = torch.Generator().manual_seed(9)
+    layer = OneDNNLinear(torch.randn(40, 24, generator=g))
+    x = torch.randn(3, 24, generator=g)
+    torch.testing.assert_close(layer(x), F.linear(x, layer.weight), rtol=1e-5, atol=1e-5)
+    block = layer.packed_weights[0]
+    if block.is_mkldnn and torch.ops.mkldnn._nbytes(block) != 64 * 24 * 4:
+        assert layer._native is False
