@@ -15,7 +15,8 @@ in its own process so that its time and peak memory are its own:
 - CTranslate2's own converter (``ct2-transformers-converter``) of the same directory,
   to float32 and to int8;
 - decoding ``--sentences`` sources of ``--source-tokens`` pieces at beam 4, batch 1 (one
-  sentence at a time) and batch ``--batch`` (all together), to ``--tokens`` output
+  sentence at a time; only the first ``--single`` where that is given) and batch ``--batch``
+  (all together), to ``--tokens`` output
   tokens (random weights never end by themselves; both systems are held to that
   length), in float32 and int8, by seqtrans and by CTranslate2, each with each OpenMP
   wait policy (CTranslate2 bundles its own libgomp, whose ``ACTIVE`` policy is several
@@ -32,7 +33,7 @@ Needs the ``bench`` extra (transformers, ctranslate2) and the translation plugin
 ``hf`` extra. Results go to benchmarks/results/pretrained_families-SHAPE-CPU.json.
 
     python -m benchmarks pretrained_families --shape nllb-small --sentences 8
-    python -m benchmarks pretrained_families --shape nllb-600m --sentences 8 --batch 8
+    python -m benchmarks pretrained_families --shape nllb-600m --sentences 32 --batch 32 --single 8
     python -m benchmarks pretrained_families --shape t5-small --sentences 32 --batch 32
 """
 
@@ -257,6 +258,8 @@ def _phase(args: argparse.Namespace) -> dict[str, Any]:
         return convert(Path(paths[0]), Path(paths[1]))
     texts = sources(args.sentences, args.source_tokens, words(args.shape))
     batch = int(paths[-1])
+    if batch == 1 and phase != "shortlist" and args.single:
+        texts = texts[:args.single]  # a large model's sentences one at a time: a few are enough
     if phase == "shortlist":
         return build_shortlist(Path(paths[0]), texts, tokens=args.tokens, top=50, frequent=100)
     if phase == "seqtrans":
@@ -343,7 +346,7 @@ def _shortlist_cases(args: argparse.Namespace, base: Path, common: list[str], th
                "ct2_int8_without_shortlist_tok_s": ct2, "ct2_best_policy": plain["ct2_best_policy"],
                "seqtrans_without_shortlist_tok_s": plain["seqtrans_tok_s"],
                "equal_outputs": sum(a == b for a, b in zip(ours["outputs"], made["outputs"])),
-               "greedy_equal_outputs": made["greedy_equal_outputs"], "sentences": len(made["outputs"])}
+               "greedy_equal_outputs": made["greedy_equal_outputs"], "sentences": len(ours["outputs"])}
         row["ratio_vs_ct2_int8_without_shortlist"] = row["seqtrans_tok_s"] / ct2
         print(json.dumps(row), flush=True)
         out.append(row)
@@ -355,6 +358,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="nllb-small")
     parser.add_argument("--sentences", type=int, default=8)
     parser.add_argument("--batch", type=int, default=8, help="The larger batch (sentences decoded together).")
+    parser.add_argument("--single", type=int, default=0,
+                        help="Decode only the first N sentences one at a time (default: all of them).")
     parser.add_argument("--source-tokens", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=24, help="Output tokens per sentence.")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -366,7 +371,7 @@ def main(argv: list[str]) -> None:
         print(json.dumps(_phase(args)))
         return
     common = ["--shape", args.shape, "--sentences", str(args.sentences), "--source-tokens",
-              str(args.source_tokens), "--tokens", str(args.tokens)]
+              str(args.source_tokens), "--tokens", str(args.tokens), "--single", str(args.single)]
     with tempfile.TemporaryDirectory(prefix="families-bench-") as scratch:
         base = Path(scratch)
         built = _child([*common, "--phase", "build", str(base / "hf")])
