@@ -888,6 +888,33 @@ static inline void packed_row(const float *x, const float *w, int64_t k0, int64_
     _mm256_storeu_ps(acc + 48, a6), _mm256_storeu_ps(acc + 56, a7);
 }
 
+/* three rows' sums of 32 of the 64 outputs (acc rows as packed_row's): twelve vectors, each
+ * weight vector read once for the three, so that the arithmetic, not the loads, bounds them */
+static inline void packed_three_rows(const float *x0, const float *x1, const float *x2, const float *w, int64_t k0,
+                                     int64_t k1, float *c0, float *c1, float *c2) {
+    __m256 a00 = _mm256_loadu_ps(c0), a01 = _mm256_loadu_ps(c0 + 8), a02 = _mm256_loadu_ps(c0 + 16),
+           a03 = _mm256_loadu_ps(c0 + 24), a10 = _mm256_loadu_ps(c1), a11 = _mm256_loadu_ps(c1 + 8),
+           a12 = _mm256_loadu_ps(c1 + 16), a13 = _mm256_loadu_ps(c1 + 24), a20 = _mm256_loadu_ps(c2),
+           a21 = _mm256_loadu_ps(c2 + 8), a22 = _mm256_loadu_ps(c2 + 16), a23 = _mm256_loadu_ps(c2 + 24);
+    for (int64_t k = k0; k < k1; k++) {
+        const float *wk = w + k * PACKED_OUTPUTS;
+        const __m256 v0 = _mm256_broadcast_ss(x0 + k), v1 = _mm256_broadcast_ss(x1 + k),
+                     v2 = _mm256_broadcast_ss(x2 + k);
+        __m256 wv = _mm256_loadu_ps(wk);
+        a00 = _mm256_fmadd_ps(v0, wv, a00), a10 = _mm256_fmadd_ps(v1, wv, a10), a20 = _mm256_fmadd_ps(v2, wv, a20);
+        wv = _mm256_loadu_ps(wk + 8);
+        a01 = _mm256_fmadd_ps(v0, wv, a01), a11 = _mm256_fmadd_ps(v1, wv, a11), a21 = _mm256_fmadd_ps(v2, wv, a21);
+        wv = _mm256_loadu_ps(wk + 16);
+        a02 = _mm256_fmadd_ps(v0, wv, a02), a12 = _mm256_fmadd_ps(v1, wv, a12), a22 = _mm256_fmadd_ps(v2, wv, a22);
+        wv = _mm256_loadu_ps(wk + 24);
+        a03 = _mm256_fmadd_ps(v0, wv, a03), a13 = _mm256_fmadd_ps(v1, wv, a13), a23 = _mm256_fmadd_ps(v2, wv, a23);
+    }
+    _mm256_storeu_ps(c0, a00), _mm256_storeu_ps(c0 + 8, a01), _mm256_storeu_ps(c0 + 16, a02);
+    _mm256_storeu_ps(c0 + 24, a03), _mm256_storeu_ps(c1, a10), _mm256_storeu_ps(c1 + 8, a11);
+    _mm256_storeu_ps(c1 + 16, a12), _mm256_storeu_ps(c1 + 24, a13), _mm256_storeu_ps(c2, a20);
+    _mm256_storeu_ps(c2 + 8, a21), _mm256_storeu_ps(c2 + 16, a22), _mm256_storeu_ps(c2 + 24, a23);
+}
+
 static void packed_linear(void *context, int64_t begin, int64_t end) {
     const PackedLinear *c = (const PackedLinear *)context;
     float acc[PACKED_ROWS][PACKED_OUTPUTS];
@@ -902,7 +929,13 @@ static void packed_linear(void *context, int64_t begin, int64_t end) {
                 for (int j = 0; j < PACKED_OUTPUTS; j++) acc[r][j] = 0.0f;
             for (int64_t s = k0; s < k1; s += PACKED_STEP) {
                 const int64_t e = s + PACKED_STEP < k1 ? s + PACKED_STEP : k1;
-                for (int64_t r = 0; r < c->rows; r++) packed_row(c->x + r * c->x_stride, block, s, e, acc[r]);
+                int64_t r = 0;
+                for (; r + 3 <= c->rows; r += 3)
+                    for (int half = 0; half < PACKED_OUTPUTS; half += 32)
+                        packed_three_rows(c->x + r * c->x_stride, c->x + (r + 1) * c->x_stride,
+                                          c->x + (r + 2) * c->x_stride, block + half, s, e, acc[r] + half,
+                                          acc[r + 1] + half, acc[r + 2] + half);
+                for (; r < c->rows; r++) packed_row(c->x + r * c->x_stride, block, s, e, acc[r]);
             }
             for (int64_t r = 0; r < c->rows; r++) {
                 float *y = c->out + r * c->out_stride + o;
