@@ -57,6 +57,10 @@ class OneDNNLinear(nn.Module):
     the rows are padded up to :func:`row_bucket`'s few sizes. A single row is padded
     to two: oneDNN multiplies one row with a matrix-vector kernel that sums in another
     order, and a row must get the same bits alone as in a batch.
+
+    Up to :data:`NATIVE_ROWS` rows skip oneDNN's call where the layer's check allows:
+    :func:`seqtrans.native.packed_linear_unchecked` reads the packed copy in place and
+    gives oneDNN's bits without the call's fixed cost (docs/speed.md, "A step's few rows").
     """
 
     def __init__(self, weight: Tensor, bias: Tensor | None = None, *,
