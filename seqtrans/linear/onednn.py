@@ -77,6 +77,7 @@ class OneDNNLinear(nn.Module):
         self._biases: list[Tensor | None] = [None] * len(sizes) if bias is None else list(bias.split(sizes))
         # whether a few rows' product goes through the native kernel: None until checked on first use
         self._native: bool | None = None
+        self._addresses: list[tuple[int, int]] = []  # each packed block's address and rows, once checked
 
     @functools.cached_property
     def file_rows(self) -> FileRows | None:

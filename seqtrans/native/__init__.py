@@ -394,8 +394,6 @@ def int8_linear_unchecked(x: Tensor, w: Tensor, col_scale: Tensor, *, compensati
     return out
 
 
-#: The most rows :func:`packed_linear_unchecked` takes in one call.
-PACKED_LINEAR_ROWS = 16
 #: Outputs side by side in a block of a weight packed as :func:`packed_linear_unchecked` reads it.
 PACKED_OUTPUTS = 64
 
@@ -416,7 +414,7 @@ def packed_linear_available() -> bool:
 def packed_linear_unchecked(x: Tensor, weight: int, outputs: int, bias: Tensor | None, out: Tensor,
                             column: int, *, relu: bool = False) -> None:
     """``out[:, column:column + outputs] = x @ W.T (+ bias, then max(0, .) with relu)`` for
-    x [M, K] float32 (rows contiguous, M at most :data:`PACKED_LINEAR_ROWS`), W the weight
+    x [M, K] float32 (rows contiguous; any M, the fastest way for a few), W the weight
     of ``outputs`` rows at address ``weight`` in oneDNN's packing for AVX2
     (:data:`PACKED_OUTPUTS` outputs side by side at each k, past ``outputs`` padded to a
     whole block), out [M, O] float32 contiguous, bias [outputs] float32 or None. The same

@@ -856,7 +856,7 @@ void seqtrans_int8_product(const uint8_t *x, const int8_t *w, int32_t *out, int6
 #define PACKED_OUTPUTS 64
 #define PACKED_CHUNK 1024
 #define PACKED_STEP 64 /* k read for every row while in the first-level cache (16 KiB of the block) */
-#define PACKED_ROWS 16 /* rows a call takes (the caller's limit) */
+#define PACKED_ROWS 16 /* rows summed at once (a call takes more in turn) */
 
 typedef struct {
     const float *x, *w, *bias;
@@ -955,10 +955,13 @@ int seqtrans_packed_linear_available(void) { return 1; }
 void seqtrans_packed_linear(const float *x, int64_t rows, int64_t cols, int64_t x_stride, const float *w,
                             int64_t outputs, const float *bias, int64_t relu, float *out, int64_t out_stride,
                             int64_t threads) {
-    if (rows > PACKED_ROWS) return;
-    PackedLinear c = {x, w, bias, out, rows, cols, x_stride, outputs, out_stride, (int)relu};
     const int64_t blocks = (outputs + PACKED_OUTPUTS - 1) / PACKED_OUTPUTS;
-    parallel(packed_linear, &c, blocks, rows * outputs * cols < SMALL_WORK ? 1 : threads);
+    for (int64_t r = 0; r < rows; r += PACKED_ROWS) { /* the sums of PACKED_ROWS rows at most at once */
+        const int64_t n = rows - r < PACKED_ROWS ? rows - r : PACKED_ROWS;
+        PackedLinear c = {x + r * x_stride, w, bias, out + r * out_stride, n, cols, x_stride, outputs, out_stride,
+                          (int)relu};
+        parallel(packed_linear, &c, blocks, n * outputs * cols < SMALL_WORK ? 1 : threads);
+    }
 }
 #else
 int seqtrans_packed_linear_available(void) { return 0; }

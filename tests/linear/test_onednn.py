@@ -385,6 +385,17 @@ def test_a_steps_few_rows_get_onednns_bits_from_the_native_kernel(shape: tuple[i
             assert layer._native, "oneDNN packs these shapes for AVX2 as the kernel reads them"
 
 
+def test_the_native_kernel_takes_more_rows_than_it_sums_at_once() -> None:
+    """The kernel sums 16 rows at a time; more rows in one call are summed in turn, each
+    with oneDNN's bits."""
+    g = torch.Generator().manual_seed(11)
+    layer = OneDNNLinear(torch.randn(128, 64, generator=g), torch.randn(128, generator=g))
+    x = torch.randn(37, 64, generator=g)
+    if not layer._check_native():
+        pytest.skip("the native kernel does not read this processor's packing")
+    assert torch.equal(layer._native_product(x, relu=True), _through_onednn(layer)(x, relu=True))
+
+
 def test_the_native_kernel_is_used_only_where_it_gives_onednns_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel that sums otherwise (here: one output a float step off) fails the layer's
     check, and every product goes through oneDNN."""
