@@ -15,6 +15,9 @@
 - :func:`packed_linear_unchecked`: a float32 layer's product for a decoding step's few rows, reading
   the weight where oneDNN packed it and summing as oneDNN's kernel sums, the same bits
   without the tens of microseconds oneDNN's call costs before it multiplies.
+- :func:`rms_norm`: RMSNorm (T5's) in one call, the mean of squares summed in the order
+  PyTorch's CPU sum takes, so the same bits as ``F.rms_norm``, whose seven operators cost
+  more to call than the pass at a decoding step's few rows.
 - :func:`topk_rows`: the few largest of each long row (beam search's candidates), in one
   pass that compares a block of elements with the k-th best so far at once, where
   ``torch.topk`` took a fifth of a small model's beam search.
@@ -201,6 +204,9 @@ def _load() -> ctypes.CDLL | None:
         library.seqtrans_packed_linear.restype = None
         library.seqtrans_packed_linear.argtypes = [pointer, integer, integer, integer, pointer, integer,
                                                    pointer, integer, pointer, integer, integer]
+        library.seqtrans_rms_norm.restype = ctypes.c_int
+        library.seqtrans_rms_norm.argtypes = [pointer, integer, integer, integer, pointer, ctypes.c_float,
+                                              integer, pointer, integer, integer]
         library.seqtrans_topk_rows.restype = ctypes.c_int
         library.seqtrans_topk_rows.argtypes = [pointer, integer, integer, integer, integer, pointer, pointer,
                                                integer]
@@ -425,6 +431,26 @@ def packed_linear_unchecked(x: Tensor, weight: int, outputs: int, bias: Tensor |
     _library_or_raise().seqtrans_packed_linear(
         x.data_ptr(), m, k, x.stride(0), weight, outputs, None if bias is None else bias.data_ptr(),
         int(relu), out.data_ptr() + column * out.element_size(), out.size(1), torch.get_num_threads())
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float, *, lanes: int) -> Tensor:
+    """``(x * (1 / sqrt(mean(x^2) + eps))) * weight`` over the last dimension in one call,
+    the mean's sum taken in the order PyTorch's CPU sum takes it with vectors of ``lanes``
+    floats (8 with AVX2, 16 with AVX-512): then the same bits as ``F.rms_norm``, which
+    :class:`seqtrans.model.norms.RMSNorm` checks before using it. x [..., D] float32 with
+    contiguous rows, weight [D] float32 contiguous -> [..., D]."""
+    d = x.size(-1)
+    if (x.dtype != torch.float32 or weight.dtype != torch.float32 or weight.shape != (d,)
+            or not weight.is_contiguous() or x.stride(-1) != 1 or x.device.type != "cpu"):
+        raise ValueError(f"rms_norm takes float32 CPU rows [..., {d}] and a contiguous weight [{d}]")
+    rows = x.reshape(-1, d)  # a view wherever the rows are evenly spaced
+    out = torch.empty(x.shape)
+    status = _library_or_raise().seqtrans_rms_norm(rows.data_ptr(), rows.size(0), d, rows.stride(0),
+                                                   weight.data_ptr(), eps, lanes, out.data_ptr(), d,
+                                                   torch.get_num_threads())
+    if status != 0:
+        raise ValueError(f"rms_norm: {lanes} lanes is not a vector width it sums in (1..16)")
+    return out
 
 
 def _rows_for_k(x: Tensor, k: int, *, kernel: str) -> tuple[int, int]:

@@ -25,6 +25,9 @@
  * or six, with the same arithmetic in the same order, so that they give the same bits as
  * the PyTorch operators (checked by tests/test_native.py).
  *
+ * seqtrans_rms_norm: RMSNorm over rows, summing the squares in PyTorch's CPU order, so the
+ * same bits as F.rms_norm (checked by the caller, seqtrans.model.norms).
+ *
  * seqtrans_topk_rows: the k largest of each row, for beam search's candidates (twice the
  * beam among the beam's hypotheses times the vocabulary), in one pass over each row.
  *
@@ -290,6 +293,82 @@ void seqtrans_quantize_rows(const float *x, int64_t m, int64_t cols, int64_t str
                             int64_t is_unsigned, int64_t threads) {
     Quantize c = {x, cols, stride, q, scale, (int)is_unsigned};
     parallel(quantize, &c, m, m * cols < SMALL_WORK ? 1 : threads);
+}
+
+/* seqtrans_rms_norm: out[r] = (x[r] * (1 / sqrt(mean(x[r]^2) + eps))) * w, the mean of squares
+ * summed as PyTorch's CPU sum sums a contiguous row (so the bits are F.rms_norm's, which the
+ * caller checks once): vectors of `lanes` lanes (its vector width), four partial sums taken
+ * over every fourth vector, in cascading levels of 16, then the vectors past a multiple of
+ * four added to the first, the four added in order, the elements past the last whole vector
+ * added one by one from zero, then each lane in order; the sum divided by n. One call in
+ * place of PyTorch's seven operators, each as long to call as the pass itself at a decoding
+ * step's few rows. */
+#define RMS_LEVELS 4
+#define RMS_ILP 4
+#define RMS_LEVEL_POWER 4 /* log2 of a level's size, for rows of fewer than 2^16 vectors of four */
+#define RMS_MAX_LANES 16
+
+typedef struct {
+    const float *x, *w;
+    float *out;
+    int64_t n, x_stride, out_stride;
+    int lanes;
+    float eps;
+} RmsNorm;
+
+/* acc[l] += the squares of the `lanes` elements at v */
+static inline void add_squares(float *acc, const float *v, int lanes) {
+    for (int l = 0; l < lanes; l++) acc[l] += v[l] * v[l];
+}
+
+static float sum_of_squares(const float *x, int64_t n, int lanes) {
+    float acc[RMS_LEVELS][RMS_ILP][RMS_MAX_LANES] = {{{0.0f}}};
+    const int64_t vectors = n / lanes, groups = vectors / RMS_ILP, step = (int64_t)1 << RMS_LEVEL_POWER;
+    int64_t i = 0;
+    while (i + step <= groups) {
+        for (int64_t j = 0; j < step; j++, i++)
+            for (int k = 0; k < RMS_ILP; k++) add_squares(acc[0][k], x + (i * RMS_ILP + k) * lanes, lanes);
+        for (int level = 1; level < RMS_LEVELS; level++) {
+            for (int k = 0; k < RMS_ILP; k++)
+                for (int l = 0; l < lanes; l++) {
+                    acc[level][k][l] += acc[level - 1][k][l];
+                    acc[level - 1][k][l] = 0.0f;
+                }
+            if (i & ((step - 1) << (level * RMS_LEVEL_POWER))) break;
+        }
+    }
+    for (; i < groups; i++)
+        for (int k = 0; k < RMS_ILP; k++) add_squares(acc[0][k], x + (i * RMS_ILP + k) * lanes, lanes);
+    for (int level = 1; level < RMS_LEVELS; level++)
+        for (int k = 0; k < RMS_ILP; k++)
+            for (int l = 0; l < lanes; l++) acc[0][k][l] += acc[level][k][l];
+    for (int64_t v = groups * RMS_ILP; v < vectors; v++) add_squares(acc[0][0], x + v * lanes, lanes);
+    for (int k = 1; k < RMS_ILP; k++)
+        for (int l = 0; l < lanes; l++) acc[0][0][l] += acc[0][k][l];
+    float total = 0.0f;
+    for (int64_t e = vectors * lanes; e < n; e++) total += x[e] * x[e];
+    for (int l = 0; l < lanes; l++) total += acc[0][0][l];
+    return total;
+}
+
+static void rms_norm_rows(void *context, int64_t begin, int64_t end) {
+    const RmsNorm *c = (const RmsNorm *)context;
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = c->x + r * c->x_stride;
+        float *y = c->out + r * c->out_stride;
+        const float mean = sum_of_squares(x, c->n, c->lanes) / (float)c->n;
+        const float scale = 1.0f / sqrtf(mean + c->eps);
+        for (int64_t e = 0; e < c->n; e++) y[e] = (x[e] * scale) * c->w[e];
+    }
+}
+
+/* Returns 0, or -1 for a vector width it does not sum in (nothing written). */
+int seqtrans_rms_norm(const float *x, int64_t rows, int64_t n, int64_t x_stride, const float *w, float eps,
+                      int64_t lanes, float *out, int64_t out_stride, int64_t threads) {
+    if (lanes < 1 || lanes > RMS_MAX_LANES) return -1;
+    RmsNorm c = {x, w, out, n, x_stride, out_stride, (int)lanes, eps};
+    parallel(rms_norm_rows, &c, rows, rows * n < SMALL_WORK ? 1 : threads);
+    return 0;
 }
 
 typedef struct {

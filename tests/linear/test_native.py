@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from conftest import require_native_kernels, tiny_model
 from seqtrans import native
@@ -28,6 +29,8 @@ from seqtrans.decoding import beam_search, greedy_search
 from seqtrans.linear import int8
 from seqtrans.linear.int8 import Int8Linear, quantize_rows
 from seqtrans.linear.quantize import quantized
+from seqtrans.model import norms
+from seqtrans.model.norms import RMSNorm
 
 needs_native = pytest.mark.usefixtures("native_kernels")
 CPU = torch.device("cpu")
@@ -541,3 +544,51 @@ def test_a_bias_after_the_scales_is_the_bias_added_to_the_output_bit_for_bit(m: 
     assert torch.equal(native.dequantize(acc, xs, layer.scale, **args, bias=b, bias_after=True), after)
     # fused, one rounding: other bits somewhere, so the test above can tell them apart
     assert not torch.equal(native.int8_linear(x, layer.qweight, layer.scale, **args, bias=b), after)
+
+
+@needs_native
+@pytest.mark.parametrize("width", [8, 13, 64, 100, 512, 768, 1000, 2048, 4100])
+def test_rms_norm_kernel_gives_f_rms_norm_bits(width: int) -> None:
+    lanes = norms._lanes_matching(width)
+    if torch.backends.cpu.get_cpu_capability() == "AVX2":  # PyTorch sums in vectors of 8 floats here
+        assert lanes == 8
+    if not lanes:
+        pytest.skip(f"PyTorch here ({torch.backends.cpu.get_cpu_capability()}) sums otherwise")
+    generator = torch.Generator().manual_seed(width)
+    weight = torch.randn(width, generator=generator)
+    for rows in (1, 3, 8, 64):
+        x = torch.randn(rows, width, generator=generator) * torch.rand(rows, 1, generator=generator) * 5
+        expected = F.rms_norm(x, (width,), weight, 1e-6)
+        assert torch.equal(native.rms_norm(x, weight, 1e-6, lanes=lanes), expected)
+        assert torch.equal(expected, weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)))
+
+
+@needs_native
+def test_rms_norm_module_uses_the_kernel_only_without_gradients(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not norms._lanes_matching(64):
+        pytest.skip("PyTorch here sums otherwise")
+    calls = []
+    kernel = native.rms_norm
+    monkeypatch.setattr(native, "rms_norm", lambda *a, **k: calls.append(1) or kernel(*a, **k))
+    norm = RMSNorm(64, eps=1e-6)
+    torch.nn.init.normal_(norm.weight)
+    x = torch.randn(2, 3, 64)
+    trained = norm(x)
+    assert not calls and trained.requires_grad
+    with torch.no_grad():
+        decoded = norm(x)
+    assert calls and torch.equal(decoded, trained.detach())
+
+
+@needs_native
+def test_rms_norm_kernel_is_refused_where_its_bits_differ(monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel = native.rms_norm
+    up = torch.tensor(1e9)
+    monkeypatch.setattr(native, "rms_norm", lambda *a, **k: torch.nextafter(kernel(*a, **k), up))  # one ulp
+    monkeypatch.setattr(norms, "_native_lanes", {})
+    assert norms._lanes_matching(64) == 0
+    assert norms._lanes_matching(7) == 0  # narrower than any vector: PyTorch sums those otherwise
+    norm = RMSNorm(64, eps=1e-6)
+    x = torch.randn(4, 64)
+    with torch.no_grad():
+        assert torch.equal(norm(x), F.rms_norm(x, (64,), norm.weight, 1e-6))
