@@ -26,7 +26,7 @@ from seqtrans.decoding.lexical import (
     dynamic_beam,
     required_problem,
 )
-from seqtrans.decoding.protocol import SearchModel, SearchState
+from seqtrans.decoding.protocol import SearchModel, SearchState, advance
 from seqtrans.decoding.sampling import Truncation, sample
 from seqtrans.decoding.search import (
     ALL,
@@ -269,7 +269,7 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
                 min_len: int = 0, nbest: int = 1, length_penalty: str = "gnmt", end_in_beam: bool = False,
                 constraint: Constraint | None = None, no_repeat_ngram_size: int = 0,
                 prefixes: Tensor | None = None, banned: Sequence[Phrases] = (),
-                required: Sequence[Phrases] = (),
+                required: Sequence[Phrases] = (), given: int = 0,
                 cancelled: Cancelled | None = None) -> list[list[Hypothesis]]:
     """The ``nbest`` best outputs of each source by ``log P(Y|X) / lp(Y)`` (lp of the
     form ``length_penalty``, :func:`~seqtrans.decoding.search.length_penalty`). With
@@ -280,7 +280,9 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     output may have before its end symbol (``min_len``: the fewest, where the maximum
     allows; ``no_repeat_ngram_size``: no n-gram of that many tokens twice). ``prefixes``
     [B, P] (PAD-padded target ids) are forced: each output starts with its source's,
-    scored by the model, not searched; ``max_len`` must leave room for them. No output
+    scored by the model, not searched; ``max_len`` must leave room for them. The first
+    ``given`` tokens of every prefix are read without being scored (a family's forced first
+    token, whose log-probability transformers counts as 0: :func:`_read_given`). No output
     of source b contains a phrase of ``banned[b]`` (target ids; empty: no such rule), and
     every output of source b contains each phrase of ``required[b]`` (as many times as it
     is given there; :mod:`seqtrans.decoding.lexical`), searched with dynamic beam
@@ -301,8 +303,9 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     lexical = _start_required(required, sent_of_row, beam=k, max_len=max_len)
     followers = [f for f in (constrained, lexical) if f is not None]  # they follow the beam as the state does
     history, scores, kept, active = _start_beams(b0, k, nbest, device)
+    history = _read_given(model, state, history, prefixes, given, sent_of_row, followers)
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
-    for step in range(longest + 1):
+    for step in range(given, longest + 1):
         # a small step's team: speed only (seqtrans.decoding.teams)
         with teams.step(model, len(active) * k, device):
             cand, rows_c, token, ends, go_on = _beam_candidates(
@@ -347,6 +350,27 @@ def _start_beams(b: int, k: int, nbest: int, device: torch.device) -> tuple[Tens
     return history, scores, _Kept.empty(b, nbest, device), torch.arange(b, device=device)
 
 
+def _read_given(model: SearchModel, state: SearchState, history: Tensor, prefixes: Tensor | None, given: int,
+               sentence_of_row: Tensor, followers: Sequence[ConstraintState | RequiredState]) -> Tensor:
+    """The first ``given`` tokens of every source's prefix ``prefixes`` [B, P] read into the
+    decoder ``state`` and the ``followers`` and appended to ``history`` [N, t] (each row's
+    source in ``sentence_of_row`` [N]): tokens given, not chosen, so unscored, and the model
+    is not asked for the scores that would follow them (a 256,206-word product for NLLB).
+    This is how transformers forces a family's first token (``forced_bos_token_id``): every
+    other token's score -inf, so its own log-probability counts 0. The new history [N, t+given]."""
+    if given == 0:
+        return history
+    if prefixes is None or prefixes.size(1) < given or bool(prefixes[:, :given].eq(PAD).any()):
+        raise ValueError(f"{given} given tokens, but not every source has a prefix of that many")
+    for step in range(given):
+        advance(model, history[:, -1:], state)  # what the given token follows
+        token = prefixes[sentence_of_row, step]  # [N]
+        history = torch.cat([history, token.unsqueeze(1)], dim=1)
+        for follower in followers:
+            follower.advance(token)
+    return history
+
+
 def _retire(done: Tensor, active: Tensor, kept: _Kept, results: list[list[Hypothesis]]) -> Tensor | None:
     """Record the results of the sentences ``done`` [B] (of the original indices
     ``active``); the positions of those still decoding, or None when none is done."""
@@ -379,30 +403,30 @@ Choose = Callable[[Tensor, int, Tensor], "tuple[Tensor, Tensor]"]
 def greedy_search(model: SearchModel, src: Tensor, *, max_len: Tensor, min_len: int = 0,
                   constraint: Constraint | None = None, no_repeat_ngram_size: int = 0,
                   prefixes: Tensor | None = None, banned: Sequence[Sequence[Sequence[int]]] = (),
-                  cancelled: Cancelled | None = None) -> list[list[Hypothesis]]:
+                  given: int = 0, cancelled: Cancelled | None = None) -> list[list[Hypothesis]]:
     """The most probable next token at every step, until the end symbol or ``max_len``;
-    ``prefixes``, ``banned`` and ``cancelled`` as in :func:`beam_search` (a cancelled
-    source gets no output)."""
+    ``prefixes``, ``banned``, ``given`` and ``cancelled`` as in :func:`beam_search` (a
+    cancelled source gets no output)."""
 
     def most_probable(log_probs: Tensor, step: int, rows: Tensor) -> tuple[Tensor, Tensor]:
         return log_probs.max(dim=1)
 
     return _one_path(model, src, max_len=max_len, constraint=constraint, choose=most_probable,
                      rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, banned=banned),
-                     prefixes=prefixes, cancelled=cancelled)
+                     prefixes=prefixes, given=given, cancelled=cancelled)
 
 
 @torch.inference_mode()
 def sample_search(model: SearchModel, src: Tensor, *, max_len: Tensor, uniforms: Tensor,
                   truncation: Truncation, min_len: int = 0, constraint: Constraint | None = None,
                   no_repeat_ngram_size: int = 0, prefixes: Tensor | None = None,
-                  banned: Sequence[Sequence[Sequence[int]]] = (),
+                  banned: Sequence[Sequence[Sequence[int]]] = (), given: int = 0,
                   cancelled: Cancelled | None = None) -> list[list[Hypothesis]]:
     """One sample per source: at every step a token drawn from the model's distribution,
     reshaped by ``truncation``, with the source's own uniform numbers ``uniforms``
     [B, L+1] (one per step; :func:`~seqtrans.decoding.sampling.input_uniforms`). The
-    log-probability reported is the model's, before truncation. ``prefixes``, ``banned``
-    and ``cancelled`` as in :func:`beam_search` (a cancelled source gets no output)."""
+    log-probability reported is the model's, before truncation. ``prefixes``, ``banned``,
+    ``given`` and ``cancelled`` as in :func:`beam_search` (a cancelled source gets no output)."""
 
     uniforms = uniforms.to(src.device)
 
@@ -412,12 +436,12 @@ def sample_search(model: SearchModel, src: Tensor, *, max_len: Tensor, uniforms:
 
     return _one_path(model, src, max_len=max_len, constraint=constraint, choose=sampled,
                      rules=Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, banned=banned),
-                     prefixes=prefixes, cancelled=cancelled)
+                     prefixes=prefixes, given=given, cancelled=cancelled)
 
 
 def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, rules: Rules,
-              constraint: Constraint | None, choose: Choose,
-              prefixes: Tensor | None, cancelled: Cancelled | None) -> list[list[Hypothesis]]:
+              constraint: Constraint | None, choose: Choose, prefixes: Tensor | None, given: int,
+              cancelled: Cancelled | None) -> list[list[Hypothesis]]:
     """One hypothesis per source, extended at every step by the token ``choose``
     (log_probs [B', V] or over the model's columns, step, rows [B']: each row's source in
     ``src``) picks: its log-probability and its column, each [B']."""
@@ -434,8 +458,11 @@ def _one_path(model: SearchModel, src: Tensor, *, max_len: Tensor, rules: Rules,
     active = torch.arange(b0, device=device)
     limit = max_len
     constrained = start_constraint(constraint, active) if constraint is not None else None
+    read = _read_given(model, state, history[:, :1], prefixes, given, active,
+                       [] if constrained is None else [constrained])
+    history[:, : given + 1] = read
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
-    for step in range(longest + 1):
+    for step in range(given, longest + 1):
         with teams.step(model, active.numel(), device):
             log_probs = _extended_scores(_next_logits(model, history[:, : step + 1], state),
                                          history[:, : step + 1], step,

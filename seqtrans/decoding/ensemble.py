@@ -86,6 +86,11 @@ class Ensemble:
         return EnsembleState([model.start(e, beam=beam, capacity=capacity)
                               for model, e in zip(self.models, encoded)])
 
+    def advance(self, tokens: Tensor, *, state: EnsembleState) -> None:
+        """Read ``tokens`` [N, T] into every member's state without scoring them."""
+        for model, member in zip(self.models, state.members):
+            model.advance(tokens, state=member)
+
     def decode(self, tokens: Tensor, encoded: list[Encoded] | None = None, *,
                state: EnsembleState | None = None) -> Tensor:
         """As :meth:`Transformer.decode`, for the ensemble.  tokens [N, T] -> [N, T, V]"""

@@ -88,7 +88,7 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
              device: torch.device, constraints: ConstraintFactory | None = None,
              position_limit: int | None = None, positions: Sequence[int] | None = None,
              prefixes: Sequence[list[int]] | None = None, required: Sequence[Phrases] | None = None,
-             banned: Sequence[Phrases] | None = None, progress: bool = False,
+             banned: Sequence[Phrases] | None = None, given: int = 0, progress: bool = False,
              cancelled: Cancelled | None = None,
              shortlist: Shortlist | None = None) -> list[list[Hypothesis]]:
     """The n-best hypotheses of every source (ids ending in EOS), in input order; with
@@ -104,7 +104,9 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
     (learned positions). ``positions``: each source's position in the whole input (its
     line), which seeds its sampling stream; by default its index in ``sources``.
     ``prefixes``: target ids each output must start with (scored, not searched; the
-    output may be as long as its prefix even where the maximum length is shorter).
+    output may be as long as its prefix even where the maximum length is shorter); the
+    first ``given`` tokens of every prefix are read, not scored (a family's forced first
+    token: :func:`~seqtrans.decoding.beam.beam_search`).
     ``required``: per source, phrases (target ids) its outputs must contain, searched by
     beam search with dynamic beam allocation even at ``decode.beam`` 1
     (:mod:`seqtrans.decoding.lexical`); ``banned``: per source, phrases they must not
@@ -122,8 +124,8 @@ def generate(model: SearchModel, sources: Sequence[list[int]], config: DecodeCon
         return _generate(searcher, sources, config, device=device, constraints=constraints,
                          position_limit=position_limit,
                          positions=range(len(sources)) if positions is None else positions,
-                         prefixes=prefixes, lexical=_Lexical(required, banned), progress=progress,
-                         cancelled=cancelled)
+                         prefixes=prefixes, given=given, lexical=_Lexical(required, banned),
+                         progress=progress, cancelled=cancelled)
 
 
 Searcher = Callable[[Sequence[Sequence[int]] | None, bool], SearchModel]
@@ -177,7 +179,8 @@ def _generate(searcher: Searcher,
               sources: Sequence[list[int]], config: DecodeConfig, *,
               device: torch.device, constraints: ConstraintFactory | None,
               position_limit: int | None, positions: Sequence[int], prefixes: Sequence[list[int]] | None,
-              lexical: _Lexical, progress: bool, cancelled: Cancelled | None) -> list[list[Hypothesis]]:
+              given: int, lexical: _Lexical, progress: bool,
+              cancelled: Cancelled | None) -> list[list[Hypothesis]]:
     results: list[list[Hypothesis]] = [[] for _ in sources]
     bar = Counter(total=len(sources), desc="decode", unit="sentences", progress=progress, logger=log)
     for batch in length_batches([len(s) for s in sources], config.batch_tokens):
@@ -200,7 +203,7 @@ def _generate(searcher: Searcher,
                          bool(required) or bool(config.sample))
         if config.sample:
             results_of = _sample(model, sources, idx, lengths, config, device=device,
-                                 constraints=constraints, positions=positions, forced=forced,
+                                 constraints=constraints, positions=positions, forced=forced, given=given,
                                  banned=banned, cancelled=rows_cancelled)
             for i, hyps in zip(idx, results_of):
                 results[i] = hyps
@@ -210,7 +213,7 @@ def _generate(searcher: Searcher,
         constraint = constraints(idx) if constraints is not None and config.constrained else None
         with autocast(device, config.precision):
             out = _search(model, src, torch.tensor(lengths), config, constraint=constraint, forced=forced,
-                          banned=banned, required=required, cancelled=rows_cancelled)
+                          given=given, banned=banned, required=required, cancelled=rows_cancelled)
         for k, (i, hyps) in enumerate(zip(idx, out)):
             results[i] = hyps
             if not hyps and required and required[k] and not (rows_cancelled and rows_cancelled(k)):
@@ -223,7 +226,7 @@ def _generate(searcher: Searcher,
 
 
 def _search(model: SearchModel, src: Tensor, max_len: Tensor, config: DecodeConfig, *,
-            constraint: Constraint | None, forced: list[list[int]] | None, banned: list[Phrases],
+            constraint: Constraint | None, forced: list[list[int]] | None, given: int, banned: list[Phrases],
             required: list[Phrases], cancelled: Cancelled | None) -> list[list[Hypothesis]]:
     """The outputs of one batch of sources ``src`` [B, S]: greedy search where the settings
     ask for a beam of 1 and no phrase is required, beam search otherwise."""
@@ -231,12 +234,12 @@ def _search(model: SearchModel, src: Tensor, max_len: Tensor, config: DecodeConf
     if config.beam == 1 and not required:
         return greedy_search(model, src, max_len=max_len, min_len=config.min_len, constraint=constraint,
                              no_repeat_ngram_size=config.no_repeat_ngram_size, prefixes=prefixes,
-                             banned=banned, cancelled=cancelled)
+                             banned=banned, given=given, cancelled=cancelled)
     return beam_search(model, src, beam=config.beam, alpha=config.alpha, max_len=max_len,
                        min_len=config.min_len, nbest=config.nbest, constraint=constraint,
                        length_penalty=config.length_penalty, end_in_beam=config.end_in_beam,
                        no_repeat_ngram_size=config.no_repeat_ngram_size, prefixes=prefixes, banned=banned,
-                       required=required, cancelled=cancelled)
+                       required=required, given=given, cancelled=cancelled)
 
 
 def _wanted(idx: list[int], forced: list[list[int]] | None, lexical: _Lexical) -> list[list[int]]:
@@ -249,7 +252,7 @@ def _wanted(idx: list[int], forced: list[list[int]] | None, lexical: _Lexical) -
 
 def _sample(model: SearchModel, sources: Sequence[list[int]], idx: list[int], lengths: list[int],
             config: DecodeConfig, *, device: torch.device, constraints: ConstraintFactory | None,
-            positions: Sequence[int], forced: list[list[int]] | None,
+            positions: Sequence[int], forced: list[list[int]] | None, given: int,
             banned: list[Phrases], cancelled: Cancelled | None) -> list[list[Hypothesis]]:
     """``decode.sample`` samples of each of the sources ``idx`` (whose output lengths are
     ``lengths`` and target prefixes ``forced``): every sample decodes as a source of its
@@ -268,6 +271,6 @@ def _sample(model: SearchModel, sources: Sequence[list[int]], idx: list[int], le
         out = sample_search(model, src, max_len=max_len, uniforms=uniforms, truncation=truncation,
                             min_len=config.min_len, constraint=constraint,
                             no_repeat_ngram_size=config.no_repeat_ngram_size,
-                            prefixes=prefixes, banned=[p for p in banned for _ in range(n)],
+                            prefixes=prefixes, banned=[p for p in banned for _ in range(n)], given=given,
                             cancelled=None if cancelled is None else lambda r: cancelled(r // n))
     return [[h for hyps in out[b * n : (b + 1) * n] for h in hyps] for b in range(len(idx))]

@@ -38,3 +38,15 @@ class SearchModel(Protocol):
     def decode(self, tokens: Tensor, encoded: Any = None, *, state: Any = None) -> Tensor:
         """Next-token scores whose log-softmax is the model's log-probability.  [N, T] -> [N, T, V]"""
         ...
+
+
+def advance(model: SearchModel, tokens: Tensor, state: Any) -> None:
+    """Read ``tokens`` [N, T] into ``state`` without scoring what follows them: a model's
+    ``advance`` where it has one (a Transformer runs its decoder and skips the output
+    product, most of a large vocabulary's step), else its ``decode``, whose scores are
+    dropped."""
+    step = getattr(model, "advance", None)
+    if step is not None:
+        step(tokens, state=state)
+    else:
+        model.decode(tokens, state=state)

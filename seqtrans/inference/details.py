@@ -30,13 +30,15 @@ from seqtrans.tasks.protocol import Codec, TokenWords
 
 def with_token_log_probs(model: Transformer | Ensemble, sources: Sequence[list[int]],
                          hyps: Sequence[list[Hypothesis]], *, decode: DecodeConfig,
-                         device: torch.device) -> list[list[Hypothesis]]:
+                         device: torch.device, given: int = 0) -> list[list[Hypothesis]]:
     """``hyps`` (of the sources' ids, ending in EOS) with ``token_log_probs`` filled in:
     each token's log-probability and the end symbol's, by teacher forcing under the same
-    model (an ensemble's combined distribution) at ``decode.precision``."""
+    model (an ensemble's combined distribution) at ``decode.precision``; the first ``given``
+    tokens 0, as the search counts them (a family's forced first token)."""
     pairs = [(i, h) for i, nbest in enumerate(hyps) for h in nbest]
     scores = token_log_probs(model, [sources[i] for i, _ in pairs], [h.tokens for _, h in pairs],
-                             batch_tokens=decode.batch_tokens, device=device, precision=decode.precision)
+                             batch_tokens=decode.batch_tokens, device=device, precision=decode.precision,
+                             given=given)
     out: list[list[Hypothesis]] = [[] for _ in hyps]
     for (i, h), row in zip(pairs, scores):
         out[i].append(replace(h, token_log_probs=tuple(row)))

@@ -82,7 +82,8 @@ def decode_sources(model: Transformer | Ensemble, codec: Codec[Any, Any, Any], s
 
     hyps = generate(model, ids, decode, device=device, constraints=constraints,
                     position_limit=limit, positions=positions, prefixes=prefixes, required=required,
-                    banned=banned, progress=progress, cancelled=cancelled, shortlist=shortlist)
+                    banned=banned, given=len(forced), progress=progress, cancelled=cancelled,
+                    shortlist=shortlist)
     preds = [prediction(codec, h[0].tokens if h else [], s) for h, s in zip(hyps, sources)]
     return preds, hyps
 

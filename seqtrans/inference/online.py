@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seqtrans.data.batches import source_ids, too_long
+from seqtrans.data.encoding import forced_prefix
 from seqtrans.data.vocab import UNK
 from seqtrans.decoding.lexical import Phrases
 from seqtrans.decoding.search import Hypothesis
@@ -175,7 +176,8 @@ def _details(loaded: Loaded, sources: list[Any], hyps: list[list[Hypothesis]], o
     ids = [source_ids(loaded.codec, s) for s in sources]
     decode = loaded.config.decode
     if output.token_log_probs:
-        hyps = with_token_log_probs(loaded.searcher, ids, hyps, decode=decode, device=loaded.device)
+        hyps = with_token_log_probs(loaded.searcher, ids, hyps, decode=decode, device=loaded.device,
+                                    given=len(forced_prefix(loaded.codec)))
     if not output.alignments:
         return hyps, [[[] for _ in nbest] for nbest in hyps]
     pairs = [(i, h) for i, nbest in enumerate(hyps) for h in nbest]

@@ -23,6 +23,7 @@ from torch import Tensor
 from seqtrans.attention import reading
 from seqtrans.config import RunConfig
 from seqtrans.data.batches import pad_batch, source_ids, target_ids, too_long
+from seqtrans.data.encoding import forced_prefix
 from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding.ensemble import Ensemble
 from seqtrans.decoding.generate import length_batches
@@ -74,13 +75,14 @@ class PairScore:
 @torch.inference_mode()
 def score_ids(model: Transformer | Ensemble, sources: Sequence[list[int]], targets: Sequence[list[int]], *,
               batch_tokens: int, device: torch.device, precision: str = "fp32",
-              progress: bool = False) -> list[PairScore]:
+              progress: bool = False, given: int = 0) -> list[PairScore]:
     """The score of every pair (source ids ending in EOS, target ids without BOS or EOS),
     in input order; pairs are batched by similar length, at most ``batch_tokens`` padded
-    tokens a side."""
+    tokens a side. The first ``given`` tokens of every target count 0, as decoding reads
+    them (a family's forced first token: :func:`seqtrans.decoding.beam.beam_search`)."""
     results: list[PairScore | None] = [None] * len(sources)
     for idx, picked in _teacher_forced(model, sources, targets, batch_tokens=batch_tokens, device=device,
-                                       precision=precision, progress=progress):
+                                       precision=precision, progress=progress, given=given):
         for i, total in zip(idx, picked.sum(dim=1).tolist()):
             results[i] = PairScore(total, len(targets[i]) + 1)
     return [r for r in results if r is not None]
@@ -88,13 +90,14 @@ def score_ids(model: Transformer | Ensemble, sources: Sequence[list[int]], targe
 
 @torch.inference_mode()
 def token_log_probs(model: Transformer | Ensemble, sources: Sequence[list[int]], targets: Sequence[list[int]],
-                    *, batch_tokens: int, device: torch.device, precision: str = "fp32") -> list[list[float]]:
+                    *, batch_tokens: int, device: torch.device, precision: str = "fp32",
+                    given: int = 0) -> list[list[float]]:
     """The log-probability of each target token and of the end symbol, given the source
-    and the tokens before it, by teacher forcing; in input order, batched as
-    :func:`score_ids` (whose totals are their sums)."""
+    and the tokens before it, by teacher forcing (0 for the first ``given``); in input
+    order, batched as :func:`score_ids` (whose totals are their sums)."""
     results: list[list[float]] = [[] for _ in sources]
     for idx, picked in _teacher_forced(model, sources, targets, batch_tokens=batch_tokens, device=device,
-                                       precision=precision, progress=False):
+                                       precision=precision, progress=False, given=given):
         for i, row in zip(idx, picked.tolist()):
             results[i] = row[: len(targets[i]) + 1]
     return results
@@ -102,9 +105,9 @@ def token_log_probs(model: Transformer | Ensemble, sources: Sequence[list[int]],
 
 def _teacher_forced(model: Transformer | Ensemble, sources: Sequence[list[int]], targets: Sequence[list[int]],
                     *, batch_tokens: int, device: torch.device, precision: str,
-                    progress: bool) -> Iterator[tuple[list[int], Tensor]]:
+                    progress: bool, given: int = 0) -> Iterator[tuple[list[int], Tensor]]:
     """Batches of pairs by similar length: their indices and the log-probability of each
-    target token and the end symbol [B, T], 0 at padding."""
+    target token and the end symbol [B, T], 0 at padding and at the first ``given``."""
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} sources and {len(targets)} targets")
     model.eval()
@@ -119,6 +122,7 @@ def _teacher_forced(model: Transformer | Ensemble, sources: Sequence[list[int]],
             logits = model(src, tgt_in)  # [B, T, V]
         log_probs = F.log_softmax(logits.float(), dim=-1)
         picked = log_probs.gather(-1, tgt_out.unsqueeze(-1)).squeeze(-1)  # [B, T, 1] -> [B, T]
+        picked[:, :given] = 0.0
         yield idx, picked.masked_fill(tgt_out.eq(PAD), 0.0)
         bar.update(len(idx))
     bar.close()
@@ -224,7 +228,8 @@ def _score(loaded: Loaded, sources: list[list[int]], targets: list[list[int]], *
     decode = loaded.config.decode
     with reading(decode):
         return score_ids(loaded.searcher, sources, targets, batch_tokens=decode.batch_tokens,
-                         device=loaded.device, precision=decode.precision, progress=progress)
+                         device=loaded.device, precision=decode.precision, progress=progress,
+                         given=len(forced_prefix(loaded.codec)))
 
 
 def format_score(score: PairScore, *, alpha: float | None = None, kind: str = "gnmt") -> str:

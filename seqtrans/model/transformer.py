@@ -274,6 +274,11 @@ class Transformer(nn.Module):
             return logits
         return biased(logits, self.output_bias)
 
+    def advance(self, tokens: Tensor, *, state: DecoderState) -> None:
+        """Read ``tokens`` [N, T] into ``state`` as :meth:`decode` does, without the output
+        product: tokens given rather than chosen (a family's forced first token)."""
+        self.decode_hidden(tokens, state=state)
+
     def decode_hidden(self, tokens: Tensor, encoded: Encoded | None = None, *,
                       state: DecoderState | None = None, record: Recorder | None = None) -> Tensor:
         """The decoder's last hidden states, as the output projection reads them.  [N, T] -> [N, T, D]

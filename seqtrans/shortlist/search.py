@@ -127,6 +127,11 @@ class Shortlisted:
         return ShortlistState(inner, output_rows(self.model, encoded.ids), encoded.ids, allowed, own,
                               vocabulary_size=self.shortlist.target_size, compact=self.compact)
 
+    def advance(self, tokens: Tensor, *, state: ShortlistState) -> None:
+        """Read ``tokens`` [N, T] into the state without scoring them
+        (:func:`seqtrans.decoding.protocol.advance`)."""
+        self.model.decode_hidden(tokens, state=state.inner)
+
     def decode(self, tokens: Tensor, encoded: Any = None, *, state: ShortlistState | None = None) -> Tensor:
         """Next-token log-probabilities over the batch's shortlist (the state's ``columns``),
         or with ``compact`` False logits over the whole vocabulary; -inf outside each

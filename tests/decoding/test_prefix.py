@@ -10,9 +10,11 @@ from test_search import VOCAB, brute_force, sequence_log_probs
 from conftest import tiny_model
 from seqtrans.config import DecodeConfig
 from seqtrans.data.batches import pad_batch
-from seqtrans.data.vocab import EOS, PAD
+from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding import beam_search, greedy_search
+from seqtrans.decoding.beam import sample_search
 from seqtrans.decoding.generate import generate
+from seqtrans.decoding.sampling import Truncation
 from seqtrans.decoding.search import NEG_INF, force_tokens
 
 pytestmark = pytest.mark.usefixtures("no_grad")
@@ -87,3 +89,82 @@ def test_every_sample_starts_with_the_prefix() -> None:
                     device=CPU, prefixes=[[7, 7]])[0]
     assert len(hyps) == 16 and all(h.tokens[:2] == [7, 7] for h in hyps)
     assert len({tuple(h.tokens) for h in hyps}) > 1
+
+
+def _first_token_log_prob(model: torch.nn.Module, src: torch.Tensor, token: int) -> float:
+    """log P(token | x) as the first output token, recomputed."""
+    logits = model(src, torch.tensor([[BOS]]))  # [1, 1, V]
+    return float(torch.log_softmax(logits.float(), dim=-1)[0, 0, token])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_given_tokens_are_read_not_scored_and_the_best_outputs_that_start_with_them_win(seed: int) -> None:
+    """A family's forced first token: read, not scored (transformers counts it 0), so every
+    output's score is its log-probability after that token, over the length with it."""
+    model = tiny_model(vocab=VOCAB, seed=seed)
+    src = torch.tensor([[4, 5, 6, EOS]])
+    for given in ([6], [3]):
+        first = _first_token_log_prob(model, src, given[0])
+        outputs = [y for _, y in brute_force(model, src, 3, 0.6) if y[:1] == given]
+        lp = [((5 + len(y) + 1) / 6) ** 0.6 for y in outputs]  # GNMT's, counting the given token
+        expected = sorted(((float(whole) - first) / n, y)
+                          for whole, n, y in zip(sequence_log_probs(model, src, outputs), lp, outputs))[::-1]
+        hyps = beam_search(model, src, beam=VOCAB**3, alpha=0.6, max_len=torch.tensor([3]), nbest=2,
+                           prefixes=pad_batch([given]), given=1)[0]
+        assert [h.tokens for h in hyps] == [y for _, y in expected[:2]]
+        assert [h.score for h in hyps] == pytest.approx([s for s, _ in expected[:2]], abs=1e-4)
+        whole = float(sequence_log_probs(model, src, [hyps[0].tokens])[0])
+        assert hyps[0].log_prob == pytest.approx(whole - first, abs=1e-4)
+
+
+class _Counting:
+    """A model that counts the steps it is asked to score and the tokens it only reads."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model, self.scored, self.read = model, 0, 0
+
+    def eval(self) -> None:
+        self.model.eval()
+
+    def encode(self, src: torch.Tensor) -> object:
+        return self.model.encode(src)
+
+    def start(self, encoded: object, *, beam: int = 1, capacity: int = 64) -> object:
+        return self.model.start(encoded, beam=beam, capacity=capacity)
+
+    def decode(self, tokens: torch.Tensor, encoded: object = None, *, state: object = None) -> torch.Tensor:
+        self.scored += 1
+        return self.model.decode(tokens, encoded, state=state)
+
+    def advance(self, tokens: torch.Tensor, *, state: object) -> None:
+        self.read += 1
+        self.model.advance(tokens, state=state)
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam", "sample"])
+def test_a_given_token_is_never_scored_and_the_rest_is_the_forced_decode(search: str) -> None:
+    model = tiny_model(vocab=11, seed=3)
+    src = pad_batch([[4, 5, 6, 7, EOS], [8, 9, EOS]])
+    max_len, prefixes = torch.tensor([5, 5]), pad_batch([[7], [7]])
+    uniforms = torch.rand(2, 6, generator=torch.Generator().manual_seed(0))
+    run = {"greedy": lambda m, **k: greedy_search(m, src, max_len=max_len, **k),
+           "beam": lambda m, **k: beam_search(m, src, beam=3, alpha=0.0, max_len=max_len, **k),
+           "sample": lambda m, **k: sample_search(m, src, max_len=max_len, truncation=Truncation(),
+                                                  uniforms=uniforms, **k)}[search]
+    counting = _Counting(model)
+    read = run(counting, prefixes=prefixes, given=1)
+    scored = run(model, prefixes=prefixes)
+    assert counting.read == 1 and counting.scored == max(len(h[0].tokens) for h in read)  # every other step
+    assert [h[0].tokens for h in read] == [h[0].tokens for h in scored]
+    firsts = [_first_token_log_prob(model, src[b: b + 1], 7) for b in range(2)]
+    assert [h[0].log_prob for h in read] == pytest.approx([h[0].log_prob - f for h, f in zip(scored, firsts)],
+                                                          abs=1e-4)
+
+
+def test_given_tokens_need_a_prefix_of_that_many_for_every_source() -> None:
+    model = tiny_model(vocab=11, seed=3)
+    src = pad_batch([[4, 5, EOS], [8, 9, EOS]])
+    with pytest.raises(ValueError, match="2 given tokens"):
+        greedy_search(model, src, max_len=torch.tensor([4, 4]), prefixes=pad_batch([[7, 7], [7]]), given=2)
+    with pytest.raises(ValueError, match="1 given tokens"):
+        beam_search(model, src, beam=2, alpha=0.0, max_len=torch.tensor([4, 4]), given=1)

@@ -5,6 +5,7 @@ text."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,16 @@ import torch
 from hf_models import NLLB_LANGUAGES, imported_nllb, our_ids
 from marian_models import SOURCES, TARGETS, _pairs
 
-from seqtrans import Loaded, ShortlistSettings, build_shortlist, load, load_ensemble, score_files
+from seqtrans import (
+    Loaded,
+    OutputOptions,
+    ShortlistSettings,
+    build_shortlist,
+    load,
+    load_ensemble,
+    predict,
+    score_files,
+)
 from seqtrans.plugin import EOS, DecodeConfig
 
 pytest.importorskip("transformers")
@@ -52,6 +62,9 @@ def test_sampling_nbest_and_prefixes(run: Path) -> None:
 
 
 def test_scores_are_the_log_probabilities_of_the_targets_in_the_language(run: Path, tmp_path: Path) -> None:
+    """The language's code, forced first, counts 0 (as decoding reads it, and generate
+    forces it); the rest is the model's log-probability, and a decoded output's score is
+    the log-probability decoding reported."""
     loaded = load(run, device="cpu", overrides=LANGUAGES)
     (tmp_path / "src").write_text("\n".join(SOURCES[:3]) + "\n", encoding="utf-8")
     (tmp_path / "tgt").write_text("\n".join(TARGETS[:3]) + "\n", encoding="utf-8")
@@ -60,10 +73,14 @@ def test_scores_are_the_log_probabilities_of_the_targets_in_the_language(run: Pa
     for score, source, target in zip(scores, SOURCES, TARGETS):
         src = torch.tensor([vocab.encode(codec.source_tokens(source)) + [EOS]])
         tgt = vocab.encode(codec.target_tokens(target))
+        assert tgt[0] == vocab.encode(["deu_Latn"])[0]
         with torch.no_grad():
             log_probs = torch.log_softmax(loaded.model(src, torch.tensor([[1, *tgt]])), dim=-1)[0]
-        expected = sum(float(log_probs[i, t]) for i, t in enumerate([*tgt, EOS]))
+        expected = sum(float(log_probs[i, t]) for i, t in enumerate([*tgt, EOS]) if i > 0)
         assert score.tokens == len(tgt) + 1 and score.log_prob == pytest.approx(expected, abs=1e-4)
+    predictions, hypotheses = loaded.decode(SOURCES[:3])
+    rescored = loaded.score(SOURCES[:3], predictions)
+    assert [s.log_prob for s in rescored] == pytest.approx([h[0].log_prob for h in hypotheses], abs=1e-4)
 
 
 def test_an_ensemble_of_one_vocabulary(run: Path) -> None:
@@ -97,3 +114,12 @@ def test_a_shortlist_counted_from_given_pairs_keeps_the_outputs_it_covers(run: P
         # greedy keeps the argmax wherever the shortlist holds it, and cannot leave the list
         assert (have[0].tokens == want[0].tokens) == inside, (want[0].tokens, have[0].tokens)
     assert covered >= len(sources) // 3
+
+
+def test_token_log_probabilities_count_the_language_code_0_and_sum_to_the_score(run: Path) -> None:
+    loaded = load(run, device="cpu", overrides=[*LANGUAGES, "decode.beam=3"])
+    options = OutputOptions(format="jsonl", token_log_probs=True)
+    for line in predict(loaded, SOURCES[:3], output=options):
+        for hyp in json.loads(line)["hypotheses"]:
+            assert hyp["token_log_probs"][0] == 0.0 and all(p < 0 for p in hyp["token_log_probs"][1:])
+            assert sum(hyp["token_log_probs"]) == pytest.approx(hyp["log_prob"], abs=1e-4)

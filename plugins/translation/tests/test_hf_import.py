@@ -58,25 +58,29 @@ def test_log_probabilities_equal_transformers(imported: tuple[str, Path, Loaded]
     assert_log_probabilities_match(loaded, hf, SOURCES, TARGETS)
 
 
-def _generate(family: str, hf: Any, tokenizer: Any, *, beam: int, lp: float) -> list[list[int]]:
+def _generate(family: str, hf: Any, tokenizer: Any, *, beam: int, lp: float) -> tuple[list[list[int]], Any]:
+    """generate's outputs (after the start symbol, up to the end symbol) and, for a beam,
+    its score of each (``sequences_scores``)."""
     batch = tokenizer(SOURCES, return_tensors="pt", padding=True)
     _, _, tgt_lang = LANGUAGES[family]
     forced = tokenizer.convert_tokens_to_ids(tgt_lang) if tgt_lang else tokenizer.bos_token_id  # BART: <s>
     out = hf.generate(**batch, num_beams=beam, do_sample=False, max_length=MAX_LENGTH, length_penalty=lp,
                       early_stopping="never", forced_bos_token_id=forced,
-                      bad_words_ids=[[hf.config.pad_token_id]])
+                      bad_words_ids=[[hf.config.pad_token_id]], return_dict_in_generate=True,
+                      output_scores=True)
     eos = hf.config.eos_token_id
-    return [row[1: row.index(eos, 1)] for row in out.tolist()]  # after the start, up to the end
+    rows = [row[1: row.index(eos, 1)] for row in out.sequences.tolist()]
+    return rows, getattr(out, "sequences_scores", None)
 
 
-@pytest.mark.parametrize("beam, lp", [(1, 0.0), (4, 0.0)])
+@pytest.mark.parametrize("beam, lp", [(1, 0.0), (4, 0.0), (4, 0.3)])
 def test_greedy_and_beam_outputs_equal_generate(imported: tuple[str, Path, Loaded], beam: int,
                                                 lp: float) -> None:
-    """With lp 0 the forced first token's score is a constant of each sentence, which ranks
-    no hypothesis above another (transformers scores it 0, seqtrans as the model does)."""
+    """The forced first token (the target language's code, BART's <s>) is read, not
+    scored, as generate forces it: a beam's scores are generate's, with a length penalty too."""
     family, source, loaded = imported
     hf, tokenizer = _hf(family, source)
-    expected = _generate(family, hf, tokenizer, beam=beam, lp=lp)
+    expected, scores = _generate(family, hf, tokenizer, beam=beam, lp=lp)
     settings = DecodeConfig(beam=beam, alpha=lp, length_penalty="power", end_in_beam=True, max_len_a=0.0,
                             max_len_b=MAX_LENGTH - 2, source_lang=loaded.config.decode.source_lang,
                             target_lang=loaded.config.decode.target_lang)
@@ -84,3 +88,5 @@ def test_greedy_and_beam_outputs_equal_generate(imported: tuple[str, Path, Loade
     assert model_ids(loaded, [h[0].tokens for h in hypotheses]) == expected
     assert len({tuple(r) for r in expected}) > 1  # the outputs depend on the input
     assert predictions == tokenizer.batch_decode(expected, skip_special_tokens=True)
+    if beam > 1:
+        assert [h[0].score for h in hypotheses] == pytest.approx(scores.tolist(), abs=1e-4)
