@@ -38,7 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "seqtrans.streaming", "seqtrans.shortlist"),
     ("seqtrans.config", "seqtrans.data.vocab", "seqtrans.shortlist.table"),
     ("seqtrans.native", "seqtrans.linear", "seqtrans.training.distributed"),
-    ("seqtrans.attention", "seqtrans.model.extension"),
+    ("seqtrans.attention", "seqtrans.model.extension", "seqtrans.model.norms"),
     # the task contract, and what reads a task's examples into ids; a task's constraint
     # (decoding.constraints) is part of the contract, free of the search
     ("seqtrans.tasks", "seqtrans.decoding.constraints", "seqtrans.data.encoding", "seqtrans.data.batches"),

@@ -235,7 +235,9 @@ class Multilingual(Protocol):
 @runtime_checkable
 class TargetPrefixing(Protocol):
     """A codec whose every output starts with tokens it sets (a target language's code):
-    decoding forces them, as a forced prefix, and the codec's ``prediction`` leaves them out."""
+    decoding gives them to the decoder without scoring them (their log-probability counts
+    0, as transformers' ``forced_bos_token_id`` makes it), and the codec's ``prediction``
+    leaves them out."""
 
     def target_prefix(self) -> list[str]:
         """The tokens every output starts with (empty for none)."""
