@@ -26,7 +26,7 @@ from seqtrans.decoding.lexical import (
     dynamic_beam,
     required_problem,
 )
-from seqtrans.decoding.protocol import SearchModel, SearchState, advance
+from seqtrans.decoding.protocol import SearchModel, SearchState, advance, decode_rows
 from seqtrans.decoding.sampling import Truncation, sample
 from seqtrans.decoding.search import (
     ALL,
@@ -161,6 +161,36 @@ def _beam_candidates(logits: Tensor, generated: Tensor, step: int, *, beam: int,
                              constraint=constraint, forced=forced, sources=sources, required=required,
                              columns=columns)
     return _candidates(total.view(-1, beam, total.size(-1)), beam, required, columns)
+
+
+def _step_candidates(model: SearchModel, history: Tensor, state: SearchState, step: int, *, first: bool,
+                     beam: int, prefix: Tensor, limit: Tensor, rules: Rules,
+                     constraint: ConstraintState | None, forced: Tensor | None, sources: Tensor | None,
+                     required: RequiredState | None,
+                     columns: Columns) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """:func:`_beam_candidates` of the model's next scores (the other arguments as it takes
+    them). On a search's ``first`` step each sentence's K rows hold one hypothesis (the
+    others' scores -inf): the output product of that row alone (CTranslate2 starts a beam
+    on one row per sentence too), whose scores are those it gets among all K rows, so the
+    candidates are the same."""
+    if first and beam > 1 and constraint is None and required is None and columns.ids is None:
+        live = torch.arange(0, history.size(0), beam, device=history.device)  # [B]: each sentence's first row
+        logits = decode_rows(model, history[:, -1:], live, state)[:, -1]  # [B, V]
+        if logits.size(-1) >= 2 * beam:  # a row holds all of its sentence's candidates
+            exclusions = _exclusions(history[live], step, limit=limit[live], rules=rules,
+                                     vocab=logits.size(-1), forced=None if forced is None else forced[live],
+                                     sources=None if sources is None else sources[live])
+            picked = fused_candidates(logits, prefix[live], beam, exclusions, rows=1)
+            if picked is not None:
+                cand, _, token = picked  # [B, C] each, all from the first row
+                ends, go_on = split_finished(cand, token, beam)
+                return cand, live.unsqueeze(1).expand_as(token), token, ends, go_on
+        logits = logits.repeat_interleave(beam, dim=0)  # the long way: every row's (the first's) scores
+    else:
+        logits = _next_logits(model, history, state)
+    return _beam_candidates(logits, history, step, beam=beam, prefix=prefix, limit=limit, rules=rules,
+                            constraint=constraint, forced=forced, sources=sources, required=required,
+                            columns=columns)
 
 
 def _forced_at(prefixes: Tensor | None, step: int, sentences: Tensor, per_sentence: int) -> Tensor | None:
@@ -308,8 +338,8 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     for step in range(given, longest + 1):
         # a small step's team: speed only (seqtrans.decoding.teams)
         with teams.step(model, len(active) * k, device):
-            cand, rows_c, token, ends, go_on = _beam_candidates(
-                _next_logits(model, history, state), history, step, beam=k, prefix=scores.view(-1),
+            cand, rows_c, token, ends, go_on = _step_candidates(
+                model, history, state, step, first=step == given, beam=k, prefix=scores.view(-1),
                 limit=limit, rules=rules, constraint=constrained, required=lexical, columns=columns,
                 forced=_forced_at(prefixes, step, active, k),
                 sources=active.repeat_interleave(k) if rules.banned else None)

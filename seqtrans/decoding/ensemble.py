@@ -86,6 +86,11 @@ class Ensemble:
         return EnsembleState([model.start(e, beam=beam, capacity=capacity)
                               for model, e in zip(self.models, encoded)])
 
+    def decode_rows(self, tokens: Tensor, rows: Tensor, *, state: EnsembleState) -> Tensor:
+        """:meth:`decode` of every hypothesis, the members' output products of ``rows`` [R]
+        alone, combined.  tokens [N, T] -> [R, T, V]"""
+        return self.combine([m.decode_rows(tokens, rows, state=s) for m, s in zip(self.models, state.members)])
+
     def advance(self, tokens: Tensor, *, state: EnsembleState) -> None:
         """Read ``tokens`` [N, T] into every member's state without scoring them."""
         for model, member in zip(self.models, state.members):

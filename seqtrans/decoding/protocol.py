@@ -40,6 +40,17 @@ class SearchModel(Protocol):
         ...
 
 
+def decode_rows(model: SearchModel, tokens: Tensor, rows: Tensor, state: Any) -> Tensor:
+    """Read ``tokens`` [N, T] into ``state`` for every hypothesis, and score the next token of
+    the hypotheses ``rows`` [R] alone: a model's ``decode_rows`` where it has one (a
+    Transformer's output product over those rows only), else its ``decode``'s rows. Each
+    row's scores are those ``decode`` gives it.  -> [R, T, V]"""
+    step = getattr(model, "decode_rows", None)
+    if step is not None:
+        return step(tokens, rows, state=state)
+    return model.decode(tokens, state=state)[rows]
+
+
 def advance(model: SearchModel, tokens: Tensor, state: Any) -> None:
     """Read ``tokens`` [N, T] into ``state`` without scoring what follows them: a model's
     ``advance`` where it has one (a Transformer runs its decoder and skips the output

@@ -218,8 +218,8 @@ class Exclusions:
         return start, column[order].contiguous()
 
 
-def fused_candidates(logits: Tensor, prefix: Tensor, beam: int,
-                     exclusions: Exclusions) -> tuple[Tensor, Tensor, Tensor] | None:
+def fused_candidates(logits: Tensor, prefix: Tensor, beam: int, exclusions: Exclusions, *,
+                     rows: int | None = None) -> tuple[Tensor, Tensor, Tensor] | None:
     """:func:`top_candidates` of ``extend(logits, prefix)`` with ``exclusions`` at -inf,
     without those [N, V] scores: each row's own 2K best straight from its logits (the
     native kernel's log-softmax and top-k while the row is in the cache), then the best
@@ -227,7 +227,9 @@ def fused_candidates(logits: Tensor, prefix: Tensor, beam: int,
     the scores differ only in the rounding of each row's log-sum-exp. None where the native
     kernels are not built or a row's logits are not finite: the caller takes the long way.
 
-    logits [N, V] with N = B*K, prefix [N] -> (scores, source beam, column), each [B, C]
+    logits [N, V] with N = B*K, prefix [N] -> (scores, source beam, column), each [B, C];
+    with ``rows`` (1: a search's first step, where a sentence's other rows are -inf), N =
+    B*rows, and a row must hold C candidates (V >= 2K).
     """
     if logits.device.type != "cpu" or not native.available():
         return None
@@ -235,6 +237,9 @@ def fused_candidates(logits: Tensor, prefix: Tensor, beam: int,
     c = min(2 * beam, beam * v)
     per_row = min(c, v)  # a candidate is among its own row's C best
     start, columns = exclusions.by_row(n)
+    rows = beam if rows is None else rows
+    if rows * per_row < c:
+        raise ValueError(f"{rows} rows of {v} columns cannot hold {c} candidates")
     found = native.beam_candidates(logits.float().contiguous(), prefix.float().contiguous(), per_row,
                                    never=exclusions.never, only=exclusions.only, banned_start=start,
                                    banned=columns)
@@ -242,8 +247,8 @@ def fused_candidates(logits: Tensor, prefix: Tensor, beam: int,
         return None
     values, column, _ = found  # [N, per_row]
     # a sentence's rows in turn, each best first: ties keep the lower row, then the lower column
-    best, at = largest(values.view(n // beam, beam * per_row), c)  # [B, C]
-    return best, torch.div(at, per_row, rounding_mode="floor"), column.view(n // beam, -1).gather(1, at)
+    best, at = largest(values.view(n // rows, rows * per_row), c)  # [B, C]
+    return best, torch.div(at, per_row, rounding_mode="floor"), column.view(n // rows, -1).gather(1, at)
 
 
 def largest(x: Tensor, k: int) -> tuple[Tensor, Tensor]:

@@ -265,7 +265,15 @@ class Transformer(nn.Module):
         sources (training). With ``state``, ``tokens`` are the next tokens of each
         hypothesis after those already in the state, which is updated in place.
         """
-        hidden = self.decode_hidden(tokens, encoded, state=state)  # [N, T, D]
+        return self._logits(self.decode_hidden(tokens, encoded, state=state))
+
+    def decode_rows(self, tokens: Tensor, rows: Tensor, *, state: DecoderState) -> Tensor:
+        """:meth:`decode` of every hypothesis, the output product of ``rows`` [R] alone (the
+        same bits for those: a row's product is its own in any batch).  tokens [N, T] -> [R, T, V]"""
+        return self._logits(self.decode_hidden(tokens, state=state)[rows])
+
+    def _logits(self, hidden: Tensor) -> Tensor:
+        """The output product (and bias) of decoder states.  [N, T, D] -> [N, T, V]"""
         if self.projection is not None:
             logits = cast(Tensor, self.projection(hidden))
         else:

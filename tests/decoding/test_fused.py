@@ -16,6 +16,7 @@ from seqtrans import native
 from seqtrans.data.batches import pad_batch
 from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding import beam, beam_search
+from seqtrans.decoding.generate import decoding_model
 from seqtrans.decoding.search import ALL, NEG_INF, Exclusions, fused_candidates
 
 pytestmark = pytest.mark.usefixtures("no_grad", "built")
@@ -158,7 +159,7 @@ def test_searches_find_the_same_outputs_either_way(settings: dict, seed: int,
     monkeypatch.setattr(native, "beam_candidates", lambda *a, **kw: calls.append(1) or kernel(*a, **kw))
     fused = beam_search(model, src, beam=4, max_len=max_len, **settings)
     assert calls  # the fused path decided
-    monkeypatch.setattr(beam, "fused_candidates", lambda *a: None)
+    monkeypatch.setattr(beam, "fused_candidates", lambda *a, **kw: None)
     scores = beam_search(model, src, beam=4, max_len=max_len, **settings)
     for mine, theirs in zip(fused, scores):
         assert [h.tokens for h in mine] == [h.tokens for h in theirs]
@@ -191,3 +192,26 @@ def test_logits_that_round_to_one_score_rank_by_column_as_the_scores_do(
         row = step["logits"][:1].contiguous()
         found = native.beam_candidates(row, torch.tensor([prefix]), 8, never=never)
         assert found is not None and found[1][0].tolist() == expected
+
+
+@pytest.mark.parametrize("settings", [SEARCHES["nbest-gnmt"], SEARCHES["prefixes"], SEARCHES["banned"]],
+                         ids=["nbest-gnmt", "prefixes", "banned"])
+def test_a_beams_first_step_scores_one_row_per_sentence_with_the_same_results(
+        settings: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the first step a sentence's K rows hold one hypothesis: the output product runs on
+    that row alone, whose logits are its own in any batch on the oneDNN decoding copy, so
+    every output and score is the same bits as scoring all K rows."""
+    model = decoding_model(tiny_model(vocab=40, seed=3), "fp32", torch.device("cpu"))
+    src = pad_batch([[5, 6, 7, EOS], [8, 9, 10, 11, 12, EOS], [13, EOS], [14, 15, EOS]])
+    max_len = torch.tensor([5, 7, 3, 4])
+    projected: list[int] = []
+    logits = model._logits
+    monkeypatch.setattr(model, "_logits", lambda hidden: projected.append(hidden.size(0)) or logits(hidden))
+    first = beam_search(model, src, beam=4, max_len=max_len, **settings)
+    assert projected[0] == 4 and projected[1] == 16  # one row per sentence, then the beam's
+    monkeypatch.delattr(type(model), "decode_rows")  # the search scores every row, then takes these
+    projected.clear()
+    every = beam_search(model, src, beam=4, max_len=max_len, **settings)
+    assert projected[0] == 16
+    assert [[(h.tokens, h.log_prob, h.score) for h in n] for n in first] == \
+        [[(h.tokens, h.log_prob, h.score) for h in n] for n in every]

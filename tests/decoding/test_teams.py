@@ -48,15 +48,17 @@ def _sources(n: int, seed: int = 0) -> list[list[int]]:
 
 
 def _teams_seen(model: Transformer, monkeypatch: Any) -> list[int]:
-    """The thread count of each decoder step of ``model`` from now on."""
+    """The thread count of each decoder step of ``model`` from now on (a beam's first step
+    scores its rows with ``decode_rows``)."""
     seen: list[int] = []
-    decode = model.decode
+    for name in ("decode", "decode_rows"):
+        step = getattr(model, name)
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        seen.append(torch.get_num_threads())
-        return decode(*args, **kwargs)
+        def counted(*args: Any, step: Any = step, **kwargs: Any) -> Any:
+            seen.append(torch.get_num_threads())
+            return step(*args, **kwargs)
 
-    monkeypatch.setattr(model, "decode", counted)
+        monkeypatch.setattr(model, name, counted)
     return seen
 
 
