@@ -306,19 +306,17 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     ``end_in_beam``, only an end symbol among the K best candidates of a step ends a
     hypothesis (as fairseq and transformers do).
 
-    src [B, S] (PAD-padded, each ending in EOS); max_len [B]: the most tokens each
-    output may have before its end symbol (``min_len``: the fewest, where the maximum
-    allows; ``no_repeat_ngram_size``: no n-gram of that many tokens twice). ``prefixes``
-    [B, P] (PAD-padded target ids) are forced: each output starts with its source's,
-    scored by the model, not searched; ``max_len`` must leave room for them. The first
-    ``given`` tokens of every prefix are read without being scored (a family's forced first
-    token, whose log-probability transformers counts as 0: :func:`_read_given`). No output
-    of source b contains a phrase of ``banned[b]`` (target ids; empty: no such rule), and
-    every output of source b contains each phrase of ``required[b]`` (as many times as it
-    is given there; :mod:`seqtrans.decoding.lexical`), searched with dynamic beam
-    allocation: ValueError where the beam or ``max_len`` is smaller than the phrases'
-    tokens. A sentence stops as soon as no live hypothesis can beat its n-th finished one,
-    which never changes the result, or once ``cancelled`` says so (:data:`Cancelled`).
+    src [B, S] (PAD-padded, each ending in EOS); max_len [B]: the most tokens each output may have
+    before its end symbol (``min_len``: the fewest, where the maximum allows; ``no_repeat_ngram_size``:
+    no n-gram of that many tokens twice). ``prefixes`` [B, P] (PAD-padded target ids) are forced: each
+    output starts with its source's, scored by the model, not searched, but for the first ``given``,
+    read and not scored (:func:`_read_given`); ``max_len`` must leave room for them. No output of
+    source b contains a phrase of ``banned[b]`` (target ids; empty: no such rule), and every output of
+    source b contains each phrase of ``required[b]`` (as many times as it is given there;
+    :mod:`seqtrans.decoding.lexical`), searched with dynamic beam allocation: ValueError where the
+    beam or ``max_len`` is smaller than the phrases' tokens. A sentence stops as soon as no live
+    hypothesis can beat its n-th finished one, which never changes the result, or once ``cancelled``
+    says so (:data:`Cancelled`).
     """
     rules = Rules(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, banned=banned)
     model.eval()
@@ -336,8 +334,7 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     history = _read_given(model, state, history, prefixes, given, sent_of_row, followers)
     results: list[list[Hypothesis]] = [[] for _ in range(b0)]
     for step in range(given, longest + 1):
-        # a small step's team: speed only (seqtrans.decoding.teams)
-        with teams.step(model, len(active) * k, device):
+        with teams.step(model, len(active) * k, device):  # a small step's team: speed only
             cand, rows_c, token, ends, go_on = _step_candidates(
                 model, history, state, step, first=step == given, beam=k, prefix=scores.view(-1),
                 limit=limit, rules=rules, constraint=constrained, required=lexical, columns=columns,

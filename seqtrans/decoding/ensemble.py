@@ -89,7 +89,8 @@ class Ensemble:
     def decode_rows(self, tokens: Tensor, rows: Tensor, *, state: EnsembleState) -> Tensor:
         """:meth:`decode` of every hypothesis, the members' output products of ``rows`` [R]
         alone, combined.  tokens [N, T] -> [R, T, V]"""
-        return self.combine([m.decode_rows(tokens, rows, state=s) for m, s in zip(self.models, state.members)])
+        members = zip(self.models, state.members)
+        return self.combine([model.decode_rows(tokens, rows, state=member) for model, member in members])
 
     def advance(self, tokens: Tensor, *, state: EnsembleState) -> None:
         """Read ``tokens`` [N, T] into every member's state without scoring them."""

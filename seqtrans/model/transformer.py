@@ -265,26 +265,14 @@ class Transformer(nn.Module):
         sources (training). With ``state``, ``tokens`` are the next tokens of each
         hypothesis after those already in the state, which is updated in place.
         """
-        return self._logits(self.decode_hidden(tokens, encoded, state=state))
+        return _logits(self, self.decode_hidden(tokens, encoded, state=state))
 
     def decode_rows(self, tokens: Tensor, rows: Tensor, *, state: DecoderState) -> Tensor:
-        """:meth:`decode` of every hypothesis, the output product of ``rows`` [R] alone (the
-        same bits for those: a row's product is its own in any batch).  tokens [N, T] -> [R, T, V]"""
-        return self._logits(self.decode_hidden(tokens, state=state)[rows])
-
-    def _logits(self, hidden: Tensor) -> Tensor:
-        """The output product (and bias) of decoder states.  [N, T, D] -> [N, T, V]"""
-        if self.projection is not None:
-            logits = cast(Tensor, self.projection(hidden))
-        else:
-            logits = output_projection(hidden, self.output_weight)
-        if self.output_bias is None or self.projection_adds_bias:
-            return logits
-        return biased(logits, self.output_bias)
+        """:meth:`decode` of every hypothesis, the output product of ``rows`` [R] alone.  -> [R, T, V]"""
+        return _logits(self, self.decode_hidden(tokens, state=state)[rows])
 
     def advance(self, tokens: Tensor, *, state: DecoderState) -> None:
-        """Read ``tokens`` [N, T] into ``state`` as :meth:`decode` does, without the output
-        product: tokens given rather than chosen (a family's forced first token)."""
+        """:meth:`decode` without the output product: ``tokens`` given, not chosen."""
         self.decode_hidden(tokens, state=state)
 
     def decode_hidden(self, tokens: Tensor, encoded: Encoded | None = None, *,
@@ -355,3 +343,15 @@ def build_model(config: ModelConfig, codec: Codec[Any, Any, Any]) -> Transformer
         # made after the model's own parameters, so a seed initialises them as before
         model.extend(codec.model_extensions(config))
     return model
+
+
+def _logits(model: Transformer, hidden: Tensor) -> Tensor:
+    """The output product (and bias) of decoder states: the same bits for a row in any batch
+    on the CPU's decoding copies.  [N, T, D] -> [N, T, V]"""
+    if model.projection is not None:
+        logits = cast(Tensor, model.projection(hidden))
+    else:
+        logits = output_projection(hidden, model.output_weight)
+    if model.output_bias is None or model.projection_adds_bias:
+        return logits
+    return biased(logits, model.output_bias)

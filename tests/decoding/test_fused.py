@@ -18,6 +18,7 @@ from seqtrans.data.vocab import BOS, EOS, PAD
 from seqtrans.decoding import beam, beam_search
 from seqtrans.decoding.generate import decoding_model
 from seqtrans.decoding.search import ALL, NEG_INF, Exclusions, fused_candidates
+from seqtrans.model import transformer
 
 pytestmark = pytest.mark.usefixtures("no_grad", "built")
 
@@ -205,8 +206,9 @@ def test_a_beams_first_step_scores_one_row_per_sentence_with_the_same_results(
     src = pad_batch([[5, 6, 7, EOS], [8, 9, 10, 11, 12, EOS], [13, EOS], [14, 15, EOS]])
     max_len = torch.tensor([5, 7, 3, 4])
     projected: list[int] = []
-    logits = model._logits
-    monkeypatch.setattr(model, "_logits", lambda hidden: projected.append(hidden.size(0)) or logits(hidden))
+    logits = transformer._logits
+    monkeypatch.setattr(transformer, "_logits",
+                        lambda model, hidden: projected.append(hidden.size(0)) or logits(model, hidden))
     first = beam_search(model, src, beam=4, max_len=max_len, **settings)
     assert projected[0] == 4 and projected[1] == 16  # one row per sentence, then the beam's
     monkeypatch.delattr(type(model), "decode_rows")  # the search scores every row, then takes these
