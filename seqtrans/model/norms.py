@@ -41,8 +41,7 @@ class RMSNorm(nn.Module):
                     # F.rms_norm's bits in one call rather than seven operators, each as long to
                     # call as the pass itself at a decoding step (three norms a layer in T5)
                     return native.rms_norm(x, self.weight, self.eps, lanes=lanes)
-            # PyTorch's operator computes the same arithmetic, bit for bit, as one call instead of
-            # seven
+            # PyTorch's operator: the same arithmetic, bit for bit, as the formula below
             return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
         variance = x.float().pow(2).mean(-1, keepdim=True)  # [..., 1]
         return self.weight * (x * torch.rsqrt(variance + self.eps)).to(self.weight.dtype)
@@ -52,9 +51,10 @@ class RMSNorm(nn.Module):
 
 
 def _lanes_matching(width: int) -> int:
-    """The vector width (8 with AVX2, 16 with AVX-512, 4 elsewhere) for which the native
-    kernel gives F.rms_norm's bits on random rows of ``width``, or 0 (no kernel here, a width
-    it does not cover, or a PyTorch that sums otherwise): tried once per width."""
+    """The vector width, tried in turn (8: PyTorch's AVX2 vectors, the one verified; then 16
+    and 4, AVX-512's and narrower ones), for which the native kernel gives F.rms_norm's bits
+    on random rows of ``width``, or 0 (no kernel here, a width it does not cover, or a
+    PyTorch that sums otherwise): tried once per width."""
     if not native.available() or width > NATIVE_MAX_WIDTH:
         return 0
     generator = torch.Generator().manual_seed(0)

@@ -436,7 +436,7 @@ def packed_linear_unchecked(x: Tensor, weight: int, outputs: int, bias: Tensor |
 def rms_norm(x: Tensor, weight: Tensor, eps: float, *, lanes: int) -> Tensor:
     """``(x * (1 / sqrt(mean(x^2) + eps))) * weight`` over the last dimension in one call,
     the mean's sum taken in the order PyTorch's CPU sum takes it with vectors of ``lanes``
-    floats (8 with AVX2, 16 with AVX-512): then the same bits as ``F.rms_norm``, which
+    floats (8 with PyTorch's AVX2 kernels): then the same bits as ``F.rms_norm``, which
     :class:`seqtrans.model.norms.RMSNorm` checks before using it. x [..., D] float32 with
     contiguous rows, weight [D] float32 contiguous -> [..., D]."""
     d = x.size(-1)
