@@ -490,6 +490,28 @@ def distill_multi30k() -> str:
             f"(images/{DISTILL_PICTURE.name})\n" + _source(DISTILL, machine=machine))
 
 
+PRETRAINED_STREAMING = "pretrained_streaming.json"
+
+
+def pretrained_streaming() -> str:
+    """An imported model streamed by re-encoding beside its distilled causal student."""
+    if not (RESULTS / PRETRAINED_STREAMING).is_file():
+        return ("\nNot measured yet: `python -m benchmarks pretrained_streaming --mirror DIR` trains, "
+                "distils and streams both models; `python docs/generate.py` then writes this table.\n")
+    data = _result(PRETRAINED_STREAMING)
+    label = {"teacher": "imported, fine-tuned (re-encoding)", "student": "distilled student (causal)"}
+    rows = [[label[r["model"]], str(r["wait_k"]) if r["wait_k"] else "whole source", f"{r['bleu']:.2f}",
+             f"{r['chrf']:.2f}", f"{r['stream_al']:.2f}", f"{r['stream_laal']:.2f}", f"{r['stream_dal']:.2f}",
+             "" if r["same_as_offline"] is None else f"{r['same_as_offline']:.3f}",
+             f"{r['ms_per_sentence']:.1f}"]
+            for r in data["rows"]]
+    header = ["model", "k", "BLEU", "chrF", "AL", "LAAL", "DAL", "same as offline", "ms a sentence"]
+    m, minutes = data["machine"], data["train_minutes"]
+    machine = (f"{m['processor']}, {m['threads']} threads, PyTorch {m['torch']}; training minutes: "
+               f"teacher {minutes['teacher']:.1f}, student {minutes['student']:.1f}")
+    return _table(header, rows) + _source(PRETRAINED_STREAMING, machine=machine)
+
+
 def draw_distill_picture() -> Path | None:
     """BLEU against int8 tokens/s of every model of the distillation results, when measured."""
     if not (RESULTS / DISTILL).is_file():
@@ -590,6 +612,7 @@ BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
                         "decode_cuda": decode_cuda, "distill_multi30k": distill_multi30k},
     DOCS / "streaming-policies.md": {"streaming_copy": streaming_copy},
     DOCS / "streaming-multi30k.md": {"simultaneous_multi30k": simultaneous_multi30k},
+    DOCS / "pretrained-families.md": {"pretrained_streaming": pretrained_streaming},
     DOCS / "attention-results.md": {"attention_copy": attention_copy, "memory_multi30k": memory_multi30k,
                                     "memory_long": memory_long},
     DOCS / "tasks" / "translation.md": {"translation_multi30k": translation_multi30k},

@@ -1,9 +1,10 @@
-"""Streaming an imported pretrained model (a tiny NLLB-architecture model, trained briefly
+"""Streaming an imported pretrained model (tiny models of every family, trained briefly
 here), whose encoder reads the whole source: under wait-k the source read so far is
 encoded again at each read. Through a session and ``seqtrans predict --stream``: without
 a lag, offline greedy decoding's output; with one, tokens written while the sentence
-arrives, the target language's code forced and not written, and the output from the
-point the whole source is read on that of offline greedy decoding continuing it."""
+arrives, the forced first tokens (a target language's code, BART's ``<s>``) not written,
+and the output from the point the whole source is read on that of offline greedy decoding
+continuing it."""
 
 from __future__ import annotations
 
@@ -13,11 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from hf_models import NLLB_LANGUAGES, imported_nllb
+from hf_models import LANGUAGES as FAMILY_LANGUAGES
+from hf_models import NLLB_LANGUAGES, hf_directory, imported_nllb
 from marian_models import SOURCES
+from t5_models import t5_directory
 
 import seqtrans
 from seqtrans import Loaded, StreamSession, load
+from seqtrans.data.encoding import forced_prefix  # internal: the ids every output starts with
+from seqtrans_translation.hf import FORMAT as HF_FORMAT
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -38,8 +43,13 @@ def _session(loaded: Loaded, text: str) -> StreamSession:
     return session
 
 
-def test_an_imported_model_streams_through_a_session(run: Path) -> None:
-    loaded = load(run, device="cpu", overrides=[*LANGUAGES, "decode.beam=1"])
+def _streams_as_offline_decoding(run: Path, languages: list[str]) -> None:
+    """Without a lag, the stream is offline greedy decoding's output; with one, tokens are
+    written while the sentence arrives, the forced first tokens (a target language's code,
+    BART's ``<s>``) not among them, each seeing no more of the source than its lag allows,
+    and from the point the whole source is read the output is offline greedy decoding's
+    continuing what was written."""
+    loaded = load(run, device="cpu", overrides=[*languages, "decode.beam=1"])
     offline, _ = loaded.decode(SOURCES)
     assert [_session(loaded, text).output for text in SOURCES] == offline  # no lag: the whole source first
     assert len(set(offline)) > 1  # the outputs follow the input
@@ -47,22 +57,43 @@ def test_an_imported_model_streams_through_a_session(run: Path) -> None:
     k = 2
     decode = dataclasses.replace(loaded.config.decode, wait_k=k)
     lagged = dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, decode=decode))
-    forced = loaded.codec.vocabularies.target.encode(["deu_Latn"])
+    forced = forced_prefix(loaded.codec)
     early = reached = 0
     for text in SOURCES:
-        session = _session(lagged, text)
+        session = seqtrans.stream(lagged)
+        for word in text.split():
+            session.push(word)
+        before_whole = len(session.tokens)  # written before the source's end was known
+        ended = session.done  # an output may end early, on the source it has read
+        session.finish()
         ids = [t.id for t in session.tokens]
-        assert ids[:1] != forced  # the language's code is forced, not written
-        n = session.source_tokens  # the source language's code included
-        # the code is target position 0: written token i is position i + 1, seeing i + 1 + k positions
-        assert all(t.delay >= min(i + 1 + k, n) for i, t in enumerate(session.tokens))
+        assert not forced or ids[:len(forced)] != forced  # forced, not written
+        n = session.source_tokens  # its tokens (a source language's code included)
+        # written token i is target position len(forced) + i, seeing that many + k source positions
+        assert all(t.delay >= min(len(forced) + i + k, n) for i, t in enumerate(session.tokens))
         early += sum(t.delay < n for t in session.tokens)
-        before_whole = max(0, n - k)  # the tokens written before a step saw the whole source
-        if len(ids) >= before_whole:
-            reached += 1
+        if not ended:
+            reached += before_whole < len(ids)
             _, hyps = lagged.decode([text], prefixes=[forced + ids[:before_whole]])
             assert hyps[0][0].tokens == forced + ids
     assert early > 0 and reached > 0
+
+
+def test_an_imported_model_streams_through_a_session(run: Path) -> None:
+    _streams_as_offline_decoding(run, LANGUAGES)
+
+
+@pytest.mark.parametrize("family", ["mbart50", "bart", "t5", "byt5"])
+def test_every_family_streams(family: str, tmp_path: Path) -> None:
+    if family in ("t5", "byt5"):
+        source = t5_directory(family, tmp_path / "hf")
+        languages: list[str] = []
+    else:
+        source = hf_directory(family, tmp_path / "hf")
+        _, source_lang, target_lang = FAMILY_LANGUAGES[family]
+        languages = [f"decode.source_lang={source_lang}", f"decode.target_lang={target_lang}"] \
+            if source_lang else []
+    _streams_as_offline_decoding(HF_FORMAT.import_model(source, out=tmp_path / "run"), languages)
 
 
 def test_predict_stream_streams_an_imported_model(run: Path) -> None:
