@@ -53,6 +53,7 @@ import torch
 import seqtrans
 from benchmarks.common import RESULTS, arguments, budget, cpu_info, write_results
 from seqtrans import tasks
+from seqtrans.data.encoding import forced_prefix
 from seqtrans.inference import evaluation, loading
 
 OUT = RESULTS / "pretrained_streaming.json"
@@ -140,9 +141,16 @@ def train(out: Path, more: list[str], args: argparse.Namespace) -> Path:
     return out
 
 
+def same_as_offline(loaded: loading.Loaded, split: evaluation.Split, streamed: list[list[int]]) -> float:
+    """The fraction of streamed outputs (target ids) equal to offline greedy decoding with
+    the same settings, whose outputs start with the forced tokens a stream does not write."""
+    forced = len(forced_prefix(loaded.codec))
+    _, hyps = loaded.decode([e.source for e in split.examples])
+    return sum(s == (h[0].tokens[forced:] if h else []) for s, h in zip(streamed, hyps)) / len(streamed)
+
+
 def stream(name: str, run: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     """``run`` scored on test2016 as streams at each lag of :data:`LAGS`."""
-    from benchmarks.simultaneous_multi30k import same_as_offline
     from seqtrans.streaming.evaluation import score_stream
 
     torch.set_num_threads(args.threads)
