@@ -21,7 +21,6 @@ from t5_models import t5_directory
 
 import seqtrans
 from seqtrans import Loaded, StreamSession, load
-from seqtrans.data.encoding import forced_prefix  # internal: the ids every output starts with
 from seqtrans_translation.hf import FORMAT as HF_FORMAT
 
 pytest.importorskip("transformers")
@@ -57,7 +56,9 @@ def _streams_as_offline_decoding(run: Path, languages: list[str]) -> None:
     k = 2
     decode = dataclasses.replace(loaded.config.decode, wait_k=k)
     lagged = dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, decode=decode))
-    forced = forced_prefix(loaded.codec)
+    codec = loaded.codec  # a family's codec says what every output starts with (its target_prefix)
+    prefix = codec.target_prefix() if hasattr(codec, "target_prefix") else []
+    forced = codec.vocabularies.target.encode(prefix)
     early = reached = 0
     for text in SOURCES:
         session = seqtrans.stream(lagged)
