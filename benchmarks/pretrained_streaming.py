@@ -32,7 +32,7 @@ table of docs/pretrained-families.md from it.
 
 A check that the steps fit together, on a few sentences (its numbers mean nothing):
 
-    python -m benchmarks pretrained_streaming --tiny --steps 4 --work /tmp/ps --out /tmp/ps/r.json \\
+    python -m benchmarks pretrained_streaming --tiny --steps 60 --work /tmp/ps --out /tmp/ps/r.json \\
         --mirror ../shared/data/multi30k --set data.test_tsv=/tmp/ps/test.tsv
 """
 
