@@ -481,6 +481,14 @@ def provenance() -> dict[str, Any]:
             "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
+def seqtrans_command(*args: str) -> str:
+    """Run one ``seqtrans`` command as a user would; its standard output (its log goes to ours)."""
+    print("$ seqtrans", " ".join(args), flush=True)
+    done = subprocess.run([sys.executable, "-m", "seqtrans", *args], check=True, stdout=subprocess.PIPE,
+                          text=True)
+    return done.stdout
+
+
 def write_results(path: Path, data: dict[str, Any], **options: Any) -> Path:
     """Write a benchmark's results JSON to ``path`` (atomically), with its
     :func:`provenance` added; ``options`` go to :func:`seqtrans.runtime.atomic.write_json`."""

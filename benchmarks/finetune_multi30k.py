@@ -22,24 +22,14 @@ Both BLEU scores use the same decoding settings (the cpu preset's). Steps alread
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from benchmarks.common import RESULTS, arguments, budget, device_name, write_results
+from benchmarks.common import RESULTS, arguments, budget, device_name, seqtrans_command, write_results
 
 OUT = RESULTS / "finetune_multi30k.json"
-
-
-def seqtrans(*args: str) -> str:
-    """Run one ``seqtrans`` command; its standard output.  Its log goes to ours."""
-    command = [sys.executable, "-m", "seqtrans", *args]
-    print("$ seqtrans", " ".join(args), flush=True)
-    done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True)
-    return done.stdout
 
 
 def main(argv: list[str]) -> None:
@@ -63,21 +53,21 @@ def main(argv: list[str]) -> None:
     if args.from_run is not None:
         marian = args.work / "marian"
         if not marian.is_dir():
-            seqtrans("export", str(args.from_run), "--to", "hf-marian", str(marian))
+            seqtrans_command("export", str(args.from_run), "--to", "hf-marian", str(marian))
     imported = args.work / "imported"
     if not imported.is_dir():
-        seqtrans("import", "hf-marian", str(marian), "--out", str(imported))
+        seqtrans_command("import", "hf-marian", str(marian), "--out", str(imported))
     # the cpu preset's decoding settings for both scores (an import takes Marian's own)
     decode = ["decode.beam=4", "decode.alpha=1.4", "decode.length_penalty=gnmt"]
-    before = json.loads(seqtrans("evaluate", str(imported), "--set", *data, *decode))
+    before = json.loads(seqtrans_command("evaluate", str(imported), "--set", *data, *decode))
 
     train = [*budget(args.steps, warmup=args.warmup, average_last=None), f"train.lr_scale={args.lr_scale}"]
     if args.train_tsv is not None:
         train.append(f"data.train_tsv={args.train_tsv.resolve()}")
     tuned = args.work / "tuned"
     if not (tuned / "metrics.json").is_file():
-        seqtrans("run", "translation", "--preset", "cpu", "--init", str(imported), "--out", str(tuned),
-                 "--device", "cpu", "--set", *data, *train, *decode)
+        seqtrans_command("run", "translation", "--preset", "cpu", "--init", str(imported), "--out",
+                         str(tuned), "--device", "cpu", "--set", *data, *train, *decode)
     after: dict[str, Any] = json.loads((tuned / "metrics.json").read_text())
     print(f"test2016 BLEU before fine-tuning {before['bleu']:.2f}, after {after['bleu']:.2f} "
           f"({args.steps} updates, {after.get('train_minutes', 0):.1f} minutes of training)")

@@ -42,8 +42,6 @@ import argparse
 import io
 import json
 import logging
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -51,7 +49,7 @@ from typing import Any
 import torch
 
 import seqtrans
-from benchmarks.common import RESULTS, arguments, budget, cpu_info, write_results
+from benchmarks.common import RESULTS, arguments, budget, cpu_info, seqtrans_command, write_results
 from seqtrans import tasks
 from seqtrans.data.encoding import forced_prefix
 from seqtrans.inference import evaluation, loading
@@ -73,14 +71,6 @@ TINY_MODEL = ["model.encoder_layers=1", "model.decoder_layers=1", "model.d_model
 TINY = ["data.max_train_examples=300", "train.max_tokens=1000", "train.valid_max_examples=4",
         "decode.max_len_b=10"]
 NO_VALIDATION = ["train.eval_every=100000"]
-
-
-def seqtrans_command(*args: str) -> str:
-    """Run one ``seqtrans`` command; its standard output. Its log goes to ours."""
-    print("$ seqtrans", " ".join(args), flush=True)
-    done = subprocess.run([sys.executable, "-m", "seqtrans", *args], check=True, stdout=subprocess.PIPE,
-                          text=True)
-    return done.stdout
 
 
 def data_settings(args: argparse.Namespace) -> list[str]:
@@ -162,8 +152,8 @@ def stream(name: str, run: Path, args: argparse.Namespace) -> list[dict[str, Any
         started = time.perf_counter()
         outputs, metrics = score_stream(loaded, split)
         seconds = time.perf_counter() - started
-        # offline decoding with the lag: a causal encoder's stream is it by construction; a
-        # re-encoding one's decisions see only the prefix read, so it differs (0: the same)
+        # a causal encoder's stream is its offline decoding with the lag; a re-encoding one's
+        # tokens each see another encoding of the source, which only k = 0 decodes offline
         offline = k == 0 or name != "teacher"
         same = same_as_offline(loaded, split, [o.tokens for o in outputs]) if offline else None
         rows.append({"model": name, "wait_k": k or None, **metrics, "same_as_offline": same,
