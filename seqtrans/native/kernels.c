@@ -84,14 +84,19 @@ static inline float dot_product(const float *x, const float *y, int64_t n) {
     return dot;
 }
 #elif defined(__AVX2__) && defined(__FMA__)
+/* the sum of acc's eight lanes, in the order every AVX2 dot product here adds them */
+static inline float sum_lanes(__m256 acc) {
+    __m128 half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    half = _mm_add_ss(half, _mm_movehdup_ps(half));
+    return _mm_cvtss_f32(half);
+}
+
 static inline float dot_product(const float *x, const float *y, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc);
-    __m128 half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    half = _mm_add_ps(half, _mm_movehl_ps(half, half));
-    half = _mm_add_ss(half, _mm_movehdup_ps(half));
-    float dot = _mm_cvtss_f32(half);
+    float dot = sum_lanes(acc);
     for (; i < n; i++) dot = fmaf(x[i], y[i], dot);
     return dot;
 }
@@ -128,10 +133,57 @@ static void weighted_sum(float *out, const float *p, const float *rows, const in
         if (s < end) even = _mm512_fmadd_ps(_mm512_set1_ps(p[s]), _mm512_loadu_ps(ROW(s) + i), even);
         _mm512_storeu_ps(out + i, _mm512_add_ps(even, odd));
     }
+#elif defined(__AVX2__) && defined(__FMA__)
+    /* each output's multiply-adds in the order of the loop below (the same bits), its sum
+     * kept in a register over the positions rather than stored and read back at each one:
+     * 64 dimensions (a head's usual width) in eight registers, then eight at a time */
+    for (; i + 64 <= dim; i += 64) {
+        __m256 o[8];
+        for (int c = 0; c < 8; c++) o[c] = _mm256_loadu_ps(out + i + 8 * c);
+        for (int64_t s = begin; s < end; s++) {
+            const __m256 weight = _mm256_set1_ps(p[s]);
+            const float *row = ROW(s) + i;
+            for (int c = 0; c < 8; c++) o[c] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(row + 8 * c), o[c]);
+        }
+        for (int c = 0; c < 8; c++) _mm256_storeu_ps(out + i + 8 * c, o[c]);
+    }
+    for (; i + 8 <= dim; i += 8) {
+        __m256 o = _mm256_loadu_ps(out + i);
+        for (int64_t s = begin; s < end; s++) o = _mm256_fmadd_ps(_mm256_set1_ps(p[s]), _mm256_loadu_ps(ROW(s) + i), o);
+        _mm256_storeu_ps(out + i, o);
+    }
 #endif
     for (int64_t s = begin; s < end; s++)
         for (int64_t j = i; j < dim; j++) out[j] = fmaf(p[s], ROW(s)[j], out[j]);
 #undef ROW
+}
+
+/* score[s] = (q . keys at position s) * scale for s in [begin, end), the key of position s
+ * in buffer row from[s]: dot_product's sums. With AVX2 (not AVX-512), four positions at a
+ * time, each in its own register and summed as dot_product sums (the same bits), so that
+ * their chains of dependent multiply-adds overlap: one position's chain set the pace. */
+static void scaled_dots(float *score, const float *q, const float *keys, const int64_t *from, int64_t begin,
+                        int64_t end, int64_t row_step, int64_t dim, float scale) {
+#define KEY(s) (keys + from[s] * row_step + (s) * dim)
+    int64_t s = begin;
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+    const int64_t full = dim & ~(int64_t)7;
+    for (; s + 4 <= end; s += 4) {
+        const float *k[4] = {KEY(s), KEY(s + 1), KEY(s + 2), KEY(s + 3)};
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t i = 0; i < full; i += 8) {
+            const __m256 qv = _mm256_loadu_ps(q + i);
+            for (int j = 0; j < 4; j++) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j] + i), acc[j]);
+        }
+        for (int j = 0; j < 4; j++) {
+            float dot = sum_lanes(acc[j]);
+            for (int64_t i = full; i < dim; i++) dot = fmaf(q[i], k[j][i], dot);
+            score[s + j] = dot * scale;
+        }
+    }
+#endif
+    for (; s < end; s++) score[s] = dot_product(q, KEY(s), dim) * scale;
+#undef KEY
 }
 
 /* x[i] = exp(x[i]) for x[i] <= 0, in a form the compiler vectorizes (glibc's expf is one
@@ -207,8 +259,7 @@ static void attend(void *context, int64_t begin, int64_t end) {
                 const int64_t *from = a->rows + r * a->row_stride;
                 float *score = scores + (r - first) * length;
                 const int64_t end = KEYS(r) < s1 ? KEYS(r) : s1;
-                for (int64_t s = s0; s < end; s++)
-                    score[s] = dot_product(q, keys + from[s] * row_step + s * dim, dim) * a->scale;
+                scaled_dots(score, q, keys, from, s0, end, row_step, dim, a->scale);
                 if (a->bias != NULL)
                     for (int64_t s = s0; s < end; s++) score[s] += a->bias[h * length + s];
             }
