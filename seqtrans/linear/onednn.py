@@ -279,11 +279,17 @@ class FileRows:
         wanted = ids.reshape(-1).tolist()  # [N]
         if any(not 0 <= row < size for row in wanted):
             raise IndexError(f"row ids out of range for a table of {size} rows")
-        out = self.table.new_empty(len(wanted), width)  # [N, D]
+        # each distinct row read once: a beam's hypotheses mostly share their last tokens (a
+        # parsing beam of 21 over 2,000 rows reads about a hundred), and a read is a system call
+        distinct = list(dict.fromkeys(wanted))  # [U]
+        out = self.table.new_empty(len(distinct), width)  # [U, D]
         row_bytes = width * self.table.element_size()
         buffer = out.numpy().data.cast("B")
-        for i, row in enumerate(wanted):
+        for i, row in enumerate(distinct):
             self._source.read_into(buffer[i * row_bytes:(i + 1) * row_bytes], row * row_bytes)
+        if len(distinct) < len(wanted):
+            where = {row: i for i, row in enumerate(distinct)}
+            out = out[torch.tensor([where[row] for row in wanted])]  # [N, D]
         return out.view(*ids.shape, width)
 
 
