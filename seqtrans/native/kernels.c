@@ -149,7 +149,8 @@ static void weighted_sum(float *out, const float *p, const float *rows, const in
     }
     for (; i + 8 <= dim; i += 8) {
         __m256 o = _mm256_loadu_ps(out + i);
-        for (int64_t s = begin; s < end; s++) o = _mm256_fmadd_ps(_mm256_set1_ps(p[s]), _mm256_loadu_ps(ROW(s) + i), o);
+        for (int64_t s = begin; s < end; s++)
+            o = _mm256_fmadd_ps(_mm256_set1_ps(p[s]), _mm256_loadu_ps(ROW(s) + i), o);
         _mm256_storeu_ps(out + i, o);
     }
 #endif
