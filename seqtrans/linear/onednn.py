@@ -279,8 +279,8 @@ class FileRows:
         wanted = ids.reshape(-1).tolist()  # [N]
         if any(not 0 <= row < size for row in wanted):
             raise IndexError(f"row ids out of range for a table of {size} rows")
-        # each distinct row read once: a beam's hypotheses mostly share their last tokens (a
-        # parsing beam of 21 over 2,000 rows reads about a hundred), and a read is a system call
+        # each distinct row read once: a wide beam's hypotheses mostly share their last tokens
+        # (thousands of ids for a small target vocabulary's few rows), and a read is a system call
         distinct = list(dict.fromkeys(wanted))  # [U]
         out = self.table.new_empty(len(distinct), width)  # [U, D]
         row_bytes = width * self.table.element_size()
