@@ -33,6 +33,7 @@ import torch
 
 from seqtrans.runtime import atomic
 from seqtrans.runtime.system import release_freed_memory
+from seqtrans.runtime.threads import wait_policy_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -83,14 +84,16 @@ def timed_in_turn(fns: Mapping[str, Callable[[], Any]], device: torch.device, *,
                   repeats: int = 3) -> dict[str, float]:
     """Median wall-clock seconds of each of ``fns`` over ``repeats`` rounds in which each
     runs once, in turn: where the machine's speed drifts (other processes' load, clock
-    changes), every system meets the same drift, not one system a slow spell of its own."""
+    changes), every system meets the same drift, not one system a slow spell of its own.
+    A function that returns a float has timed itself (a child process that decodes, whose
+    start and loading are not the decoding): its seconds count instead."""
     times: dict[str, list[float]] = {key: [] for key in fns}
     for _ in range(repeats):
         for key, fn in fns.items():
             start = time.perf_counter()
-            fn()
+            took = fn()
             synchronize(device)
-            times[key].append(time.perf_counter() - start)
+            times[key].append(took if isinstance(took, float) else time.perf_counter() - start)
     return {key: statistics.median(values) for key, values in times.items()}
 
 
@@ -247,6 +250,23 @@ def read_bandwidth(device: torch.device) -> float:
 #: so that no burner outlives a benchmark killed without its clean-up.
 BURNER = ("import os, sys\nparent = int(sys.argv[1])\nwhile os.getppid() == parent:\n"
           "    for _ in range(100000):\n        pass\n")
+
+
+#: What a child process's environment loses before its own wait policy and threads go in.
+POLICY_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "SEQTRANS_WAIT_POLICY", "OMP_NUM_THREADS",
+                    "SEQTRANS_THREADS")
+
+
+def policy_environment(policy: str, threads: str = "default") -> dict[str, str]:
+    """This process's environment for a child that runs under an OpenMP wait ``policy``
+    (``default``, ``active``, ``passive`` or a spin count) and with ``threads`` threads
+    (``default``: the child's own choice)."""
+    env = {k: v for k, v in os.environ.items() if k not in POLICY_VARIABLES}
+    env.update({k: v for k, v in wait_policy_environment(policy).items() if v is not None})
+    env["SEQTRANS_WAIT_POLICY"] = policy  # so that 'default' is libgomp's own, not seqtrans's passive
+    if threads != "default":
+        env["SEQTRANS_THREADS"] = env["OMP_NUM_THREADS"] = threads
+    return env
 
 
 @contextlib.contextmanager

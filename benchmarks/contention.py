@@ -32,21 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, arguments, background_load, write_results
-from seqtrans.runtime.threads import parse_wait_policy, wait_policy_environment
-
-#: What a run's environment loses before its own settings go in.
-CLEARED = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "SEQTRANS_WAIT_POLICY", "OMP_NUM_THREADS", "SEQTRANS_THREADS")
-
-
-def environment(policy: str, threads: str) -> dict[str, str]:
-    """This process's environment with the wait policy and thread count of one combination."""
-    env = {k: v for k, v in os.environ.items() if k not in CLEARED}
-    env.update({k: v for k, v in wait_policy_environment(policy).items() if v is not None})
-    env["SEQTRANS_WAIT_POLICY"] = policy  # so that 'default' is libgomp's own, not seqtrans's passive
-    if threads != "default":
-        env["SEQTRANS_THREADS"] = env["OMP_NUM_THREADS"] = threads
-    return env
+from benchmarks.common import RESULTS, arguments, background_load, policy_environment, write_results
+from seqtrans.runtime.threads import parse_wait_policy
 
 
 def time_command(command: list[str], env: dict[str, str], *, timeout: float) -> dict[str, Any]:
@@ -66,7 +53,8 @@ def time_command(command: list[str], env: dict[str, str], *, timeout: float) -> 
 def combination(command: list[str], *, load: int, policy: str, threads: str, repeats: int,
                 timeout: float) -> dict[str, Any]:
     """``repeats`` runs of one combination; the median of those that finished."""
-    runs = [time_command(command, environment(policy, threads), timeout=timeout) for _ in range(repeats)]
+    env = policy_environment(policy, threads)
+    runs = [time_command(command, env, timeout=timeout) for _ in range(repeats)]
     finished = [r["seconds"] for r in runs if r["seconds"] is not None]
     row = {"background_load": load, "policy": policy, "threads": threads,
            "seconds": statistics.median(finished) if finished else None,

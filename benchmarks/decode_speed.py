@@ -15,7 +15,13 @@ it still holds after (``*_held_mib``); writes JSON under benchmarks/results/.
 
 CTranslate2 decodes the seqtrans model itself, exported by ``seqtrans.inference.export`` (so the
 weights are the same), with ``intra_threads`` = torch's threads, in each compute type of
-:data:`CT2_COMPUTE_TYPES` for the device; the ratio printed is seqtrans (fp32) over it.
+:data:`CT2_COMPUTE_TYPES` for the device; the ratio printed is seqtrans (fp32) over it. On a
+CPU it is timed at its best setting: under each OpenMP wait policy of ``--ct2-policies``
+(libgomp's default, ``ACTIVE`` and ``PASSIVE``), each in a fresh process at every round
+(CTranslate2's own OpenMP runtime reads the policy when it loads), and the fastest counts
+(``ct2_TYPE_tok_s``, with ``ct2_TYPE_best_policy`` and every policy's own speed). seqtrans
+runs in this process under the policy its environment gives (recorded; ``ACTIVE`` is
+refused there, since its idle threads would spin beside CTranslate2's processes).
 
 ``--background-load N`` runs N CPU-burning processes beside every system for the whole run
 (started after the machine's peak and bandwidth are measured, killed when it ends), as on
@@ -28,10 +34,15 @@ in the same run. The process keeps freed memory as the ``seqtrans`` command does
     python -m benchmarks decode_speed                 # all cases, CPU or CUDA
     python -m benchmarks decode_speed --cases base-beam4-b32 --repeats 5
     python -m benchmarks decode_speed --no-peer --precision fp32,int8,bf16
+    python -m benchmarks decode_speed --ct2-policies here   # CTranslate2 in this process, as before
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +53,7 @@ from typing import Any
 import torch
 
 from benchmarks.common import (
+    ROOT,
     arguments,
     background_load,
     device_name,
@@ -49,6 +61,7 @@ from benchmarks.common import (
     memory_bandwidth,
     peak_memory,
     pick_device,
+    policy_environment,
     read_bandwidth,
     synchronize,
     timed_in_turn,
@@ -58,11 +71,13 @@ from seqtrans.config import ModelConfig
 from seqtrans.data.vocab import BOS, EOS, PAD, Vocab, Vocabularies
 from seqtrans.decoding import beam_search, greedy_search
 from seqtrans.decoding.generate import decoding_model
+from seqtrans.errors import UsageError
 from seqtrans.inference.export import export_ctranslate2
 from seqtrans.linear.quantize import int8_only
 from seqtrans.model.transformer import Transformer
 from seqtrans.runtime import environment
 from seqtrans.runtime.system import keep_freed_memory
+from seqtrans.runtime.threads import WAIT_POLICIES, parse_wait_policy
 
 SHAPES = {
     "base": {"layers": 6, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 37000},
@@ -165,6 +180,47 @@ def ct2_decoder(case: Case, device: torch.device, src: torch.Tensor, out_len: in
         assert all(len(r.hypotheses[0]) == out_len for r in out)
 
     return decode
+
+
+class CTranslate2Process:
+    """CTranslate2's decoding of ``src`` under one OpenMP wait ``policy``, in a process of its
+    own at each call (:mod:`benchmarks._ct2_child`): CTranslate2's bundled OpenMP runtime
+    reads the policy once, when it loads. A call returns the seconds of the process's timed
+    decode, after its warm-up (its start and loading do not count); ``peak_mib`` and
+    ``held_mib`` are the most that any call's process peaked at and held, ``reported`` what
+    the last one printed."""
+
+    def __init__(self, case: Case, src: torch.Tensor, out_len: int, *, path: Path, compute_type: str,
+                 policy: str) -> None:
+        self._name = f"{case.name}, {compute_type}, {policy}"
+        self._spec = json.dumps({
+            "model": str(path), "compute_type": compute_type, "threads": torch.get_num_threads(),
+            "beam": case.beam, "length_penalty": 0.6, "out_len": out_len,
+            "batch": [[f"w{i - 4}" for i in row if i not in (PAD, EOS)] for row in src.tolist()]})
+        self._env = policy_environment(policy)
+        self.peak_mib = self.held_mib = 0.0
+        self.reported: dict[str, Any] = {}
+
+    def __call__(self) -> float:
+        done = subprocess.run([sys.executable, "-m", "benchmarks._ct2_child"], input=self._spec, cwd=ROOT,
+                              env=self._env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"CTranslate2's process ({self._name}) failed:\n{done.stderr}")
+        got = self.reported = json.loads(done.stdout.strip().splitlines()[-1])
+        self.peak_mib = max(self.peak_mib, got["peak_mib"])
+        self.held_mib = max(self.held_mib, got["held_mib"])
+        return float(got["seconds"])
+
+
+def best_policy(row: dict[str, Any], key: str, policies: Sequence[str],
+                processes: Mapping[str, CTranslate2Process]) -> None:
+    """``row``'s speeds of ``key`` (a CTranslate2 compute type's) under each of ``policies``
+    summed up: ``KEY_best_policy``, and as ``KEY_tok_s`` and its memory, the best."""
+    best = max(policies, key=lambda p: row[f"{key}_{p}_tok_s"])
+    row[f"{key}_best_policy"] = best
+    row[f"{key}_tok_s"] = row[f"{key}_{best}_tok_s"]
+    row[f"{key}_peak_mib"] = processes[f"{key}_{best}"].peak_mib
+    row[f"{key}_held_mib"] = processes[f"{key}_{best}"].held_mib
 
 
 def model_flops(shape: dict[str, int], src: torch.Tensor, beam: int, out_len: int) -> float:
@@ -273,11 +329,15 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
              bf16: bool, peak32: float, bandwidth: float,
              ct2: CTranslate2Models | None = None, precisions: tuple[str, ...] = (),
              shapes: Mapping[str, dict[str, int]] = SHAPES, ct2_types: Sequence[str] | None = None,
-             peer_dtypes: Sequence[str] = (), read_bound: float | None = None) -> dict[str, Any]:
+             peer_dtypes: Sequence[str] = (), read_bound: float | None = None,
+             ct2_policies: Sequence[str] = ()) -> dict[str, Any]:
     """One case's row. ``ct2_types``: CTranslate2's compute types (default
     :data:`CT2_COMPUTE_TYPES` of the device); ``peer_dtypes``: the peer's weights also
     timed in these of fp16 and bf16 (``hf_DTYPE_tok_s``), beside its fp32; ``read_bound``:
-    the memory bandwidth batch-1 rows compare weight reads with (default ``bandwidth``)."""
+    the memory bandwidth batch-1 rows compare weight reads with (default ``bandwidth``);
+    ``ct2_policies``: OpenMP wait policies to time CTranslate2 under on a CPU, each in
+    processes of its own (``ct2_TYPE_POLICY_tok_s``; ``ct2_TYPE_tok_s`` is then the best of
+    them), instead of in this process under its policy."""
     shape = shapes[case.shape]
     src = sources(case.batch, shape["vocab"]).to(device)
     flops = model_flops(shape, src, case.beam, out_len)
@@ -317,14 +377,22 @@ def run_case(case: Case, device: torch.device, *, out_len: int, repeats: int, pe
         for dtype in peer_dtypes:
             build(f"hf_{dtype}", partial(peer_in, HALF_DTYPES[dtype]))
     compute_types = list(ct2_types or CT2_COMPUTE_TYPES[device.type]) if ct2 is not None else []
+    processes: dict[str, CTranslate2Process] = {}
     for compute_type in compute_types:
         assert ct2 is not None
+        if ct2_policies:
+            for policy in ct2_policies:
+                processes[f"ct2_{compute_type}_{policy}"] = CTranslate2Process(
+                    case, src, out_len, path=ct2.path(case.shape), compute_type=compute_type, policy=policy)
+            continue
         build(f"ct2_{compute_type}", partial(ct2_decoder, case, device, src, out_len,
                                              path=ct2.path(case.shape), compute_type=compute_type),
               torch_memory=False)
-    seconds = timed_in_turn(decoders, device, repeats=repeats)
+    seconds = timed_in_turn({**decoders, **processes}, device, repeats=repeats)
     for key, value in seconds.items():
         row[f"{key}_tok_s"] = out_tokens / value
+    for compute_type in compute_types if ct2_policies else ():
+        best_policy(row, f"ct2_{compute_type}", ct2_policies, processes)
 
     row["seqtrans_of_bound"] = row["seqtrans_tok_s"] / row["bound_tok_s"]
     row["seqtrans_mfu_fp32"] = flops / seconds["seqtrans"] / peak32
@@ -371,7 +439,16 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--background-load", type=int, default=0, metavar="N",
                         help="Run N CPU-burning processes beside every system for the whole run (default "
                         "0); the results go to decode_speed-loadN-DEVICE.json unless --label says.")
+    parser.add_argument("--ct2-policies", default=",".join(WAIT_POLICIES), metavar="POLICIES",
+                        help="On a CPU, time CTranslate2 under each of these OpenMP wait policies (comma-"
+                        "separated: default, active, passive or a spin count), each in processes of its "
+                        "own, and compare with the best (default: all three); 'here' times it in this "
+                        "process instead, under this process's policy.")
     args = parser.parse_args(argv)
+    try:
+        ct2_policies = ct2_policies_of(args.ct2_policies)
+    except UsageError as e:
+        parser.error(f"--ct2-policies: {e}")
     if args.background_load < 0:
         parser.error(f"--background-load: 0 or more processes, got {args.background_load}")
     chosen = [p for p in args.precision.split(",") if p]
@@ -380,6 +457,11 @@ def main(argv: list[str]) -> None:
         parser.error(f"--precision: unknown {', '.join(unknown)} (fp32, bf16, int8)")
     precisions = tuple(p for p in dict.fromkeys(chosen) if p not in ("fp32", "bf16"))
     device = pick_device(args.device)
+    if device.type != "cpu":
+        ct2_policies = ()  # OpenMP's waiting is the CPU's
+    if ct2_policies and os.environ.get("OMP_WAIT_POLICY", "").upper() == "ACTIVE":
+        parser.error("OMP_WAIT_POLICY=ACTIVE: this process's idle threads would spin beside the processes "
+                     "that time CTranslate2 (--ct2-policies here times it in this process)")
     torch.set_grad_enabled(False)
     # as the seqtrans command does (SEQTRANS_MALLOC=system: glibc's own policy); the peers in
     # this process get it too, and CTranslate2 has an allocator of its own
@@ -404,7 +486,9 @@ def main(argv: list[str]) -> None:
         else:
             ct2 = CTranslate2Models()
             print(f"CTranslate2 {ctranslate2.__version__}: compute types "
-                  f"{', '.join(CT2_COMPUTE_TYPES[device.type])}, {torch.get_num_threads()} threads")
+                  f"{', '.join(CT2_COMPUTE_TYPES[device.type])}, {torch.get_num_threads()} threads, "
+                  + (f"wait policies {', '.join(ct2_policies)}, each in processes of its own" if ct2_policies
+                     else "in this process"))
     rows = []
     print(f"{'case':<22}{'seqtrans tok/s':>15}{'HF tok/s':>11}{'ratio':>8}{'MFU ours':>10}"
           f"{'MFU HF':>8}{'bound tok/s':>13}{'ours/bound':>12}")
@@ -414,7 +498,7 @@ def main(argv: list[str]) -> None:
         for name in args.cases:
             row = run_case(by_name[name], device, out_len=args.out_len, repeats=args.repeats,
                            peer=not args.no_peer, bf16=bf16, peak32=peak32, bandwidth=bandwidth, ct2=ct2,
-                           precisions=precisions, read_bound=read_bound)
+                           precisions=precisions, read_bound=read_bound, ct2_policies=ct2_policies)
             rows.append(row)
             print_row(row, precisions, ct2_types=CT2_COMPUTE_TYPES[device.type] if ct2 is not None else ())
     ct2_types = list(CT2_COMPUTE_TYPES[device.type]) if ct2 is not None else []
@@ -426,8 +510,22 @@ def main(argv: list[str]) -> None:
                              "background_load": args.background_load, "freed_memory_kept": kept,
                              "ct2_compute_types": ct2_types,
                              "ct2_intra_threads": torch.get_num_threads(), "timing": "in turn",
+                             "ct2_wait_policies": list(ct2_policies) or "this process's",
+                             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+                             "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
                              "rows": rows}, device)
     print(f"wrote {path}")
+
+
+def ct2_policies_of(text: str) -> tuple[str, ...]:
+    """``--ct2-policies``: the wait policies, or none for 'here'."""
+    if text.strip().lower() == "here":
+        return ()
+    given = [p for p in text.split(",") if p.strip()]
+    policies = tuple(dict.fromkeys(parse_wait_policy(p, name="a policy") for p in given))
+    if not policies:
+        raise UsageError("no policy given (give 'here' to time CTranslate2 in this process)")
+    return policies
 
 
 def print_row(row: dict[str, Any], precisions: Sequence[str], *, ct2_types: Sequence[str]) -> None:
@@ -442,7 +540,13 @@ def print_row(row: dict[str, Any], precisions: Sequence[str], *, ct2_types: Sequ
     if ct2_types:
         print(f"{'':<22}CTranslate2: " + ", ".join(
             f"{t} {row[f'ct2_{t}_tok_s']:.1f} tok/s (ratio {row[f'ratio_vs_ct2_{t}']:.2f})"
+            + (f" with {row[f'ct2_{t}_best_policy']}" if f"ct2_{t}_best_policy" in row else "")
             for t in ct2_types), flush=True)
+        policies = sorted(k.removeprefix("ct2_").removesuffix("_tok_s") for k in row
+                          if k.startswith("ct2_") and k.endswith("_tok_s") and k.count("_") > 3)
+        if policies:
+            print(f"{'':<22}CTranslate2 by wait policy, tok/s: " + ", ".join(
+                f"{k} {row[f'ct2_{k}_tok_s']:.1f}" for k in policies), flush=True)
     held = [k.removesuffix("_peak_mib") for k in row if k.endswith("_peak_mib")]
     if held:
         print(f"{'':<22}memory, MiB, peak / held after: " + ", ".join(
