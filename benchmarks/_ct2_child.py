@@ -7,13 +7,13 @@ otherwise be loaded beside it. The parent sets the policy in this process's envi
 
     python -m benchmarks._ct2_child < SPEC.json
 
-SPEC (JSON, on its standard input): ``model`` (a CTranslate2 model directory), ``compute_type``, ``threads``,
-``beam``, ``length_penalty``, ``out_len`` (every output exactly that long), ``batch`` (the
-source sentences, each a list of tokens). Builds the translator and decodes once (its
-warm-up), then once more, timed; prints one JSON line: ``seconds`` (the timed decode),
-``peak_mib`` (the most resident memory over building and the warm-up, over the process's
-before building), ``held_mib`` (what is resident after it, over the same start), and the
-OpenMP variables it ran under.
+SPEC (JSON, on its standard input): ``model`` (a CTranslate2 model directory),
+``compute_type``, ``threads``, ``beam``, ``length_penalty``, ``out_len`` (every output
+exactly that long), ``batch`` (the source sentences, each a list of tokens). Builds the
+translator and decodes once (its warm-up), then once more, timed; prints one JSON line:
+``seconds`` (the timed decode), ``peak_mib`` (the most resident memory over building and
+the warm-up, over the process's before building), ``held_mib`` (what is resident after it,
+over the same start), and the OpenMP variables it ran under.
 """
 
 from __future__ import annotations

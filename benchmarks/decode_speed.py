@@ -500,7 +500,8 @@ def main(argv: list[str]) -> None:
                            peer=not args.no_peer, bf16=bf16, peak32=peak32, bandwidth=bandwidth, ct2=ct2,
                            precisions=precisions, read_bound=read_bound, ct2_policies=ct2_policies)
             rows.append(row)
-            print_row(row, precisions, ct2_types=CT2_COMPUTE_TYPES[device.type] if ct2 is not None else ())
+            print_row(row, precisions, ct2_types=CT2_COMPUTE_TYPES[device.type] if ct2 is not None else (),
+                      ct2_policies=ct2_policies)
     ct2_types = list(CT2_COMPUTE_TYPES[device.type]) if ct2 is not None else []
     label = args.label or (f"load{args.background_load}" if args.background_load else "")
     name = "decode_speed" + (f"-{label}" if label else "")
@@ -528,8 +529,10 @@ def ct2_policies_of(text: str) -> tuple[str, ...]:
     return policies
 
 
-def print_row(row: dict[str, Any], precisions: Sequence[str], *, ct2_types: Sequence[str]) -> None:
-    """One case's line of the table, and its CTranslate2, memory and batch-1 bandwidth lines."""
+def print_row(row: dict[str, Any], precisions: Sequence[str], *, ct2_types: Sequence[str],
+              ct2_policies: Sequence[str] = ()) -> None:
+    """One case's line of the table, and its CTranslate2 (under each of ``ct2_policies``, where
+    it was timed under them), memory and batch-1 bandwidth lines."""
     print(f"{row['case']:<22}{row['seqtrans_tok_s']:>15.1f}{row.get('hf_tok_s', float('nan')):>11.1f}"
           f"{row.get('ratio', float('nan')):>8.2f}{row['seqtrans_mfu_fp32']:>10.1%}"
           f"{row.get('hf_mfu_fp32', float('nan')):>8.1%}{row['bound_tok_s']:>13.1f}"
@@ -542,11 +545,10 @@ def print_row(row: dict[str, Any], precisions: Sequence[str], *, ct2_types: Sequ
             f"{t} {row[f'ct2_{t}_tok_s']:.1f} tok/s (ratio {row[f'ratio_vs_ct2_{t}']:.2f})"
             + (f" with {row[f'ct2_{t}_best_policy']}" if f"ct2_{t}_best_policy" in row else "")
             for t in ct2_types), flush=True)
-        policies = sorted(k.removeprefix("ct2_").removesuffix("_tok_s") for k in row
-                          if k.startswith("ct2_") and k.endswith("_tok_s") and k.count("_") > 3)
-        if policies:
+        if ct2_policies:
             print(f"{'':<22}CTranslate2 by wait policy, tok/s: " + ", ".join(
-                f"{k} {row[f'ct2_{k}_tok_s']:.1f}" for k in policies), flush=True)
+                f"{t} {p} {row[f'ct2_{t}_{p}_tok_s']:.1f}" for t in ct2_types for p in ct2_policies),
+                flush=True)
     held = [k.removesuffix("_peak_mib") for k in row if k.endswith("_peak_mib")]
     if held:
         print(f"{'':<22}memory, MiB, peak / held after: " + ", ".join(

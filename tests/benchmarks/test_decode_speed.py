@@ -39,7 +39,8 @@ def test_an_active_parent_or_an_unknown_policy_is_refused(monkeypatch: pytest.Mo
     assert spinning.value.code == 2 and "would spin beside" in capsys.readouterr().err
 
 
-def test_ctranslate2_is_timed_under_each_policy_in_its_own_process() -> None:
+def test_ctranslate2_is_timed_under_each_policy_in_its_own_process(
+        capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("ctranslate2")
     case = decode_speed.Case("tiny", 2, 3)
     models = decode_speed.CTranslate2Models(TINY)
@@ -61,3 +62,7 @@ def test_ctranslate2_is_timed_under_each_policy_in_its_own_process() -> None:
     assert row["ct2_int8_best_policy"] == best and row["ct2_int8_tok_s"] == speeds[best]
     assert row["ratio_vs_ct2_int8"] == row["seqtrans_tok_s"] / speeds[best]
     assert row["ct2_int8_peak_mib"] > 0 and "ct2_int8_held_mib" in row
+    decode_speed.print_row(row, (), ct2_types=("int8",), ct2_policies=policies)
+    printed = capsys.readouterr().out
+    assert f"int8 {row['ct2_int8_tok_s']:.1f} tok/s" in printed and f"with {best}" in printed
+    assert all(f"int8 {p} {speeds[p]:.1f}" in printed for p in policies)
