@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 
+# benchmarks.common reads these too, but importing it would load torch into this process
 def _status_mib(field: str) -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(f"{field}:"):

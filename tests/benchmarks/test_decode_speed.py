@@ -40,8 +40,11 @@ def test_an_active_parent_or_an_unknown_policy_is_refused(monkeypatch: pytest.Mo
 
 
 def test_ctranslate2_is_timed_under_each_policy_in_its_own_process(
-        capsys: pytest.CaptureFixture[str]) -> None:
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("ctranslate2")
+    # this process's own settings, which no child may inherit
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "7")
     case = decode_speed.Case("tiny", 2, 3)
     models = decode_speed.CTranslate2Models(TINY)
     src = decode_speed.sources(3, 40)
