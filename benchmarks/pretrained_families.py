@@ -19,9 +19,10 @@ in its own process so that its time and peak memory are its own:
   (all together), to ``--tokens`` output
   tokens (random weights never end by themselves; both systems are held to that
   length), in float32 and int8, by seqtrans and by CTranslate2, each with each OpenMP
-  wait policy (CTranslate2 bundles its own libgomp, whose ``ACTIVE`` policy is several
-  times faster at batch 1 on some processors; ``seqtrans --wait-policy active`` is what a
-  dedicated machine would set), ``--repeats`` times in turn; each system's tokens per
+  wait policy (libgomp's default, ``ACTIVE`` and ``PASSIVE``, each in a fresh process:
+  CTranslate2 bundles its own libgomp, which reads the policy once, and whose best policy
+  differs by processor and case; ``seqtrans --wait-policy active`` is what a dedicated
+  machine would set), ``--repeats`` times in turn; each system's tokens per
   second and peak memory, and seqtrans's ratio against CTranslate2 at its best policy,
   both at the ``PASSIVE`` policy the ``seqtrans`` command sets and at its own best;
 - for NLLB, seqtrans in int8 with a vocabulary shortlist of Marian's usual size (50
@@ -51,7 +52,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, ROOT, arguments, cpu_info, process_peak_mib, write_results
+from benchmarks.common import (
+    RESULTS,
+    ROOT,
+    arguments,
+    cpu_info,
+    policy_environment,
+    process_peak_mib,
+    write_results,
+)
+from seqtrans.runtime.threads import WAIT_POLICIES
 
 SHAPES: dict[str, dict[str, int]] = {
     "nllb-600m": {"layers": 12, "d_model": 1024, "d_ff": 4096, "heads": 16, "vocab": 256206},
@@ -73,7 +83,9 @@ def words(shape: str) -> int:
     if not multilingual(shape):
         return T5_WORDS
     return SHAPES[shape]["vocab"] - 4 - len(LANGUAGES) - 1 - len(LETTERS) - 1  # and "▁w"
-POLICIES = ("PASSIVE", "ACTIVE")
+#: libgomp's own policy (a spell of spinning, then sleep: CTranslate2's best in some cases
+#: of ``decode_speed``), and the two that ``OMP_WAIT_POLICY`` names
+POLICIES = WAIT_POLICIES
 
 
 def build(shape: str, directory: Path) -> dict[str, Any]:
@@ -245,8 +257,9 @@ def decode_ct2(model: Path, hf: Path, texts: list[str], *, batch: int, tokens: i
 
 
 def _child(args: list[str], *, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """One phase in a process of its own, with this process's environment or ``env``."""
     out = subprocess.run([sys.executable, "-m", "benchmarks", "pretrained_families", *args], cwd=ROOT,
-                         check=True, capture_output=True, text=True, env={**os.environ, **(env or {})})
+                         check=True, capture_output=True, text=True, env=env)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
@@ -293,7 +306,7 @@ def _case(args: argparse.Namespace, base: Path, common: list[str], threads: str,
     for _ in range(args.repeats):
         for key, (phase, policy) in systems.items():
             got = _child([*common, "--phase", *phase, str(batch)],
-                         env={"SEQTRANS_THREADS": threads, "THREADS": threads, "OMP_WAIT_POLICY": policy})
+                         env={**policy_environment(policy, threads), "THREADS": threads})
             speeds[key].append(got["tokens"] / got["seconds"])
             peaks[key] = max(peaks.get(key, 0.0), got["peak_mib"])  # the highest of its rounds
             tokens[key] = got["tokens"]
@@ -333,11 +346,11 @@ def _shortlist_cases(args: argparse.Namespace, base: Path, common: list[str], th
     """seqtrans int8 with a shortlist that holds its outputs, against CTranslate2 int8
     without one (the rows already measured), and whether the outputs stayed the same."""
     made = _child([*common, "--phase", "shortlist", str(base / "run"), "0"],
-                  env={"SEQTRANS_THREADS": threads})
+                  env=policy_environment("passive", threads))
     out = []
     for batch in (1, args.batch):
         ours = _child([*common, "--phase", "seqtrans", str(base / "run"), "int8", "shortlist", str(batch)],
-                      env={"SEQTRANS_THREADS": threads, "OMP_WAIT_POLICY": "PASSIVE"})
+                      env=policy_environment("passive", threads))
         plain = next(r for r in rows if r["precision"] == "int8" and r["batch"] == batch)
         ct2 = plain[f"ct2_{plain['ct2_best_policy'].lower()}_tok_s"]
         row = {"precision": "int8", "batch": batch, "beam": 4, "shortlist": True,
