@@ -806,10 +806,12 @@ static inline __attribute__((always_inline)) void product_tile(const Int8Product
 /* From MANY_ROWS rows on, the rows are widened to 16 bits once for the whole product, and a
  * tile of TILE_ROWS rows by TILE_OUTPUTS weight rows keeps its twelve sums in registers:
  * each widened weight vector serves four rows and each row's vector three weight rows, so
- * that the sixteen registers of AVX2 hold the tile (the 4 x 4 tile above spills; the few
- * rows of a step are bound by memory, not by it). */
+ * that the sixteen registers of AVX2 hold the tile (the 4 x 4 tile above spills). The first
+ * block of rows prefetches the weight as the few rows' tile does. From four rows (a beam
+ * of 4 at batch 1) this is faster than the few rows' tile, with the weight in the cache or
+ * in memory (docs/speed.md, "A beam's four rows on AVX2"). */
 #ifndef MANY_ROWS
-#define MANY_ROWS 8
+#define MANY_ROWS 4
 #endif
 #define TILE_ROWS 4
 #define TILE_OUTPUTS 3
@@ -839,7 +841,7 @@ static inline __attribute__((always_inline)) void product_tile(const Int8Product
 /* out[r .. r+3, o .. o+2] (rows and weight rows past the end computed but not stored: the
  * widened rows are zeros there, a weight row past the end repeats row o); the columns past
  * the last whole 16 are summed one by one */
-static void wide_tile(const Int8Product *c, int64_t r, int64_t o) {
+static void wide_tile(const Int8Product *c, int64_t r, int64_t o, const int prefetch) {
     const int64_t cols = c->cols, full = cols & ~(int64_t)15, padded = c->padded;
     const int16_t *x = c->wide + r * padded;
     const int8_t *w[TILE_OUTPUTS] = {c->w + o * cols, c->w + (o + 1 < c->outputs ? o + 1 : o) * cols,
@@ -847,6 +849,11 @@ static void wide_tile(const Int8Product *c, int64_t r, int64_t o) {
     __m256i s00 = _mm256_setzero_si256(), s01 = s00, s02 = s00, s10 = s00, s11 = s00, s12 = s00;
     __m256i s20 = s00, s21 = s00, s22 = s00, s30 = s00, s31 = s00, s32 = s00;
     for (int64_t k = 0; k < full; k += 16) {
+        if (prefetch) { /* the first rows' pass reads the weight from memory; the others, from the cache */
+            _mm_prefetch((const char *)(w[0] + PREFETCH_ROWS * cols + k), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w[1] + PREFETCH_ROWS * cols + k), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w[2] + PREFETCH_ROWS * cols + k), _MM_HINT_T0);
+        }
         const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[0] + k)));
         const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[1] + k)));
         const __m256i w2 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[2] + k)));
@@ -885,7 +892,7 @@ static void wide_product(void *context, int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; p += panel) {
         const int64_t stop = p + panel < end ? p + panel : end;
         for (int64_t r = 0; r < c->rows; r += TILE_ROWS) {
-            for (int64_t t = p; t < stop; t++) wide_tile(c, r, t * TILE_OUTPUTS);
+            for (int64_t t = p; t < stop; t++) wide_tile(c, r, t * TILE_OUTPUTS, r == 0);
         }
     }
 }
