@@ -697,8 +697,8 @@ int seqtrans_beam_candidates(const float *x, int64_t m, int64_t n, int64_t strid
  * the prefetches the loads waited (docs/speed.md, benchmarks/small_steps.py).
  * With AVX2 but no VNNI, 16 bytes at a time widened to 16 bits: there PyTorch's int8
  * product is a plain loop (over ten times slower than float32 at a step's rows), so this
- * one serves every row count, and from MANY_ROWS rows on (a batch's beams) in tiles that
- * are bound by arithmetic rather than memory (wide_product). Integer sums, so any order,
+ * one serves every row count, and from MANY_ROWS rows on (a beam of four and more) in tiles
+ * that keep their sums in registers (wide_product). Integer sums, so any order,
  * and either way, gives the same result. Built
  * only with AVX-512 VNNI or AVX2: without either seqtrans_int8_product_available() is 0
  * and the caller uses PyTorch's product. */
