@@ -84,7 +84,8 @@ def words(shape: str) -> int:
         return T5_WORDS
     return SHAPES[shape]["vocab"] - 4 - len(LANGUAGES) - 1 - len(LETTERS) - 1  # and "▁w"
 #: libgomp's own policy (a spell of spinning, then sleep: CTranslate2's best in some cases
-#: of ``decode_speed``), and the two that ``OMP_WAIT_POLICY`` names
+#: of ``decode_speed``), and the two that ``OMP_WAIT_POLICY`` names; in lower case, as the
+#: results' keys spell them
 POLICIES = WAIT_POLICIES
 
 
@@ -297,7 +298,7 @@ def _case(args: argparse.Namespace, base: Path, common: list[str], threads: str,
     one, each against CTranslate2 at its better one; and, repeated, each round's own ratio
     of the bests (``ratios``)."""
     ct2 = str(base / f"ct2-{'float32' if precision == 'fp32' else 'int8'}")
-    systems = {f"{name}_{policy.lower()}": (phase, policy) for name, phase in
+    systems = {f"{name}_{policy}": (phase, policy) for name, phase in
                (("seqtrans", ["seqtrans", str(base / "run"), precision, "full"]),
                 ("ct2", ["ct2", ct2, str(base / "hf")])) for policy in POLICIES}
     speeds: dict[str, list[float]] = {key: [] for key in systems}
@@ -318,8 +319,8 @@ def _case(args: argparse.Namespace, base: Path, common: list[str], threads: str,
         row[f"{key}_tok_s"] = statistics.median(speeds[key])
         row[f"{key}_peak_mib"] = peaks[key]
     for name in ("seqtrans", "ct2"):
-        row[f"{name}_best_policy"] = max(POLICIES, key=lambda p: row[f"{name}_{p.lower()}_tok_s"])
-    ours, theirs = (f"{name}_{row[f'{name}_best_policy'].lower()}" for name in ("seqtrans", "ct2"))
+        row[f"{name}_best_policy"] = max(POLICIES, key=lambda p: row[f"{name}_{p}_tok_s"])
+    ours, theirs = (f"{name}_{row[f'{name}_best_policy']}" for name in ("seqtrans", "ct2"))
     # the names earlier results used: seqtrans at its command's policy
     row["seqtrans_tok_s"], row["seqtrans_peak_mib"] = row["seqtrans_passive_tok_s"], peaks["seqtrans_passive"]
     row["ratio_vs_ct2_best"] = row["seqtrans_tok_s"] / row[f"{theirs}_tok_s"]
@@ -327,8 +328,8 @@ def _case(args: argparse.Namespace, base: Path, common: list[str], threads: str,
     row["memory_ratio_vs_ct2_best"] = row["seqtrans_peak_mib"] / peaks[theirs]
     if args.repeats > 1:
         row["runs"] = speeds
-        row["ratios"] = [max(speeds[f"seqtrans_{p.lower()}"][i] for p in POLICIES)
-                         / max(speeds[f"ct2_{p.lower()}"][i] for p in POLICIES) for i in range(args.repeats)]
+        row["ratios"] = [max(speeds[f"seqtrans_{p}"][i] for p in POLICIES)
+                         / max(speeds[f"ct2_{p}"][i] for p in POLICIES) for i in range(args.repeats)]
     return row
 
 
@@ -352,7 +353,7 @@ def _shortlist_cases(args: argparse.Namespace, base: Path, common: list[str], th
         ours = _child([*common, "--phase", "seqtrans", str(base / "run"), "int8", "shortlist", str(batch)],
                       env=policy_environment("passive", threads))
         plain = next(r for r in rows if r["precision"] == "int8" and r["batch"] == batch)
-        ct2 = plain[f"ct2_{plain['ct2_best_policy'].lower()}_tok_s"]
+        ct2 = plain[f"ct2_{plain['ct2_best_policy']}_tok_s"]
         row = {"precision": "int8", "batch": batch, "beam": 4, "shortlist": True,
                "allowed_per_sentence": made["allowed_per_sentence"],
                "seqtrans_tok_s": ours["tokens"] / ours["seconds"], "seqtrans_peak_mib": ours["peak_mib"],
