@@ -245,6 +245,21 @@ class CrossState:
         return source.view(1, 1, -1) < seen.unsqueeze(-1)
 
 
+def native_view(state: CrossState, n: int, beam: int) -> bool:
+    """Makes ``state.native_rows`` [N, S] (each of ``n`` hypotheses' sentence, ``beam`` a
+    sentence, at every source position) and ``state.native_sizes`` [N] (its source's real
+    tokens) where they are not yet made for ``n`` hypotheses: the native kernel's view of
+    the source. Whether it made them now."""
+    assert state.sizes is not None
+    b, _, s, _ = state.k.shape
+    if state.native_rows is not None and state.native_rows.shape == (n, s):
+        return False
+    sentence = torch.arange(b, device=state.k.device).repeat_interleave(beam)  # [N]
+    state.native_rows = sentence.unsqueeze(1).expand(n, s).contiguous()  # [N, S]
+    state.native_sizes = state.sizes.repeat_interleave(beam)  # [N]
+    return True
+
+
 class CrossAttention(nn.Module):
     """Multi-head encoder-decoder attention.
 
@@ -350,16 +365,11 @@ class CrossAttention(nn.Module):
         :func:`seqtrans.native.beam_attention`.  x [N, 1, D] -> [N, 1, D]"""
         from seqtrans.native import beam_attention, beam_attention_unchecked
 
-        assert state.sizes is not None
-        n = x.size(0)
-        b, _, s, _ = state.k.shape
+        n, s = x.size(0), state.k.size(2)
         q = self.q(x).reshape(n, self.heads, self.head_dim).contiguous()  # [N, H, d]
-        attend = beam_attention_unchecked
-        if state.native_rows is None or state.native_rows.shape != (n, s):
-            sentence = torch.arange(b, device=x.device).repeat_interleave(beam)  # [N]
-            state.native_rows = sentence.unsqueeze(1).expand(n, s).contiguous()  # [N, S]
-            state.native_sizes = state.sizes.repeat_interleave(beam)  # [N]
-            attend = beam_attention  # checked once, when the rows and lengths are new
+        # checked once, when the rows and lengths are new
+        attend = beam_attention if native_view(state, n, beam) else beam_attention_unchecked
+        assert state.native_rows is not None
         out = attend(q, state.k, state.v, state.native_rows, s, group=beam,
                      lengths=state.native_sizes, scale=self.scale)  # [N, H, d]
         return out.view(n, 1, self.heads * self.head_dim)  # [N, 1, H*d]

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from seqtrans.errors import ConfigError
 from seqtrans.linear.int8 import Int8Embedding, Int8Linear
+from seqtrans.linear.native_step import native_step
 from seqtrans.linear.onednn import FileEmbedding, OneDNNLinear
 from seqtrans.model.transformer import Transformer
 
@@ -60,7 +61,7 @@ def quantized(model: Transformer) -> Transformer:
     if is_int8_only(model):
         return model
     check_int8(model)
-    return _bias_in_projection(_with_linears(model, Int8Linear), model.output_bias)
+    return _with_native_step(_bias_in_projection(_with_linears(model, Int8Linear), model.output_bias))
 
 
 def int8_only(model: Transformer, *, in_place: bool = False) -> Transformer:
@@ -81,7 +82,7 @@ def int8_only(model: Transformer, *, in_place: bool = False) -> Transformer:
         twin.projection = Int8Linear(None, rows=(table.qweight, table.scale.unsqueeze(1)))
     else:
         twin.projection, twin.output = twin.output, None
-    return _bias_in_projection(twin, twin.output_bias)
+    return _with_native_step(_bias_in_projection(twin, twin.output_bias))
 
 
 def _bias_in_projection(twin: Transformer, bias: Tensor | None) -> Transformer:
@@ -90,6 +91,13 @@ def _bias_in_projection(twin: Transformer, bias: Tensor | None) -> Transformer:
     logits fewer at every step. An ``Int8Linear`` or ``OneDNNLinear`` projection."""
     if bias is not None and isinstance(twin.projection, (Int8Linear, OneDNNLinear)):
         twin.projection = twin.projection.plus_bias(bias.detach())
+    return twin
+
+
+def _with_native_step(twin: Transformer) -> Transformer:
+    """``twin`` (int8) with its decoder's layers in one native call per step where
+    :func:`seqtrans.linear.native_step.native_step` covers them (the same bits)."""
+    twin.native_step = native_step(twin.decoder_layers, twin.decoder_norm, twin.output_scale)
     return twin
 
 

@@ -34,9 +34,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.dtype == self.weight.dtype == torch.float32:
             if not torch.is_grad_enabled() and x.device.type == "cpu" and x.stride(-1) == 1:
-                lanes = _native_lanes.get(x.size(-1))
-                if lanes is None:
-                    lanes = _native_lanes[x.size(-1)] = _lanes_matching(x.size(-1))
+                lanes = native_lanes(x.size(-1))
                 if lanes:
                     # F.rms_norm's bits in one call rather than seven operators, each as long to
                     # call as the pass itself at a decoding step (three norms a layer in T5)
@@ -48,6 +46,16 @@ class RMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.weight.numel()}, eps={self.eps}"
+
+
+def native_lanes(width: int) -> int:
+    """The vector width in lanes with which the native kernel gives ``F.rms_norm``'s bits for
+    rows of ``width`` here, or 0 where it gives them with none (:func:`_lanes_matching`,
+    tried once per width)."""
+    lanes = _native_lanes.get(width)
+    if lanes is None:
+        lanes = _native_lanes[width] = _lanes_matching(width)
+    return lanes
 
 
 def _lanes_matching(width: int) -> int:

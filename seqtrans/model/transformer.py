@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
-from typing import Any, cast
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any, Protocol, cast
 
 import torch
 from torch import Tensor, nn
 
-from seqtrans.attention import AttentionMaps, KVCache, Recorder
+from seqtrans.attention import AttentionMaps, DecodingState, KVCache, Recorder
 from seqtrans.config import ModelConfig
 from seqtrans.data.vocab import PAD
 from seqtrans.linear.fp32 import biased, output_projection
@@ -68,6 +69,14 @@ def _output_parts(model: Transformer, c: ModelConfig, target_vocab_size: int) ->
     model.output_scale = c.d_model**-0.5 if c.scale_output else None
 
 
+class StepRunner(Protocol):
+    """Runs a decoder's layers, final norm and output scale for one new position
+    (:meth:`Transformer.decode_hidden` with a state), or has ``layers()`` run them."""
+
+    def run(self, x: Tensor, state: DecoderState, offset: int, bias: Tensor | None,
+            layers: Callable[[], Tensor]) -> Tensor: ...
+
+
 class Transformer(nn.Module):
     """Encoder-decoder Transformer.
 
@@ -84,6 +93,9 @@ class Transformer(nn.Module):
 
     output_bias: Tensor | None  # [V] (see _output_parts)
     output_scale: float | None
+    #: a decoding copy's way of running the decoder's layers for a step in one call, the
+    #: same bits as the layers' own (seqtrans.linear.native_step); never trained or saved
+    native_step: StepRunner | None = None
 
     def __init__(self, config: ModelConfig, *, source_vocab_size: int, target_vocab_size: int,
                  shared_vocab: bool) -> None:
@@ -302,11 +314,10 @@ class Transformer(nn.Module):
         bias = None
         if self.decoder_relative_bias is not None:
             bias = self.decoder_relative_bias(tokens.size(1), offset + tokens.size(1), offset=offset)
-        for layer, cross_state, cache in zip(self.decoder, cross, caches):
-            x = layer(x, cross_state, cache=cache, record=record, position_bias=bias)
-        x = self.decoder_norm(x)
-        # model.scale_output: what the projection reads is scaled, in training and decoding alike
-        return x if self.output_scale is None else x * self.output_scale
+        layers = partial(_decoder_stack, self, x, cross, caches, record, bias)
+        if state is not None and record is None and self.native_step is not None:
+            return self.native_step.run(x, state, offset, bias, layers)
+        return layers()
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """src [B, S], tgt_in [B, T] -> logits [B, T, V]"""
@@ -325,6 +336,16 @@ def attention_maps(model: Transformer, src: Tensor, tgt_in: Tensor) -> Attention
     record = Recorder()
     model.decode_hidden(tgt_in, model.encode(src, record=record), record=record)
     return record.maps()
+
+
+def _decoder_stack(model: Transformer, x: Tensor, cross: list[DecodingState], caches: list[KVCache | None],
+                   record: Recorder | None, bias: Tensor | None) -> Tensor:
+    """The decoder's layers, final norm and output scale over embedded targets.  [N, T, D] -> [N, T, D]"""
+    for layer, cross_state, cache in zip(model.decoder, cross, caches):
+        x = layer(x, cross_state, cache=cache, record=record, position_bias=bias)
+    x = model.decoder_norm(x)
+    # model.scale_output: what the projection reads is scaled, in training and decoding alike
+    return x if model.output_scale is None else x * model.output_scale
 
 
 def _plus(extra: Tensor | None, more: Tensor | None) -> Tensor | None:

@@ -21,6 +21,9 @@
 - :func:`topk_rows`: the few largest of each long row (beam search's candidates), in one
   pass that compares a block of elements with the k-th best so far at once, where
   ``torch.topk`` took a fifth of a small model's beam search.
+- :func:`decoder_step`: an int8 decoder's whole stack of layers for a step's new position,
+  in one call of the kernels above (:mod:`seqtrans.linear.native_step`), the same bits as
+  the layers' own calls of them.
 - :func:`beam_candidates`: each hypothesis's best extensions straight from a step's logits,
   its log-softmax, prefix, exclusions and top-k per row while the row is in the cache,
   without the [rows, vocabulary] scores that a large vocabulary's batch spends most of a
@@ -210,6 +213,11 @@ def _load() -> ctypes.CDLL | None:
         library.seqtrans_topk_rows.restype = ctypes.c_int
         library.seqtrans_topk_rows.argtypes = [pointer, integer, integer, integer, integer, pointer, pointer,
                                                integer]
+        library.seqtrans_decoder_step_available.restype = ctypes.c_int
+        library.seqtrans_decoder_step_available.argtypes = []
+        library.seqtrans_decoder_step.restype = ctypes.c_int
+        library.seqtrans_decoder_step.argtypes = [pointer, pointer, pointer, integer, integer, pointer,
+                                                  integer]
         library.seqtrans_beam_candidates.restype = ctypes.c_int
         library.seqtrans_beam_candidates.argtypes = [pointer, integer, integer, integer, pointer, integer,
                                                      pointer, integer, *[pointer] * 6, integer]
@@ -512,3 +520,52 @@ def beam_candidates(x: Tensor, prefix: Tensor, k: int, *, never: Tensor, only: T
         address(banned_start), address(banned), values.data_ptr(), index.data_ptr(), shift.data_ptr(),
         torch.get_num_threads())
     return None if bad else (values, index, shift)
+
+
+class StepLinear(ctypes.Structure):
+    """An int8 layer as :func:`decoder_step` reads it (``kernels.c``'s ``StepLinear``)."""
+
+    _fields_ = [("w", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("compensation", ctypes.c_void_p),
+                ("bias", ctypes.c_void_p), ("outputs", ctypes.c_int64), ("bias_after", ctypes.c_int64)]
+
+
+class StepLayer(ctypes.Structure):
+    """A decoder layer and this step's caches as :func:`decoder_step` reads them."""
+
+    _fields_ = [("norm", ctypes.c_void_p * 3),
+                *((name, StepLinear)
+                  for name in ("qkv", "self_out", "cross_q", "cross_out", "inner", "outer")),
+                ("cache_k", ctypes.c_void_p), ("cache_v", ctypes.c_void_p), ("sources", ctypes.c_void_p),
+                ("capacity", ctypes.c_int64), ("sources_stride", ctypes.c_int64),
+                ("cross_k", ctypes.c_void_p), ("cross_v", ctypes.c_void_p), ("cross_rows", ctypes.c_void_p),
+                ("cross_lengths", ctypes.c_void_p), ("source_length", ctypes.c_int64)]
+
+
+class StepModel(ctypes.Structure):
+    """The shape and the model-wide parts of a decoder as :func:`decoder_step` reads them."""
+
+    _fields_ = [*((name, ctypes.c_int64) for name in (
+                    "layers", "d_model", "heads", "head_dim", "pre_norm", "lanes", "group", "has_final_norm",
+                    "has_output_scale")),
+                *((name, ctypes.c_float) for name in ("eps", "self_scale", "cross_scale", "output_scale")),
+                ("final_norm", ctypes.c_void_p)]
+
+
+def decoder_step_available() -> bool:
+    """Whether :func:`decoder_step` is built here (it needs the int8 product)."""
+    library = _load() if environment.native_kernels() else None
+    return library is not None and bool(library.seqtrans_decoder_step_available())
+
+
+def decoder_step(model: StepModel, layers: ctypes.Array[StepLayer], x: Tensor, position: int,
+                 bias: Tensor | None) -> None:
+    """x [N, D] float32 (contiguous), in place: ``model``'s layers for the new position
+    ``position`` of each of N hypotheses, whose keys and values go into the caches
+    ``layers`` point to; ``bias`` [H, position + 1] float32 (contiguous) added to the
+    self-attention logits, or None. Without checks: the caller builds ``model`` and
+    ``layers`` from a model and state it has checked (:mod:`seqtrans.linear.native_step`)."""
+    status = _library_or_raise().seqtrans_decoder_step(
+        ctypes.byref(model), layers, x.data_ptr(), x.size(0), position,
+        None if bias is None else bias.data_ptr(), torch.get_num_threads())
+    if status != 0:
+        raise MemoryError("decoder_step could not allocate its working memory")

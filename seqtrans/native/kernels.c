@@ -1111,3 +1111,133 @@ void seqtrans_packed_linear(const float *x, int64_t rows, int64_t cols, int64_t 
     (void)out_stride, (void)threads;
 }
 #endif
+
+/* seqtrans_decoder_step: a decoder's whole stack of layers for one new position of each of
+ * `rows` hypotheses, in one call (seqtrans.model.native_step), where PyTorch's path makes a
+ * few dozen calls a layer from Python, each costing as long as its pass at a beam's few
+ * rows. Each part is the very kernel that path calls, with the same arguments, so a row
+ * gets the same bits either way: RMSNorm (seqtrans_rms_norm), int8 layers
+ * (seqtrans_int8_linear), self-attention over a cache the beam never copies and
+ * cross-attention over the source (seqtrans_beam_attention); the residual sums are single
+ * float additions. Pre-norm x + f(N(x)) or post-norm N(x + f(x)); a ReLU feed-forward. */
+typedef struct {
+    const int8_t *w;
+    const float *scale;
+    const int32_t *compensation;
+    const float *bias; /* or NULL */
+    int64_t outputs, bias_after;
+} StepLinear;
+
+typedef struct {
+    const float *norm[3]; /* the RMSNorm weights of self-attention, cross-attention, feed-forward */
+    StepLinear qkv, self_out, cross_q, cross_out, inner, outer;
+    float *cache_k, *cache_v; /* [buffer rows, heads, capacity, head_dim] */
+    int64_t *sources;         /* [rows, sources_stride]: the buffer row of each position */
+    int64_t capacity, sources_stride;
+    const float *cross_k, *cross_v; /* [sentences, heads, source_length, head_dim] */
+    const int64_t *cross_rows;      /* [rows, source_length]: each hypothesis's sentence */
+    const int64_t *cross_lengths;   /* [rows]: its source's real tokens */
+    int64_t source_length;
+} StepLayer;
+
+typedef struct {
+    int64_t layers, d_model, heads, head_dim, pre_norm, lanes, group, has_final_norm, has_output_scale;
+    float eps, self_scale, cross_scale, output_scale;
+    const float *final_norm;
+} StepModel;
+
+int seqtrans_decoder_step_available(void) { return seqtrans_int8_product_available(); }
+
+static int step_linear(const StepLinear *l, const float *x, int64_t rows, int64_t cols, int64_t relu, float *out,
+                       int64_t threads) {
+    return seqtrans_int8_linear(x, rows, cols, cols, l->w, l->outputs, l->scale, l->compensation, l->bias, relu,
+                                l->bias_after, out, threads);
+}
+
+/* x [rows, d] += add [rows, d], then (post-norm) x = N(x) */
+static void residual(const StepModel *m, float *x, const float *add, const float *norm, int64_t rows,
+                     float *work, int64_t threads) {
+    const int64_t n = rows * m->d_model;
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] + add[i];
+    if (!m->pre_norm) {
+        seqtrans_rms_norm(x, rows, m->d_model, m->d_model, norm, m->eps, m->lanes, work, m->d_model, threads);
+        for (int64_t i = 0; i < n; i++) x[i] = work[i];
+    }
+}
+
+/* what a sub-layer reads: N(x) for pre-norm (into h), x itself for post-norm */
+static const float *sublayer_input(const StepModel *m, const float *x, const float *norm, int64_t rows, float *h,
+                                   int64_t threads) {
+    if (!m->pre_norm) return x;
+    seqtrans_rms_norm(x, rows, m->d_model, m->d_model, norm, m->eps, m->lanes, h, m->d_model, threads);
+    return h;
+}
+
+/* x [rows, d_model] in place, for the position `position` (0-based; the caches hold the
+ * ones before it); bias [heads, position + 1] added to the self-attention logits, or NULL.
+ * Returns 0, or 1 where working memory could not be had (x is then incomplete). */
+int seqtrans_decoder_step(const StepModel *m, const StepLayer *layers, float *x, int64_t rows, int64_t position,
+                          const float *bias, int64_t threads) {
+    const int64_t d = m->d_model, heads = m->heads, dim = m->head_dim, inner = heads * dim;
+    int64_t widest = 3 * inner;
+    for (int64_t l = 0; l < m->layers; l++)
+        if (layers[l].inner.outputs > widest) widest = layers[l].inner.outputs;
+    float *h = malloc(sizeof(float) * (size_t)(rows * d + 1));
+    float *wide = malloc(sizeof(float) * (size_t)(rows * widest + 1));
+    float *q = malloc(sizeof(float) * (size_t)(rows * inner + 1));
+    float *attended = malloc(sizeof(float) * (size_t)(rows * inner + 1));
+    float *out = malloc(sizeof(float) * (size_t)(rows * d + 1));
+    int failed = !h || !wide || !q || !attended || !out;
+    for (int64_t l = 0; l < m->layers && !failed; l++) {
+        const StepLayer *L = &layers[l];
+        /* self-attention: the new keys and values into the cache, each row its own buffer row */
+        const float *in = sublayer_input(m, x, L->norm[0], rows, h, threads);
+        failed |= step_linear(&L->qkv, in, rows, d, 0, wide, threads);
+        if (failed) break;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *row = wide + r * 3 * inner;
+            for (int64_t e = 0; e < heads; e++) {
+                const int64_t at = ((r * heads + e) * L->capacity + position) * dim;
+                for (int64_t i = 0; i < dim; i++) {
+                    q[(r * heads + e) * dim + i] = row[e * dim + i];
+                    L->cache_k[at + i] = row[inner + e * dim + i];
+                    L->cache_v[at + i] = row[2 * inner + e * dim + i];
+                }
+            }
+            L->sources[r * L->sources_stride + position] = r;
+        }
+        failed |= seqtrans_beam_attention(q, L->cache_k, L->cache_v, L->sources, NULL, bias, attended, rows, heads,
+                                          dim, position + 1, L->capacity, L->sources_stride, m->group,
+                                          m->self_scale, threads) != 0;
+        failed |= step_linear(&L->self_out, attended, rows, inner, 0, out, threads);
+        if (failed) break;
+        residual(m, x, out, L->norm[0], rows, h, threads);
+        /* cross-attention over each hypothesis's own source */
+        in = sublayer_input(m, x, L->norm[1], rows, h, threads);
+        failed |= step_linear(&L->cross_q, in, rows, d, 0, q, threads);
+        failed |= seqtrans_beam_attention(q, L->cross_k, L->cross_v, L->cross_rows, L->cross_lengths, NULL,
+                                          attended, rows, heads, dim, L->source_length, L->source_length,
+                                          L->source_length, m->group, m->cross_scale, threads) != 0;
+        failed |= step_linear(&L->cross_out, attended, rows, inner, 0, out, threads);
+        if (failed) break;
+        residual(m, x, out, L->norm[1], rows, h, threads);
+        /* the feed-forward layer, its ReLU in the inner product's last pass */
+        in = sublayer_input(m, x, L->norm[2], rows, h, threads);
+        failed |= step_linear(&L->inner, in, rows, d, 1, wide, threads);
+        failed |= step_linear(&L->outer, wide, rows, L->inner.outputs, 0, out, threads);
+        if (failed) break;
+        residual(m, x, out, L->norm[2], rows, h, threads);
+    }
+    if (!failed && m->has_final_norm) {
+        seqtrans_rms_norm(x, rows, d, d, m->final_norm, m->eps, m->lanes, h, d, threads);
+        for (int64_t i = 0; i < rows * d; i++) x[i] = h[i];
+    }
+    if (!failed && m->has_output_scale)
+        for (int64_t i = 0; i < rows * d; i++) x[i] = x[i] * m->output_scale;
+    free(h);
+    free(wide);
+    free(q);
+    free(attended);
+    free(out);
+    return failed;
+}

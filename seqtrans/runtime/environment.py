@@ -14,6 +14,8 @@ one page lists what the environment can change. Imports no torch.
   (:mod:`seqtrans.decoding.teams`).
 - ``SEQTRANS_NATIVE=0``: CPU decoding builds and uses no native kernel
   (:mod:`seqtrans.native`); ``CC``: the C compiler that builds them (else ``cc``).
+- ``SEQTRANS_NATIVE_STEP=0``: int8 decoding runs the decoder's layers one by one from
+  Python, not in one native call per step (:mod:`seqtrans.linear.native_step`).
 - ``SEQTRANS_CACHE_DIR``, ``XDG_CACHE_HOME``: where downloads are cached
   (:func:`seqtrans.runtime.download.cache_dir`).
 - ``SEQTRANS_MIRROR``: where downloads are read from (:func:`seqtrans.runtime.download.mirror_url`).
@@ -51,6 +53,7 @@ from seqtrans.errors import UsageError
 TUNE_MATMUL = "SEQTRANS_TUNE_MATMUL"
 NATIVE = "SEQTRANS_NATIVE"
 STEP_TEAMS = "SEQTRANS_STEP_TEAMS"
+NATIVE_STEP = "SEQTRANS_NATIVE_STEP"
 PACK_WEIGHTS = "SEQTRANS_PACK_WEIGHTS"
 PACK_BLOCK_MIB = "SEQTRANS_PACK_BLOCK_MIB"
 CACHE_DIR = "SEQTRANS_CACHE_DIR"
@@ -135,6 +138,12 @@ def step_teams() -> bool:
     """Whether small decoding steps may compute with fewer threads where that was measured
     faster (on unless ``SEQTRANS_STEP_TEAMS=0``)."""
     return os.environ.get(STEP_TEAMS, "1") != "0"
+
+
+def native_step() -> bool:
+    """Whether an int8 decoding copy made now may run its decoder's layers in one native
+    call per step (on unless ``SEQTRANS_NATIVE_STEP=0``)."""
+    return os.environ.get(NATIVE_STEP, "1") != "0"
 
 
 def native_kernels() -> bool:

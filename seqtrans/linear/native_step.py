@@ -1,0 +1,209 @@
+"""An int8 decoding copy's whole decoder stack for one new position in one native call
+(:func:`seqtrans.native.decoder_step`), where the layers' own forward makes a few dozen
+calls a layer from Python, most as long to make as their work at a beam's few rows.
+
+It calls the very kernels the layers call (RMSNorm, the int8 layers, the attention of one
+query per hypothesis over the cache the beam never copies and over the source) with the
+same arguments, so a row gets the same bits either way, in any batch. The decoder
+(:meth:`seqtrans.model.transformer.Transformer.decode_hidden`) takes whichever of the two
+was timed faster for a step's rows and threads in this process, as an int8 layer chooses
+its product (:class:`seqtrans.runtime.timing.TimedChoice`).
+
+It covers the layers :func:`native_step` recognises: pre- or post-norm with RMSNorm (T5's
+family), the model's scaled or unscaled dot-product self- and cross-attention, a ReLU
+feed-forward, a relative position bias, all of them int8. A model with anything else
+(LayerNorm, whose PyTorch kernel sums in an order the native code does not reproduce; a
+gated feed-forward; another attention mechanism; a task's extension of a layer), and a
+step it does not cover (several positions at once, a wait-k lag, a source still
+arriving, float32), keeps the layers' own path.
+
+``SEQTRANS_NATIVE_STEP=0`` turns it off (:func:`seqtrans.runtime.environment.native_step`).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, cast
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqtrans import native
+from seqtrans.attention.cache import BeamKVCache
+from seqtrans.attention.scaled_dot import CrossAttention, CrossState, SelfAttention, native_view
+from seqtrans.linear.int8 import Int8Linear
+from seqtrans.model.layers import DecoderLayer
+from seqtrans.model.norms import RMSNorm, native_lanes
+from seqtrans.model.state import DecoderState
+from seqtrans.runtime import environment
+from seqtrans.runtime.timing import TimedChoice
+
+#: Steps of each way timed before the faster is kept, per (rows, threads).
+TRIALS = 3
+
+_choices: dict[tuple[int, int], TimedChoice[bool]] = {}
+_choices_lock = threading.Lock()
+
+
+def _linear(layer: nn.Module) -> native.StepLinear | None:
+    """``layer`` as the native step reads it, or None where the step cannot run it as the
+    layer runs itself (not an int8 layer with the native product's unsigned rows)."""
+    if not (isinstance(layer, Int8Linear) and layer.unsigned and layer.qweight.is_contiguous()
+            and layer.scale.is_contiguous() and layer.compensation.is_contiguous()):
+        return None
+    bias = layer.bias
+    if bias is not None and not (bias.dtype == torch.float32 and bias.is_contiguous()):
+        return None
+    return native.StepLinear(layer.qweight.data_ptr(), layer.scale.data_ptr(),
+                             layer.compensation.data_ptr(), None if bias is None else bias.data_ptr(),
+                             layer.out_features, int(layer.bias_after))
+
+
+def _norm_weight(norm: nn.Module, eps: float) -> int | None:
+    if type(norm) is not RMSNorm or norm.eps != eps or norm.weight.dtype != torch.float32:
+        return None
+    return int(norm.weight.data_ptr()) if norm.weight.is_contiguous() else None
+
+
+class NativeStep:
+    """The native step of one int8 decoder (:func:`native_step` makes it): :meth:`run`."""
+
+    def __init__(self, layers: list[DecoderLayer], final_norm: nn.Module, output_scale: float | None,
+                 described: tuple[native.StepModel, Any]) -> None:
+        self.layers = layers  # kept: the structures point into their tensors
+        self.final_norm = final_norm
+        self.output_scale = output_scale
+        self.model, self.table = described
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> NativeStep | None:
+        # a copy's own, pointing into the copied layers' tensors
+        return native_step(copy.deepcopy(self.layers, memo), copy.deepcopy(self.final_norm, memo),
+                           self.output_scale)
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("a native decoder step points into its model's tensors and is not saved")
+
+    def _covers(self, x: Tensor, state: DecoderState, offset: int) -> bool:
+        if (x.size(1) != 1 or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled()
+                or len(state.caches) != len(self.layers) or state.extensions):
+            return False
+        for layer, cache, cross in zip(self.layers, state.caches, state.cross):
+            if layer.training or not isinstance(cache, BeamKVCache) or cache.length != offset:
+                return False
+            if not (isinstance(cross, CrossState) and not cross.lag and cross.source is None
+                    and cross.sizes is not None and cross.k.dtype == torch.float32
+                    and cross.k.is_contiguous() and cross.v.is_contiguous()):
+                return False
+        return x.size(0) % cast(CrossState, state.cross[0]).k.size(0) == 0
+
+    def run(self, x: Tensor, state: DecoderState, offset: int, bias: Tensor | None,
+            layers: Callable[[], Tensor]) -> Tensor:
+        """The decoder's last hidden states [N, 1, D] (after its final norm and output scale)
+        for ``x`` [N, 1, D], the embedded new position ``offset`` of each hypothesis; ``bias``
+        [1, H, 1, offset + 1] the self-attention's position bias, or None. Natively, or
+        ``layers()`` (the layers' own path) where the step does not cover this one or was
+        timed slower; either way the caches in ``state`` take the new position."""
+        if not self._covers(x, state, offset):
+            return layers()
+        key = (x.size(0), torch.get_num_threads())
+        trial = _choices.get(key)
+        if trial is None:
+            with _choices_lock:
+                trial = _choices.setdefault(key, TimedChoice((True, False), trials=TRIALS))
+        if trial.chosen is not None:
+            return self._native(x, state, offset, bias) if trial.chosen else layers()
+        use = trial.next()
+        start = time.perf_counter()
+        out = self._native(x, state, offset, bias) if use else layers()
+        with _choices_lock:
+            trial.record(use, time.perf_counter() - start)
+        return out
+
+    def _native(self, x: Tensor, state: DecoderState, offset: int, bias: Tensor | None) -> Tensor:
+        n, end = x.size(0), offset + 1
+        beam = n // cast(CrossState, state.cross[0]).k.size(0)
+        for i, (cache, cross) in enumerate(zip(state.caches, state.cross)):
+            assert isinstance(cache, BeamKVCache) and isinstance(cross, CrossState)
+            cache._reserve(end)  # the buffers may grow: their addresses are read after
+            native_view(cross, n, beam)
+            entry = self.table[i]
+            entry.cache_k, entry.cache_v = cache._k.data_ptr(), cache._v.data_ptr()
+            entry.sources, entry.sources_stride = cache.sources.data_ptr(), cache.sources.stride(0)
+            entry.capacity = cache._k.size(2)
+            entry.cross_k, entry.cross_v = cross.k.data_ptr(), cross.v.data_ptr()
+            assert cross.native_rows is not None and cross.native_sizes is not None
+            entry.cross_rows = cross.native_rows.data_ptr()
+            entry.cross_lengths = cross.native_sizes.data_ptr()
+            entry.source_length = cross.k.size(2)
+        self.model.group = beam
+        # [H, L], as the layer takes it
+        row_bias = None if bias is None else bias[0, :, -1].float().contiguous()
+        hidden = x.reshape(n, x.size(2)).clone()  # [N, D], written in place
+        native.decoder_step(self.model, self.table, hidden, offset, row_bias)
+        for cache in state.caches:
+            cache.length = end
+        return hidden.view(n, 1, -1)
+
+
+def native_step(layers: list[DecoderLayer], final_norm: nn.Module,
+                output_scale: float | None) -> NativeStep | None:
+    """The native step of an int8 decoder's ``layers`` and ``final_norm`` (an RMSNorm for
+    pre-norm layers, an identity for post-norm ones), or None where it does not cover them
+    (see the module's notes), the kernels are not built here, or ``SEQTRANS_NATIVE_STEP=0``."""
+    if not layers or not environment.native_step() or not native.decoder_step_available():
+        return None
+    first = layers[0]
+    pre, eps = first.r1.pre_norm, getattr(first.r1.norm, "eps", None)
+    d = first.r1.norm.weight.numel() if isinstance(first.r1.norm, RMSNorm) else 0
+    lanes = native_lanes(d) if d else 0
+    if not lanes or not isinstance(eps, float):
+        return None
+    if pre:
+        final = _norm_weight(final_norm, eps)
+        if final is None:
+            return None
+    elif not isinstance(final_norm, nn.Identity):
+        return None
+    table = (native.StepLayer * len(layers))()
+    shapes = {_layer(entry, layer, pre=pre, eps=eps, d=d) for entry, layer in zip(table, layers)}
+    if len(shapes) != 1 or None in shapes:
+        return None
+    heads, head_dim, self_scale, cross_scale = cast(tuple[int, int, float, float], shapes.pop())
+    model = native.StepModel(
+        layers=len(layers), d_model=d, heads=heads, head_dim=head_dim,
+        pre_norm=int(pre), lanes=lanes, group=1, has_final_norm=int(pre),
+        has_output_scale=int(output_scale is not None), eps=eps, self_scale=self_scale,
+        cross_scale=cross_scale, output_scale=1.0 if output_scale is None else output_scale,
+        final_norm=final if pre else None)
+    return NativeStep(layers, final_norm, output_scale, (model, table))
+
+
+def _layer(entry: native.StepLayer, layer: DecoderLayer, *, pre: bool, eps: float,
+           d: int) -> tuple[int, int, float, float] | None:
+    """Fills ``entry`` with ``layer``'s weights; its heads, their width and its self- and
+    cross-attention scales, or None where the step does not cover the layer."""
+    if (type(layer) is not DecoderLayer or type(layer.self_attn) is not SelfAttention
+            or type(layer.cross_attn) is not CrossAttention):
+        return None
+    attn, cross, ffn = layer.self_attn, layer.cross_attn, layer.ffn
+    if ffn.gate is not None or ffn.activation is not F.relu:
+        return None
+    if cross.heads != attn.heads or cross.head_dim * cross.heads != attn.out.in_features:
+        return None
+    residuals = (layer.r1, layer.r2, layer.r3)
+    if any(r.pre_norm != pre for r in residuals):
+        return None
+    norms = [_norm_weight(r.norm, eps) for r in residuals]
+    linears = [_linear(m) for m in (attn.qkv, attn.out, cross.q, cross.out, ffn.inner, ffn.outer)]
+    if any(w is None for w in norms) or any(w is None for w in linears) or attn.qkv.in_features != d:
+        return None
+    entry.norm[:] = norms
+    entry.qkv, entry.self_out, entry.cross_q, entry.cross_out, entry.inner, entry.outer = linears
+    dim = attn.out.in_features // attn.heads
+    # the scales as the layers pass them to the kernel (None: 1/sqrt(d))
+    return (attn.heads, dim, dim ** -0.5 if attn.scale is None else attn.scale,
+            cross.head_dim ** -0.5 if cross.scale is None else cross.scale)

@@ -1,0 +1,167 @@
+"""The int8 decoder's layers in one native call per step (seqtrans.linear.native_step): the
+same bits as the layers' own calls in every search and batch, the caches left as those
+leave them, chosen by timing, and the PyTorch path kept wherever the step does not cover a
+model or a step."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from conftest import tiny_model
+from seqtrans import native
+from seqtrans.data.batches import pad_batch
+from seqtrans.data.vocab import EOS
+from seqtrans.decoding import beam_search, greedy_search
+from seqtrans.linear import native_step
+from seqtrans.linear.quantize import int8_only, quantized
+from seqtrans.model.transformer import Transformer
+from seqtrans.runtime.timing import TimedChoice
+
+pytestmark = pytest.mark.usefixtures("native_kernels", "no_grad")
+
+#: T5's layers (pre-norm RMSNorm, a relative position bias, unscaled attention, no biases, a
+#: ReLU feed-forward, a scaled output), small
+T5_LIKE = {"norm": "pre", "norm_kind": "rms", "norm_eps": 1e-6, "positions": "relative",
+           "relative_buckets": 8, "relative_max_distance": 12, "bias": False, "attention_scale": False,
+           "scale_embeddings": False, "scale_output": True, "d_model": 32, "d_ff": 64}
+POST_NORM_RMS = {"norm": "post", "norm_kind": "rms", "d_model": 32, "d_ff": 64}
+
+
+class _Always(dict):  # type: ignore[type-arg]
+    """A table of choices that has already chosen ``way`` for every key."""
+
+    def __init__(self, way: bool) -> None:
+        super().__init__()
+        self.way = way
+
+    def get(self, key: Any, default: Any = None) -> TimedChoice[bool]:
+        choice: TimedChoice[bool] = TimedChoice((True, False), trials=1)
+        choice.chosen = self.way
+        return choice
+
+
+def sources(count: int = 7, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return pad_batch([torch.randint(4, 40, (int(n),), generator=g).tolist() + [EOS]
+                      for n in torch.randint(3, 10, (count,), generator=g)])
+
+
+def outputs(search: Callable[[], list[Any]]) -> list[list[tuple[list[int], float]]]:
+    return [[(list(h.tokens), float(h.score)) for h in hyps] for hyps in search()]
+
+
+def run_both(monkeypatch: pytest.MonkeyPatch, twin: Transformer, search: Callable[[Transformer], list[Any]],
+             ) -> tuple[Any, Any, int]:
+    """The search's outputs through the native step and through the layers, and how many
+    native steps ran."""
+    calls = []
+    real = native.decoder_step
+    monkeypatch.setattr(native, "decoder_step", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(native_step, "_choices", _Always(True))
+    ours = outputs(lambda: search(twin))
+    steps = len(calls)
+    monkeypatch.setattr(native_step, "_choices", _Always(False))
+    theirs = outputs(lambda: search(twin))
+    assert len(calls) == steps  # the layers' path calls no native step
+    return ours, theirs, steps
+
+
+@pytest.mark.parametrize("options", [T5_LIKE, POST_NORM_RMS], ids=["pre-norm-t5", "post-norm"])
+@pytest.mark.parametrize("make", [quantized, int8_only], ids=["quantized", "int8-only"])
+def test_the_native_step_gives_the_layers_bits_in_beam_and_greedy_search(
+        monkeypatch: pytest.MonkeyPatch, options: dict[str, Any],
+        make: Callable[[Transformer], Transformer]) -> None:
+    twin = make(tiny_model(vocab=40, seed=3, **options))
+    assert isinstance(twin.native_step, native_step.NativeStep)
+    src = sources()
+    max_len = torch.tensor([9, 4, 12, 7, 9, 3, 10])  # sentences end at different steps
+    for search in (lambda m: beam_search(m, src, beam=4, alpha=0.6, max_len=max_len, nbest=3),
+                   lambda m: greedy_search(m, src, max_len=max_len)):
+        ours, theirs, steps = run_both(monkeypatch, twin, search)
+        assert steps > 3
+        assert ours == theirs  # tokens and scores, bit for bit
+    # outputs that vary and end: a test of something
+    lengths = {len(hyps[0][0]) for hyps in ours}
+    assert len(lengths) > 2
+
+
+def test_a_sentence_gets_the_same_bits_alone_as_in_any_batch_through_the_native_step(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    twin = quantized(tiny_model(vocab=40, seed=4, **T5_LIKE))
+    monkeypatch.setattr(native_step, "_choices", _Always(True))
+    src = sources(count=5, seed=1)
+    max_len = torch.full((5,), 8)
+    together = outputs(lambda: beam_search(twin, src, beam=3, alpha=0.6, max_len=max_len, nbest=2))
+    for i in range(5):
+        one = src[i:i + 1, : int((src[i] != 0).sum())]  # its own length, unpadded
+        alone = outputs(lambda one=one: beam_search(twin, one, beam=3, alpha=0.6, max_len=max_len[:1],
+                                                    nbest=2))
+        assert alone == together[i:i + 1]
+
+
+def test_the_native_step_fills_the_caches_as_the_layers_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    twin = quantized(tiny_model(vocab=40, seed=5, **T5_LIKE))
+    src = sources(count=2)
+    tokens = torch.tensor([[4, 9], [7, 7], [5, 30], [11, 12]])  # [N = 2 x 2, T]: two steps
+    states, hidden = [], []
+    for way in (True, False):
+        monkeypatch.setattr(native_step, "_choices", _Always(way))
+        state = twin.start(twin.encode(src), beam=2)
+        hidden.append(torch.cat([twin.decode_hidden(tokens[:, t:t + 1], state=state) for t in range(2)], 1))
+        states.append(state)
+    assert torch.equal(hidden[0], hidden[1])
+    for ours, theirs in zip(*(s.caches for s in states)):
+        assert ours.length == theirs.length == 2
+        assert torch.equal(ours.k, theirs.k) and torch.equal(ours.v, theirs.v)
+
+
+def test_the_decoder_times_both_ways_then_keeps_the_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native_step, "_choices", {})
+    twin = quantized(tiny_model(vocab=40, seed=6, **T5_LIKE))
+    src = sources(count=1)
+    beam_search(twin, src, beam=4, alpha=0.6, max_len=torch.tensor([3 * native_step.TRIALS]), min_len=8)
+    # per rows (the first step's one hypothesis, then the beam's four) and threads
+    assert {rows for rows, _ in native_step._choices} <= {1, 4}
+    made = [c for c in native_step._choices.values() if c.chosen is not None]
+    assert made and all(len(s) == native_step.TRIALS for c in made for s in c.seconds.values())
+
+
+@pytest.mark.parametrize("options", [
+    {},  # LayerNorm
+    {**T5_LIKE, "activation": "gelu_tanh", "gated_ffn": True},
+    {**POST_NORM_RMS, "cross_attention": "milk"},
+], ids=["layer-norm", "gated-feed-forward", "another-attention"])
+def test_models_the_step_does_not_cover_keep_the_layers(options: dict[str, Any]) -> None:
+    assert quantized(tiny_model(vocab=40, seed=0, **options)).native_step is None
+
+
+def test_the_step_is_off_with_its_variable_and_for_float_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tiny_model(vocab=40, seed=0, **T5_LIKE)
+    assert model.native_step is None
+    monkeypatch.setenv("SEQTRANS_NATIVE_STEP", "0")
+    assert quantized(model).native_step is None
+
+
+def test_steps_the_native_step_does_not_cover_go_through_the_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    twin = quantized(tiny_model(vocab=40, seed=7, **T5_LIKE))
+    monkeypatch.setattr(native_step, "_choices", _Always(True))
+    monkeypatch.setattr(native, "decoder_step", lambda *a: pytest.fail("a native step for several positions"))
+    state = twin.start(twin.encode(sources(count=1)), beam=1)
+    twin.decode_hidden(torch.tensor([[4, 5, 6]]), state=state)  # three positions at once (a prefix)
+    assert state.caches[0].length == 3
+
+
+def test_a_copy_of_a_decoding_copy_steps_through_its_own_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    twin = quantized(tiny_model(vocab=40, seed=8, **T5_LIKE))
+    other = copy.deepcopy(twin)
+    assert isinstance(other.native_step, native_step.NativeStep) and other.native_step is not twin.native_step
+    assert other.native_step.layers[0] is other.decoder[0]
+    monkeypatch.setattr(native_step, "_choices", _Always(True))
+    src, max_len = sources(count=3), torch.full((3,), 6)
+    expected = outputs(lambda: beam_search(twin, src, beam=2, alpha=0.6, max_len=max_len))
+    assert outputs(lambda: beam_search(other, src, beam=2, alpha=0.6, max_len=max_len)) == expected
