@@ -1,21 +1,24 @@
-"""An int8 decoding copy's whole decoder stack for one new position in one native call
+"""A CPU decoding copy's whole decoder stack for one new position in one native call
 (:func:`seqtrans.native.decoder_step`), where the layers' own forward makes a few dozen
 calls a layer from Python, most as long to make as their work at a beam's few rows.
 
-It calls the very kernels the layers call (RMSNorm, the int8 layers, the attention of one
-query per hypothesis over the cache the beam never copies and over the source) with the
-same arguments, so a row gets the same bits either way, in any batch. The decoder
+It calls the very kernels the layers call (RMSNorm; the int8 layers, or the float32
+layers' product from oneDNN's packed weight; the attention of one query per hypothesis
+over the cache the beam never copies and over the source) with the same arguments, so a
+row gets the same bits either way, in any batch. The decoder
 (:meth:`seqtrans.model.transformer.Transformer.decode_hidden`) takes whichever of the two
 was timed faster for a step's rows and threads in this process, as an int8 layer chooses
 its product (:class:`seqtrans.runtime.timing.TimedChoice`).
 
 It covers the layers :func:`native_step` recognises: pre- or post-norm with RMSNorm (T5's
 family), the model's scaled or unscaled dot-product self- and cross-attention, a ReLU
-feed-forward, a relative position bias, all of them int8. A model with anything else
-(LayerNorm, whose PyTorch kernel sums in an order the native code does not reproduce; a
-gated feed-forward; another attention mechanism; a task's extension of a layer), and a
-step it does not cover (several positions at once, a wait-k lag, a source still
-arriving, float32), keeps the layers' own path.
+feed-forward, a relative position bias; int8 layers (:func:`seqtrans.linear.quantize.quantized`,
+``int8_only``) or float32 ones through oneDNN (:func:`seqtrans.linear.quantize.onednn`),
+these up to the rows their own calls multiply natively. A model with anything else
+(LayerNorm, whose PyTorch kernel the native code does not reproduce bit for bit; a gated
+feed-forward; another attention mechanism; a task's extension of a layer), and a step it
+does not cover (several positions at once, a wait-k lag, a source still arriving), keeps
+the layers' own path.
 
 ``SEQTRANS_NATIVE_STEP=0`` turns it off (:func:`seqtrans.runtime.environment.native_step`).
 """
@@ -35,7 +38,9 @@ from torch import Tensor, nn
 from seqtrans import native
 from seqtrans.attention.cache import BeamKVCache
 from seqtrans.attention.scaled_dot import CrossAttention, CrossState, SelfAttention, native_view
+from seqtrans.linear import onednn
 from seqtrans.linear.int8 import Int8Linear
+from seqtrans.linear.onednn import OneDNNLinear
 from seqtrans.model.layers import DecoderLayer
 from seqtrans.model.norms import RMSNorm, native_lanes
 from seqtrans.model.state import DecoderState
@@ -51,16 +56,23 @@ _choices_lock = threading.Lock()
 
 def _linear(layer: nn.Module) -> native.StepLinear | None:
     """``layer`` as the native step reads it, or None where the step cannot run it as the
-    layer runs itself (not an int8 layer with the native product's unsigned rows)."""
-    if not (isinstance(layer, Int8Linear) and layer.unsigned and layer.qweight.is_contiguous()
-            and layer.scale.is_contiguous() and layer.compensation.is_contiguous()):
-        return None
-    bias = layer.bias
+    layer runs itself: an int8 layer with the native product's unsigned rows, or a float32
+    layer whose one packed block the native kernel multiplies with oneDNN's bits."""
+    bias = getattr(layer, "bias", None)
     if bias is not None and not (bias.dtype == torch.float32 and bias.is_contiguous()):
         return None
-    return native.StepLinear(layer.qweight.data_ptr(), layer.scale.data_ptr(),
-                             layer.compensation.data_ptr(), None if bias is None else bias.data_ptr(),
-                             layer.out_features, int(layer.bias_after))
+    bias_address = None if bias is None else bias.data_ptr()
+    if isinstance(layer, OneDNNLinear) and native.decoder_step_available("float32"):
+        block = layer.native_block()
+        if block is None:
+            return None
+        return native.StepLinear(block[0], None, None, bias_address, block[1], 0, 1)
+    if not (isinstance(layer, Int8Linear) and layer.unsigned and layer.qweight.is_contiguous()
+            and layer.scale.is_contiguous() and layer.compensation.is_contiguous()
+            and native.decoder_step_available("int8")):
+        return None
+    return native.StepLinear(layer.qweight.data_ptr(), layer.scale.data_ptr(), layer.compensation.data_ptr(),
+                             bias_address, layer.out_features, int(layer.bias_after), 0)
 
 
 def _norm_weight(norm: nn.Module, eps: float) -> int | None:
@@ -70,7 +82,7 @@ def _norm_weight(norm: nn.Module, eps: float) -> int | None:
 
 
 class NativeStep:
-    """The native step of one int8 decoder (:func:`native_step` makes it): :meth:`run`."""
+    """The native step of one decoder (:func:`native_step` makes it): :meth:`run`."""
 
     def __init__(self, layers: list[DecoderLayer], final_norm: nn.Module, output_scale: float | None,
                  described: tuple[native.StepModel, Any]) -> None:
@@ -78,6 +90,11 @@ class NativeStep:
         self.final_norm = final_norm
         self.output_scale = output_scale
         self.model, self.table = described
+        # float32 layers are multiplied natively up to the rows their own calls are (beyond,
+        # by oneDNN): the step keeps to those, and so to the very same kernels
+        packed = any(getattr(entry, name).packed for entry in self.table
+                     for name in ("qkv", "self_out", "cross_q", "cross_out", "inner", "outer"))
+        self.max_rows = onednn.NATIVE_ROWS if packed else None
 
     def __deepcopy__(self, memo: dict[int, Any]) -> NativeStep | None:
         # a copy's own, pointing into the copied layers' tensors
@@ -89,7 +106,8 @@ class NativeStep:
 
     def _covers(self, x: Tensor, state: DecoderState, offset: int) -> bool:
         if (x.size(1) != 1 or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled()
-                or len(state.caches) != len(self.layers) or state.extensions):
+                or len(state.caches) != len(self.layers) or state.extensions
+                or (self.max_rows is not None and x.size(0) > self.max_rows)):
             return False
         for layer, cache, cross in zip(self.layers, state.caches, state.cross):
             if layer.training or not isinstance(cache, BeamKVCache) or cache.length != offset:
@@ -151,10 +169,10 @@ class NativeStep:
 
 def native_step(layers: list[DecoderLayer], final_norm: nn.Module,
                 output_scale: float | None) -> NativeStep | None:
-    """The native step of an int8 decoder's ``layers`` and ``final_norm`` (an RMSNorm for
+    """The native step of a decoding copy's ``layers`` and ``final_norm`` (an RMSNorm for
     pre-norm layers, an identity for post-norm ones), or None where it does not cover them
     (see the module's notes), the kernels are not built here, or ``SEQTRANS_NATIVE_STEP=0``."""
-    if not layers or not environment.native_step() or not native.decoder_step_available():
+    if not layers or not environment.native_step() or not native.available():
         return None
     first = layers[0]
     pre, eps = first.r1.pre_norm, getattr(first.r1.norm, "eps", None)

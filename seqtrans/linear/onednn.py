@@ -137,6 +137,15 @@ class OneDNNLinear(nn.Module):
         y = self._blocks_product(rows, post)  # [M', O]
         return y[:m].view(*lead, y.size(1))
 
+    def native_block(self) -> tuple[int, int] | None:
+        """The address and output rows of the layer's one packed block where the native kernel
+        gives its bits (checked once, as its own few rows' products check it), else None:
+        what a native decoder step reads (:mod:`seqtrans.linear.native_step`)."""
+        checked = self._native or (self._native is None and self._check_native())
+        if len(self._packed.blocks) != 1 or not checked:
+            return None
+        return self._addresses[0]
+
     def _native_product(self, rows: Tensor, relu: bool) -> Tensor:
         """The product by the native kernel, each block's outputs written in place in its
         columns.  [M, K] -> [M, O]"""

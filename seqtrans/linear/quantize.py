@@ -95,7 +95,7 @@ def _bias_in_projection(twin: Transformer, bias: Tensor | None) -> Transformer:
 
 
 def _with_native_step(twin: Transformer) -> Transformer:
-    """``twin`` (int8) with its decoder's layers in one native call per step where
+    """``twin`` (int8, or float32 through oneDNN) with its decoder's layers in one native call per step where
     :func:`seqtrans.linear.native_step.native_step` covers them (the same bits)."""
     twin.native_step = native_step(twin.decoder_layers, twin.decoder_norm, twin.output_scale)
     return twin
@@ -133,7 +133,7 @@ def onednn(model: Transformer) -> Transformer:
         if twin.source_embed is twin.target_embed:
             twin.source_embed = table  # type: ignore[assignment]
         twin.target_embed = table  # type: ignore[assignment]
-    return _bias_in_projection(twin, model.output_bias)
+    return _with_native_step(_bias_in_projection(twin, model.output_bias))
 
 
 # model -> kind -> (the state its copy was made from, the copy); weak, so a model dropped is forgotten

@@ -21,7 +21,7 @@
 - :func:`topk_rows`: the few largest of each long row (beam search's candidates), in one
   pass that compares a block of elements with the k-th best so far at once, where
   ``torch.topk`` took a fifth of a small model's beam search.
-- :func:`decoder_step`: an int8 decoder's whole stack of layers for a step's new position,
+- :func:`decoder_step`: a decoder's whole stack of int8 or packed float32 layers for a step's new position,
   in one call of the kernels above (:mod:`seqtrans.linear.native_step`), the same bits as
   the layers' own calls of them.
 - :func:`beam_candidates`: each hypothesis's best extensions straight from a step's logits,
@@ -523,10 +523,12 @@ def beam_candidates(x: Tensor, prefix: Tensor, k: int, *, never: Tensor, only: T
 
 
 class StepLinear(ctypes.Structure):
-    """An int8 layer as :func:`decoder_step` reads it (``kernels.c``'s ``StepLinear``)."""
+    """An int8 layer, or (``packed``) a float32 one in oneDNN's packing, as
+    :func:`decoder_step` reads it (``kernels.c``'s ``StepLinear``)."""
 
     _fields_ = [("w", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("compensation", ctypes.c_void_p),
-                ("bias", ctypes.c_void_p), ("outputs", ctypes.c_int64), ("bias_after", ctypes.c_int64)]
+                ("bias", ctypes.c_void_p), ("outputs", ctypes.c_int64), ("bias_after", ctypes.c_int64),
+                ("packed", ctypes.c_int64)]
 
 
 class StepLayer(ctypes.Structure):
@@ -551,10 +553,12 @@ class StepModel(ctypes.Structure):
                 ("final_norm", ctypes.c_void_p)]
 
 
-def decoder_step_available() -> bool:
-    """Whether :func:`decoder_step` is built here (it needs the int8 product)."""
+def decoder_step_available(kind: str) -> bool:
+    """Whether :func:`decoder_step` is built here for layers of ``kind``: ``"int8"`` (it
+    needs the int8 product) or ``"float32"`` (the packed float32 product)."""
     library = _load() if environment.native_kernels() else None
-    return library is not None and bool(library.seqtrans_decoder_step_available())
+    built = 0 if library is None else int(library.seqtrans_decoder_step_available())
+    return bool(built & {"int8": 1, "float32": 2}[kind])
 
 
 def decoder_step(model: StepModel, layers: ctypes.Array[StepLayer], x: Tensor, position: int,

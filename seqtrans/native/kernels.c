@@ -1121,11 +1121,11 @@ void seqtrans_packed_linear(const float *x, int64_t rows, int64_t cols, int64_t 
  * cross-attention over the source (seqtrans_beam_attention); the residual sums are single
  * float additions. Pre-norm x + f(N(x)) or post-norm N(x + f(x)); a ReLU feed-forward. */
 typedef struct {
-    const int8_t *w;
+    const int8_t *w; /* int8 (packed 0), or float32 in oneDNN's packing (packed 1) */
     const float *scale;
     const int32_t *compensation;
     const float *bias; /* or NULL */
-    int64_t outputs, bias_after;
+    int64_t outputs, bias_after, packed;
 } StepLinear;
 
 typedef struct {
@@ -1146,10 +1146,18 @@ typedef struct {
     const float *final_norm;
 } StepModel;
 
-int seqtrans_decoder_step_available(void) { return seqtrans_int8_product_available(); }
+/* 1: int8 layers; 2: float32 layers in oneDNN's packing; 3: both */
+int seqtrans_decoder_step_available(void) {
+    return seqtrans_int8_product_available() | (seqtrans_packed_linear_available() << 1);
+}
 
 static int step_linear(const StepLinear *l, const float *x, int64_t rows, int64_t cols, int64_t relu, float *out,
                        int64_t threads) {
+    if (l->packed) {
+        seqtrans_packed_linear(x, rows, cols, cols, (const float *)l->w, l->outputs, l->bias, relu, out, l->outputs,
+                               threads);
+        return 0;
+    }
     return seqtrans_int8_linear(x, rows, cols, cols, l->w, l->outputs, l->scale, l->compensation, l->bias, relu,
                                 l->bias_after, out, threads);
 }

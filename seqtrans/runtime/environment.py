@@ -14,7 +14,7 @@ one page lists what the environment can change. Imports no torch.
   (:mod:`seqtrans.decoding.teams`).
 - ``SEQTRANS_NATIVE=0``: CPU decoding builds and uses no native kernel
   (:mod:`seqtrans.native`); ``CC``: the C compiler that builds them (else ``cc``).
-- ``SEQTRANS_NATIVE_STEP=0``: int8 decoding runs the decoder's layers one by one from
+- ``SEQTRANS_NATIVE_STEP=0``: CPU decoding runs the decoder's layers one by one from
   Python, not in one native call per step (:mod:`seqtrans.linear.native_step`).
 - ``SEQTRANS_CACHE_DIR``, ``XDG_CACHE_HOME``: where downloads are cached
   (:func:`seqtrans.runtime.download.cache_dir`).

@@ -18,7 +18,8 @@ from seqtrans.data.batches import pad_batch
 from seqtrans.data.vocab import EOS
 from seqtrans.decoding import beam_search, greedy_search
 from seqtrans.linear import native_step
-from seqtrans.linear.quantize import int8_only, quantized
+from seqtrans.linear.onednn import onednn_available
+from seqtrans.linear.quantize import int8_only, onednn, quantized
 from seqtrans.model.transformer import Transformer
 from seqtrans.runtime.timing import TimedChoice
 
@@ -43,6 +44,13 @@ class _Always(dict):  # type: ignore[type-arg]
         choice: TimedChoice[bool] = TimedChoice((True, False), trials=1)
         choice.chosen = self.way
         return choice
+
+
+def require_float32_step() -> None:
+    """Skip where float32 layers are not multiplied by oneDNN with a native kernel beside it
+    (no AVX2 and FMA, or a PyTorch without oneDNN)."""
+    if not (onednn_available() and native.decoder_step_available("float32")):
+        pytest.skip("float32 decoding here has no packed native product")
 
 
 def sources(count: int = 7, seed: int = 0) -> torch.Tensor:
@@ -72,15 +80,20 @@ def run_both(monkeypatch: pytest.MonkeyPatch, twin: Transformer, search: Callabl
 
 
 @pytest.mark.parametrize("options", [T5_LIKE, POST_NORM_RMS], ids=["pre-norm-t5", "post-norm"])
-@pytest.mark.parametrize("make", [quantized, int8_only], ids=["quantized", "int8-only"])
+@pytest.mark.parametrize("make", [quantized, int8_only, onednn], ids=["quantized", "int8-only", "float32"])
 def test_the_native_step_gives_the_layers_bits_in_beam_and_greedy_search(
         monkeypatch: pytest.MonkeyPatch, options: dict[str, Any],
         make: Callable[[Transformer], Transformer]) -> None:
+    if make is onednn:
+        require_float32_step()
     twin = make(tiny_model(vocab=40, seed=3, **options))
     assert isinstance(twin.native_step, native_step.NativeStep)
     src = sources()
     max_len = torch.tensor([9, 4, 12, 7, 9, 3, 10])  # sentences end at different steps
-    for search in (lambda m: beam_search(m, src, beam=4, alpha=0.6, max_len=max_len, nbest=3),
+    beam = 4
+    if make is onednn:  # float32 steps of up to 8 rows are the step's (onednn.NATIVE_ROWS)
+        src, max_len, beam = src[:4], max_len[:4], 2
+    for search in (lambda m: beam_search(m, src, beam=beam, alpha=0.6, max_len=max_len, nbest=2),
                    lambda m: greedy_search(m, src, max_len=max_len)):
         ours, theirs, steps = run_both(monkeypatch, twin, search)
         assert steps > 3
@@ -90,9 +103,12 @@ def test_the_native_step_gives_the_layers_bits_in_beam_and_greedy_search(
     assert len(lengths) > 2
 
 
+@pytest.mark.parametrize("make", [quantized, onednn], ids=["int8", "float32"])
 def test_a_sentence_gets_the_same_bits_alone_as_in_any_batch_through_the_native_step(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    twin = quantized(tiny_model(vocab=40, seed=4, **T5_LIKE))
+        monkeypatch: pytest.MonkeyPatch, make: Callable[[Transformer], Transformer]) -> None:
+    if make is onednn:
+        require_float32_step()
+    twin = make(tiny_model(vocab=40, seed=4, **T5_LIKE))
     monkeypatch.setattr(native_step, "_choices", _Always(True))
     src = sources(count=5, seed=1)
     max_len = torch.full((5,), 8)
@@ -165,3 +181,19 @@ def test_a_copy_of_a_decoding_copy_steps_through_its_own_tensors(monkeypatch: py
     src, max_len = sources(count=3), torch.full((3,), 6)
     expected = outputs(lambda: beam_search(twin, src, beam=2, alpha=0.6, max_len=max_len))
     assert outputs(lambda: beam_search(other, src, beam=2, alpha=0.6, max_len=max_len)) == expected
+
+
+def test_float32_steps_of_more_rows_than_its_layers_multiply_natively_go_through_the_layers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    require_float32_step()
+    twin = onednn(tiny_model(vocab=40, seed=9, **T5_LIKE))
+    assert isinstance(twin.native_step, native_step.NativeStep)
+    monkeypatch.setattr(native_step, "_choices", _Always(True))
+    calls: list[int] = []
+    real = native.decoder_step
+    monkeypatch.setattr(native, "decoder_step", lambda *a: calls.append(a[2].size(0)) or real(*a))
+    src = sources(count=3)
+    beam_search(twin, src, beam=4, alpha=0.6, max_len=torch.full((3,), 4), min_len=4)  # 12 rows a step
+    assert not calls
+    beam_search(twin, src[:1], beam=4, alpha=0.6, max_len=torch.full((1,), 4), min_len=4)  # 4 rows
+    assert calls and max(calls) <= 4
