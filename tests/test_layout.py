@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # (decoding.constraints) is part of the contract, free of the search
     ("seqtrans.tasks", "seqtrans.decoding.constraints", "seqtrans.data.encoding", "seqtrans.data.batches"),
     ("seqtrans.model.transformer", "seqtrans.model.layers", "seqtrans.model.state",
-     "seqtrans.linear.quantize", "seqtrans.tasks.contract"),
+     "seqtrans.linear.quantize", "seqtrans.linear.native_step", "seqtrans.tasks.contract"),
     ("seqtrans.decoding", "seqtrans.shortlist.search", "seqtrans.streaming.decoder",
      "seqtrans.streaming.reencoding", "seqtrans.streaming.latency"),
     ("seqtrans.training", "seqtrans.prepare"),

@@ -144,11 +144,14 @@ class NativeStep:
     def _native(self, x: Tensor, state: DecoderState, offset: int, bias: Tensor | None) -> Tensor:
         n, end = x.size(0), offset + 1
         beam = n // cast(CrossState, state.cross[0]).k.size(0)
-        for i, (cache, cross) in enumerate(zip(state.caches, state.cross)):
+        # this step's own copies of the tables, which it fills with its state's addresses:
+        # threads may decode with one model at once (a server's workers)
+        table = type(self.table).from_buffer_copy(self.table)
+        model = native.StepModel.from_buffer_copy(self.model)
+        for entry, cache, cross in zip(table, state.caches, state.cross):
             assert isinstance(cache, BeamKVCache) and isinstance(cross, CrossState)
             cache._reserve(end)  # the buffers may grow: their addresses are read after
             native_view(cross, n, beam)
-            entry = self.table[i]
             entry.cache_k, entry.cache_v = cache._k.data_ptr(), cache._v.data_ptr()
             entry.sources, entry.sources_stride = cache.sources.data_ptr(), cache.sources.stride(0)
             entry.capacity = cache._k.size(2)
@@ -157,11 +160,11 @@ class NativeStep:
             entry.cross_rows = cross.native_rows.data_ptr()
             entry.cross_lengths = cross.native_sizes.data_ptr()
             entry.source_length = cross.k.size(2)
-        self.model.group = beam
+        model.group = beam
         # [H, L], as the layer takes it
         row_bias = None if bias is None else bias[0, :, -1].float().contiguous()
         hidden = x.reshape(n, x.size(2)).clone()  # [N, D], written in place
-        native.decoder_step(self.model, self.table, hidden, offset, row_bias)
+        native.decoder_step(model, table, hidden, offset, row_bias)
         for cache in state.caches:
             cache.length = end
         return hidden.view(n, 1, -1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -197,3 +198,20 @@ def test_float32_steps_of_more_rows_than_its_layers_multiply_natively_go_through
     assert not calls
     beam_search(twin, src[:1], beam=4, alpha=0.6, max_len=torch.full((1,), 4), min_len=4)  # 4 rows
     assert calls and max(calls) <= 4
+
+
+def test_threads_decoding_with_one_model_at_once_get_what_each_gets_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    twin = quantized(tiny_model(vocab=40, seed=10, **T5_LIKE))
+    monkeypatch.setattr(native_step, "_choices", _Always(True))
+    batches = [sources(count=3, seed=seed) for seed in range(4)]
+    max_len = torch.full((3,), 10)
+
+    def search(src: torch.Tensor) -> list[list[tuple[list[int], float]]]:
+        with torch.no_grad():
+            return outputs(lambda: beam_search(twin, src, beam=4, alpha=0.6, max_len=max_len, nbest=2))
+
+    alone = [search(src) for src in batches]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for _ in range(3):
+            assert list(pool.map(search, batches)) == alone
