@@ -1113,11 +1113,12 @@ void seqtrans_packed_linear(const float *x, int64_t rows, int64_t cols, int64_t 
 #endif
 
 /* seqtrans_decoder_step: a decoder's whole stack of layers for one new position of each of
- * `rows` hypotheses, in one call (seqtrans.model.native_step), where PyTorch's path makes a
+ * `rows` hypotheses, in one call (seqtrans.linear.native_step), where PyTorch's path makes a
  * few dozen calls a layer from Python, each costing as long as its pass at a beam's few
  * rows. Each part is the very kernel that path calls, with the same arguments, so a row
  * gets the same bits either way: RMSNorm (seqtrans_rms_norm), int8 layers
- * (seqtrans_int8_linear), self-attention over a cache the beam never copies and
+ * (seqtrans_int8_linear) or float32 ones from oneDNN's packing (seqtrans_packed_linear),
+ * self-attention over a cache the beam never copies and
  * cross-attention over the source (seqtrans_beam_attention); the residual sums are single
  * float additions. Pre-norm x + f(N(x)) or post-norm N(x + f(x)); a ReLU feed-forward. */
 typedef struct {
