@@ -50,7 +50,8 @@ from seqtrans.runtime.timing import TimedChoice
 #: Steps of each way timed before the faster is kept, per (rows, threads).
 TRIALS = 3
 
-_choices: dict[tuple[int, int], TimedChoice[bool]] = {}
+# (the decoder's shape, rows, threads) -> the choice between the step and the layers
+_choices: dict[tuple[tuple[int, ...], int, int], TimedChoice[bool]] = {}
 _choices_lock = threading.Lock()
 
 
@@ -95,6 +96,9 @@ class NativeStep:
         packed = any(getattr(entry, name).packed for entry in self.table
                      for name in ("qkv", "self_out", "cross_q", "cross_out", "inner", "outer"))
         self.max_rows = onednn.NATIVE_ROWS if packed else None
+        # what sets the two ways' times besides the rows: models of one shape share a choice
+        self.shape = (self.model.layers, self.model.d_model, self.model.heads * self.model.head_dim,
+                      self.table[0].inner.outputs, int(packed))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> NativeStep | None:
         # a copy's own, pointing into the copied layers' tensors
@@ -124,10 +128,11 @@ class NativeStep:
         for ``x`` [N, 1, D], the embedded new position ``offset`` of each hypothesis; ``bias``
         [1, H, 1, offset + 1] the self-attention's position bias, or None. Natively, or
         ``layers()`` (the layers' own path) where the step does not cover this one or was
-        timed slower; either way the caches in ``state`` take the new position."""
+        timed slower for this decoder's shape, N and the threads; either way the caches in
+        ``state`` take the new position."""
         if not self._covers(x, state, offset):
             return layers()
-        key = (x.size(0), torch.get_num_threads())
+        key = (self.shape, x.size(0), torch.get_num_threads())
         trial = _choices.get(key)
         if trial is None:
             with _choices_lock:

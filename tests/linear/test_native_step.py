@@ -143,7 +143,11 @@ def test_the_decoder_times_both_ways_then_keeps_the_faster(monkeypatch: pytest.M
     src = sources(count=1)
     beam_search(twin, src, beam=4, alpha=0.6, max_len=torch.tensor([3 * native_step.TRIALS]), min_len=8)
     # per rows (the first step's one hypothesis, then the beam's four) and threads
-    assert {rows for rows, _ in native_step._choices} <= {1, 4}
+    assert {rows for _, rows, _ in native_step._choices} <= {1, 4}
+    # per decoder shape: another model's steps are timed for it
+    other = quantized(tiny_model(vocab=40, seed=6, **{**T5_LIKE, "d_ff": 48}))
+    beam_search(other, src, beam=4, alpha=0.6, max_len=torch.tensor([3 * native_step.TRIALS]), min_len=8)
+    assert len({shape for shape, _, _ in native_step._choices}) == 2
     made = [c for c in native_step._choices.values() if c.chosen is not None]
     assert made and all(len(s) == native_step.TRIALS for c in made for s in c.seconds.values())
 
