@@ -86,11 +86,10 @@ class NativeStep:
     """The native step of one decoder (:func:`native_step` makes it): :meth:`run`."""
 
     def __init__(self, layers: list[DecoderLayer], final_norm: nn.Module, output_scale: float | None,
-                 described: tuple[native.StepModel, Any]) -> None:
+                 model: native.StepModel, table: Any) -> None:
         self.layers = layers  # kept: the structures point into their tensors
-        self.final_norm = final_norm
-        self.output_scale = output_scale
-        self.model, self.table = described
+        self.final_norm, self.output_scale = final_norm, output_scale  # what a copy is made again from
+        self.model, self.table = model, table
         # float32 layers are multiplied natively up to the rows their own calls are (beyond,
         # by oneDNN): the step keeps to those, and so to the very same kernels
         packed = any(getattr(entry, name).packed for entry in self.table
@@ -205,7 +204,7 @@ def native_step(layers: list[DecoderLayer], final_norm: nn.Module,
         has_output_scale=int(output_scale is not None), eps=eps, self_scale=self_scale,
         cross_scale=cross_scale, output_scale=1.0 if output_scale is None else output_scale,
         final_norm=final if pre else None)
-    return NativeStep(layers, final_norm, output_scale, (model, table))
+    return NativeStep(layers, final_norm, output_scale, model, table)
 
 
 def _layer(entry: native.StepLayer, layer: DecoderLayer, *, pre: bool, eps: float,

@@ -161,7 +161,8 @@ def test_models_the_step_does_not_cover_keep_the_layers(options: dict[str, Any])
     assert quantized(tiny_model(vocab=40, seed=0, **options)).native_step is None
 
 
-def test_the_step_is_off_with_its_variable_and_for_float_models(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_step_is_off_with_its_variable_and_the_trained_model_itself_has_none(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_model(vocab=40, seed=0, **T5_LIKE)
     assert model.native_step is None
     monkeypatch.setenv("SEQTRANS_NATIVE_STEP", "0")
