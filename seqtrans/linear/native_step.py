@@ -2,23 +2,24 @@
 (:func:`seqtrans.native.decoder_step`), where the layers' own forward makes a few dozen
 calls a layer from Python, most as long to make as their work at a beam's few rows.
 
-It calls the very kernels the layers call (RMSNorm; the int8 layers, or the float32
-layers' product from oneDNN's packed weight; the attention of one query per hypothesis
-over the cache the beam never copies and over the source) with the same arguments, so a
-row gets the same bits either way, in any batch. The decoder
+It calls the very kernels the layers call (RMSNorm, or the int8 copies' LayerNorm; the
+int8 layers, or the float32 layers' product from oneDNN's packed weight; the attention of
+one query per hypothesis over the cache the beam never copies and over the source) with
+the same arguments, so a row gets the same bits either way, in any batch. The decoder
 (:meth:`seqtrans.model.transformer.Transformer.decode_hidden`) takes whichever of the two
 was timed faster for a step's rows and threads in this process, as an int8 layer chooses
 its product (:class:`seqtrans.runtime.timing.TimedChoice`).
 
 It covers the layers :func:`native_step` recognises: pre- or post-norm with RMSNorm (T5's
-family), the model's scaled or unscaled dot-product self- and cross-attention, a ReLU
-feed-forward, a relative position bias; int8 layers (:func:`seqtrans.linear.quantize.quantized`,
-``int8_only``) or float32 ones through oneDNN (:func:`seqtrans.linear.quantize.onednn`),
-these up to the rows their own calls multiply natively. A model with anything else
-(LayerNorm, whose PyTorch kernel the native code does not reproduce bit for bit; a gated
-feed-forward; another attention mechanism; a task's extension of a layer), and a step it
-does not cover (several positions at once, a wait-k lag, a source still arriving), keeps
-the layers' own path.
+family) or, in the int8 copies, LayerNorm (:class:`seqtrans.model.norms.NativeLayerNorm`,
+which those copies use in every path), the model's scaled or unscaled dot-product self-
+and cross-attention, a ReLU feed-forward, a relative position bias; int8 layers
+(:func:`seqtrans.linear.quantize.quantized`, ``int8_only``) or float32 ones through oneDNN
+(:func:`seqtrans.linear.quantize.onednn`), these up to the rows their own calls multiply
+natively. A model with anything else (a float32 copy's LayerNorm, whose PyTorch kernel the
+native code does not reproduce bit for bit; a gated feed-forward; another attention
+mechanism; a task's extension of a layer), and a step it does not cover (several positions
+at once, a wait-k lag, a source still arriving), keeps the layers' own path.
 
 ``SEQTRANS_NATIVE_STEP=0`` turns it off (:func:`seqtrans.runtime.environment.native_step`).
 """
@@ -42,7 +43,7 @@ from seqtrans.linear import onednn
 from seqtrans.linear.int8 import Int8Linear
 from seqtrans.linear.onednn import OneDNNLinear
 from seqtrans.model.layers import DecoderLayer
-from seqtrans.model.norms import RMSNorm, native_lanes
+from seqtrans.model.norms import NativeLayerNorm, RMSNorm, native_lanes
 from seqtrans.model.state import DecoderState
 from seqtrans.runtime import environment
 from seqtrans.runtime.timing import TimedChoice
@@ -76,10 +77,17 @@ def _linear(layer: nn.Module) -> native.StepLinear | None:
                              bias_address, layer.out_features, int(layer.bias_after), 0)
 
 
-def _norm_weight(norm: nn.Module, eps: float) -> int | None:
-    if type(norm) is not RMSNorm or norm.eps != eps or norm.weight.dtype != torch.float32:
+def _norm(norm: nn.Module, kind: type[nn.Module], eps: float) -> tuple[int, int | None] | None:
+    """The addresses of ``norm``'s weight and bias (None for RMSNorm's), where it is a norm of
+    ``kind`` with ``eps`` that the native kernels normalise as it does itself; else None."""
+    if type(norm) is not kind or not isinstance(norm, (RMSNorm, NativeLayerNorm)) or norm.eps != eps:
         return None
-    return int(norm.weight.data_ptr()) if norm.weight.is_contiguous() else None
+    if isinstance(norm, NativeLayerNorm):
+        return (norm.weight.data_ptr(), norm.bias.data_ptr()) if norm.native() else None
+    weight = norm.weight
+    if weight.dtype != torch.float32 or not weight.is_contiguous():
+        return None
+    return weight.data_ptr(), None
 
 
 class NativeStep:
@@ -176,25 +184,28 @@ class NativeStep:
 
 def native_step(layers: list[DecoderLayer], final_norm: nn.Module,
                 output_scale: float | None) -> NativeStep | None:
-    """The native step of a decoding copy's ``layers`` and ``final_norm`` (an RMSNorm for
-    pre-norm layers, an identity for post-norm ones), or None where it does not cover them
-    (see the module's notes), the kernels are not built here, or ``SEQTRANS_NATIVE_STEP=0``."""
+    """The native step of a decoding copy's ``layers`` and ``final_norm`` (a norm of the
+    layers' kind for pre-norm layers, an identity for post-norm ones), or None where it does
+    not cover them (see the module's notes), the kernels are not built here, or
+    ``SEQTRANS_NATIVE_STEP=0``."""
     if not layers or not environment.native_step() or not native.available():
         return None
-    first = layers[0]
-    pre, eps = first.r1.pre_norm, getattr(first.r1.norm, "eps", None)
-    d = first.r1.norm.weight.numel() if isinstance(first.r1.norm, RMSNorm) else 0
-    lanes = native_lanes(d) if d else 0
-    if not lanes or not isinstance(eps, float):
+    first, norm = layers[0], layers[0].r1.norm
+    pre, eps, kind = first.r1.pre_norm, getattr(norm, "eps", None), type(norm)
+    d = norm.weight.numel() if isinstance(norm, (RMSNorm, NativeLayerNorm)) else 0
+    # RMSNorm sums as PyTorch sums, in vectors of these lanes; LayerNorm needs none
+    lanes = native_lanes(d) if kind is RMSNorm else 1
+    if not d or not lanes or not isinstance(eps, float):
         return None
+    final: tuple[int, int | None] | None = None
     if pre:
-        final = _norm_weight(final_norm, eps)
+        final = _norm(final_norm, kind, eps)
         if final is None:
             return None
     elif not isinstance(final_norm, nn.Identity):
         return None
     table = (native.StepLayer * len(layers))()
-    shapes = {_layer(entry, layer, pre=pre, eps=eps, d=d) for entry, layer in zip(table, layers)}
+    shapes = {_layer(entry, layer, pre=pre, kind=kind, eps=eps, d=d) for entry, layer in zip(table, layers)}
     if len(shapes) != 1 or None in shapes:
         return None
     heads, head_dim, self_scale, cross_scale = cast(tuple[int, int, float, float], shapes.pop())
@@ -203,11 +214,11 @@ def native_step(layers: list[DecoderLayer], final_norm: nn.Module,
         pre_norm=int(pre), lanes=lanes, group=1, has_final_norm=int(pre),
         has_output_scale=int(output_scale is not None), eps=eps, self_scale=self_scale,
         cross_scale=cross_scale, output_scale=1.0 if output_scale is None else output_scale,
-        final_norm=final if pre else None)
+        final_norm=None if final is None else final[0], final_norm_bias=None if final is None else final[1])
     return NativeStep(layers, final_norm, output_scale, model, table)
 
 
-def _layer(entry: native.StepLayer, layer: DecoderLayer, *, pre: bool, eps: float,
+def _layer(entry: native.StepLayer, layer: DecoderLayer, *, pre: bool, kind: type[nn.Module], eps: float,
            d: int) -> tuple[int, int, float, float] | None:
     """Fills ``entry`` with ``layer``'s weights; its heads, their width and its self- and
     cross-attention scales, or None where the step does not cover the layer."""
@@ -222,11 +233,12 @@ def _layer(entry: native.StepLayer, layer: DecoderLayer, *, pre: bool, eps: floa
     residuals = (layer.r1, layer.r2, layer.r3)
     if any(r.pre_norm != pre for r in residuals):
         return None
-    norms = [_norm_weight(r.norm, eps) for r in residuals]
+    norms = [_norm(r.norm, kind, eps) for r in residuals]
     linears = [_linear(m) for m in (attn.qkv, attn.out, cross.q, cross.out, ffn.inner, ffn.outer)]
     if any(w is None for w in norms) or any(w is None for w in linears) or attn.qkv.in_features != d:
         return None
-    entry.norm[:] = norms
+    entry.norm[:] = [cast(tuple[int, int | None], n)[0] for n in norms]
+    entry.norm_bias[:] = [cast(tuple[int, int | None], n)[1] for n in norms]
     entry.qkv, entry.self_out, entry.cross_q, entry.cross_out, entry.inner, entry.outer = linears
     dim = attn.out.in_features // attn.heads
     # the scales as the layers pass them to the kernel (None: 1/sqrt(d))

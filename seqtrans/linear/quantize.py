@@ -22,6 +22,7 @@ from seqtrans.errors import ConfigError
 from seqtrans.linear.int8 import Int8Embedding, Int8Linear
 from seqtrans.linear.native_step import native_step
 from seqtrans.linear.onednn import FileEmbedding, OneDNNLinear
+from seqtrans.model.norms import native_layer_norms
 from seqtrans.model.transformer import Transformer
 
 
@@ -61,7 +62,8 @@ def quantized(model: Transformer) -> Transformer:
     if is_int8_only(model):
         return model
     check_int8(model)
-    return _with_native_step(_bias_in_projection(_with_linears(model, Int8Linear), model.output_bias))
+    return _with_native_step(_bias_in_projection(_with_linears(model, Int8Linear), model.output_bias),
+                             layer_norms=True)
 
 
 def int8_only(model: Transformer, *, in_place: bool = False) -> Transformer:
@@ -82,7 +84,7 @@ def int8_only(model: Transformer, *, in_place: bool = False) -> Transformer:
         twin.projection = Int8Linear(None, rows=(table.qweight, table.scale.unsqueeze(1)))
     else:
         twin.projection, twin.output = twin.output, None
-    return _with_native_step(_bias_in_projection(twin, twin.output_bias))
+    return _with_native_step(_bias_in_projection(twin, twin.output_bias), layer_norms=True)
 
 
 def _bias_in_projection(twin: Transformer, bias: Tensor | None) -> Transformer:
@@ -94,9 +96,14 @@ def _bias_in_projection(twin: Transformer, bias: Tensor | None) -> Transformer:
     return twin
 
 
-def _with_native_step(twin: Transformer) -> Transformer:
+def _with_native_step(twin: Transformer, *, layer_norms: bool = False) -> Transformer:
     """``twin`` (int8, or float32 through oneDNN) with its decoder's layers in one native call per step where
-    :func:`seqtrans.linear.native_step.native_step` covers them (the same bits)."""
+    :func:`seqtrans.linear.native_step.native_step` covers them (the same bits). ``layer_norms``
+    (the int8 copies): its LayerNorms first made native ones
+    (:class:`~seqtrans.model.norms.NativeLayerNorm`), which the step can call for the same
+    bits; int8 decoding is not F.layer_norm's bits anyway, while float32 decoding keeps them."""
+    if layer_norms:
+        native_layer_norms(twin)
     twin.native_step = native_step(twin.decoder_layers, twin.decoder_norm, twin.output_scale)
     return twin
 

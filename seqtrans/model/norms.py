@@ -48,6 +48,47 @@ class RMSNorm(nn.Module):
         return f"{self.weight.numel()}, eps={self.eps}"
 
 
+class NativeLayerNorm(nn.Module):
+    """A LayerNorm (its weight, bias and eps shared with ``norm``) whose float32 CPU rows,
+    without gradients, are normalised by the native kernel (:func:`seqtrans.native.layer_norm`)
+    in one call instead of PyTorch's: within float rounding of ``F.layer_norm``, not its
+    bits, the same bits for a row in any batch. For decoding copies whose every path uses it
+    (the int8 ones, :mod:`seqtrans.linear.quantize`), so that the native decoder step
+    (:mod:`seqtrans.linear.native_step`), which calls the same kernel, gives a row the bits
+    the layers give it. Elsewhere, and without the kernels, ``F.layer_norm``.  [..., D] -> [..., D]"""
+
+    def __init__(self, norm: nn.LayerNorm) -> None:
+        super().__init__()
+        if norm.weight is None or norm.bias is None or len(norm.normalized_shape) != 1:
+            raise ValueError("NativeLayerNorm takes a LayerNorm over the last dimension, with a weight "
+                             "and a bias")
+        self.weight, self.bias, self.eps = norm.weight, norm.bias, norm.eps
+        self.normalized_shape = tuple(norm.normalized_shape)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if (self.native() and x.dtype == torch.float32 and not torch.is_grad_enabled()
+                and x.device.type == "cpu" and x.stride(-1) == 1):
+            return native.layer_norm(x, self.weight, self.bias, self.eps)
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def native(self) -> bool:
+        """Whether float32 CPU rows go through the native kernel here."""
+        return (native.available() and self.weight.dtype == self.bias.dtype == torch.float32
+                and self.weight.is_contiguous() and self.bias.is_contiguous())
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape[0]}, eps={self.eps}, native"
+
+
+def native_layer_norms(model: nn.Module) -> None:
+    """Each ``nn.LayerNorm`` in ``model`` (a decoding copy) made a :class:`NativeLayerNorm`
+    of the same tensors, in place."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.LayerNorm and child.weight is not None and child.bias is not None:
+                setattr(parent, name, NativeLayerNorm(child))
+
+
 def native_lanes(width: int) -> int:
     """The vector width in lanes with which the native kernel gives ``F.rms_norm``'s bits for
     rows of ``width`` here, or 0 where it gives them with none (:func:`_lanes_matching`,

@@ -18,6 +18,9 @@
 - :func:`rms_norm`: RMSNorm (T5's) in one call, the mean of squares summed in the order
   PyTorch's CPU sum takes, so the same bits as ``F.rms_norm``, whose seven operators cost
   more to call than the pass at a decoding step's few rows.
+- :func:`layer_norm`: LayerNorm in one call, its sums in a fixed order of its own (not
+  ``F.layer_norm``'s bits: the int8 decoding copies use it in every path,
+  :class:`seqtrans.model.norms.NativeLayerNorm`).
 - :func:`topk_rows`: the few largest of each long row (beam search's candidates), in one
   pass that compares a block of elements with the k-th best so far at once, where
   ``torch.topk`` took a fifth of a small model's beam search.
@@ -210,6 +213,9 @@ def _load() -> ctypes.CDLL | None:
         library.seqtrans_rms_norm.restype = ctypes.c_int
         library.seqtrans_rms_norm.argtypes = [pointer, integer, integer, integer, pointer, ctypes.c_float,
                                               integer, pointer, integer, integer]
+        library.seqtrans_layer_norm.restype = None
+        library.seqtrans_layer_norm.argtypes = [pointer, integer, integer, integer, pointer, pointer,
+                                                ctypes.c_float, pointer, integer, integer]
         library.seqtrans_topk_rows.restype = ctypes.c_int
         library.seqtrans_topk_rows.argtypes = [pointer, integer, integer, integer, integer, pointer, pointer,
                                                integer]
@@ -461,6 +467,25 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float, *, lanes: int) -> Tensor:
     return out
 
 
+def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+    """``((x - mean) * (1 / sqrt(var + eps))) * weight + bias`` over the last dimension in one
+    call, the mean and the variance each summed in one fixed order of its own (``kernels.c``),
+    so within float rounding of ``F.layer_norm`` but not its bits. x [..., D] float32 with
+    contiguous rows, weight and bias [D] float32 contiguous -> [..., D]."""
+    d = x.size(-1)
+    if (x.dtype != torch.float32 or weight.dtype != torch.float32 or bias.dtype != torch.float32
+            or weight.shape != (d,) or bias.shape != (d,) or not weight.is_contiguous()
+            or not bias.is_contiguous() or x.stride(-1) != 1 or x.device.type != "cpu"):
+        raise ValueError(f"layer_norm takes float32 CPU rows [..., {d}] and a contiguous weight and "
+                         f"bias [{d}]")
+    rows = x.reshape(-1, d)  # a view wherever the rows are evenly spaced
+    out = torch.empty(x.shape)
+    _library_or_raise().seqtrans_layer_norm(rows.data_ptr(), rows.size(0), d, rows.stride(0),
+                                            weight.data_ptr(), bias.data_ptr(), eps, out.data_ptr(), d,
+                                            torch.get_num_threads())
+    return out
+
+
 def _rows_for_k(x: Tensor, k: int, *, kernel: str) -> tuple[int, int]:
     """The shape [M, N] of the rows ``kernel`` ranks, after checking that ``x`` is a float32
     CPU matrix with contiguous rows and that ``k`` is within 1..N (a ValueError naming it)."""
@@ -534,7 +559,7 @@ class StepLinear(ctypes.Structure):
 class StepLayer(ctypes.Structure):
     """A decoder layer and this step's caches as :func:`decoder_step` reads them."""
 
-    _fields_ = [("norm", ctypes.c_void_p * 3),
+    _fields_ = [("norm", ctypes.c_void_p * 3), ("norm_bias", ctypes.c_void_p * 3),
                 *((name, StepLinear)
                   for name in ("qkv", "self_out", "cross_q", "cross_out", "inner", "outer")),
                 ("cache_k", ctypes.c_void_p), ("cache_v", ctypes.c_void_p), ("sources", ctypes.c_void_p),
@@ -550,7 +575,7 @@ class StepModel(ctypes.Structure):
                     "layers", "d_model", "heads", "head_dim", "pre_norm", "lanes", "group", "has_final_norm",
                     "has_output_scale")),
                 *((name, ctypes.c_float) for name in ("eps", "self_scale", "cross_scale", "output_scale")),
-                ("final_norm", ctypes.c_void_p)]
+                ("final_norm", ctypes.c_void_p), ("final_norm_bias", ctypes.c_void_p)]
 
 
 def decoder_step_available(kind: str) -> bool:

@@ -28,6 +28,9 @@
  * seqtrans_rms_norm: RMSNorm over rows, summing the squares in PyTorch's CPU order, so the
  * same bits as F.rms_norm (checked by the caller, seqtrans.model.norms).
  *
+ * seqtrans_layer_norm: LayerNorm over rows in a fixed summing order of its own, for the int8
+ * decoding copies, whose every path uses it (seqtrans.model.norms.NativeLayerNorm).
+ *
  * seqtrans_topk_rows: the k largest of each row, for beam search's candidates (twice the
  * beam among the beam's hypotheses times the vocabulary), in one pass over each row.
  *
@@ -421,6 +424,57 @@ int seqtrans_rms_norm(const float *x, int64_t rows, int64_t n, int64_t x_stride,
     RmsNorm c = {x, w, out, n, x_stride, out_stride, (int)lanes, eps};
     parallel(rms_norm_rows, &c, rows, rows * n < SMALL_WORK ? 1 : threads);
     return 0;
+}
+
+/* seqtrans_layer_norm: out[r] = ((x[r] - mean) * (1 / sqrt(var + eps))) * w + b, the mean
+ * and then the variance (the mean of (x - mean)^2) each summed in one fixed order of our
+ * own: element e into partial sum e % LN_PARTS, the partial sums added pairwise in halves.
+ * Not F.layer_norm's bits (PyTorch's Welford merges were not reproduced exactly), so only
+ * decoding copies that use it in every path call it (seqtrans.model.norms.NativeLayerNorm,
+ * the int8 copies); the fixed order is written out, so vectorizing does not change it. */
+#define LN_PARTS 32
+
+typedef struct {
+    const float *x, *w, *b;
+    float *out;
+    int64_t n, x_stride, out_stride;
+    float eps;
+} LayerNormRows;
+
+/* sum of (x[e] - shift), or of its squares, in the fixed order above */
+static float fixed_sum(const float *x, int64_t n, float shift, int squares) {
+    float acc[LN_PARTS] = {0.0f};
+    const int64_t whole = n - n % LN_PARTS;
+    for (int64_t i = 0; i < whole; i += LN_PARTS)
+        for (int j = 0; j < LN_PARTS; j++) {
+            const float d = x[i + j] - shift;
+            acc[j] += squares ? d * d : d;
+        }
+    for (int64_t i = whole; i < n; i++) {
+        const float d = x[i] - shift;
+        acc[i - whole] += squares ? d * d : d;
+    }
+    for (int half = LN_PARTS / 2; half > 0; half /= 2)
+        for (int j = 0; j < half; j++) acc[j] += acc[j + half];
+    return acc[0];
+}
+
+static void layer_norm_rows(void *context, int64_t begin, int64_t end) {
+    const LayerNormRows *c = (const LayerNormRows *)context;
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = c->x + r * c->x_stride;
+        float *y = c->out + r * c->out_stride;
+        const float mean = fixed_sum(x, c->n, 0.0f, 0) / (float)c->n;
+        const float variance = fixed_sum(x, c->n, mean, 1) / (float)c->n;
+        const float scale = 1.0f / sqrtf(variance + c->eps);
+        for (int64_t e = 0; e < c->n; e++) y[e] = ((x[e] - mean) * scale) * c->w[e] + c->b[e];
+    }
+}
+
+void seqtrans_layer_norm(const float *x, int64_t rows, int64_t n, int64_t x_stride, const float *w, const float *b,
+                         float eps, float *out, int64_t out_stride, int64_t threads) {
+    LayerNormRows c = {x, w, b, out, n, x_stride, out_stride, eps};
+    parallel(layer_norm_rows, &c, rows, rows * n < SMALL_WORK ? 1 : threads);
 }
 
 typedef struct {
@@ -1116,7 +1170,8 @@ void seqtrans_packed_linear(const float *x, int64_t rows, int64_t cols, int64_t 
  * `rows` hypotheses, in one call (seqtrans.linear.native_step), where PyTorch's path makes a
  * few dozen calls a layer from Python, each costing as long as its pass at a beam's few
  * rows. Each part is the very kernel that path calls, with the same arguments, so a row
- * gets the same bits either way: RMSNorm (seqtrans_rms_norm), int8 layers
+ * gets the same bits either way: RMSNorm (seqtrans_rms_norm) or the int8 copies' LayerNorm
+ * (seqtrans_layer_norm), int8 layers
  * (seqtrans_int8_linear) or float32 ones from oneDNN's packing (seqtrans_packed_linear),
  * self-attention over a cache the beam never copies and
  * cross-attention over the source (seqtrans_beam_attention); the residual sums are single
@@ -1130,7 +1185,8 @@ typedef struct {
 } StepLinear;
 
 typedef struct {
-    const float *norm[3]; /* the RMSNorm weights of self-attention, cross-attention, feed-forward */
+    const float *norm[3]; /* the norms' weights of self-attention, cross-attention, feed-forward */
+    const float *norm_bias[3]; /* their biases (LayerNorm), or NULL (RMSNorm) */
     StepLinear qkv, self_out, cross_q, cross_out, inner, outer;
     float *cache_k, *cache_v; /* [buffer rows, heads, capacity, head_dim] */
     int64_t *sources;         /* [rows, sources_stride]: the buffer row of each position */
@@ -1144,7 +1200,7 @@ typedef struct {
 typedef struct {
     int64_t layers, d_model, heads, head_dim, pre_norm, lanes, group, has_final_norm, has_output_scale;
     float eps, self_scale, cross_scale, output_scale;
-    const float *final_norm;
+    const float *final_norm, *final_norm_bias; /* the bias: LayerNorm's, or NULL (RMSNorm) */
 } StepModel;
 
 /* 1: int8 layers; 2: float32 layers in oneDNN's packing; 3: both */
@@ -1163,22 +1219,29 @@ static int step_linear(const StepLinear *l, const float *x, int64_t rows, int64_
                                 l->bias_after, out, threads);
 }
 
+/* out = N(x) over rows of d_model: RMSNorm, or LayerNorm where the norm has a bias */
+static void normalize(const StepModel *m, const float *x, const float *w, const float *b, int64_t rows, float *out,
+                      int64_t threads) {
+    if (b != NULL) seqtrans_layer_norm(x, rows, m->d_model, m->d_model, w, b, m->eps, out, m->d_model, threads);
+    else seqtrans_rms_norm(x, rows, m->d_model, m->d_model, w, m->eps, m->lanes, out, m->d_model, threads);
+}
+
 /* x [rows, d] += add [rows, d], then (post-norm) x = N(x) */
-static void residual(const StepModel *m, float *x, const float *add, const float *norm, int64_t rows,
-                     float *work, int64_t threads) {
+static void residual(const StepModel *m, float *x, const float *add, const float *norm, const float *norm_bias,
+                     int64_t rows, float *work, int64_t threads) {
     const int64_t n = rows * m->d_model;
     for (int64_t i = 0; i < n; i++) x[i] = x[i] + add[i];
     if (!m->pre_norm) {
-        seqtrans_rms_norm(x, rows, m->d_model, m->d_model, norm, m->eps, m->lanes, work, m->d_model, threads);
+        normalize(m, x, norm, norm_bias, rows, work, threads);
         for (int64_t i = 0; i < n; i++) x[i] = work[i];
     }
 }
 
 /* what a sub-layer reads: N(x) for pre-norm (into h), x itself for post-norm */
-static const float *sublayer_input(const StepModel *m, const float *x, const float *norm, int64_t rows, float *h,
-                                   int64_t threads) {
+static const float *sublayer_input(const StepModel *m, const float *x, const float *norm, const float *norm_bias,
+                                   int64_t rows, float *h, int64_t threads) {
     if (!m->pre_norm) return x;
-    seqtrans_rms_norm(x, rows, m->d_model, m->d_model, norm, m->eps, m->lanes, h, m->d_model, threads);
+    normalize(m, x, norm, norm_bias, rows, h, threads);
     return h;
 }
 
@@ -1200,7 +1263,7 @@ int seqtrans_decoder_step(const StepModel *m, const StepLayer *layers, float *x,
     for (int64_t l = 0; l < m->layers && !failed; l++) {
         const StepLayer *L = &layers[l];
         /* self-attention: the new keys and values into the cache, each row its own buffer row */
-        const float *in = sublayer_input(m, x, L->norm[0], rows, h, threads);
+        const float *in = sublayer_input(m, x, L->norm[0], L->norm_bias[0], rows, h, threads);
         failed |= step_linear(&L->qkv, in, rows, d, 0, wide, threads);
         if (failed) break;
         for (int64_t r = 0; r < rows; r++) {
@@ -1220,25 +1283,25 @@ int seqtrans_decoder_step(const StepModel *m, const StepLayer *layers, float *x,
                                           m->self_scale, threads) != 0;
         failed |= step_linear(&L->self_out, attended, rows, inner, 0, out, threads);
         if (failed) break;
-        residual(m, x, out, L->norm[0], rows, h, threads);
+        residual(m, x, out, L->norm[0], L->norm_bias[0], rows, h, threads);
         /* cross-attention over each hypothesis's own source */
-        in = sublayer_input(m, x, L->norm[1], rows, h, threads);
+        in = sublayer_input(m, x, L->norm[1], L->norm_bias[1], rows, h, threads);
         failed |= step_linear(&L->cross_q, in, rows, d, 0, q, threads);
         failed |= seqtrans_beam_attention(q, L->cross_k, L->cross_v, L->cross_rows, L->cross_lengths, NULL,
                                           attended, rows, heads, dim, L->source_length, L->source_length,
                                           L->source_length, m->group, m->cross_scale, threads) != 0;
         failed |= step_linear(&L->cross_out, attended, rows, inner, 0, out, threads);
         if (failed) break;
-        residual(m, x, out, L->norm[1], rows, h, threads);
+        residual(m, x, out, L->norm[1], L->norm_bias[1], rows, h, threads);
         /* the feed-forward layer, its ReLU in the inner product's last pass */
-        in = sublayer_input(m, x, L->norm[2], rows, h, threads);
+        in = sublayer_input(m, x, L->norm[2], L->norm_bias[2], rows, h, threads);
         failed |= step_linear(&L->inner, in, rows, d, 1, wide, threads);
         failed |= step_linear(&L->outer, wide, rows, L->inner.outputs, 0, out, threads);
         if (failed) break;
-        residual(m, x, out, L->norm[2], rows, h, threads);
+        residual(m, x, out, L->norm[2], L->norm_bias[2], rows, h, threads);
     }
     if (!failed && m->has_final_norm) {
-        seqtrans_rms_norm(x, rows, d, d, m->final_norm, m->eps, m->lanes, h, d, threads);
+        normalize(m, x, m->final_norm, m->final_norm_bias, rows, h, threads);
         for (int64_t i = 0; i < rows * d; i++) x[i] = h[i];
     }
     if (!failed && m->has_output_scale)

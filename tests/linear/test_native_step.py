@@ -1,4 +1,4 @@
-"""The int8 decoder's layers in one native call per step (seqtrans.linear.native_step): the
+"""The decoder's layers in one native call per step (seqtrans.linear.native_step): the
 same bits as the layers' own calls in every search and batch, the caches left as those
 leave them, chosen by timing, and the PyTorch path kept wherever the step does not cover a
 model or a step."""
@@ -21,6 +21,7 @@ from seqtrans.decoding import beam_search, greedy_search
 from seqtrans.linear import native_step
 from seqtrans.linear.onednn import onednn_available
 from seqtrans.linear.quantize import int8_only, onednn, quantized
+from seqtrans.model.norms import NativeLayerNorm
 from seqtrans.model.transformer import Transformer
 from seqtrans.runtime.timing import TimedChoice
 
@@ -32,6 +33,9 @@ T5_LIKE = {"norm": "pre", "norm_kind": "rms", "norm_eps": 1e-6, "positions": "re
            "relative_buckets": 8, "relative_max_distance": 12, "bias": False, "attention_scale": False,
            "scale_embeddings": False, "scale_output": True, "d_model": 32, "d_ff": 64}
 POST_NORM_RMS = {"norm": "post", "norm_kind": "rms", "d_model": 32, "d_ff": 64}
+#: the paper's layers with LayerNorm, before each sub-layer (a final LayerNorm) and after
+PRE_NORM_LAYER = {"norm": "pre", "norm_kind": "layer", "d_model": 32, "d_ff": 64}
+POST_NORM_LAYER = {"norm": "post", "norm_kind": "layer", "d_model": 32, "d_ff": 64}
 
 
 class _Always(dict):  # type: ignore[type-arg]
@@ -80,13 +84,16 @@ def run_both(monkeypatch: pytest.MonkeyPatch, twin: Transformer, search: Callabl
     return ours, theirs, steps
 
 
-@pytest.mark.parametrize("options", [T5_LIKE, POST_NORM_RMS], ids=["pre-norm-t5", "post-norm"])
+@pytest.mark.parametrize("options", [T5_LIKE, POST_NORM_RMS, PRE_NORM_LAYER, POST_NORM_LAYER],
+                         ids=["pre-norm-t5", "post-norm", "pre-norm-layer-norm", "post-norm-layer-norm"])
 @pytest.mark.parametrize("make", [quantized, int8_only, onednn], ids=["quantized", "int8-only", "float32"])
 def test_the_native_step_gives_the_layers_bits_in_beam_and_greedy_search(
         monkeypatch: pytest.MonkeyPatch, options: dict[str, Any],
         make: Callable[[Transformer], Transformer]) -> None:
     if make is onednn:
         require_float32_step()
+        if options["norm_kind"] == "layer":
+            pytest.skip("a float32 copy keeps F.layer_norm, and so the layers (the test below)")
     twin = make(tiny_model(vocab=40, seed=3, **options))
     assert isinstance(twin.native_step, native_step.NativeStep)
     src = sources()
@@ -104,12 +111,15 @@ def test_the_native_step_gives_the_layers_bits_in_beam_and_greedy_search(
     assert len(lengths) > 2
 
 
-@pytest.mark.parametrize("make", [quantized, onednn], ids=["int8", "float32"])
+@pytest.mark.parametrize("make,options",
+                         [(quantized, T5_LIKE), (onednn, T5_LIKE), (quantized, PRE_NORM_LAYER)],
+                         ids=["int8", "float32", "int8-layer-norm"])
 def test_a_sentence_gets_the_same_bits_alone_as_in_any_batch_through_the_native_step(
-        monkeypatch: pytest.MonkeyPatch, make: Callable[[Transformer], Transformer]) -> None:
+        monkeypatch: pytest.MonkeyPatch, make: Callable[[Transformer], Transformer],
+        options: dict[str, Any]) -> None:
     if make is onednn:
         require_float32_step()
-    twin = make(tiny_model(vocab=40, seed=4, **T5_LIKE))
+    twin = make(tiny_model(vocab=40, seed=4, **options))
     monkeypatch.setattr(native_step, "_choices", _Always(True))
     src = sources(count=5, seed=1)
     max_len = torch.full((5,), 8)
@@ -153,12 +163,26 @@ def test_the_decoder_times_both_ways_then_keeps_the_faster(monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize("options", [
-    {},  # LayerNorm
     {**T5_LIKE, "activation": "gelu_tanh", "gated_ffn": True},
     {**POST_NORM_RMS, "cross_attention": "milk"},
-], ids=["layer-norm", "gated-feed-forward", "another-attention"])
+], ids=["gated-feed-forward", "another-attention"])
 def test_models_the_step_does_not_cover_keep_the_layers(options: dict[str, Any]) -> None:
     assert quantized(tiny_model(vocab=40, seed=0, **options)).native_step is None
+
+
+def test_int8_copies_normalise_with_the_native_layer_norm_and_float32_ones_keep_pytorchs() -> None:
+    model = tiny_model(vocab=40, seed=0, **PRE_NORM_LAYER)
+    twin = quantized(model)
+    assert isinstance(twin.native_step, native_step.NativeStep)
+    kinds = {type(m) for m in twin.modules()}
+    assert NativeLayerNorm in kinds and torch.nn.LayerNorm not in kinds
+    # the trained model keeps its own, and the copy shares its tensors
+    assert not any(isinstance(m, NativeLayerNorm) for m in model.modules())
+    assert twin.decoder_norm.weight is model.decoder_norm.weight
+    if onednn_available():
+        float32 = onednn(model)  # F.layer_norm's bits, which the native step does not give
+        assert float32.native_step is None
+        assert not any(isinstance(m, NativeLayerNorm) for m in float32.modules())
 
 
 def test_the_step_is_off_with_its_variable_and_the_trained_model_itself_has_none(

@@ -21,7 +21,7 @@ from seqtrans.data.vocab import BOS, EOS
 from seqtrans.errors import ConfigError
 from seqtrans.linear.int8 import Int8Linear
 from seqtrans.linear.quantize import int8_only, quantized
-from seqtrans.model.norms import RMSNorm
+from seqtrans.model.norms import NativeLayerNorm, RMSNorm
 from seqtrans.model.relative import RelativePositionBias, relative_buckets
 from seqtrans.model.transformer import FeedForward, attention_maps
 
@@ -246,6 +246,32 @@ def test_int8_decoding_copies_of_the_variants_quantize_every_layer_and_stay_clos
         assert isinstance(twin.encoder_layers[0].ffn.gate, Int8Linear)
         assert not any(type(m) is torch.nn.Linear for m in twin.modules())
         assert (twin(src, tgt).log_softmax(-1) - expected).abs().max() < 0.15
+
+
+def test_the_native_layer_norm_is_within_rounding_of_pytorchs_and_a_row_gets_its_bits_in_any_batch(
+        native_kernels: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    for width in (7, 32, 512, 1000):
+        plain = torch.nn.LayerNorm(width, eps=1e-5)
+        torch.nn.init.normal_(plain.weight)
+        torch.nn.init.normal_(plain.bias)
+        norm = NativeLayerNorm(plain)
+        assert norm.weight is plain.weight and norm.bias is plain.bias
+        x = torch.randn(3, 5, width) * 4 + 1
+        ours, theirs = norm(x), plain(x)  # (the module's tests run without gradients)
+        exact = F.layer_norm(x.double(), (width,), plain.weight.double(), plain.bias.double(), 1e-5)
+        assert not torch.equal(ours, theirs) or width < 32  # its own sums: another rounding
+        # as near the exact value as PyTorch's own rounding is
+        worst = (theirs.double() - exact).abs().max().item()
+        assert (ours.double() - exact).abs().max().item() <= 4 * worst + 1e-7
+        assert torch.equal(norm(x[1, 2:3]), ours[1, 2:3])  # a row alone: the same bits
+        assert torch.equal(norm(x.transpose(0, 1)), ours.transpose(0, 1))  # rows not contiguous
+        # with gradients (training), or without the kernels: PyTorch's
+        with torch.enable_grad():
+            assert torch.equal(norm(x), theirs) and norm(x).requires_grad
+        monkeypatch.setenv("SEQTRANS_NATIVE", "0")
+        assert torch.equal(norm(x), theirs)
+        monkeypatch.delenv("SEQTRANS_NATIVE")
 
 
 def test_rms_norm_in_float32_is_its_formula_bit_for_bit() -> None:
