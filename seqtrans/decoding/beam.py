@@ -207,7 +207,7 @@ class _Kept:
 
     norm: Tensor  # [B, M] length-normalised scores, -inf where none
     raw: Tensor  # [B, M] log-probabilities
-    tokens: Tensor  # [B, M, t] ending in EOS, PAD after a shorter one's EOS
+    tokens: Tensor  # [B, M, t'] ending in EOS, PAD after a shorter one's EOS (t' <= the step)
 
     @staticmethod
     def empty(b: int, nbest: int, device: torch.device) -> _Kept:
@@ -218,7 +218,10 @@ class _Kept:
     def merged(self, cand: Tensor, ends: Tensor, rows: Tensor, history: Tensor, step: int,
                alpha: float, kind: str) -> _Kept:
         """These and the candidates that end at ``step`` (``ends``), normalised (lp of
-        ``kind``), the best ``nbest`` kept. cand, ends, rows [B, C] (rows into history [N, step+1])."""
+        ``kind``), the best ``nbest`` kept. cand, ends, rows [B, C] (rows into history [N, step+1]).
+        These themselves where none ends (most steps): their tokens are padded when one does."""
+        if not bool(ends.any()):
+            return self
         b, nbest = self.norm.shape
         new_norm = torch.where(ends, cand / length_penalty(float(step + 1), alpha, kind=kind), NEG_INF)
         norm, pick = merge_finished(self.norm, new_norm)  # [B, M]
@@ -228,7 +231,7 @@ class _Kept:
         raw = torch.where(from_new, cand.gather(1, new_idx), self.raw.gather(1, old_idx))
         new_tok = history[rows.gather(1, new_idx).flatten(), 1:].view(b, nbest, step)  # [B, M, t] no BOS
         new_tok = F.pad(new_tok, (0, 1), value=EOS)  # [B, M, t+1]
-        old_tok = F.pad(self.tokens, (0, 1), value=PAD)  # [B, M, t+1]
+        old_tok = F.pad(self.tokens, (0, step + 1 - self.tokens.size(2)), value=PAD)  # [B, M, t+1]
         old_tok = old_tok.gather(1, old_idx.unsqueeze(-1).expand_as(old_tok))
         return _Kept(norm, raw, torch.where(from_new.unsqueeze(-1), new_tok, old_tok))
 

@@ -64,6 +64,17 @@ def test_sinusoidal_positions_match_the_paper_formula() -> None:
             assert pe[pos - 3, 2 * i + 1].item() == pytest.approx(torch.tensor(angle).cos().item(), abs=1e-5)
 
 
+def test_a_single_positions_encoding_is_made_once_as_computed_and_again_for_a_cast_table() -> None:
+    model = tiny_model(encoder_layers=1, decoder_layers=1)
+    cpu = torch.device("cpu")
+    row = model.positions(1, offset=6, device=cpu)
+    assert torch.equal(row, model.positions(3, offset=5, device=cpu)[1:2])
+    assert model.positions(1, offset=6, device=cpu) is row  # a decoding step's: kept
+    model.double()
+    again = model.positions(1, offset=6, device=cpu)
+    assert again.dtype == torch.float64 and torch.equal(again, model.positions(2, offset=6, device=cpu)[:1])
+
+
 def test_learned_positions_refuse_positions_beyond_their_table() -> None:
     model = tiny_model(positions="learned", max_positions=4)
     with pytest.raises(ValueError, match="max_positions"):
