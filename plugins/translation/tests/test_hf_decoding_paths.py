@@ -49,6 +49,33 @@ def test_int8_decodes_close_to_float32(run: Path) -> None:
     assert sum(a == b for a, b in zip(predictions, fp32)) >= len(SOURCES) // 2
 
 
+def test_int8_steps_in_one_native_call_give_the_layers_outputs(run: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """NLLB's layers (pre-norm LayerNorm, ReLU) are the native decoder step's in int8: with
+    it (timed afresh against the layers, so both ways run) the same n-best and scores as
+    without."""
+    from seqtrans import native
+    from seqtrans.linear import native_step
+
+    if not native.decoder_step_available("int8"):
+        pytest.skip("no native int8 product here")
+    settings = [*LANGUAGES, "decode.beam=4", "decode.nbest=2", "decode.precision=int8"]
+    monkeypatch.setenv("SEQTRANS_NATIVE_STEP", "0")
+    _, layers = load(run, device="cpu", overrides=settings).decode(SOURCES)
+    monkeypatch.delenv("SEQTRANS_NATIVE_STEP")
+    monkeypatch.setattr(native_step, "_choices", {})
+    calls: list[int] = []
+    real = native.decoder_step
+    monkeypatch.setattr(native, "decoder_step", lambda *a: calls.append(1) or real(*a))
+    _, stepped = load(run, device="cpu", overrides=settings).decode(SOURCES)
+    assert calls
+
+    def outputs(hypotheses: list[list[object]]) -> list[list[tuple[object, object]]]:
+        return [[(h.tokens, h.score) for h in n] for n in hypotheses]  # type: ignore[attr-defined]
+
+    assert outputs(stepped) == outputs(layers)
+
+
 def test_sampling_nbest_and_prefixes(run: Path) -> None:
     loaded = load(run, device="cpu", overrides=LANGUAGES)
     _, samples = loaded.decode(SOURCES[:3], decode=DecodeConfig(sample=3, seed=1, target_lang="deu_Latn"))
