@@ -11,15 +11,18 @@ was timed faster for a step's rows and threads in this process, as an int8 layer
 its product (:class:`seqtrans.runtime.timing.TimedChoice`).
 
 It covers the layers :func:`native_step` recognises: pre- or post-norm with RMSNorm (T5's
-family) or, in the int8 copies, LayerNorm (:class:`seqtrans.model.norms.NativeLayerNorm`,
-which those copies use in every path), the model's scaled or unscaled dot-product self-
-and cross-attention, a ReLU feed-forward, a relative position bias; int8 layers
+family) or LayerNorm, the model's scaled or unscaled dot-product self- and cross-attention,
+a ReLU feed-forward, a relative position bias; int8 layers
 (:func:`seqtrans.linear.quantize.quantized`, ``int8_only``) or float32 ones through oneDNN
 (:func:`seqtrans.linear.quantize.onednn`), these up to the rows their own calls multiply
-natively. A model with anything else (a float32 copy's LayerNorm, whose PyTorch kernel the
-native code does not reproduce bit for bit; a gated feed-forward; another attention
-mechanism; a task's extension of a layer), and a step it does not cover (several positions
-at once, a wait-k lag, a source still arriving), keeps the layers' own path.
+natively. The int8 copies' LayerNorm is seqtrans's own
+(:class:`seqtrans.model.norms.NativeLayerNorm`, which those copies use in every path), so
+their whole step is one call. A float32 copy keeps PyTorch's LayerNorm, whose bits no
+kernel here gives: its step (``segmented``) calls the layers' own norms from Python between
+native sub-layers, one call each (:func:`seqtrans.native.decoder_sublayer`). A model with
+anything else (a gated feed-forward; another attention mechanism; a task's extension of a
+layer), and a step it does not cover (several positions at once, a wait-k lag, a source
+still arriving), keeps the layers' own path.
 
 ``SEQTRANS_NATIVE_STEP=0`` turns it off (:func:`seqtrans.runtime.environment.native_step`).
 """
@@ -79,9 +82,13 @@ def _linear(layer: nn.Module) -> native.StepLinear | None:
 
 def _norm(norm: nn.Module, kind: type[nn.Module], eps: float) -> tuple[int, int | None] | None:
     """The addresses of ``norm``'s weight and bias (None for RMSNorm's), where it is a norm of
-    ``kind`` with ``eps`` that the native kernels normalise as it does itself; else None."""
-    if type(norm) is not kind or not isinstance(norm, (RMSNorm, NativeLayerNorm)) or norm.eps != eps:
+    ``kind`` with ``eps`` that the native kernels normalise as it does itself; (0, None) for
+    PyTorch's LayerNorm, which the step leaves to it (``NativeStep.segmented``); else None."""
+    norms = (RMSNorm, NativeLayerNorm, nn.LayerNorm)
+    if type(norm) is not kind or not isinstance(norm, norms) or norm.eps != eps:
         return None
+    if type(norm) is nn.LayerNorm:
+        return (0, None) if norm.weight is not None and norm.bias is not None else None
     if isinstance(norm, NativeLayerNorm):
         return (norm.weight.data_ptr(), norm.bias.data_ptr()) if norm.native() else None
     weight = norm.weight
@@ -98,6 +105,8 @@ class NativeStep:
         self.layers = layers  # kept: the structures point into their tensors
         self.final_norm, self.output_scale = final_norm, output_scale  # what a copy is made again from
         self.model, self.table = model, table
+        # PyTorch's LayerNorm, whose bits no kernel gives: the step calls it between native sub-layers
+        self.segmented = type(layers[0].r1.norm) is nn.LayerNorm
         # float32 layers are multiplied natively up to the rows their own calls are (beyond,
         # by oneDNN): the step keeps to those, and so to the very same kernels
         packed = any(getattr(entry, name).packed for entry in self.table
@@ -105,7 +114,7 @@ class NativeStep:
         self.max_rows = onednn.NATIVE_ROWS if packed else None
         # what sets the two ways' times besides the rows: models of one shape share a choice
         self.shape = (self.model.layers, self.model.d_model, self.model.heads * self.model.head_dim,
-                      self.table[0].inner.outputs, int(packed))
+                      self.table[0].inner.outputs, int(packed), int(self.segmented))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> NativeStep | None:
         # a copy's own, pointing into the copied layers' tensors
@@ -176,10 +185,26 @@ class NativeStep:
         # [H, L], as the layer takes it
         row_bias = None if bias is None else bias[0, :, -1].float().contiguous()
         hidden = x.reshape(n, x.size(2)).clone()  # [N, D], written in place
-        native.decoder_step(model, table, hidden, offset, row_bias)
+        if self.segmented:
+            hidden = self._segmented(model, table, hidden, offset, row_bias)
+        else:
+            native.decoder_step(model, table, hidden, offset, row_bias)
         for cache in state.caches:
             cache.length = end
         return hidden.view(n, 1, -1)
+
+    def _segmented(self, model: native.StepModel, table: Any, hidden: Tensor, offset: int,
+                   bias: Tensor | None) -> Tensor:
+        """The step with the layers' own LayerNorms (PyTorch's) between its native sub-layers,
+        each residual sum in the sub-layer's call: the layers' arithmetic, a call a sub-layer."""
+        for index, layer in enumerate(self.layers):
+            for which, residual in enumerate((layer.r1, layer.r2, layer.r3)):
+                source = residual.norm(hidden) if residual.pre_norm else hidden
+                native.decoder_sublayer(model, table, index, which, source, hidden, offset, bias)
+                if not residual.pre_norm:
+                    hidden = residual.norm(hidden)
+        hidden = self.final_norm(hidden)
+        return hidden if self.output_scale is None else hidden * self.output_scale
 
 
 def native_step(layers: list[DecoderLayer], final_norm: nn.Module,
@@ -192,7 +217,7 @@ def native_step(layers: list[DecoderLayer], final_norm: nn.Module,
         return None
     first, norm = layers[0], layers[0].r1.norm
     pre, eps, kind = first.r1.pre_norm, getattr(norm, "eps", None), type(norm)
-    d = norm.weight.numel() if isinstance(norm, (RMSNorm, NativeLayerNorm)) else 0
+    d = norm.weight.numel() if isinstance(norm, (RMSNorm, NativeLayerNorm, nn.LayerNorm)) else 0
     # RMSNorm sums as PyTorch sums, in vectors of these lanes; LayerNorm needs none
     lanes = native_lanes(d) if kind is RMSNorm else 1
     if not d or not lanes or not isinstance(eps, float):

@@ -26,7 +26,8 @@
   ``torch.topk`` took a fifth of a small model's beam search.
 - :func:`decoder_step`: a decoder's whole stack of int8 or packed float32 layers for a step's new position,
   in one call of the kernels above (:mod:`seqtrans.linear.native_step`), the same bits as
-  the layers' own calls of them.
+  the layers' own calls of them; :func:`decoder_sublayer`, one sub-layer of it, for layers
+  whose norms only PyTorch computes with their bits (LayerNorm).
 - :func:`beam_candidates`: each hypothesis's best extensions straight from a step's logits,
   its log-softmax, prefix, exclusions and top-k per row while the row is in the cache,
   without the [rows, vocabulary] scores that a large vocabulary's batch spends most of a
@@ -61,6 +62,7 @@ import threading
 import weakref
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -171,6 +173,27 @@ def _build_any(command: list[str], source: Path) -> Path:
     raise error
 
 
+_P, _I, _F, _C = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
+# each kernel's result and argument types, as kernels.c declares them
+_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "seqtrans_beam_attention": (_C, [_P] * 7 + [_I] * 7 + [_F, _I]),
+    "seqtrans_quantize_rows": (None, [_P, _I, _I, _I, _P, _P, _I, _I]),
+    "seqtrans_dequantize": (None, [_P] * 6 + [_I] * 5),
+    "seqtrans_int8_product_available": (_C, []),
+    "seqtrans_int8_product": (None, [_P] * 3 + [_I] * 4),
+    "seqtrans_int8_linear": (_C, [_P, _I, _I, _I, _P, _I, _P, _P, _P, _I, _I, _P, _I]),
+    "seqtrans_packed_linear_available": (_C, []),
+    "seqtrans_packed_linear": (None, [_P, _I, _I, _I, _P, _I, _P, _I, _P, _I, _I]),
+    "seqtrans_rms_norm": (_C, [_P, _I, _I, _I, _P, _F, _I, _P, _I, _I]),
+    "seqtrans_layer_norm": (None, [_P, _I, _I, _I, _P, _P, _F, _P, _I, _I]),
+    "seqtrans_topk_rows": (_C, [_P, _I, _I, _I, _I, _P, _P, _I]),
+    "seqtrans_decoder_step_available": (_C, []),
+    "seqtrans_decoder_step": (_C, [_P, _P, _P, _I, _I, _P, _I]),
+    "seqtrans_decoder_sublayer": (_C, [_P, _P, _I, _P, _P, _I, _I, _P, _I]),
+    "seqtrans_beam_candidates": (_C, [_P, _I, _I, _I, _P, _I, _P, _I, *[_P] * 6, _I]),
+}
+
+
 def _load() -> ctypes.CDLL | None:
     global _library, _failed
     if _library is not None or _failed is not None:
@@ -185,48 +208,13 @@ def _load() -> ctypes.CDLL | None:
             with resources.as_file(resources.files(__package__) / SOURCE) as source:
                 path = _build_any(command, source)
             library = ctypes.CDLL(str(path))
-            fn = library.seqtrans_beam_attention
+            for name, (result, arguments) in _SIGNATURES.items():
+                function = getattr(library, name)
+                function.restype, function.argtypes = result, arguments
         except (OSError, AttributeError) as e:
             _failed = str(e)
             log.warning("native decoding kernels unavailable (%s): decoding uses PyTorch operators only", e)
             return None
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_int64]
-        pointer, integer = ctypes.c_void_p, ctypes.c_int64
-        library.seqtrans_quantize_rows.restype = None
-        library.seqtrans_quantize_rows.argtypes = [pointer, integer, integer, integer, pointer, pointer,
-                                                   integer, integer]
-        library.seqtrans_dequantize.restype = None
-        library.seqtrans_dequantize.argtypes = [pointer] * 6 + [integer] * 5
-        library.seqtrans_int8_product_available.restype = ctypes.c_int
-        library.seqtrans_int8_product_available.argtypes = []
-        library.seqtrans_int8_product.restype = None
-        library.seqtrans_int8_product.argtypes = [pointer] * 3 + [integer] * 4
-        library.seqtrans_int8_linear.restype = ctypes.c_int
-        library.seqtrans_int8_linear.argtypes = ([pointer] + [integer] * 3 + [pointer, integer]
-                                                 + [pointer] * 3 + [integer, integer, pointer, integer])
-        library.seqtrans_packed_linear_available.restype = ctypes.c_int
-        library.seqtrans_packed_linear_available.argtypes = []
-        library.seqtrans_packed_linear.restype = None
-        library.seqtrans_packed_linear.argtypes = [pointer, integer, integer, integer, pointer, integer,
-                                                   pointer, integer, pointer, integer, integer]
-        library.seqtrans_rms_norm.restype = ctypes.c_int
-        library.seqtrans_rms_norm.argtypes = [pointer, integer, integer, integer, pointer, ctypes.c_float,
-                                              integer, pointer, integer, integer]
-        library.seqtrans_layer_norm.restype = None
-        library.seqtrans_layer_norm.argtypes = [pointer, integer, integer, integer, pointer, pointer,
-                                                ctypes.c_float, pointer, integer, integer]
-        library.seqtrans_topk_rows.restype = ctypes.c_int
-        library.seqtrans_topk_rows.argtypes = [pointer, integer, integer, integer, integer, pointer, pointer,
-                                               integer]
-        library.seqtrans_decoder_step_available.restype = ctypes.c_int
-        library.seqtrans_decoder_step_available.argtypes = []
-        library.seqtrans_decoder_step.restype = ctypes.c_int
-        library.seqtrans_decoder_step.argtypes = [pointer, pointer, pointer, integer, integer, pointer,
-                                                  integer]
-        library.seqtrans_beam_candidates.restype = ctypes.c_int
-        library.seqtrans_beam_candidates.argtypes = [pointer, integer, integer, integer, pointer, integer,
-                                                     pointer, integer, *[pointer] * 6, integer]
         _library = library
         return library
 
@@ -598,3 +586,17 @@ def decoder_step(model: StepModel, layers: ctypes.Array[StepLayer], x: Tensor, p
         None if bias is None else bias.data_ptr(), torch.get_num_threads())
     if status != 0:
         raise MemoryError("decoder_step could not allocate its working memory")
+
+
+def decoder_sublayer(model: StepModel, layers: ctypes.Array[StepLayer], layer: int, which: int, h: Tensor,
+                     x: Tensor, position: int, bias: Tensor | None) -> None:
+    """x [N, D] float32 (contiguous) += sub-layer ``which`` (0 self-attention, its new keys
+    and values into the cache; 1 cross-attention; 2 the feed-forward layer) of layer ``layer``
+    of h [N, D] float32 (contiguous), what that sub-layer reads: one sub-layer of
+    :func:`decoder_step`, for a step whose norms the caller computes. Without checks, as it."""
+    entry = ctypes.byref(layers, layer * ctypes.sizeof(StepLayer))
+    status = _library_or_raise().seqtrans_decoder_sublayer(
+        ctypes.byref(model), entry, which, h.data_ptr(), x.data_ptr(), x.size(0), position,
+        None if bias is None else bias.data_ptr(), torch.get_num_threads())
+    if status != 0:
+        raise MemoryError("decoder_sublayer could not allocate its working memory")

@@ -1245,71 +1245,112 @@ static const float *sublayer_input(const StepModel *m, const float *x, const flo
     return h;
 }
 
-/* x [rows, d_model] in place, for the position `position` (0-based; the caches hold the
- * ones before it); bias [heads, position + 1] added to the self-attention logits, or NULL.
- * Returns 0, or 1 where working memory could not be had (x is then incomplete). */
-int seqtrans_decoder_step(const StepModel *m, const StepLayer *layers, float *x, int64_t rows, int64_t position,
-                          const float *bias, int64_t threads) {
-    const int64_t d = m->d_model, heads = m->heads, dim = m->head_dim, inner = heads * dim;
+/* a step's working memory: h [rows, d], wide [rows, max(3 * inner, d_ff)], q and attended
+ * [rows, inner], out [rows, d] */
+typedef struct {
+    float *h, *wide, *q, *attended, *out;
+} StepWork;
+
+static void free_work(StepWork *w) {
+    free(w->h);
+    free(w->wide);
+    free(w->q);
+    free(w->attended);
+    free(w->out);
+}
+
+/* 1 where it could not be had (nothing to free then) */
+static int alloc_work(const StepModel *m, const StepLayer *layers, int64_t count, int64_t rows, StepWork *w) {
+    const int64_t d = m->d_model, inner = m->heads * m->head_dim;
     int64_t widest = 3 * inner;
-    for (int64_t l = 0; l < m->layers; l++)
+    for (int64_t l = 0; l < count; l++)
         if (layers[l].inner.outputs > widest) widest = layers[l].inner.outputs;
-    float *h = malloc(sizeof(float) * (size_t)(rows * d + 1));
-    float *wide = malloc(sizeof(float) * (size_t)(rows * widest + 1));
-    float *q = malloc(sizeof(float) * (size_t)(rows * inner + 1));
-    float *attended = malloc(sizeof(float) * (size_t)(rows * inner + 1));
-    float *out = malloc(sizeof(float) * (size_t)(rows * d + 1));
-    int failed = !h || !wide || !q || !attended || !out;
-    for (int64_t l = 0; l < m->layers && !failed; l++) {
-        const StepLayer *L = &layers[l];
-        /* self-attention: the new keys and values into the cache, each row its own buffer row */
-        const float *in = sublayer_input(m, x, L->norm[0], L->norm_bias[0], rows, h, threads);
-        failed |= step_linear(&L->qkv, in, rows, d, 0, wide, threads);
-        if (failed) break;
+    w->h = malloc(sizeof(float) * (size_t)(rows * d + 1));
+    w->wide = malloc(sizeof(float) * (size_t)(rows * widest + 1));
+    w->q = malloc(sizeof(float) * (size_t)(rows * inner + 1));
+    w->attended = malloc(sizeof(float) * (size_t)(rows * inner + 1));
+    w->out = malloc(sizeof(float) * (size_t)(rows * d + 1));
+    if (w->h && w->wide && w->q && w->attended && w->out) return 0;
+    free_work(w);
+    return 1;
+}
+
+/* w->out [rows, d] = sub-layer `which` of layer L (0 self-attention, its new keys and values
+ * into the cache at `position`; 1 cross-attention; 2 the feed-forward layer) of `in`, what
+ * it reads. Returns 0, or 1 where working memory could not be had. */
+static int sublayer(const StepModel *m, const StepLayer *L, int64_t which, const float *in, int64_t rows,
+                    int64_t position, const float *bias, StepWork *w, int64_t threads) {
+    const int64_t d = m->d_model, heads = m->heads, dim = m->head_dim, inner = heads * dim;
+    int failed = 0;
+    if (which == 0) { /* each row its own buffer row of the cache */
+        if (step_linear(&L->qkv, in, rows, d, 0, w->wide, threads)) return 1;
         for (int64_t r = 0; r < rows; r++) {
-            const float *row = wide + r * 3 * inner;
+            const float *row = w->wide + r * 3 * inner;
             for (int64_t e = 0; e < heads; e++) {
                 const int64_t at = ((r * heads + e) * L->capacity + position) * dim;
                 for (int64_t i = 0; i < dim; i++) {
-                    q[(r * heads + e) * dim + i] = row[e * dim + i];
+                    w->q[(r * heads + e) * dim + i] = row[e * dim + i];
                     L->cache_k[at + i] = row[inner + e * dim + i];
                     L->cache_v[at + i] = row[2 * inner + e * dim + i];
                 }
             }
             L->sources[r * L->sources_stride + position] = r;
         }
-        failed |= seqtrans_beam_attention(q, L->cache_k, L->cache_v, L->sources, NULL, bias, attended, rows, heads,
-                                          dim, position + 1, L->capacity, L->sources_stride, m->group,
+        failed |= seqtrans_beam_attention(w->q, L->cache_k, L->cache_v, L->sources, NULL, bias, w->attended, rows,
+                                          heads, dim, position + 1, L->capacity, L->sources_stride, m->group,
                                           m->self_scale, threads) != 0;
-        failed |= step_linear(&L->self_out, attended, rows, inner, 0, out, threads);
-        if (failed) break;
-        residual(m, x, out, L->norm[0], L->norm_bias[0], rows, h, threads);
-        /* cross-attention over each hypothesis's own source */
-        in = sublayer_input(m, x, L->norm[1], L->norm_bias[1], rows, h, threads);
-        failed |= step_linear(&L->cross_q, in, rows, d, 0, q, threads);
-        failed |= seqtrans_beam_attention(q, L->cross_k, L->cross_v, L->cross_rows, L->cross_lengths, NULL,
-                                          attended, rows, heads, dim, L->source_length, L->source_length,
+        return failed || step_linear(&L->self_out, w->attended, rows, inner, 0, w->out, threads);
+    }
+    if (which == 1) { /* over each hypothesis's own source */
+        failed |= step_linear(&L->cross_q, in, rows, d, 0, w->q, threads);
+        failed |= seqtrans_beam_attention(w->q, L->cross_k, L->cross_v, L->cross_rows, L->cross_lengths, NULL,
+                                          w->attended, rows, heads, dim, L->source_length, L->source_length,
                                           L->source_length, m->group, m->cross_scale, threads) != 0;
-        failed |= step_linear(&L->cross_out, attended, rows, inner, 0, out, threads);
-        if (failed) break;
-        residual(m, x, out, L->norm[1], L->norm_bias[1], rows, h, threads);
-        /* the feed-forward layer, its ReLU in the inner product's last pass */
-        in = sublayer_input(m, x, L->norm[2], L->norm_bias[2], rows, h, threads);
-        failed |= step_linear(&L->inner, in, rows, d, 1, wide, threads);
-        failed |= step_linear(&L->outer, wide, rows, L->inner.outputs, 0, out, threads);
-        if (failed) break;
-        residual(m, x, out, L->norm[2], L->norm_bias[2], rows, h, threads);
+        return failed || step_linear(&L->cross_out, w->attended, rows, inner, 0, w->out, threads);
+    }
+    /* its ReLU in the inner product's last pass */
+    failed |= step_linear(&L->inner, in, rows, d, 1, w->wide, threads);
+    return failed || step_linear(&L->outer, w->wide, rows, L->inner.outputs, 0, w->out, threads);
+}
+
+/* x [rows, d_model] in place, for the position `position` (0-based; the caches hold the
+ * ones before it); bias [heads, position + 1] added to the self-attention logits, or NULL.
+ * Returns 0, or 1 where working memory could not be had (x is then incomplete). */
+int seqtrans_decoder_step(const StepModel *m, const StepLayer *layers, float *x, int64_t rows, int64_t position,
+                          const float *bias, int64_t threads) {
+    const int64_t d = m->d_model;
+    StepWork w;
+    if (alloc_work(m, layers, m->layers, rows, &w)) return 1;
+    int failed = 0;
+    for (int64_t l = 0; l < m->layers && !failed; l++) {
+        const StepLayer *L = &layers[l];
+        for (int64_t which = 0; which < 3 && !failed; which++) {
+            const float *in = sublayer_input(m, x, L->norm[which], L->norm_bias[which], rows, w.h, threads);
+            failed |= sublayer(m, L, which, in, rows, position, bias, &w, threads);
+            if (!failed) residual(m, x, w.out, L->norm[which], L->norm_bias[which], rows, w.h, threads);
+        }
     }
     if (!failed && m->has_final_norm) {
-        normalize(m, x, m->final_norm, m->final_norm_bias, rows, h, threads);
-        for (int64_t i = 0; i < rows * d; i++) x[i] = h[i];
+        normalize(m, x, m->final_norm, m->final_norm_bias, rows, w.h, threads);
+        for (int64_t i = 0; i < rows * d; i++) x[i] = w.h[i];
     }
     if (!failed && m->has_output_scale)
         for (int64_t i = 0; i < rows * d; i++) x[i] = x[i] * m->output_scale;
-    free(h);
-    free(wide);
-    free(q);
-    free(attended);
-    free(out);
+    free_work(&w);
+    return failed;
+}
+
+/* One sub-layer of one layer (`which` as for sublayer()) for a step whose norms the caller
+ * computes (PyTorch's LayerNorm, whose bits no kernel here gives): x [rows, d_model] += the
+ * sub-layer of `in` [rows, d_model], what it reads (the norm of x, or x itself). The rest as
+ * seqtrans_decoder_step. */
+int seqtrans_decoder_sublayer(const StepModel *m, const StepLayer *L, int64_t which, const float *in, float *x,
+                              int64_t rows, int64_t position, const float *bias, int64_t threads) {
+    StepWork w;
+    if (which < 0 || which > 2 || alloc_work(m, L, 1, rows, &w)) return 1;
+    const int failed = sublayer(m, L, which, in, rows, position, bias, &w, threads);
+    if (!failed)
+        for (int64_t i = 0; i < rows * m->d_model; i++) x[i] = x[i] + w.out[i];
+    free_work(&w);
     return failed;
 }

@@ -71,10 +71,11 @@ def outputs(search: Callable[[], list[Any]]) -> list[list[tuple[list[int], float
 def run_both(monkeypatch: pytest.MonkeyPatch, twin: Transformer, search: Callable[[Transformer], list[Any]],
              ) -> tuple[Any, Any, int]:
     """The search's outputs through the native step and through the layers, and how many
-    native steps ran."""
+    native steps (or, with PyTorch's LayerNorm, sub-layers) ran."""
     calls = []
-    real = native.decoder_step
+    real, sublayer = native.decoder_step, native.decoder_sublayer
     monkeypatch.setattr(native, "decoder_step", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(native, "decoder_sublayer", lambda *a: calls.append(1) or sublayer(*a))
     monkeypatch.setattr(native_step, "_choices", _Always(True))
     ours = outputs(lambda: search(twin))
     steps = len(calls)
@@ -92,8 +93,6 @@ def test_the_native_step_gives_the_layers_bits_in_beam_and_greedy_search(
         make: Callable[[Transformer], Transformer]) -> None:
     if make is onednn:
         require_float32_step()
-        if options["norm_kind"] == "layer":
-            pytest.skip("a float32 copy keeps F.layer_norm, and so the layers (the test below)")
     twin = make(tiny_model(vocab=40, seed=3, **options))
     assert isinstance(twin.native_step, native_step.NativeStep)
     src = sources()
@@ -112,8 +111,9 @@ def test_the_native_step_gives_the_layers_bits_in_beam_and_greedy_search(
 
 
 @pytest.mark.parametrize("make,options",
-                         [(quantized, T5_LIKE), (onednn, T5_LIKE), (quantized, PRE_NORM_LAYER)],
-                         ids=["int8", "float32", "int8-layer-norm"])
+                         [(quantized, T5_LIKE), (onednn, T5_LIKE), (quantized, PRE_NORM_LAYER),
+                          (onednn, PRE_NORM_LAYER)],
+                         ids=["int8", "float32", "int8-layer-norm", "float32-layer-norm"])
 def test_a_sentence_gets_the_same_bits_alone_as_in_any_batch_through_the_native_step(
         monkeypatch: pytest.MonkeyPatch, make: Callable[[Transformer], Transformer],
         options: dict[str, Any]) -> None:
@@ -180,9 +180,12 @@ def test_int8_copies_normalise_with_the_native_layer_norm_and_float32_ones_keep_
     assert not any(isinstance(m, NativeLayerNorm) for m in model.modules())
     assert twin.decoder_norm.weight is model.decoder_norm.weight
     if onednn_available():
-        float32 = onednn(model)  # F.layer_norm's bits, which the native step does not give
-        assert float32.native_step is None
+        # F.layer_norm's bits, which no kernel gives: the step calls the layers' norms between
+        # its native sub-layers
+        float32 = onednn(model)
         assert not any(isinstance(m, NativeLayerNorm) for m in float32.modules())
+        assert float32.native_step is not None and float32.native_step.segmented
+        assert not twin.native_step.segmented
 
 
 def test_the_step_is_off_with_its_variable_and_the_trained_model_itself_has_none(
