@@ -172,9 +172,10 @@ class OneDNNLinear(nn.Module):
             self._addresses = [(torch.ops.mkldnn.data_ptr(block), block.size(0)) for block in blocks]
             generator = torch.Generator().manual_seed(0)
             probe = torch.randn(3, self.in_features, generator=generator)  # [3, K]
-            fits = all(torch.equal(self._native_product(probe, relu).clone(),
-                                   self._blocks_product(probe, post))
-                       for relu, post in ((False, "none"), (True, "relu")))
+            with torch.no_grad():  # a copy may be made where gradients are on (its bias has one)
+                fits = all(torch.equal(self._native_product(probe, relu).clone(),
+                                       self._blocks_product(probe, post))
+                           for relu, post in ((False, "none"), (True, "relu")))
         self._native = fits
         return fits
 
