@@ -54,8 +54,8 @@ class Positions(nn.Module):
             # PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...)
             inv_freq = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
             self.register_buffer("inv_freq", inv_freq, persistent=False)
-        # (forward keeps single positions' encodings as computed in ``_rows``: (start, device,
-        # the buffer) -> [1, D])
+        # single positions' encodings as forward computed them: (start, device, the buffer) -> [1, D]
+        self._rows: dict[tuple[int, torch.device, int, torch.dtype], Tensor] = {}
 
     def forward(self, length: int, *, offset: int = 0, device: torch.device) -> Tensor:
         """The encodings of positions offset .. offset+length-1.  -> [T, D]"""
@@ -73,12 +73,11 @@ class Positions(nn.Module):
         # a decoding step's one position, made once: the same computation's bits, without its
         # five operators at every step of every search
         key = (start, device, self.inv_freq.data_ptr(), self.inv_freq.dtype)
-        rows = self.__dict__.setdefault("_rows", {})
-        row = rows.get(key)
+        row = self._rows.get(key)
         if row is None:
-            if len(rows) >= 4 * self.max_positions:
-                rows.clear()  # (moved or cast buffers leave old keys behind)
-            row = rows[key] = self._sinusoids(start, 1, device)
+            if len(self._rows) >= 4 * self.max_positions:
+                self._rows.clear()  # (moved or cast buffers leave old keys behind)
+            row = self._rows[key] = self._sinusoids(start, 1, device)
         return row
 
     def _sinusoids(self, start: int, length: int, device: torch.device) -> Tensor:
