@@ -11,6 +11,8 @@
 # and the GPU tests beside it. then: seqtrans serve on the GPU with that Multi30k run, and
 # the compiled training step. Results files and logs go to OUT.
 #
+# $DEADLINE_S: the seconds the first stage may take in all (default 590); the Multi30k run
+# trains for 6 minutes, or less where the timed parts before it left less time.
 # $WHEELS: a directory of wheels to install first (seqtrans and its plugins for their entry
 # points, and what the machine lacks), for a machine without a package index;
 # $SEQTRANS_MIRROR: a directory with Multi30k's files; $WORK: where the runs go (/tmp/gpu-work).
@@ -40,9 +42,11 @@ if [ "$stage" = first ]; then
     say "decode_speed, train_mfu"
     timeout 150 $PY -m benchmarks gpu_suite --parts decode_speed train_mfu \
         --decode-cases base-beam4-b1 base-beam4-b32 --out "$OUT/speed.json"
-    say "multi30k in the background; torchrun_resume and gpu_tests beside it"
+    # what is left of the stage's time, less about 50 s for data, start-up and the test set
+    minutes=$($PY -c "print(round(min(6.0, (${DEADLINE_S:-590} - $(date +%s) + $T0 - 50) / 60), 2))")
+    say "multi30k for $minutes minutes in the background; torchrun_resume and gpu_tests beside it"
     $PY -m benchmarks gpu_suite --parts multi30k --work "$WORK/multi30k" --out "$OUT/multi30k.json" \
-        --multi30k-set train.max_minutes=6 model.dropout=0.3 train.max_tokens=8192 train.warmup=1000 \
+        --multi30k-set train.max_minutes=$minutes model.dropout=0.3 train.max_tokens=8192 train.warmup=1000 \
         train.lr_scale=0.5 train.eval_every=1000 train.checkpoint_every=500 train.valid_max_examples=500 \
         > "$OUT/multi30k.log" 2>&1 &
     multi30k=$!
