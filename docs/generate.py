@@ -165,6 +165,53 @@ def decode_cuda() -> str:
             + _source("decode_speed-cuda.json", machine=_machine(data)))
 
 
+def gpu_h200() -> str:
+    """One lent H200: each measurement of the GPU suite beside its target."""
+    suite = _result("gpu_suite-h200.json")
+    parts = suite["parts"]
+    serve = _result("serve_load-cuda.json")
+    rows = []
+    for r in parts["decode_speed"]["rows"]:
+        rows.append([f"decoding, {_case(r['case'])}, fp32 (bf16)",
+                     f"{_num(r['seqtrans_tok_s'])} ({_num(r['seqtrans_bf16_tok_s'])}) tok/s: "
+                     f"{r['ratio']:.2f}x `generate` fp32",
+                     "1.6x `generate`" if r["batch"] > 1 else ""])
+    for name, label in (("train_mfu", "training, bf16 autocast"),
+                        ("train_compiled", "training, bf16 autocast, `torch.compile`")):
+        t = parts[name]
+        rows.append([f"{label}, {t['target_tokens']:,} target tokens a batch",
+                     f"{_num(t['tokens_per_s'], 0)} tok/s: {100 * t['mfu_bf16_datasheet']:.1f} % of the "
+                     f"datasheet's dense bf16 peak ({100 * t['mfu_bf16']:.1f} % of the measured "
+                     f"{t['gemm_peak_bf16_flops'] / 1e12:.0f} TFLOP/s)", "25 % of the datasheet peak"])
+    m = parts["multi30k"]
+    rows.append([f"Multi30k, `base` preset, bf16, {m['train_minutes']:.0f} minutes",
+                 f"test2016 BLEU {m['bleu']:.2f} after {m['train_steps']:,} updates", "40 BLEU"])
+    r = parts["torchrun_resume"]
+    same = r["resumed_vs_reference"]["metrics_equal"] and r["resumed_vs_reference"]["predictions_equal"]
+    rows.append([f"`torchrun`, SIGKILL at update {r['kill_at_update']}, resumed",
+                 ("the same metrics and test predictions as uninterrupted runs" if same
+                  else "metrics or predictions differ from uninterrupted runs")
+                 + "; NCCL's collectives not exercised (a world of one process)", "the same metrics"])
+    g = parts["gpu_tests"]
+    rows.append(["GPU tests (`pytest -m gpu`)", f"{g['passed']} passed, {g['failed']} failed, "
+                 f"{g['skipped']} skipped", "all pass"])
+    for level in serve["batched"]:
+        rows.append([f"`seqtrans serve`, Multi30k run, beam {serve['beam']}, {level['users']} users",
+                     f"{_num(level['sentences_per_s'])} sentences/s, p50 {_num(level['p50_ms'], 0)} ms, "
+                     f"p99 {_num(level['p99_ms'], 0)} ms; the same decoding in-process from a file "
+                     f"{_num(serve['batch_ceiling_sentences_per_s'])} sentences/s", ""])
+    trees = _result("decode_trees-cuda.json")
+    tree_rows = []
+    for r in trees["rows"]:
+        syncs = next((sum(x["syncs_per_decode"].values()) for x in r["rounds"] if "syncs_per_decode" in x), 0)
+        tree_rows.append([r["tree"], _num(r["fp32_tok_s"], 0), _num(r["bf16_tok_s"], 0), str(syncs)])
+    return (_table(["what", "measured", "target"], rows)
+            + _table(["checkout", "beam 4, batch 32, fp32 tok/s", "bf16 tok/s", "waits for the GPU per decode"],
+                     tree_rows)
+            + _source("gpu_suite-h200.json", "serve_load-cuda.json", "decode_trees-cuda.json",
+                      machine=f"{suite['device_name']}, PyTorch {suite['torch']}, {suite['time'][:10]}"))
+
+
 def streaming_copy() -> str:
     data = _result("streaming_copy.json")
     rows = []
@@ -609,7 +656,7 @@ def write_example() -> None:
 BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
     DOCS / "speed.md": {"summary": speed_summary, "decode_ct2_cpu": decode_ct2_cpu,
                         "parsing_decode_cpu": parsing_decode_cpu,
-                        "decode_cuda": decode_cuda, "distill_multi30k": distill_multi30k},
+                        "decode_cuda": decode_cuda, "gpu_h200": gpu_h200, "distill_multi30k": distill_multi30k},
     DOCS / "streaming-policies.md": {"streaming_copy": streaming_copy},
     DOCS / "streaming-multi30k.md": {"simultaneous_multi30k": simultaneous_multi30k},
     DOCS / "pretrained-families.md": {"pretrained_streaming": pretrained_streaming},
