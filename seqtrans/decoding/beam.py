@@ -36,11 +36,12 @@ from seqtrans.decoding.search import (
     Hypothesis,
     banned_phrase_pairs,
     banned_phrase_tokens,
-    cannot_improve,
+    beyond_reach,
     extend,
     force_tokens,
     fused_candidates,
     length_penalty,
+    longest_penalty,
     mask_log_probs,
     merge_finished,
     repeated_ngram_pairs,
@@ -112,25 +113,45 @@ def _extended_scores(logits: Tensor, generated: Tensor, step: int, *,
     return log_probs if forced is None else force_tokens(log_probs, forced, columns=columns)
 
 
+#: A step's candidates: their scores, the hypotheses they extend, their tokens, which end
+#: (None where none does) and the K that go on (see :func:`_candidates`).
+StepCandidates = tuple[Tensor, Tensor, Tensor, "Tensor | None", Tensor]
+
+
 def _next_logits(model: SearchModel, generated: Tensor, state: SearchState) -> Tensor:
     """The model's scores of each hypothesis's next token.  generated [N, t] -> [N, V] (or V')"""
     return model.decode(generated[:, -1:], state=state)[:, -1]
 
 
+def _never(device: torch.device, *, may_end: bool) -> Tensor:
+    """The tokens no hypothesis may take next (the end symbol too where it may not end yet),
+    made once per device: a new tensor at every step costs a copy to a GPU."""
+    key = (device, may_end)
+    if key not in _NEVER:
+        with torch.inference_mode(False):  # usable outside a search's inference mode too
+            _NEVER[key] = torch.tensor([PAD, BOS] if may_end else [PAD, BOS, EOS], device=device)
+    return _NEVER[key]
+
+
+_NEVER: dict[tuple[torch.device, bool], Tensor] = {}
+
+
 def _exclusions(generated: Tensor, step: int, *, limit: Tensor, rules: Rules, forced: Tensor | None,
-                sources: Tensor | None, vocab: int) -> Exclusions:
+                sources: Tensor | None, vocab: int, soonest: int | None = None) -> Exclusions:
     """What :func:`_extended_scores` sets to -inf without a constraint or required phrases,
     over the whole vocabulary of ``vocab``, as indices: the same tokens, in the same order of
-    precedence (a row that must end and is forced to another token may take none)."""
-    never = torch.tensor([PAD, BOS, EOS] if step < rules.min_len else [PAD, BOS], device=generated.device)
-    must_end = limit - step <= 0  # [N]
+    precedence (a row that must end and is forced to another token may take none).
+    ``soonest``: no row's ``limit`` [N] is below it, so that before it no row must end."""
+    never = _never(generated.device, may_end=step >= rules.min_len)
     only = None
-    if forced is not None or bool(must_end.any()):
-        only = torch.where(must_end, EOS, -1)  # [N]
-        if forced is not None:
-            pinned = forced.ne(PAD)
-            only = torch.where(pinned, forced, only)
-            only = only.masked_fill(pinned & must_end & forced.ne(EOS), vocab)  # none
+    if forced is not None or soonest is None or step >= soonest:
+        must_end = limit - step <= 0  # [N]
+        if forced is not None or bool(must_end.any()):
+            only = torch.where(must_end, EOS, -1)  # [N]
+            if forced is not None:
+                pinned = forced.ne(PAD)
+                only = torch.where(pinned, forced, only)
+                only = only.masked_fill(pinned & must_end & forced.ne(EOS), vocab)  # none
     pairs = []
     if rules.no_repeat_ngram_size:
         pairs.append(repeated_ngram_pairs(generated[:, 1:], rules.no_repeat_ngram_size))
@@ -143,19 +164,20 @@ def _exclusions(generated: Tensor, step: int, *, limit: Tensor, rules: Rules, fo
 def _beam_candidates(logits: Tensor, generated: Tensor, step: int, *, beam: int, prefix: Tensor,
                      limit: Tensor, rules: Rules, constraint: ConstraintState | None, forced: Tensor | None,
                      sources: Tensor | None, required: RequiredState | None,
-                     columns: Columns) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                     columns: Columns, soonest: int | None = None) -> StepCandidates:
     """:func:`_candidates` of :func:`_extended_scores` (the same arguments): where the rules
     can be held as indices (no constraint, no required phrases, the whole vocabulary), by
     :func:`~seqtrans.decoding.search.fused_candidates`, which never writes the [N, V] scores
-    that cost a large vocabulary's batch more than the model's step."""
+    that cost a large vocabulary's batch more than the model's step (``soonest`` as
+    :func:`_exclusions` takes it)."""
     if constraint is None and required is None and columns.ids is None:
         exclusions = _exclusions(generated, step, limit=limit, rules=rules, forced=forced, sources=sources,
-                                 vocab=logits.size(-1))
+                                 vocab=logits.size(-1), soonest=soonest)
         picked = fused_candidates(logits, prefix, beam, exclusions)
         if picked is not None:
             cand, src_beam, token = picked  # [B, C] each
-            ends, go_on = split_finished(cand, token, beam)
-            sentence = torch.arange(cand.size(0), device=cand.device).unsqueeze(1) * beam  # [B, 1]
+            ends, go_on = _finished(cand, token, beam)
+            sentence = torch.arange(0, cand.size(0) * beam, beam, device=cand.device).unsqueeze(1)  # [B, 1]
             return cand, sentence + src_beam, token, ends, go_on
     total = _extended_scores(logits, generated, step, prefix=prefix, limit=limit, rules=rules,
                              constraint=constraint, forced=forced, sources=sources, required=required,
@@ -167,7 +189,7 @@ def _step_candidates(model: SearchModel, history: Tensor, state: SearchState, st
                      beam: int, prefix: Tensor, limit: Tensor, rules: Rules,
                      constraint: ConstraintState | None, forced: Tensor | None, sources: Tensor | None,
                      required: RequiredState | None,
-                     columns: Columns) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                     columns: Columns, soonest: int | None = None) -> StepCandidates:
     """:func:`_beam_candidates` of the model's next scores (the other arguments as it takes
     them). On a search's ``first`` step each sentence's K rows hold one hypothesis (the
     others' scores -inf): the output product of that row alone (CTranslate2 starts a beam
@@ -177,20 +199,20 @@ def _step_candidates(model: SearchModel, history: Tensor, state: SearchState, st
         live = torch.arange(0, history.size(0), beam, device=history.device)  # [B]: each sentence's first row
         logits = decode_rows(model, history[:, -1:], live, state)[:, -1]  # [B, V]
         if logits.size(-1) >= 2 * beam:  # a row holds all of its sentence's candidates
-            exclusions = _exclusions(history[live], step, limit=limit[live], rules=rules,
+            exclusions = _exclusions(history[live], step, limit=limit[live], rules=rules, soonest=soonest,
                                      vocab=logits.size(-1), forced=None if forced is None else forced[live],
                                      sources=None if sources is None else sources[live])
             picked = fused_candidates(logits, prefix[live], beam, exclusions, rows=1)
             if picked is not None:
                 cand, _, token = picked  # [B, C] each, all from the first row
-                ends, go_on = split_finished(cand, token, beam)
+                ends, go_on = _finished(cand, token, beam)
                 return cand, live.unsqueeze(1).expand_as(token), token, ends, go_on
         logits = logits.repeat_interleave(beam, dim=0)  # the long way: every row's (the first's) scores
     else:
         logits = _next_logits(model, history, state)
     return _beam_candidates(logits, history, step, beam=beam, prefix=prefix, limit=limit, rules=rules,
                             constraint=constraint, forced=forced, sources=sources, required=required,
-                            columns=columns)
+                            columns=columns, soonest=soonest)
 
 
 def _forced_at(prefixes: Tensor | None, step: int, sentences: Tensor, per_sentence: int) -> Tensor | None:
@@ -215,12 +237,12 @@ class _Kept:
                      torch.full((b, nbest), NEG_INF, device=device),
                      torch.full((b, nbest, 0), PAD, dtype=torch.long, device=device))
 
-    def merged(self, cand: Tensor, ends: Tensor, rows: Tensor, history: Tensor, step: int,
+    def merged(self, cand: Tensor, ends: Tensor | None, rows: Tensor, history: Tensor, step: int,
                alpha: float, kind: str) -> _Kept:
         """These and the candidates that end at ``step`` (``ends``), normalised (lp of
         ``kind``), the best ``nbest`` kept. cand, ends, rows [B, C] (rows into history [N, step+1]).
         These themselves where none ends (most steps): their tokens are padded when one does."""
-        if not bool(ends.any()):
+        if ends is None or not bool(ends.any()):
             return self
         b, nbest = self.norm.shape
         new_norm = torch.where(ends, cand / length_penalty(float(step + 1), alpha, kind=kind), NEG_INF)
@@ -249,26 +271,29 @@ class _Kept:
         return out
 
 
-def _going_on(go_on: Tensor, cand: Tensor, ends: Tensor, rows: Tensor,
+def _going_on(go_on: Tensor, cand: Tensor, ends: Tensor | None, rows: Tensor,
               token: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The live hypotheses: the candidates ``go_on`` [B, K] picks of cand, ends, rows
-    and token [B, C], as their scores (-inf where one ends), rows and tokens [B, K]."""
-    scores = cand.gather(1, go_on).masked_fill(ends.gather(1, go_on), NEG_INF)
+    """The live hypotheses: the candidates ``go_on`` [B, K] picks of cand, ends (None:
+    none ends), rows and token [B, C], as their scores (-inf where one ends), rows and tokens [B, K]."""
+    scores = cand.gather(1, go_on)
+    if ends is not None:
+        scores = scores.masked_fill(ends.gather(1, go_on), NEG_INF)
     return scores, rows.gather(1, go_on), token.gather(1, go_on)
 
 
 def _candidates(total: Tensor, k: int, required: RequiredState | None, columns: Columns = ALL
-                ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                ) -> StepCandidates:
     """The candidates of a step, best first: their scores, the hypotheses they extend (rows
     of total's first two dimensions flattened), their tokens (target ids: total's last
-    dimension holds ``columns``), which end, and the K that go on (indices into them); with
-    required phrases, chosen by dynamic beam allocation (:mod:`seqtrans.decoding.lexical`).
+    dimension holds ``columns``), which end (None where none does), and the K that go on
+    (indices into them); with required phrases, chosen by dynamic beam allocation
+    (:mod:`seqtrans.decoding.lexical`).
     total [B, K, V] -> [B, C] x 4, [B, K]"""
     sentence = torch.arange(total.size(0), device=total.device).unsqueeze(1) * k  # [B, 1]
     if required is None:
         cand, src_beam, column = top_candidates(total)
         token = columns.tokens(column)
-        ends, go_on = split_finished(cand, token, k)
+        ends, go_on = _finished(cand, token, k)
         return cand, sentence + src_beam, token, ends, go_on
     constrained = torch.tensor([banks > 1 for banks in required.banks], device=total.device)  # [B]
     cand, src_beam, token, met = constrained_candidates(total, required, constrained=constrained)
@@ -290,6 +315,13 @@ def _start_required(required: Sequence[Phrases], rows: Tensor, *, beam: int,
         if problem is not None:
             raise ValueError(f"source {b}: {problem}")
     return RequiredState(required, rows)
+
+
+def _finished(cand: Tensor, token: Tensor, beam: int) -> tuple[Tensor | None, Tensor]:
+    """:func:`split_finished`, with ``ends`` None where no candidate ends (most steps):
+    then nothing is merged into the finished hypotheses or masked among the live ones."""
+    ends, go_on, any_end = split_finished(cand, token, beam)
+    return (ends if any_end else None), go_on
 
 
 def _within_beam(ends: Tensor, k: int) -> Tensor:
@@ -330,6 +362,8 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     columns = columns_of(state)
     sent_of_row = torch.arange(b0, device=device).repeat_interleave(k)  # [N]
     limit = max_len[sent_of_row]  # [N]
+    soonest = int(limit.min())  # no row must end before it; again when sentences leave
+    penalty = None  # the length penalty of each sentence's longest output; again when they leave
     constrained = start_constraint(constraint, sent_of_row) if constraint is not None else None
     lexical = _start_required(required, sent_of_row, beam=k, max_len=max_len)
     followers = [f for f in (constrained, lexical) if f is not None]  # they follow the beam as the state does
@@ -340,14 +374,16 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
         with teams.step(model, len(active) * k, device):  # a small step's team: speed only
             cand, rows_c, token, ends, go_on = _step_candidates(
                 model, history, state, step, first=step == given, beam=k, prefix=scores.view(-1),
-                limit=limit, rules=rules, constraint=constrained, required=lexical, columns=columns,
-                forced=_forced_at(prefixes, step, active, k),
+                limit=limit, soonest=soonest, rules=rules, constraint=constrained, required=lexical,
+                columns=columns, forced=_forced_at(prefixes, step, active, k),
                 sources=active.repeat_interleave(k) if rules.banned else None)
-            kept = kept.merged(cand, _within_beam(ends, k) if end_in_beam else ends, rows_c, history, step,
-                               alpha, length_penalty)
+            finished = _within_beam(ends, k) if end_in_beam and ends is not None else ends
+            kept = kept.merged(cand, finished, rows_c, history, step, alpha, length_penalty)
             scores, rows, next_tok = _going_on(go_on, cand, ends, rows_c, token)  # [B, K] each
             best = scores.max(dim=1).values  # [B]
-            done = (cannot_improve(best, kept.norm[:, -1], max_len[active] + 1, alpha, kind=length_penalty)
+            if penalty is None:
+                penalty = longest_penalty(max_len[active] + 1, alpha, kind=length_penalty, dtype=best.dtype)
+            done = (beyond_reach(best, kept.norm[:, -1], penalty)
                     | ~torch.isfinite(scores).any(dim=1) | _cancelled(cancelled, active))
             keep = _retire(done, active, kept, results)
             if keep is not None:
@@ -356,6 +392,7 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
                 active, scores, rows, next_tok = (t[keep] for t in (active, scores, rows, next_tok))
                 kept = kept.select(keep)
                 limit = max_len[active].repeat_interleave(k)
+                soonest, penalty = int(limit.min()), None
             history = _follow(history, rows, next_tok, keep, state, followers)
     return results
 

@@ -262,20 +262,22 @@ def largest(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return x.topk(k, dim=1)
 
 
-def split_finished(cand_scores: Tensor, cand_tokens: Tensor, beam: int) -> tuple[Tensor, Tensor]:
+def split_finished(cand_scores: Tensor, cand_tokens: Tensor, beam: int) -> tuple[Tensor, Tensor, bool]:
     """Which candidates end here, and the K best that go on.
 
-    -> (ends [B, C] bool, continuing [B, K] indices into C, best first). Where fewer
-    than K candidates go on, the rest of the K slots point at candidates the caller
-    must treat as empty (their ``ends`` is True or their score -inf).
+    -> (ends [B, C] bool, continuing [B, K] indices into C, best first, whether any
+    candidate ends). Where fewer than K candidates go on, the rest of the K slots point at
+    candidates the caller must treat as empty (their ``ends`` is True or their score -inf).
     """
-    c = cand_scores.size(1)
+    b, c = cand_scores.shape
     ends = cand_tokens.eq(EOS) & torch.isfinite(cand_scores)
+    if not bool(ends.any()):  # most steps: the first K go on, without a sort
+        return ends, torch.arange(min(beam, c), device=cand_scores.device).expand(b, -1), False
     rank = torch.arange(c, device=cand_scores.device).expand_as(cand_scores)
     # candidates that go on keep their order; ending ones move behind them
     rank = rank + ends.long() * c
     continuing = rank.argsort(dim=1)[:, :beam]  # [B, K]
-    return ends, continuing
+    return ends, continuing, True
 
 
 def merge_finished(kept_scores: Tensor, new_scores: Tensor) -> tuple[Tensor, Tensor]:
@@ -296,5 +298,16 @@ def cannot_improve(best_live: Tensor, worst_kept: Tensor, max_length: Tensor, al
     is highest if it ends at the longest length allowed; so
     ``best_live / lp(max_length)`` bounds every score it may reach. [B] -> [B] bool.
     """
-    bound = best_live / length_penalty(max_length.to(best_live.dtype), alpha, kind=kind)
-    return torch.isfinite(worst_kept) & (bound <= worst_kept)
+    penalty = longest_penalty(max_length, alpha, kind=kind, dtype=best_live.dtype)
+    return beyond_reach(best_live, worst_kept, penalty)
+
+
+def longest_penalty(max_length: Tensor, alpha: float, *, kind: str, dtype: torch.dtype) -> Tensor | float:
+    """The length penalty of each sentence's longest output, ``max_length`` [B], in ``dtype``."""
+    return length_penalty(max_length.to(dtype), alpha, kind=kind)
+
+
+def beyond_reach(best_live: Tensor, worst_kept: Tensor, penalty: Tensor | float) -> Tensor:
+    """:func:`cannot_improve` with :func:`longest_penalty` given: a search computes it
+    again only when its sentences change."""
+    return torch.isfinite(worst_kept) & (best_live / penalty <= worst_kept)

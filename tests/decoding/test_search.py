@@ -15,6 +15,7 @@ from seqtrans.data.batches import pad_batch
 from seqtrans.data.vocab import BOS, EOS, PAD, UNK
 from seqtrans.decoding import beam_search, greedy_search, length_penalty
 from seqtrans.decoding.protocol import SearchModel
+from seqtrans.decoding.search import split_finished
 from seqtrans.model.transformer import Transformer
 
 pytestmark = pytest.mark.usefixtures("no_grad")
@@ -191,3 +192,22 @@ def assert_decodes_alone_as_among_longer_ones(model: SearchModel, beam: int) -> 
         assert [h.tokens for h in alone] == [h.tokens for h in together[i]]
         for a, b in zip(alone, together[i]):
             assert a.score == pytest.approx(b.score, abs=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_split_finished_keeps_the_order_of_the_candidates_that_go_on(seed: int) -> None:
+    """The K best that go on are the candidates that do not end, in order, then those that
+    do; where none ends (most steps) without a sort, and said so."""
+    gen = torch.Generator().manual_seed(seed)
+    b, c, k = 5, 8, 4
+    scores = torch.randn(b, c, generator=gen).sort(dim=1, descending=True).values
+    scores[0, -2:] = float("-inf")
+    for p_end in (0.0, 0.3):
+        tokens = torch.randint(4, 20, (b, c), generator=gen)
+        tokens[torch.rand(b, c, generator=gen) < p_end] = EOS
+        ends, go_on, any_end = split_finished(scores, tokens, k)
+        expected_ends = tokens.eq(EOS) & torch.isfinite(scores)
+        assert torch.equal(ends, expected_ends) and any_end == bool(expected_ends.any())
+        for row, ended in zip(go_on.tolist(), expected_ends.tolist()):
+            order = [j for j in range(c) if not ended[j]] + [j for j in range(c) if ended[j]]
+            assert row == order[:k]
