@@ -117,7 +117,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--cases", nargs="+", default=["base-beam4-b32"],
                         help="decode_speed's case names, e.g. base-beam4-b32 base-greedy-b1.")
-    parser.add_argument("--precisions", nargs="+", default=["fp32"], choices=["fp32", "bf16"])
+    parser.add_argument("--precisions", nargs="+", default=["fp32"], choices=["fp32", "bf16", "int8"],
+                        help="int8: on a CPU, in trees whose decoder takes a precision.")
     parser.add_argument("--out-len", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3, help="Timed decodes per tree and round (median).")
     parser.add_argument("--rounds", type=int, default=2, help="Turns over all the trees.")

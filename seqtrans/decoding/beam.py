@@ -79,7 +79,8 @@ class Rules:
 def _extended_scores(logits: Tensor, generated: Tensor, step: int, *,
                      prefix: Tensor, limit: Tensor, rules: Rules, constraint: ConstraintState | None,
                      forced: Tensor | None, sources: Tensor | None,
-                     required: RequiredState | None = None, columns: Columns = ALL) -> Tensor:
+                     required: RequiredState | None = None, columns: Columns = ALL,
+                     soonest: int | None = None) -> Tensor:
     """``prefix`` [N] plus the log-probability of each next token of each hypothesis
     (the model's ``logits`` [N, V], or over ``columns``' ids [N, V'])
     after its ``generated`` tokens [N, t] (the start symbol first), -inf where the token
@@ -87,11 +88,13 @@ def _extended_scores(logits: Tensor, generated: Tensor, step: int, *,
     ``forced`` [N]: the token each must take (a target prefix), PAD where free;
     ``sources`` [N]: the source of each (an index into ``rules.banned``; None without banned phrases);
     ``required``: the hypotheses' progress on their required phrases, which must all be met
-    before the end symbol (only over the whole vocabulary). -> [N, V] (float32), or over
-    the target ids ``columns`` [N, V'] where the model's scores cover those only"""
+    before the end symbol (only over the whole vocabulary); ``soonest`` as :func:`_exclusions`
+    takes it. -> [N, V] (float32), or over the target ids ``columns`` [N, V'] where the
+    model's scores cover those only"""
     log_probs = logits.float() + prefix.unsqueeze(1) if columns.normalized else extend(logits, prefix)
     remaining = limit - step  # tokens still allowed before the end symbol
-    log_probs = mask_log_probs(log_probs, force_eos=remaining <= 0, forbid_eos=step < rules.min_len,
+    must_end = None if soonest is not None and step < soonest else remaining <= 0  # None: no row yet
+    log_probs = mask_log_probs(log_probs, force_eos=must_end, forbid_eos=step < rules.min_len,
                                columns=columns)
     vocab = columns.vocabulary(log_probs)
     if rules.no_repeat_ngram_size:
@@ -181,7 +184,7 @@ def _beam_candidates(logits: Tensor, generated: Tensor, step: int, *, beam: int,
             return cand, sentence + src_beam, token, ends, go_on
     total = _extended_scores(logits, generated, step, prefix=prefix, limit=limit, rules=rules,
                              constraint=constraint, forced=forced, sources=sources, required=required,
-                             columns=columns)
+                             columns=columns, soonest=soonest)
     return _candidates(total.view(-1, beam, total.size(-1)), beam, required, columns)
 
 

@@ -85,18 +85,22 @@ class Columns:
 ALL = Columns()
 
 
-def mask_log_probs(log_probs: Tensor, *, force_eos: Tensor, forbid_eos: bool = False,
+def mask_log_probs(log_probs: Tensor, *, force_eos: Tensor | None, forbid_eos: bool = False,
                    columns: Columns = ALL) -> Tensor:
-    """Never emit padding or the start symbol; rows in ``force_eos`` [N] may only end;
-    with ``forbid_eos`` (shorter than the minimum length) no row may end.
+    """Never emit padding or the start symbol; rows in ``force_eos`` [N] (None: no row) may
+    only end; with ``forbid_eos`` (shorter than the minimum length) no row may end.
 
     [N, V] -> [N, V] (or over ``columns``' ids [N, V'])
     """
-    log_probs[:, columns.never] = NEG_INF
+    if isinstance(columns.never, list):  # column by column: an index list would be copied to a GPU
+        for column in columns.never:
+            log_probs[:, column] = NEG_INF
+    else:
+        log_probs.masked_fill_(columns.never, NEG_INF)  # [V'] over every row
     eos = columns.eos
     if forbid_eos:
         log_probs[:, eos] = NEG_INF
-    if bool(force_eos.any()):
+    if force_eos is not None and bool(force_eos.any()):
         kept = log_probs[:, eos].clone()
         log_probs[force_eos] = NEG_INF
         log_probs[:, eos] = kept

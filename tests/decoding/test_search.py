@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -211,3 +212,32 @@ def test_split_finished_keeps_the_order_of_the_candidates_that_go_on(seed: int) 
         for row, ended in zip(go_on.tolist(), expected_ends.tolist()):
             order = [j for j in range(c) if not ended[j]] + [j for j in range(c) if ended[j]]
             assert row == order[:k]
+
+
+def test_beam_search_reads_tensor_values_twice_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each read of a tensor's value on the host waits for a GPU: beam search reads two a
+    step (whether a candidate ends, whether a sentence is done), besides what it reads once
+    per search and per finished sentence. Counted on the CPU on the path a GPU takes."""
+    monkeypatch.setenv("SEQTRANS_NATIVE", "0")
+    model = tiny_model(vocab=VOCAB, seed=0)
+    b, steps = 3, 12
+    src = torch.tensor([[4, 5, 6, 5], [5, 4, 4, 6], [6, 6, 5, 4]])
+    reads: list[str] = []
+    def counting(name: str) -> Callable[..., object]:
+        method = getattr(torch.Tensor, name)
+
+        def counted(self: torch.Tensor, *args: object, **kwargs: object) -> object:
+            reads.append(name)
+            return method(self, *args, **kwargs)
+
+        return counted
+
+    for name in ("__bool__", "__int__", "__float__", "item", "tolist", "nonzero"):
+        monkeypatch.setattr(torch.Tensor, name, counting(name))
+    out = beam_search(model, src, beam=3, alpha=0.6, max_len=torch.full((b,), steps), min_len=steps)
+    monkeypatch.undo()
+    assert [len(h[0].tokens) for h in out] == [steps] * b
+    # per sentence: its index and its n-best's tokens, scores and normalised scores; per
+    # search, at most 12: the longest length, the soonest limit, the model's padding tests,
+    # the last step's tests of which rows must end, and the finished sentences' positions
+    assert len(reads) <= 2 * (steps + 1) + 4 * b + 12, reads
