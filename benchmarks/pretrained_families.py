@@ -7,7 +7,10 @@ of that many made-up pieces (``▁w0`` ...) and NLLB's language codes, saved as
 transformers saves NLLB's. ``--shape nllb-small`` is the same architecture at 2 + 2
 layers of width 256, for a quick look. ``--shape t5-small`` is t5-small's (T5 v1.0:
 6 + 6 layers, d_model 512, d_ff 2,048, 8 heads, ReLU, the head tied to the embeddings,
-32,128 rows), with a unigram tokenizer of made-up pieces and T5's sentinels. Then, each
+32,128 rows), with a unigram tokenizer of made-up pieces and T5's sentinels;
+``--shape flan-t5-small`` is flan-t5-small's (T5 v1.1: 8 + 8 layers, d_model 512, d_ff
+1,024, 6 heads of 64, a gated GELU feed-forward, an untied head), with the same
+tokenizer. Then, each
 in its own process so that its time and peak memory are its own:
 
 - ``seqtrans import hf`` of the directory: seconds and peak resident memory, also as a
@@ -36,6 +39,7 @@ Needs the ``bench`` extra (transformers, ctranslate2) and the translation plugin
     python -m benchmarks pretrained_families --shape nllb-small --sentences 8
     python -m benchmarks pretrained_families --shape nllb-600m --sentences 32 --batch 32 --single 8
     python -m benchmarks pretrained_families --shape t5-small --sentences 32 --batch 32
+    python -m benchmarks pretrained_families --shape flan-t5-small --sentences 32 --batch 32
 """
 
 from __future__ import annotations
@@ -68,6 +72,9 @@ SHAPES: dict[str, dict[str, int]] = {
     "nllb-small": {"layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "vocab": 256206},
     # t5-small: v1.0 (ReLU, the head tied to the embeddings), 32,100 tokens in a table of 32,128
     "t5-small": {"layers": 6, "d_model": 512, "d_ff": 2048, "heads": 8, "vocab": 32128},
+    # flan-t5-small: v1.1 (a gated GELU, the head untied), heads of 64 (384 wide, not 512)
+    "flan-t5-small": {"layers": 8, "d_model": 512, "d_ff": 1024, "heads": 6, "head_dim": 64, "vocab": 32128,
+                      "gated": 1},
 }
 LANGUAGES = ("eng_Latn", "deu_Latn", "fra_Latn")
 LETTERS = ["▁", "w", *"0123456789"]  # what the made-up words are spelled with
@@ -123,8 +130,8 @@ def build(shape: str, directory: Path) -> dict[str, Any]:
 
 
 def _build_t5(shape: str, directory: Path) -> dict[str, Any]:
-    """t5-small's shape with random weights, and a unigram tokenizer of made-up words
-    (T5's is a sentencepiece unigram model) with T5's 100 sentinels."""
+    """A T5 shape (t5-small's, flan-t5-small's) with random weights, and a unigram tokenizer
+    of made-up words (T5's is a sentencepiece unigram model) with T5's 100 sentinels."""
     import torch
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -138,9 +145,11 @@ def _build_t5(shape: str, directory: Path) -> dict[str, Any]:
     tokenizer = transformers.T5TokenizerFast(tokenizer_object=unigram, eos_token="</s>", unk_token="<unk>",
                                              pad_token="<pad>", extra_ids=100)
     config = transformers.T5Config(
-        vocab_size=s["vocab"], d_model=s["d_model"], d_ff=s["d_ff"], d_kv=s["d_model"] // s["heads"],
-        num_layers=s["layers"], num_decoder_layers=s["layers"], num_heads=s["heads"], dropout_rate=0.0,
-        feed_forward_proj="relu", tie_word_embeddings=True, pad_token_id=0, eos_token_id=1,
+        vocab_size=s["vocab"], d_model=s["d_model"], d_ff=s["d_ff"],
+        d_kv=s.get("head_dim", s["d_model"] // s["heads"]), num_layers=s["layers"],
+        num_decoder_layers=s["layers"], num_heads=s["heads"], dropout_rate=0.0,
+        feed_forward_proj="gated-gelu" if s.get("gated") else "relu", tie_word_embeddings=not s.get("gated"),
+        pad_token_id=0, eos_token_id=1,
         decoder_start_token_id=0)
     torch.manual_seed(0)
     model = transformers.T5ForConditionalGeneration(config).eval()

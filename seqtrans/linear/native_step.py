@@ -12,17 +12,19 @@ its product (:class:`seqtrans.runtime.timing.TimedChoice`).
 
 It covers the layers :func:`native_step` recognises: pre- or post-norm with RMSNorm (T5's
 family) or LayerNorm, the model's scaled or unscaled dot-product self- and cross-attention,
-a ReLU feed-forward, a relative position bias; int8 layers
+a ReLU feed-forward (another feed-forward layer, GELU, SiLU or gated, as the layer computes
+it between native sub-layers), a relative position bias; int8 layers
 (:func:`seqtrans.linear.quantize.quantized`, ``int8_only``) or float32 ones through oneDNN
 (:func:`seqtrans.linear.quantize.onednn`), these up to the rows their own calls multiply
 natively. The int8 copies' LayerNorm is seqtrans's own
 (:class:`seqtrans.model.norms.NativeLayerNorm`, which those copies use in every path), so
 their whole step is one call. A float32 copy keeps PyTorch's LayerNorm, whose bits no
 kernel here gives: its step (``segmented``) calls the layers' own norms from Python between
-native sub-layers, one call each (:func:`seqtrans.native.decoder_sublayer`). A model with
-anything else (a gated feed-forward; another attention mechanism; a task's extension of a
-layer), and a step it does not cover (several positions at once, a wait-k lag, a source
-still arriving), keeps the layers' own path.
+native sub-layers, one call each (:func:`seqtrans.native.decoder_sublayer`); so does a
+model whose feed-forward layer no kernel computes, for that layer. A model with anything
+else (another attention mechanism; a task's extension of a layer), and a step it does not
+cover (several positions at once, a wait-k lag, a source still arriving), keeps the
+layers' own path.
 
 ``SEQTRANS_NATIVE_STEP=0`` turns it off (:func:`seqtrans.runtime.environment.native_step`).
 """
@@ -101,12 +103,15 @@ class NativeStep:
     """The native step of one decoder (:func:`native_step` makes it): :meth:`run`."""
 
     def __init__(self, layers: list[DecoderLayer], final_norm: nn.Module, output_scale: float | None,
-                 model: native.StepModel, table: Any) -> None:
+                 model: native.StepModel, table: Any, *, native_ffn: bool = True) -> None:
         self.layers = layers  # kept: the structures point into their tensors
         self.final_norm, self.output_scale = final_norm, output_scale  # what a copy is made again from
         self.model, self.table = model, table
-        # PyTorch's LayerNorm, whose bits no kernel gives: the step calls it between native sub-layers
-        self.segmented = type(layers[0].r1.norm) is nn.LayerNorm
+        # a feed-forward layer no kernel here computes (GELU, SiLU, a gate): the layers' own
+        self.python_ffn = not native_ffn
+        # PyTorch's LayerNorm, whose bits no kernel gives, and the layers' own feed-forward:
+        # the step calls them between native sub-layers
+        self.segmented = type(layers[0].r1.norm) is nn.LayerNorm or self.python_ffn
         # float32 layers are multiplied natively up to the rows their own calls are (beyond,
         # by oneDNN): the step keeps to those, and so to the very same kernels
         packed = any(getattr(entry, name).packed for entry in self.table
@@ -114,7 +119,7 @@ class NativeStep:
         self.max_rows = onednn.NATIVE_ROWS if packed else None
         # what sets the two ways' times besides the rows: models of one shape share a choice
         self.shape = (self.model.layers, self.model.d_model, self.model.heads * self.model.head_dim,
-                      self.table[0].inner.outputs, int(packed), int(self.segmented))
+                      self.table[0].inner.outputs, int(packed), int(self.segmented), int(self.python_ffn))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> NativeStep | None:
         # a copy's own, pointing into the copied layers' tensors
@@ -196,9 +201,16 @@ class NativeStep:
     def _segmented(self, model: native.StepModel, table: Any, hidden: Tensor, offset: int,
                    bias: Tensor | None) -> Tensor:
         """The step with the layers' own LayerNorms (PyTorch's) between its native sub-layers,
-        each residual sum in the sub-layer's call: the layers' arithmetic, a call a sub-layer."""
+        each residual sum in the sub-layer's call: the layers' arithmetic, a call a sub-layer;
+        where no kernel computes the feed-forward layer, it and its residual as the layer
+        computes them, on the [N, 1, D] it takes."""
+        n = hidden.size(0)
         for index, layer in enumerate(self.layers):
             for which, residual in enumerate((layer.r1, layer.r2, layer.r3)):
+                if which == 2 and self.python_ffn:
+                    x = hidden.view(n, 1, -1)
+                    hidden = residual(x, layer.ffn(residual.input(x))).reshape(n, -1)
+                    continue
                 source = residual.norm(hidden) if residual.pre_norm else hidden
                 native.decoder_sublayer(model, table, index, which, source, hidden, offset, bias)
                 if not residual.pre_norm:
@@ -233,39 +245,44 @@ def native_step(layers: list[DecoderLayer], final_norm: nn.Module,
     shapes = {_layer(entry, layer, pre=pre, kind=kind, eps=eps, d=d) for entry, layer in zip(table, layers)}
     if len(shapes) != 1 or None in shapes:
         return None
-    heads, head_dim, self_scale, cross_scale = cast(tuple[int, int, float, float], shapes.pop())
+    heads, head_dim, self_scale, cross_scale, native_ffn = cast(tuple[int, int, float, float, bool],
+                                                                shapes.pop())
     model = native.StepModel(
         layers=len(layers), d_model=d, heads=heads, head_dim=head_dim,
         pre_norm=int(pre), lanes=lanes, group=1, has_final_norm=int(pre),
         has_output_scale=int(output_scale is not None), eps=eps, self_scale=self_scale,
         cross_scale=cross_scale, output_scale=1.0 if output_scale is None else output_scale,
         final_norm=None if final is None else final[0], final_norm_bias=None if final is None else final[1])
-    return NativeStep(layers, final_norm, output_scale, model, table)
+    return NativeStep(layers, final_norm, output_scale, model, table, native_ffn=native_ffn)
 
 
 def _layer(entry: native.StepLayer, layer: DecoderLayer, *, pre: bool, kind: type[nn.Module], eps: float,
-           d: int) -> tuple[int, int, float, float] | None:
-    """Fills ``entry`` with ``layer``'s weights; its heads, their width and its self- and
-    cross-attention scales, or None where the step does not cover the layer."""
+           d: int) -> tuple[int, int, float, float, bool] | None:
+    """Fills ``entry`` with ``layer``'s weights; its heads, their width, its self- and
+    cross-attention scales and whether a kernel computes its feed-forward layer (a ReLU,
+    no gate: else the step calls the layer's own), or None where the step does not cover
+    the layer."""
     if (type(layer) is not DecoderLayer or type(layer.self_attn) is not SelfAttention
             or type(layer.cross_attn) is not CrossAttention):
         return None
     attn, cross, ffn = layer.self_attn, layer.cross_attn, layer.ffn
-    if ffn.gate is not None or ffn.activation is not F.relu:
-        return None
+    native_ffn = ffn.gate is None and ffn.activation is F.relu
     if cross.heads != attn.heads or cross.head_dim * cross.heads != attn.out.in_features:
         return None
     residuals = (layer.r1, layer.r2, layer.r3)
     if any(r.pre_norm != pre for r in residuals):
         return None
     norms = [_norm(r.norm, kind, eps) for r in residuals]
-    linears = [_linear(m) for m in (attn.qkv, attn.out, cross.q, cross.out, ffn.inner, ffn.outer)]
+    linears = [_linear(m) for m in (attn.qkv, attn.out, cross.q, cross.out,
+                                    *((ffn.inner, ffn.outer) if native_ffn else ()))]
     if any(w is None for w in norms) or any(w is None for w in linears) or attn.qkv.in_features != d:
         return None
     entry.norm[:] = [cast(tuple[int, int | None], n)[0] for n in norms]
     entry.norm_bias[:] = [cast(tuple[int, int | None], n)[1] for n in norms]
-    entry.qkv, entry.self_out, entry.cross_q, entry.cross_out, entry.inner, entry.outer = linears
+    entry.qkv, entry.self_out, entry.cross_q, entry.cross_out = linears[:4]
+    if native_ffn:
+        entry.inner, entry.outer = linears[4:]
     dim = attn.out.in_features // attn.heads
     # the scales as the layers pass them to the kernel (None: 1/sqrt(d))
     return (attn.heads, dim, dim ** -0.5 if attn.scale is None else attn.scale,
-            cross.head_dim ** -0.5 if cross.scale is None else cross.scale)
+            cross.head_dim ** -0.5 if cross.scale is None else cross.scale, native_ffn)

@@ -36,6 +36,11 @@ POST_NORM_RMS = {"norm": "post", "norm_kind": "rms", "d_model": 32, "d_ff": 64}
 #: the paper's layers with LayerNorm, before each sub-layer (a final LayerNorm) and after
 PRE_NORM_LAYER = {"norm": "pre", "norm_kind": "layer", "d_model": 32, "d_ff": 64}
 POST_NORM_LAYER = {"norm": "post", "norm_kind": "layer", "d_model": 32, "d_ff": 64}
+#: feed-forward layers no kernel computes, which the step leaves to the layer: T5 v1.1's
+#: gated GELU (Flan-T5, mT5, ByT5), BART's GELU after LayerNorm, Marian's SiLU
+T5_GATED = {**T5_LIKE, "activation": "gelu_tanh", "gated_ffn": True}
+BART_LIKE = {**POST_NORM_LAYER, "activation": "gelu"}
+SILU_PRE_NORM = {"norm": "pre", "norm_kind": "layer", "activation": "silu", "d_model": 32, "d_ff": 64}
 
 
 class _Always(dict):  # type: ignore[type-arg]
@@ -85,8 +90,10 @@ def run_both(monkeypatch: pytest.MonkeyPatch, twin: Transformer, search: Callabl
     return ours, theirs, steps
 
 
-@pytest.mark.parametrize("options", [T5_LIKE, POST_NORM_RMS, PRE_NORM_LAYER, POST_NORM_LAYER],
-                         ids=["pre-norm-t5", "post-norm", "pre-norm-layer-norm", "post-norm-layer-norm"])
+@pytest.mark.parametrize("options", [T5_LIKE, POST_NORM_RMS, PRE_NORM_LAYER, POST_NORM_LAYER, T5_GATED,
+                                     BART_LIKE, SILU_PRE_NORM],
+                         ids=["pre-norm-t5", "post-norm", "pre-norm-layer-norm", "post-norm-layer-norm",
+                              "gated-gelu-t5", "gelu-post-norm", "silu-pre-norm"])
 @pytest.mark.parametrize("make", [quantized, int8_only, onednn], ids=["quantized", "int8-only", "float32"])
 def test_the_native_step_gives_the_layers_bits_in_beam_and_greedy_search(
         monkeypatch: pytest.MonkeyPatch, options: dict[str, Any],
@@ -112,8 +119,9 @@ def test_the_native_step_gives_the_layers_bits_in_beam_and_greedy_search(
 
 @pytest.mark.parametrize("make,options",
                          [(quantized, T5_LIKE), (onednn, T5_LIKE), (quantized, PRE_NORM_LAYER),
-                          (onednn, PRE_NORM_LAYER)],
-                         ids=["int8", "float32", "int8-layer-norm", "float32-layer-norm"])
+                          (onednn, PRE_NORM_LAYER), (quantized, T5_GATED), (onednn, BART_LIKE)],
+                         ids=["int8", "float32", "int8-layer-norm", "float32-layer-norm", "int8-gated",
+                              "float32-gelu"])
 def test_a_sentence_gets_the_same_bits_alone_as_in_any_batch_through_the_native_step(
         monkeypatch: pytest.MonkeyPatch, make: Callable[[Transformer], Transformer],
         options: dict[str, Any]) -> None:
@@ -162,12 +170,18 @@ def test_the_decoder_times_both_ways_then_keeps_the_faster(monkeypatch: pytest.M
     assert made and all(len(s) == native_step.TRIALS for c in made for s in c.seconds.values())
 
 
-@pytest.mark.parametrize("options", [
-    {**T5_LIKE, "activation": "gelu_tanh", "gated_ffn": True},
-    {**POST_NORM_RMS, "cross_attention": "milk"},
-], ids=["gated-feed-forward", "another-attention"])
-def test_models_the_step_does_not_cover_keep_the_layers(options: dict[str, Any]) -> None:
+def test_models_the_step_does_not_cover_keep_the_layers() -> None:
+    options = {**POST_NORM_RMS, "cross_attention": "milk"}  # another attention mechanism
     assert quantized(tiny_model(vocab=40, seed=0, **options)).native_step is None
+
+
+@pytest.mark.parametrize("options,python_ffn", [(T5_LIKE, False), (T5_GATED, True), (BART_LIKE, True)],
+                         ids=["relu", "gated-gelu", "gelu"])
+def test_feed_forward_layers_no_kernel_computes_are_the_layers_own_between_sub_layers(
+        options: dict[str, Any], python_ffn: bool) -> None:
+    step = quantized(tiny_model(vocab=40, seed=0, **options)).native_step
+    assert isinstance(step, native_step.NativeStep)
+    assert step.python_ffn == python_ffn and (step.segmented or not python_ffn)
 
 
 def test_int8_copies_normalise_with_the_native_layer_norm_and_float32_ones_keep_pytorchs() -> None:
