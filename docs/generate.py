@@ -206,8 +206,8 @@ def gpu_h200() -> str:
         syncs = next((sum(x["syncs_per_decode"].values()) for x in r["rounds"] if "syncs_per_decode" in x), 0)
         tree_rows.append([r["tree"], _num(r["fp32_tok_s"], 0), _num(r["bf16_tok_s"], 0), str(syncs)])
     return (_table(["what", "measured", "target"], rows)
-            + _table(["checkout", "beam 4, batch 32, fp32 tok/s", "bf16 tok/s", "waits for the GPU per decode"],
-                     tree_rows)
+            + _table(["checkout", "beam 4, batch 32, fp32 tok/s", "bf16 tok/s",
+                      "waits for the GPU per decode"], tree_rows)
             + _source("gpu_suite-h200.json", "serve_load-cuda.json", "decode_trees-cuda.json",
                       machine=f"{suite['device_name']}, PyTorch {suite['torch']}, {suite['time'][:10]}"))
 
@@ -656,7 +656,8 @@ def write_example() -> None:
 BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
     DOCS / "speed.md": {"summary": speed_summary, "decode_ct2_cpu": decode_ct2_cpu,
                         "parsing_decode_cpu": parsing_decode_cpu,
-                        "decode_cuda": decode_cuda, "gpu_h200": gpu_h200, "distill_multi30k": distill_multi30k},
+                        "decode_cuda": decode_cuda, "gpu_h200": gpu_h200,
+                        "distill_multi30k": distill_multi30k},
     DOCS / "streaming-policies.md": {"streaming_copy": streaming_copy},
     DOCS / "streaming-multi30k.md": {"simultaneous_multi30k": simultaneous_multi30k},
     DOCS / "pretrained-families.md": {"pretrained_streaming": pretrained_streaming},

@@ -365,8 +365,7 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
     columns = columns_of(state)
     sent_of_row = torch.arange(b0, device=device).repeat_interleave(k)  # [N]
     limit = max_len[sent_of_row]  # [N]
-    soonest = int(limit.min())  # no row must end before it; again when sentences leave
-    penalty = None  # the length penalty of each sentence's longest output; again when they leave
+    soonest, penalty = int(limit.min()), longest_penalty(max_len + 1, alpha, kind=length_penalty)  # renewed
     constrained = start_constraint(constraint, sent_of_row) if constraint is not None else None
     lexical = _start_required(required, sent_of_row, beam=k, max_len=max_len)
     followers = [f for f in (constrained, lexical) if f is not None]  # they follow the beam as the state does
@@ -383,19 +382,15 @@ def beam_search(model: SearchModel, src: Tensor, *, beam: int, alpha: float, max
             finished = _within_beam(ends, k) if end_in_beam and ends is not None else ends
             kept = kept.merged(cand, finished, rows_c, history, step, alpha, length_penalty)
             scores, rows, next_tok = _going_on(go_on, cand, ends, rows_c, token)  # [B, K] each
-            best = scores.max(dim=1).values  # [B]
-            if penalty is None:
-                penalty = longest_penalty(max_len[active] + 1, alpha, kind=length_penalty, dtype=best.dtype)
-            done = (beyond_reach(best, kept.norm[:, -1], penalty)
-                    | ~torch.isfinite(scores).any(dim=1) | _cancelled(cancelled, active))
-            keep = _retire(done, active, kept, results)
+            keep = _retire(_done(scores, kept, penalty, cancelled, active), active, kept, results)
             if keep is not None:
                 if keep.numel() == 0:
                     break
                 active, scores, rows, next_tok = (t[keep] for t in (active, scores, rows, next_tok))
                 kept = kept.select(keep)
                 limit = max_len[active].repeat_interleave(k)
-                soonest, penalty = int(limit.min()), None
+                soonest, penalty = int(limit.min()), longest_penalty(max_len[active] + 1, alpha,
+                                                                     kind=length_penalty)
             history = _follow(history, rows, next_tok, keep, state, followers)
     return results
 
@@ -439,6 +434,16 @@ def _read_given(model: SearchModel, state: SearchState, history: Tensor, prefixe
         for follower in followers:
             follower.advance(token)
     return history
+
+
+def _done(scores: Tensor, kept: _Kept, penalty: Tensor | float, cancelled: Cancelled | None,
+          active: Tensor) -> Tensor:
+    """[B] the sentences whose live hypotheses (``scores`` [B, K]) cannot beat their kept
+    n-th best (``penalty``: of each one's longest output), that have none live, or that
+    ``cancelled`` stops."""
+    best = scores.max(dim=1).values  # [B]
+    return (beyond_reach(best, kept.norm[:, -1], penalty) | ~torch.isfinite(scores).any(dim=1)
+            | _cancelled(cancelled, active))
 
 
 def _retire(done: Tensor, active: Tensor, kept: _Kept, results: list[list[Hypothesis]]) -> Tensor | None:

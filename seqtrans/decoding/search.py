@@ -306,8 +306,10 @@ def cannot_improve(best_live: Tensor, worst_kept: Tensor, max_length: Tensor, al
     return beyond_reach(best_live, worst_kept, penalty)
 
 
-def longest_penalty(max_length: Tensor, alpha: float, *, kind: str, dtype: torch.dtype) -> Tensor | float:
-    """The length penalty of each sentence's longest output, ``max_length`` [B], in ``dtype``."""
+def longest_penalty(max_length: Tensor, alpha: float, *, kind: str,
+                    dtype: torch.dtype = torch.float32) -> Tensor | float:
+    """The length penalty of each sentence's longest output, ``max_length`` [B], in ``dtype``
+    (the searches' scores are float32)."""
     return length_penalty(max_length.to(dtype), alpha, kind=kind)
 
 
