@@ -294,26 +294,18 @@ def merge_finished(kept_scores: Tensor, new_scores: Tensor) -> tuple[Tensor, Ten
     return torch.cat([kept_scores, new_scores], dim=1).topk(m, dim=1)
 
 
-def cannot_improve(best_live: Tensor, worst_kept: Tensor, max_length: Tensor, alpha: float, *,
-                   kind: str = "gnmt") -> Tensor:
-    """True where no live hypothesis can still beat the M-th best finished one.
-
-    A live hypothesis's log-probability can only fall, and for alpha >= 0 its score
-    is highest if it ends at the longest length allowed; so
-    ``best_live / lp(max_length)`` bounds every score it may reach. [B] -> [B] bool.
-    """
-    penalty = longest_penalty(max_length, alpha, kind=kind, dtype=best_live.dtype)
-    return beyond_reach(best_live, worst_kept, penalty)
-
-
-def longest_penalty(max_length: Tensor, alpha: float, *, kind: str,
-                    dtype: torch.dtype = torch.float32) -> Tensor | float:
-    """The length penalty of each sentence's longest output, ``max_length`` [B], in ``dtype``
-    (the searches' scores are float32)."""
-    return length_penalty(max_length.to(dtype), alpha, kind=kind)
+def longest_penalty(max_length: Tensor, alpha: float, *, kind: str) -> Tensor | float:
+    """The length penalty of each sentence's longest output, ``max_length`` [B], in float32
+    (the searches' scores)."""
+    return length_penalty(max_length.to(torch.float32), alpha, kind=kind)
 
 
 def beyond_reach(best_live: Tensor, worst_kept: Tensor, penalty: Tensor | float) -> Tensor:
-    """:func:`cannot_improve` with :func:`longest_penalty` given: a search computes it
-    again only when its sentences change."""
+    """True where no live hypothesis can still beat the M-th best finished one.
+
+    A live hypothesis's log-probability can only fall, and for alpha >= 0 its score
+    is highest if it ends at the longest length allowed; so ``best_live / penalty``
+    (:func:`longest_penalty`, which a search computes again only when its sentences
+    change) bounds every score it may reach. [B] -> [B] bool.
+    """
     return torch.isfinite(worst_kept) & (best_live / penalty <= worst_kept)
