@@ -52,14 +52,38 @@ class RelativePositionBias(nn.Module):
         self.bidirectional = bidirectional
         self.table = nn.Embedding(buckets, heads)  # [buckets, H]
         nn.init.normal_(self.table.weight, std=d_model**-0.5)
+        # (the table's identity, the bias by distance [H, D]) kept for decoding steps (_step)
+        self._by_distance: tuple[tuple[object, ...], Tensor] | None = None
 
     def forward(self, queries: int, keys: int, *, offset: int = 0) -> Tensor:
-        device = self.table.weight.device
+        weight = self.table.weight
+        if (queries == 1 and keys <= offset + 1 and not self.bidirectional
+                and not (torch.is_grad_enabled() and weight.requires_grad)):
+            return self._step(keys, offset)
+        device = weight.device
         query = torch.arange(offset, offset + queries, device=device)  # [T]
         key = torch.arange(keys, device=device)  # [L]
         bucket = relative_buckets(key[None, :] - query[:, None], bidirectional=self.bidirectional,
                                   buckets=self.buckets, max_distance=self.max_distance)  # [T, L]
         return self.table(bucket).permute(2, 0, 1).unsqueeze(0)  # [T, L, H] -> [1, H, T, L]
+
+    def _step(self, keys: int, offset: int) -> Tensor:
+        """A decoder step's bias, one query at ``offset`` over keys 0 .. ``keys`` - 1 (none
+        after it): a slice of the bias by distance, made once and kept while the table is
+        unchanged, instead of the buckets' dozen operators at every step; the same values.
+        -> [1, H, 1, L]"""
+        weight = self.table.weight
+        identity = (weight.data_ptr(), weight._version, weight.device, weight.dtype)
+        kept = self._by_distance
+        if kept is None or kept[0] != identity or kept[1].size(1) <= offset:
+            size = max(offset + 1, 64 if kept is None else 2 * kept[1].size(1))
+            # column c is the key at distance size - 1 - c before the query
+            distance = torch.arange(size - 1, -1, -1, device=weight.device)  # [D]
+            bucket = relative_buckets(-distance, bidirectional=False, buckets=self.buckets,
+                                      max_distance=self.max_distance)  # [D]
+            kept = self._by_distance = (identity, self.table(bucket).t().contiguous())  # [H, D]
+        start = kept[1].size(1) - 1 - offset  # the key at position 0
+        return kept[1][:, start:start + keys].unsqueeze(0).unsqueeze(2)  # [1, H, 1, L]
 
     def extra_repr(self) -> str:
         return (f"buckets={self.buckets}, max_distance={self.max_distance}, "

@@ -73,6 +73,25 @@ def test_the_position_bias_looks_up_each_pair_of_positions() -> None:
             torch.testing.assert_close(out[0, :, i, key], bias.table.weight[bucket])
 
 
+def test_a_decoding_steps_bias_is_the_lookups_and_follows_the_table() -> None:
+    torch.manual_seed(0)
+    bias = RelativePositionBias(3, buckets=8, max_distance=12, bidirectional=False, d_model=16)
+    with torch.no_grad():
+        for offset in (0, 1, 5, 63, 64, 200, 3):  # past the kept distances, then back
+            for keys in (offset + 1, max(1, offset - 2)):  # every key so far, or the latest cut off
+                got = bias(1, keys, offset=offset)
+                assert got.shape == (1, 3, 1, keys)
+                for key in range(keys):
+                    bucket = reference_bucket(key - offset, bidirectional=False, buckets=8, max_distance=12)
+                    assert torch.equal(got[0, :, 0, key], bias.table.weight[bucket])
+        bias.table.weight.mul_(2)  # a changed table is looked up again
+        assert torch.equal(bias(1, 4, offset=3)[0, :, 0, 0],
+                           bias.table.weight[reference_bucket(-3, bidirectional=False, buckets=8, max_distance=12)])
+    with torch.enable_grad():  # with gradients the bias is made anew, so that they reach the table
+        bias(1, 6, offset=5).sum().backward()
+    assert bias.table.weight.grad is not None and bias.table.weight.grad.abs().sum() > 0
+
+
 def test_rms_norm_divides_by_the_root_mean_square_and_scales() -> None:
     torch.manual_seed(0)
     norm = RMSNorm(6, eps=1e-6)
