@@ -10,7 +10,9 @@ layers of width 256, for a quick look. ``--shape t5-small`` is t5-small's (T5 v1
 32,128 rows), with a unigram tokenizer of made-up pieces and T5's sentinels;
 ``--shape flan-t5-small`` is flan-t5-small's (T5 v1.1: 8 + 8 layers, d_model 512, d_ff
 1,024, 6 heads of 64, a gated GELU feed-forward, an untied head), with the same
-tokenizer. Then, each
+tokenizer; ``--shape bart-base`` is bart-base's (6 + 6 post-norm layers, d_model 768, d_ff
+3,072, 12 heads, GELU, learned positions, 50,265 words), with a byte-level BPE tokenizer
+of made-up pieces as BART's is. Then, each
 in its own process so that its time and peak memory are its own:
 
 - ``seqtrans import hf`` of the directory: seconds and peak resident memory, also as a
@@ -40,6 +42,7 @@ Needs the ``bench`` extra (transformers, ctranslate2) and the translation plugin
     python -m benchmarks pretrained_families --shape nllb-600m --sentences 32 --batch 32 --single 8
     python -m benchmarks pretrained_families --shape t5-small --sentences 32 --batch 32
     python -m benchmarks pretrained_families --shape flan-t5-small --sentences 32 --batch 32
+    python -m benchmarks pretrained_families --shape bart-base --sentences 32 --batch 32
 """
 
 from __future__ import annotations
@@ -75,6 +78,8 @@ SHAPES: dict[str, dict[str, int]] = {
     # flan-t5-small: v1.1 (a gated GELU, the head untied), heads of 64 (384 wide, not 512)
     "flan-t5-small": {"layers": 8, "d_model": 512, "d_ff": 1024, "heads": 6, "head_dim": 64, "vocab": 32128,
                       "gated": 1},
+    # bart-base: post-norm, GELU, learned positions, the head tied to the embeddings
+    "bart-base": {"layers": 6, "d_model": 768, "d_ff": 3072, "heads": 12, "vocab": 50265},
 }
 LANGUAGES = ("eng_Latn", "deu_Latn", "fra_Latn")
 LETTERS = ["▁", "w", *"0123456789"]  # what the made-up words are spelled with
@@ -87,6 +92,8 @@ def multilingual(shape: str) -> bool:
 
 def words(shape: str) -> int:
     """How many made-up words ``w0`` ... the tokenizer of ``shape`` reads as one piece each."""
+    if shape.startswith("bart"):
+        return SHAPES[shape]["vocab"] - 5 - len(LETTERS) - 1  # the specials, <mask>, and "Ġw"
     if not multilingual(shape):
         return T5_WORDS
     return SHAPES[shape]["vocab"] - 4 - len(LANGUAGES) - 1 - len(LETTERS) - 1  # and "▁w"
@@ -98,6 +105,8 @@ POLICIES = WAIT_POLICIES
 
 def build(shape: str, directory: Path) -> dict[str, Any]:
     """A random model of ``shape`` and its tokenizer, saved into ``directory``."""
+    if shape.startswith("bart"):
+        return _build_bart(shape, directory)
     if not multilingual(shape):
         return _build_t5(shape, directory)
     import torch
@@ -155,6 +164,43 @@ def _build_t5(shape: str, directory: Path) -> dict[str, Any]:
     model = transformers.T5ForConditionalGeneration(config).eval()
     tokenizer.save_pretrained(directory)
     model.save_pretrained(directory)
+    assert len(tokenizer) <= s["vocab"], (len(tokenizer), s["vocab"])
+    return {"parameters": sum(p.numel() for p in model.parameters())}
+
+
+def _build_bart(shape: str, directory: Path) -> dict[str, Any]:
+    """A BART shape with random weights and a byte-level BPE tokenizer (BART's kind) whose
+    made-up words after a space (``Ġw0`` ...) are one piece each. ``<s>`` is written
+    first, as bart-base forces it (:func:`forced`)."""
+    import torch
+    import transformers
+    from tokenizers import pre_tokenizers
+
+    s = SHAPES[shape]
+    space = [("Ġ" + w) for w in ("w", *(f"w{i}" for i in range(words(shape))))]
+    letters = ["Ġ", *LETTERS[1:]]
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{p: 4 + i for i, p in enumerate([*letters, *space])}}
+    vocab["<mask>"] = len(vocab)
+    # one merge per word, onto the word one digit shorter, so that "Ġw123" is one piece
+    merges = [("Ġ", "w"), *((w[:-1], w[-1]) for w in space[1:])]
+    tokenizer = transformers.BartTokenizer(vocab=vocab, merges=merges)
+    # GPT-2's pattern would split a word's letter from its digits before the merges
+    tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    config = transformers.BartConfig(
+        vocab_size=s["vocab"], d_model=s["d_model"], encoder_layers=s["layers"], decoder_layers=s["layers"],
+        encoder_attention_heads=s["heads"], decoder_attention_heads=s["heads"], encoder_ffn_dim=s["d_ff"],
+        decoder_ffn_dim=s["d_ff"], max_position_embeddings=1024, activation_function="gelu", dropout=0.0,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    torch.manual_seed(0)
+    model = transformers.BartForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        model.model.shared.weight[2].zero_()  # as NLLB's: no early end
+    tokenizer.save_pretrained(directory)
+    model.save_pretrained(directory)
+    # CTranslate2's converter reads BART's post-norm from this field, which transformers 5 leaves out
+    path = directory / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text(encoding="utf-8")), "normalize_before": False}),
+                    encoding="utf-8")
     assert len(tokenizer) <= s["vocab"], (len(tokenizer), s["vocab"])
     return {"parameters": sum(p.numel() for p in model.parameters())}
 
@@ -239,21 +285,34 @@ def build_shortlist(run: Path, texts: list[str], *, tokens: int, top: int, frequ
     return {"outputs": outputs, "allowed_per_sentence": [int(n) for n in sizes], "greedy_equal_outputs": same}
 
 
+def forced(shape: str) -> str | None:
+    """The token a shape's model writes first, forced (seqtrans forces it by itself;
+    CTranslate2 is given it as a prefix): NLLB's target language code, BART's ``<s>``."""
+    return LANGUAGES[1] if multilingual(shape) else "<s>" if shape.startswith("bart") else None
+
+
 def decode_ct2(model: Path, hf: Path, texts: list[str], *, batch: int, tokens: int,
-               languages: bool) -> dict[str, Any]:
+               languages: bool, first: str | None) -> dict[str, Any]:
     import ctranslate2
     import transformers
 
-    language = {"src_lang": LANGUAGES[0]} if languages else {}
-    tokenizer = transformers.AutoTokenizer.from_pretrained(hf, **language)
-    inputs = [tokenizer.convert_ids_to_tokens(tokenizer(t)["input_ids"]) for t in texts]
+    if (hf / "tokenizer_config.json").read_text(encoding="utf-8").count('"RobertaTokenizer"'):
+        # BART's: transformers makes its pre-tokenizer anew, with GPT-2's pattern, which the
+        # benchmark's tokenizer.json leaves out (_build_bart); seqtrans reads that file
+        from tokenizers import Tokenizer
+
+        inputs = [Tokenizer.from_file(str(hf / "tokenizer.json")).encode(t).tokens for t in texts]
+    else:
+        language = {"src_lang": LANGUAGES[0]} if languages else {}
+        tokenizer = transformers.AutoTokenizer.from_pretrained(hf, **language)
+        inputs = [tokenizer.convert_ids_to_tokens(tokenizer(t)["input_ids"]) for t in texts]
     translator = ctranslate2.Translator(str(model), device="cpu", intra_threads=int(os.environ["THREADS"]))
-    # the target language's code is a prefix CTranslate2 counts in the output's length
-    length = tokens + 1 if languages else tokens
+    # the forced first token is a prefix CTranslate2 counts in the output's length
+    length = tokens + 1 if first else tokens
     options = {"beam_size": 4, "max_decoding_length": length, "min_decoding_length": length}
 
     def prefix(n: int) -> list[list[str]] | None:
-        return [[LANGUAGES[1]]] * n if languages else None
+        return [[first]] * n if first else None
 
     translator.translate_batch(inputs[:1], target_prefix=prefix(1), **options)
     start = time.perf_counter()
@@ -262,7 +321,7 @@ def decode_ct2(model: Path, hf: Path, texts: list[str], *, batch: int, tokens: i
         chunk = inputs[i:i + batch]
         out = translator.translate_batch(chunk, target_prefix=prefix(len(chunk)), **options)
         # its hypotheses hold the prefix it was given, which it did not write: seqtrans's leave it out
-        produced += sum(len(r.hypotheses[0]) - (1 if languages else 0) for r in out)
+        produced += sum(len(r.hypotheses[0]) - (1 if first else 0) for r in out)
     return {"tokens": produced, "seconds": time.perf_counter() - start, "peak_mib": process_peak_mib()}
 
 
@@ -289,7 +348,7 @@ def _phase(args: argparse.Namespace) -> dict[str, Any]:
         return decode_seqtrans(Path(paths[0]), texts, precision=paths[1], batch=batch, tokens=args.tokens,
                                languages=multilingual(args.shape), shortlist=paths[2] == "shortlist")
     return decode_ct2(Path(paths[0]), Path(paths[1]), texts, batch=batch, tokens=args.tokens,
-                      languages=multilingual(args.shape))
+                      languages=multilingual(args.shape), first=forced(args.shape))
 
 
 def _ct2_convert(hf: Path, out: Path, quantization: str) -> float:
