@@ -179,13 +179,15 @@ def _build_bart(shape: str, directory: Path) -> dict[str, Any]:
     s = SHAPES[shape]
     space = [("Ġ" + w) for w in ("w", *(f"w{i}" for i in range(words(shape))))]
     letters = ["Ġ", *LETTERS[1:]]
-    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{p: 4 + i for i, p in enumerate([*letters, *space])}}
+    pieces = [*letters, *space]
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{p: 4 + i for i, p in enumerate(pieces)}}
     vocab["<mask>"] = len(vocab)
     # one merge per word, onto the word one digit shorter, so that "Ġw123" is one piece
     merges = [("Ġ", "w"), *((w[:-1], w[-1]) for w in space[1:])]
     tokenizer = transformers.BartTokenizer(vocab=vocab, merges=merges)
     # GPT-2's pattern would split a word's letter from its digits before the merges
-    tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend = tokenizer.backend_tokenizer
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     config = transformers.BartConfig(
         vocab_size=s["vocab"], d_model=s["d_model"], encoder_layers=s["layers"], decoder_layers=s["layers"],
         encoder_attention_heads=s["heads"], decoder_attention_heads=s["heads"], encoder_ffn_dim=s["d_ff"],
