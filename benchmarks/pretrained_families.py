@@ -193,16 +193,14 @@ def _build_bart(shape: str, directory: Path) -> dict[str, Any]:
         encoder_attention_heads=s["heads"], decoder_attention_heads=s["heads"], encoder_ffn_dim=s["d_ff"],
         decoder_ffn_dim=s["d_ff"], max_position_embeddings=1024, activation_function="gelu", dropout=0.0,
         pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    # CTranslate2's converter reads BART's post-norm from this field, which transformers 5 leaves out
+    config.normalize_before = False
     torch.manual_seed(0)
     model = transformers.BartForConditionalGeneration(config).eval()
     with torch.no_grad():
         model.model.shared.weight[2].zero_()  # as NLLB's: no early end
     tokenizer.save_pretrained(directory)
     model.save_pretrained(directory)
-    # CTranslate2's converter reads BART's post-norm from this field, which transformers 5 leaves out
-    path = directory / "config.json"
-    path.write_text(json.dumps({**json.loads(path.read_text(encoding="utf-8")), "normalize_before": False}),
-                    encoding="utf-8")
     assert len(tokenizer) <= s["vocab"], (len(tokenizer), s["vocab"])
     return {"parameters": sum(p.numel() for p in model.parameters())}
 

@@ -85,8 +85,8 @@ def test_a_decoding_steps_bias_is_the_lookups_and_follows_the_table() -> None:
                     bucket = reference_bucket(key - offset, bidirectional=False, buckets=8, max_distance=12)
                     assert torch.equal(got[0, :, 0, key], bias.table.weight[bucket])
         bias.table.weight.mul_(2)  # a changed table is looked up again
-        assert torch.equal(bias(1, 4, offset=3)[0, :, 0, 0],
-                           bias.table.weight[reference_bucket(-3, bidirectional=False, buckets=8, max_distance=12)])
+        first = reference_bucket(-3, bidirectional=False, buckets=8, max_distance=12)
+        assert torch.equal(bias(1, 4, offset=3)[0, :, 0, 0], bias.table.weight[first])
     with torch.enable_grad():  # with gradients the bias is made anew, so that they reach the table
         bias(1, 6, offset=5).sum().backward()
     assert bias.table.weight.grad is not None and bias.table.weight.grad.abs().sum() > 0
