@@ -57,7 +57,8 @@ class RelativePositionBias(nn.Module):
 
     def forward(self, queries: int, keys: int, *, offset: int = 0) -> Tensor:
         weight = self.table.weight
-        if (queries == 1 and keys <= offset + 1 and not self.bidirectional
+        # (a table made under inference_mode keeps no version to tell a change by: made anew)
+        if (queries == 1 and keys <= offset + 1 and not self.bidirectional and not weight.is_inference()
                 and not (torch.is_grad_enabled() and weight.requires_grad)):
             return self._step(keys, offset)
         device = weight.device
@@ -76,7 +77,9 @@ class RelativePositionBias(nn.Module):
         identity = (weight.data_ptr(), weight._version, weight.device, weight.dtype)
         kept = self._by_distance
         if kept is None or kept[0] != identity or kept[1].size(1) <= offset:
-            size = max(offset + 1, 64 if kept is None else 2 * kept[1].size(1))
+            size = 64 if kept is None else kept[1].size(1)
+            if size <= offset:
+                size = max(offset + 1, 2 * size)  # doubled: a longer decode grows it a few times only
             # column c is the key at distance size - 1 - c before the query
             distance = torch.arange(size - 1, -1, -1, device=weight.device)  # [D]
             bucket = relative_buckets(-distance, bidirectional=False, buckets=self.buckets,

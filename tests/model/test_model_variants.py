@@ -87,9 +87,16 @@ def test_a_decoding_steps_bias_is_the_lookups_and_follows_the_table() -> None:
         bias.table.weight.mul_(2)  # a changed table is looked up again
         first = reference_bucket(-3, bidirectional=False, buckets=8, max_distance=12)
         assert torch.equal(bias(1, 4, offset=3)[0, :, 0, 0], bias.table.weight[first])
+        kept = bias._by_distance
+        assert kept is not None and kept[1].size(1) == 256  # a changed table: looked up anew, not grown
     with torch.enable_grad():  # with gradients the bias is made anew, so that they reach the table
         bias(1, 6, offset=5).sum().backward()
     assert bias.table.weight.grad is not None and bias.table.weight.grad.abs().sum() > 0
+    with torch.inference_mode():  # a table of inference tensors keeps no version: made anew each time
+        inferred = RelativePositionBias(3, buckets=8, max_distance=12, bidirectional=False, d_model=16)
+        inferred.table.weight.copy_(bias.table.weight)
+        assert torch.equal(inferred(1, 6, offset=5), bias(1, 6, offset=5))
+        assert inferred._by_distance is None
 
 
 def test_rms_norm_divides_by_the_root_mean_square_and_scales() -> None:
