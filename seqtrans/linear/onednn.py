@@ -22,8 +22,8 @@ from seqtrans.runtime.system import MappedFile, mapped_file, release_mapped
 #: oneDNN's kernel is as fast (docs/speed.md, "A step's few rows").
 NATIVE_ROWS = 8
 
-#: The most bytes of a weight packed in one piece (:func:`packed`) unless
-#: ``SEQTRANS_PACK_BLOCK_MIB`` says otherwise.
+#: The most bytes of a block of a packed weight (:func:`packed`) unless
+#: ``SEQTRANS_PACK_BLOCK_MIB`` says otherwise; a weight of at most two is packed whole.
 PACK_BLOCK_BYTES = 32 << 20
 
 
@@ -244,7 +244,9 @@ def packed(weight: Tensor) -> Packed:
     the weights are in memory once, in the packed layout, and never twice even while they
     are packed. The blocks are of :data:`PACK_BLOCK_BYTES` at most (``SEQTRANS_PACK_BLOCK_MIB``;
     ``0``: one block, faster where each product call costs most, the weight twice while it
-    is packed) and of nearly equal rows,
+    is packed), a weight of at most two blocks' bytes is one (its blocks' outputs would be
+    gathered at every product, a pass over a vocabulary's logits, to save at most a block
+    while it is packed), and of nearly equal rows,
     never one row alone (oneDNN multiplies a single output by another kernel, which sums in
     another order)."""
     reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
@@ -252,8 +254,8 @@ def packed(weight: Tensor) -> Packed:
             or not environment.pack_weights()):
         return Packed((weight,))
     block = environment.pack_block_bytes(PACK_BLOCK_BYTES)
-    count = 1 if block is None else max(1, min(weight.size(0) // 2,
-                                               -(-weight.numel() * weight.element_size() // block)))
+    size = weight.numel() * weight.element_size()
+    count = 1 if block is None or size <= 2 * block else max(1, min(weight.size(0) // 2, -(-size // block)))
     blocks, released = [], False
     try:
         with torch.no_grad():

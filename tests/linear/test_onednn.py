@@ -346,6 +346,10 @@ def test_the_block_size_is_the_environments_to_set(monkeypatch: pytest.MonkeyPat
         assert torch.equal(default(x), whole(x))  # the blocks' sums are the whole product's
     monkeypatch.setenv("SEQTRANS_PACK_BLOCK_MIB", "1")  # 1 MiB: this weight's 112.5 KiB in one
     assert len(OneDNNLinear(weight).packed_weights) == 1
+    monkeypatch.delenv("SEQTRANS_PACK_BLOCK_MIB")
+    for block, count in ((300 * 96 * 4 // 2, 1), (300 * 96 * 4 // 2 - 4, 3)):  # two blocks' bytes: whole
+        monkeypatch.setattr(onednn_module, "PACK_BLOCK_BYTES", block)
+        assert len(OneDNNLinear(weight).packed_weights) == count
     for bad in ("-1", "1.5", "lots"):
         monkeypatch.setenv("SEQTRANS_PACK_BLOCK_MIB", bad)
         with pytest.raises(UsageError, match=f"SEQTRANS_PACK_BLOCK_MIB must be a whole number.*{bad!r}"):
