@@ -90,9 +90,13 @@ def multilingual(shape: str) -> bool:
     return shape.startswith("nllb")
 
 
+def bart(shape: str) -> bool:
+    return shape.startswith("bart")
+
+
 def words(shape: str) -> int:
     """How many made-up words ``w0`` ... the tokenizer of ``shape`` reads as one piece each."""
-    if shape.startswith("bart"):
+    if bart(shape):
         return SHAPES[shape]["vocab"] - 5 - len(LETTERS) - 1  # the specials, <mask>, and "Ġw"
     if not multilingual(shape):
         return T5_WORDS
@@ -105,7 +109,7 @@ POLICIES = WAIT_POLICIES
 
 def build(shape: str, directory: Path) -> dict[str, Any]:
     """A random model of ``shape`` and its tokenizer, saved into ``directory``."""
-    if shape.startswith("bart"):
+    if bart(shape):
         return _build_bart(shape, directory)
     if not multilingual(shape):
         return _build_t5(shape, directory)
@@ -288,22 +292,23 @@ def build_shortlist(run: Path, texts: list[str], *, tokens: int, top: int, frequ
 def forced(shape: str) -> str | None:
     """The token a shape's model writes first, forced (seqtrans forces it by itself;
     CTranslate2 is given it as a prefix): NLLB's target language code, BART's ``<s>``."""
-    return LANGUAGES[1] if multilingual(shape) else "<s>" if shape.startswith("bart") else None
+    return LANGUAGES[1] if multilingual(shape) else "<s>" if bart(shape) else None
 
 
 def decode_ct2(model: Path, hf: Path, texts: list[str], *, batch: int, tokens: int,
-               languages: bool, first: str | None) -> dict[str, Any]:
+               shape: str) -> dict[str, Any]:
     import ctranslate2
     import transformers
 
-    if (hf / "tokenizer_config.json").read_text(encoding="utf-8").count('"RobertaTokenizer"'):
-        # BART's: transformers makes its pre-tokenizer anew, with GPT-2's pattern, which the
+    first = forced(shape)
+    if bart(shape):
+        # transformers makes BART's pre-tokenizer anew, with GPT-2's pattern, which the
         # benchmark's tokenizer.json leaves out (_build_bart); seqtrans reads that file
         from tokenizers import Tokenizer
 
         inputs = [Tokenizer.from_file(str(hf / "tokenizer.json")).encode(t).tokens for t in texts]
     else:
-        language = {"src_lang": LANGUAGES[0]} if languages else {}
+        language = {"src_lang": LANGUAGES[0]} if multilingual(shape) else {}
         tokenizer = transformers.AutoTokenizer.from_pretrained(hf, **language)
         inputs = [tokenizer.convert_ids_to_tokens(tokenizer(t)["input_ids"]) for t in texts]
     translator = ctranslate2.Translator(str(model), device="cpu", intra_threads=int(os.environ["THREADS"]))
@@ -348,7 +353,7 @@ def _phase(args: argparse.Namespace) -> dict[str, Any]:
         return decode_seqtrans(Path(paths[0]), texts, precision=paths[1], batch=batch, tokens=args.tokens,
                                languages=multilingual(args.shape), shortlist=paths[2] == "shortlist")
     return decode_ct2(Path(paths[0]), Path(paths[1]), texts, batch=batch, tokens=args.tokens,
-                      languages=multilingual(args.shape), first=forced(args.shape))
+                      shape=args.shape)
 
 
 def _ct2_convert(hf: Path, out: Path, quantization: str) -> float:
