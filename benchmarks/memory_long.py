@@ -34,7 +34,9 @@ encoder-decoder attention is measured apart (the profiler's own cost left out).
     python -m benchmarks memory_long --smoke --mirror ../shared/data/multi30k --work runs/memory-long-smoke
 
 Models already trained in ``--work`` with the same settings are reused; the timings are
-always taken anew, so that the models compare within one run. Writes
+always taken anew, so that the models compare within one run. ``--train-only`` trains and
+stops, so that trainings can run side by side (a process per core, each with ``--models``)
+before one run times every model alone. Writes
 ``benchmarks/results/memory_long.json`` (``--out``), with a row per model; ``--smoke``
 runs the same steps with a tiny model on a sliver of the data (numbers that mean
 nothing), writing into ``--work`` only.
@@ -355,6 +357,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--mirror", help="A directory holding the Multi30k files (data.mirror).")
     parser.add_argument("--out", type=Path, help=f"The results JSON (default benchmarks/results/{OUT.name}; "
                                                   "with --smoke, WORK/memory_long-smoke.json).")
+    parser.add_argument("--train-only", action="store_true",
+                        help="Train the models and stop: trainings of other models may then run beside it "
+                             "(say, one process per core), and a later run without it times them alone.")
     parser.add_argument("--smoke", action="store_true",
                         help="A tiny model, 2 updates, 48 training documents, 2 test documents, outputs of "
                              "8 tokens: checks the steps fit together.")
@@ -389,6 +394,8 @@ def main(argv: list[str]) -> None:
         trained[name] = in_process(train, name, settings[name][1], args)
         print(f"{name}: trained, {trained[name]['train_steps']} updates, run BLEU {trained[name]['bleu']}",
               flush=True)
+    if args.train_only:
+        return
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in chosen}
     for _ in range(args.rounds):
         for name in chosen:  # in turn, so that a slow spell of the machine is every model's

@@ -141,17 +141,18 @@ def expected_alignments(energy: Tensor, mask: Tensor | None = None, *,
     return torch.stack(steps, dim=1) if steps else energy.new_zeros(r, 0, s)
 
 
-def hard_alignment(energy: Tensor, lengths: Tensor) -> Tensor:
+def hard_alignment(energy: Tensor, lengths: Tensor, *, floor: float = 0.0) -> Tensor:
     """Where hard monotonic attention attends at each step, from all energies at once: the
-    first position from the previous step's with e >= 0, or the source length (nothing)
-    from the first step that finds none.  energy [R, T, S], lengths [R] -> [R, T] (long)"""
+    first position from the previous step's with e >= ``floor`` (:func:`selection_floor`;
+    0 at the threshold 0.5), or the source length (nothing) from the first step that finds
+    none.  energy [R, T, S], lengths [R] -> [R, T] (long)"""
     r, t, s = energy.shape
     source = torch.arange(s, device=energy.device)  # [S]
     inside = source < lengths.unsqueeze(1)  # [R, S]
     position = torch.zeros(r, dtype=torch.long, device=energy.device)
     steps = []
     for i in range(t):
-        hit = (energy[:, i] >= 0) & inside & (source >= position.unsqueeze(1))  # [R, S]
+        hit = (energy[:, i] >= floor) & inside & (source >= position.unsqueeze(1))  # [R, S]
         position = torch.where(hit.any(1), hit.long().argmax(1), lengths)
         steps.append(position)
     return torch.stack(steps, dim=1) if steps else lengths.new_zeros(r, 0)
@@ -273,7 +274,8 @@ class MonotonicAttention(nn.Module):
     def weights(self, x: Tensor, memory: Tensor, mask: Tensor) -> MonotonicWeights:
         """The hard and the expected alignment.  x [B, T, D], memory [B, S, D], mask [B, S]"""
         energy = self.energy(self.query(x), self.key(memory)).float()  # [B, T, S]
-        return MonotonicWeights(hard_alignment(energy, mask.sum(1)), expected_alignments(energy, mask),
+        return MonotonicWeights(hard_alignment(energy, mask.sum(1), floor=selection_floor()),
+                                expected_alignments(energy, mask),
                                 torch.sigmoid(energy) * mask.unsqueeze(1))
 
     # ------------------------------------------------------------------ training

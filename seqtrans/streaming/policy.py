@@ -12,7 +12,17 @@ given pairs in ``eval()`` mode (hard contexts, no noise), this reports:
   stops and where its expected alignment stops on average (selecting nothing counts as
   stopping at the source length, as hard monotonic attention does);
 - ``agreement``: the mean probability the expected alignment gives the hard decision's
-  position (1 where they agree exactly).
+  position (1 where they agree exactly);
+- ``ahead``: the mean signed distance, hard stop minus expected stop: above 0 where the
+  hard decisions read past where training attended;
+- ``nothing``: the share of steps whose hard decision selects no position (the source
+  read to its end), where hard monotonic attention's context is zero (a monotonic head of
+  MMA stops at the last position instead: 0 there);
+- ``histogram``: the shares of the selection probabilities in ten bins of width 0.1.
+
+Hard decisions stop where p >= the threshold in effect
+(:func:`seqtrans.attention.monotonic.selecting`, 0.5 outside it), so that a report inside
+``selecting(t)`` is that of decoding at ``decode.monotonic_threshold=t``.
 
 Both are computed from the same queries (each layer's input under hard decisions), so
 the gap is the policy's own, not that of the states below it.
@@ -23,7 +33,7 @@ Shapes: B sentences, H heads, T target, S source.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -32,6 +42,8 @@ from torch import Tensor
 from seqtrans.attention.maps import HeadMonotonicWeights, MonotonicWeights
 from seqtrans.data.vocab import PAD
 from seqtrans.model.transformer import Transformer, attention_maps
+
+BINS = 10  # the histogram's bins of the selection probabilities, each 0.1 wide
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,9 @@ class LayerPolicy:
     undecided: float  # share of selection probabilities in [0.1, 0.9]
     gap: float  # mean |hard stop - expected stop|, in source positions
     agreement: float  # mean expected probability of the hard stop
+    ahead: float  # mean hard stop - expected stop, in source positions
+    nothing: float  # share of steps whose hard decision selects no position
+    histogram: tuple[float, ...]  # shares of the selection probabilities in [0, 0.1), ..., [0.9, 1]
 
 
 @dataclass
@@ -52,7 +67,10 @@ class _Sums:
     pairs: float = 0.0
     gap: float = 0.0
     agreement: float = 0.0
+    ahead: float = 0.0
+    nothing: float = 0.0
     steps: float = 0.0
+    bins: Tensor = field(default_factory=lambda: torch.zeros(BINS, dtype=torch.float64))
 
 
 def _head_axis(w: MonotonicWeights | HeadMonotonicWeights) -> tuple[Tensor, Tensor, Tensor]:
@@ -99,11 +117,19 @@ def policy_report(model: Transformer, batches: Iterable[tuple[Tensor, Tensor]]) 
             where = torch.arange(stops.size(-1), device=stops.device, dtype=stops.dtype)
             mean_stop = (stops * where).sum(-1)  # [B, H, T]
             on_step = steps.unsqueeze(1).expand_as(mean_stop)  # [B, H, T]
-            total.gap += float(((positions.to(stops.dtype) - mean_stop).abs() * on_step).sum())
+            ahead = positions.to(stops.dtype) - mean_stop  # [B, H, T]
+            total.gap += float((ahead.abs() * on_step).sum())
+            total.ahead += float((ahead * on_step).sum())
+            total.nothing += float(((positions >= lengths.view(-1, 1, 1)) & on_step).sum())
+            bin_of = (probabilities[keep] * BINS).long().clamp(max=BINS - 1)
+            total.bins += torch.bincount(bin_of, minlength=BINS).double().cpu()
             total.agreement += float((stops.gather(-1, positions.unsqueeze(-1)).squeeze(-1) * on_step).sum())
             total.steps += float(on_step.sum())
     return [LayerPolicy(layer, s.heads, s.within / max(s.pairs, 1), s.gap / max(s.steps, 1),
-                        s.agreement / max(s.steps, 1)) for layer, s in sorted(sums.items())]
+                        s.agreement / max(s.steps, 1), s.ahead / max(s.steps, 1),
+                        s.nothing / max(s.steps, 1),
+                        tuple(float(x) for x in s.bins / max(s.pairs, 1)))
+            for layer, s in sorted(sums.items())]
 
 
 def split_report(loaded: Any, split: str = "dev", *, batch: int = 64) -> list[LayerPolicy]:

@@ -39,8 +39,14 @@ def test_memory_rows_are_compared_with_scaled_dot() -> None:
 @pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs the shared Multi30k files")
 def test_the_smoke_run_measures_every_field(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
-    memory_long.main(["--smoke", "--mirror", str(MULTI30K), "--work", str(tmp_path / "work"),
-                      "--out", str(out), "--slots", "16", "--models", "scaled-dot", "memory-K16"])
+    smoke = ["--smoke", "--mirror", str(MULTI30K), "--work", str(tmp_path / "work"), "--out", str(out),
+             "--slots", "16", "--models"]
+    memory_long.main([*smoke, "scaled-dot", "--train-only"])  # trained beside the run below, timed by it
+    trained = tmp_path / "work" / "scaled-dot" / "metrics.json"
+    assert trained.is_file() and not out.exists()
+    before = trained.stat().st_mtime_ns
+    memory_long.main([*smoke, "scaled-dot", "memory-K16"])
+    assert trained.stat().st_mtime_ns == before  # reused, not trained again
     data = json.loads(out.read_text())
     assert [r["model"] for r in data["rows"]] == ["scaled-dot", "memory-K16"]
     for r in data["rows"]:

@@ -1,5 +1,6 @@
 """The read-policy report (seqtrans.streaming.policy) against hand-computed values: a
-policy undecided everywhere (p = 0.5) and one whose probabilities are 0 or 1."""
+policy undecided everywhere (p = 0.5), at the paper's threshold and above it, and one
+whose probabilities are 0 or 1."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
+from seqtrans.attention.monotonic import selecting
 from seqtrans.data.vocab import BOS, EOS
 from seqtrans.model.transformer import Transformer
 from seqtrans.streaming.policy import policy_report
@@ -38,6 +40,42 @@ def test_an_undecided_policy_against_hand_computed_values(name: str, gap: float)
         assert r.undecided == 1.0
         assert r.gap == pytest.approx(gap)
         assert r.agreement == pytest.approx(0.5)
+        assert r.ahead == pytest.approx(-gap)  # the hard decision stops first
+        assert r.nothing == 0.0
+        assert r.histogram == tuple(1.0 if i == 5 else 0.0 for i in range(10))  # every p is 0.5
+
+
+# The same policy decoded at the threshold 0.6: no p reaches it, so the hard decision reads
+# the whole source. Raffel's attention then selects nothing (position 3, 3 - 7/8 past the
+# expected stop); MMA's head stops at the last position (2 - 3/4). The expected alignment is
+# the threshold's no more than the probabilities are.
+@pytest.mark.parametrize("name, ahead, nothing", [("monotonic", 3 - 7 / 8, 1.0), ("mma_hard", 2 - 3 / 4, 0.0),
+                                                   ("mma_il", 2 - 3 / 4, 0.0)])
+def test_a_threshold_above_every_probability_reads_the_whole_source(name: str, ahead: float,
+                                                                     nothing: float) -> None:
+    with selecting(0.6):
+        report = policy_report(flat(name), [(torch.tensor([[4, 5, EOS]]), torch.tensor([[BOS]]))])
+    for r in report:
+        assert r.ahead == pytest.approx(ahead) and r.gap == pytest.approx(ahead)
+        assert r.nothing == nothing
+        assert r.undecided == 1.0 and r.histogram[5] == 1.0
+
+
+@pytest.mark.parametrize("name", ["monotonic", "milk", "mocha", "mma_hard", "mma_il"])
+def test_the_first_layer_reads_no_less_as_the_threshold_rises(name: str) -> None:
+    """The first layer's queries do not depend on any hard decision (the layers above
+    read the contexts of those below), so its stops can only move right as the threshold
+    rises, and the expected stops not at all."""
+    model = tiny_model(seed=4, cross_attention=name, causal_encoder=True, monotonic_r_init=0.0)
+    src = torch.tensor([[4, 5, 6, 7, 8, 9, 4, 5, EOS], [8, 9, 4, 5, EOS, 0, 0, 0, 0]])
+    tgt = torch.tensor([[BOS, 4, 5, 6, 7, 8], [BOS, 8, 9, 0, 0, 0]])
+    firsts = []
+    for threshold in (0.2, 0.5, 0.8):
+        with selecting(threshold):
+            firsts.append(policy_report(model, [(src, tgt)])[0])
+    assert firsts[0].ahead <= firsts[1].ahead <= firsts[2].ahead
+    assert firsts[0].ahead < firsts[2].ahead  # the random policy's p are not all outside (0.2, 0.8)
+    assert firsts[0].histogram == firsts[2].histogram
 
 
 @pytest.mark.parametrize("name", ["monotonic", "mma_hard"])
