@@ -31,6 +31,8 @@ in ``--work`` with the same settings, then measures on test2016:
 
 Each model is scored as soon as it is trained and the results file rewritten then; a
 later invocation with the same budget keeps the models the file holds and does the rest.
+``--train-only`` trains and stops, so that trainings can run side by side (a process per
+core, each with ``--models``) before one invocation scores every model.
 Writes ``benchmarks/results/simultaneous_multi30k.json`` and the BLEU-against-AL
 picture ``docs/images/simultaneous-multi30k.png``; ``python docs/generate.py`` puts
 the tables into docs/streaming-multi30k.md and docs/attention-results.md.
@@ -68,7 +70,8 @@ CHECKPOINTS = 20
 CAUSAL = ["model.causal_encoder=true"]
 # hard monotonic attention with its energies divided by T = 0.2 and r starting at -0.5, as
 # SeamlessStreaming's monotonic decoder has them
-SHARP = ["model.cross_attention=monotonic", "model.monotonic_temperature=0.2", "model.monotonic_r_init=-0.5"]
+SHARPENED = ["model.monotonic_temperature=0.2", "model.monotonic_r_init=-0.5"]
+SHARP = ["model.cross_attention=monotonic", *SHARPENED]
 # The K sweep of memory attention whose decoder scores the contexts by their content (the
 # contexts are the input-dependent memory; beta then depends on them too). Multi30k's sources
 # are 15 tokens on average, so K = 32 exceeds nearly all of them (docs/attention-results.md). The
@@ -83,6 +86,8 @@ LOCAL = ["model.memory_heads=4", "model.memory_local_width=1"]
 # The pre-sigmoid noise scales tried on the single monotonic head (the paper's is 1), and
 # with the largest, half the latency weight.
 MONOTONIC_NOISE = (2, 3, 3.5, 4)
+# MoChA's chunk widths fine-tuned from the full model with the single head's best recipe
+MOCHA_CHUNKS = (2, 4)
 
 
 def models(latency_weights: list[float]) -> dict[str, list[str]]:
@@ -117,6 +122,12 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
                                                    f"model.monotonic_noise={n:g}"] for n in MONOTONIC_NOISE},
         "monotonic-init-latency0.05-noise4": [*CAUSAL, *SHARP, "train.latency_weight=0.05",
                                               "model.monotonic_noise=4"],
+        # MoChA with that recipe (SHARPENED, the latency loss, noise 3.5), also from the full model:
+        # the same read policy, attending a soft chunk of w positions ending where it stops
+        # instead of that one position
+        **{f"mocha-init-w{w}": [*CAUSAL, "model.cross_attention=mocha", f"model.chunk_size={w}",
+                                *SHARPENED, "train.latency_weight=0.1", "model.monotonic_noise=3.5"]
+           for w in MOCHA_CHUNKS},
         # their control: multi-k wait-k fine-tuned from the full-sentence model for the same updates,
         # so that a policy started from ``full`` is compared with a wait-k curve of the same training
         "multi-k-init": [*CAUSAL, "model.multi_k=true"],
@@ -138,7 +149,8 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
 INIT = {"mma-il-init": "full", "monotonic-init": "full", "monotonic-init-t0.2": "full",
         "monotonic-init-latency": "full", "multi-k-init": "full",
         "monotonic-init-latency0.05-noise4": "full",
-        **{f"monotonic-init-latency-noise{n:g}": "full" for n in MONOTONIC_NOISE}}
+        **{f"monotonic-init-latency-noise{n:g}": "full" for n in MONOTONIC_NOISE},
+        **{f"mocha-init-w{w}": "full" for w in MOCHA_CHUNKS}}
 
 
 def learned_policy(name: str) -> bool:
@@ -393,7 +405,9 @@ def plot(data: dict[str, Any], picture: Path) -> None:
              "monotonic-init-latency0.05-noise4":
                 "hard monotonic from the full model, latency loss 0.05, noise 4",
              **{f"monotonic-init-latency-noise{n:g}":
-                f"hard monotonic from the full model, latency loss, noise {n:g}" for n in MONOTONIC_NOISE}}
+                f"hard monotonic from the full model, latency loss, noise {n:g}" for n in MONOTONIC_NOISE},
+             **{f"mocha-init-w{w}": f"MoChA w={w} from the full model, latency loss, noise 3.5"
+                for w in MOCHA_CHUNKS}}
 
     def label(name: str) -> str:
         return "MILk λ=" + name.removeprefix("milk-") if name.startswith("milk-") else names.get(name, name)
@@ -497,6 +511,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="More settings for every model, e.g. a small test set (data.test_src, "
                              "data.test_tgt) for a quick check of this script.")
+    parser.add_argument("--train-only", action="store_true",
+                        help="Train the models the results file lacks and stop, writing nothing: trainings "
+                             "can then run side by side (a process per core, each with --models) before "
+                             "one run scores them.")
     parser.add_argument("--plot", type=Path, metavar="RESULTS_JSON",
                         help="Only draw the picture from a results file.")
     args = parser.parse_args(argv)
@@ -537,6 +555,10 @@ def main(argv: list[str]) -> None:
         results["training"].get(name, {}).setdefault("init", start)
     results.pop("command", None)  # written before provenance recorded the command
     todo = [name for name in chosen if name not in results["training"]]
+    if args.train_only:
+        for name in todo:  # in order: a model another starts from comes first
+            train(name, settings[name], args)
+        return
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
         jobs = {pool.submit(model_job, name, settings[name], lags.get(name), args): name for name in todo}

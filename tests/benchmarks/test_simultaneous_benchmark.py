@@ -1,5 +1,6 @@
 """The Multi30k simultaneous benchmark's results file: bad files are named with their
-line, and the picture is drawn from a well-formed one."""
+line, and the picture is drawn from a well-formed one; ``--train-only`` trains a model
+and the one fine-tuned from it, and writes no results."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ from typing import Any
 import pytest
 
 from benchmarks import simultaneous_multi30k as bench
+from conftest import ROOT
+
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+TINY = ["model.d_model=32", "model.d_ff=64", "model.encoder_layers=1", "model.decoder_layers=1",
+        "model.heads=2", "data.vocab_size=1000", "data.max_train_examples=48", "train.valid_max_examples=4"]
 
 
 def _row(model: str, bleu: float, al: float, wait_k: int | None = None) -> dict[str, Any]:
@@ -48,3 +54,16 @@ def test_the_picture_is_drawn_from_the_results(tmp_path: Path) -> None:
     bench.plot(bench.read_results(path), picture)
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(tmp_path.glob("*.tmp.png"))
+
+
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs the shared Multi30k files")
+def test_train_only_trains_the_start_first_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    bench.main(["--part", "simultaneous", "--train-only", "--steps", "2", "--jobs", "1",
+                "--set", *TINY, f"data.mirror={MULTI30K}", f"data.cache_dir={tmp_path / 'cache'}",
+                "--work", str(tmp_path / "work"), "--out", str(out), "--models", "mocha-init-w2", "full"])
+    for name in ("full", "mocha-init-w2"):
+        config = json.loads((tmp_path / "work" / name / "config.json").read_text())
+        assert (tmp_path / "work" / name / "metrics.json").is_file()
+    assert config["model"]["cross_attention"] == "mocha" and config["model"]["chunk_size"] == 2
+    assert not out.exists()
