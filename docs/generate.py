@@ -238,6 +238,8 @@ _POLICY = {"full": "full sentence (reads the whole source first)", "multi-k": "m
 #: The noise variants of the sharpened monotonic head: monotonic-init-latency[WEIGHT]-noiseN
 #: (the weight 0.1 where none is named).
 _NOISE_VARIANT = re.compile(r"monotonic-init-latency(?P<weight>[\d.]*)-noise(?P<noise>[\d.]+)")
+#: MoChA fine-tuned with the noise variants' recipe: mocha-init-wW
+_MOCHA_INIT = re.compile(r"mocha-init-w(?P<chunk>\d+)")
 
 
 def _model_label(name: str) -> str:
@@ -247,6 +249,10 @@ def _model_label(name: str) -> str:
     if variant:
         return (f"hard monotonic, T = 0.2, λ = {variant['weight'] or '0.1'}, noise {variant['noise']}, "
                 "fine-tuned from the full-sentence model")
+    mocha = _MOCHA_INIT.fullmatch(name)
+    if mocha:
+        return (f"MoChA, w = {mocha['chunk']}, T = 0.2, λ = 0.1, noise 3.5, fine-tuned from the "
+                "full-sentence model")
     return _POLICY.get(name, name)
 
 
@@ -270,8 +276,8 @@ def _updates(training: dict[str, Any], name: str) -> str:
     return f"{training[start]['train_steps'] + entry['train_steps']:,} ({start} + {entry['train_steps']:,})"
 
 
-def simultaneous_multi30k() -> str:
-    data = _result("simultaneous_multi30k.json")
+def simultaneous_multi30k(source: str = "simultaneous_multi30k.json") -> str:
+    data = _result(source)
     training = data["training"]
     rows = [[_policy(r), f"{r['bleu']:.2f}", f"{r['chrf']:.2f}", f"{r['stream_ap']:.3f}",
              f"{r['stream_al']:.2f}",
@@ -293,7 +299,13 @@ def simultaneous_multi30k() -> str:
                           " / ".join(_pct(u) for u in r["undecided"])]
                          for r in data["policy_gap"]]))
     return (_table(header, rows) + gap + _against_wait_k(data)
-            + _source("simultaneous_multi30k.json", machine="; ".join(machines)))
+            + _source(source, machine="; ".join(machines)))
+
+
+def simultaneous_multi30k_small() -> str:
+    if not (RESULTS / "simultaneous_multi30k-small.json").is_file():
+        return "\nNot measured yet.\n"
+    return simultaneous_multi30k("simultaneous_multi30k-small.json")
 
 
 def _wait_k_at(curve: list[tuple[float, float]], al: float) -> float | None:
@@ -659,7 +671,8 @@ BLOCKS: dict[Path, dict[str, Callable[[], str]]] = {
                         "decode_cuda": decode_cuda, "gpu_h200": gpu_h200,
                         "distill_multi30k": distill_multi30k},
     DOCS / "streaming-policies.md": {"streaming_copy": streaming_copy},
-    DOCS / "streaming-multi30k.md": {"simultaneous_multi30k": simultaneous_multi30k},
+    DOCS / "streaming-multi30k.md": {"simultaneous_multi30k": simultaneous_multi30k,
+                                     "simultaneous_multi30k_small": simultaneous_multi30k_small},
     DOCS / "pretrained-families.md": {"pretrained_streaming": pretrained_streaming},
     DOCS / "attention-results.md": {"attention_copy": attention_copy, "memory_multi30k": memory_multi30k,
                                     "memory_long": memory_long},
