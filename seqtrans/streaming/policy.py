@@ -24,7 +24,7 @@ Hard decisions stop where p >= the threshold in effect
 (:func:`seqtrans.attention.monotonic.selecting`, 0.5 outside it), so that a report inside
 ``selecting(t)`` is that of decoding at ``decode.monotonic_threshold=t``.
 
-Both are computed from the same queries (each layer's input under hard decisions), so
+All are computed from the same queries (each layer's input under hard decisions), so
 the gap is the policy's own, not that of the states below it.
 
 Shapes: B sentences, H heads, T target, S source.
