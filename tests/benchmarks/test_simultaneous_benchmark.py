@@ -63,7 +63,7 @@ def test_train_only_trains_the_start_first_and_writes_nothing(tmp_path: Path) ->
                 "--set", *TINY, f"data.mirror={MULTI30K}", f"data.cache_dir={tmp_path / 'cache'}",
                 "--work", str(tmp_path / "work"), "--out", str(out), "--models", "mocha-init-w2", "full"])
     for name in ("full", "mocha-init-w2"):
-        config = json.loads((tmp_path / "work" / name / "config.json").read_text())
         assert (tmp_path / "work" / name / "metrics.json").is_file()
+    config = json.loads((tmp_path / "work" / "mocha-init-w2" / "config.json").read_text())
     assert config["model"]["cross_attention"] == "mocha" and config["model"]["chunk_size"] == 2
     assert not out.exists()

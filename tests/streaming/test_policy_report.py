@@ -47,8 +47,8 @@ def test_an_undecided_policy_against_hand_computed_values(name: str, gap: float)
 
 # The same policy decoded at the threshold 0.6: no p reaches it, so the hard decision reads
 # the whole source. Raffel's attention then selects nothing (position 3, 3 - 7/8 past the
-# expected stop); MMA's head stops at the last position (2 - 3/4). The expected alignment is
-# the threshold's no more than the probabilities are.
+# expected stop); MMA's head stops at the last position (2 - 3/4). The expected alignment,
+# like the probabilities, does not depend on the threshold.
 @pytest.mark.parametrize("name, ahead, nothing", [("monotonic", 3 - 7 / 8, 1.0), ("mma_hard", 2 - 3 / 4, 0.0),
                                                    ("mma_il", 2 - 3 / 4, 0.0)])
 def test_a_threshold_above_every_probability_reads_the_whole_source(name: str, ahead: float,
