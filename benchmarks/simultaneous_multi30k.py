@@ -47,6 +47,7 @@ import json
 import logging
 import multiprocessing
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -122,6 +123,10 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
                                                    f"model.monotonic_noise={n:g}"] for n in MONOTONIC_NOISE},
         "monotonic-init-latency0.05-noise4": [*CAUSAL, *SHARP, "train.latency_weight=0.05",
                                               "model.monotonic_noise=4"],
+        # that recipe fine-tuned for LONGER times the updates: whether a longer fine-tune settles
+        # the first layer's undecided head
+        "monotonic-init-latency-noise3.5-long": [*CAUSAL, *SHARP, "train.latency_weight=0.1",
+                                                 "model.monotonic_noise=3.5"],
         # MoChA with that recipe (SHARPENED, the latency loss, noise 3.5), also from the full model:
         # the same read policy, attending a soft chunk of w positions ending where it stops
         # instead of that one position
@@ -150,7 +155,14 @@ INIT = {"mma-il-init": "full", "monotonic-init": "full", "monotonic-init-t0.2": 
         "monotonic-init-latency": "full", "multi-k-init": "full",
         "monotonic-init-latency0.05-noise4": "full",
         **{f"monotonic-init-latency-noise{n:g}": "full" for n in MONOTONIC_NOISE},
-        **{f"mocha-init-w{w}": "full" for w in MOCHA_CHUNKS}}
+        **{f"mocha-init-w{w}": "full" for w in MOCHA_CHUNKS},
+        "monotonic-init-latency-noise3.5-long": "full"}
+
+#: Models trained for this many times the budget's updates (the warm-up and the checkpoints'
+#: spacing the budget's), each continuing a copy of the run of the same settings at the
+#: budget (named without ``-long``) from its last checkpoint: a resumed run takes the same
+#: updates as one trained from the start
+LONGER = {"monotonic-init-latency-noise3.5-long": 2}
 
 
 def learned_policy(name: str) -> bool:
@@ -163,6 +175,8 @@ def train(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str
     torch.set_num_threads(args.threads)
     out = Path(args.work) / name
     shared = budget(args.steps, checkpoints=CHECKPOINTS)
+    if name in LONGER:
+        shared.append(f"train.max_steps={LONGER[name] * args.steps}")
     config = seqtrans.resolve_config("translation", preset="cpu", overrides=[*shared, *overrides, *args.set])
     done = out / "metrics.json"
     if done.is_file():
@@ -180,6 +194,14 @@ def train(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str
     else:
         logging.getLogger("seqtrans").setLevel(logging.WARNING)
         init = None
+        if name in LONGER and not out.exists():
+            shorter = Path(args.work) / name.removesuffix("-long")
+            if not (shorter / "metrics.json").is_file():
+                raise SystemExit(f"{name} continues {shorter.name}, which is not trained yet in {args.work}: "
+                                 f"run --models {shorter.name} first")
+            # its checkpoints, vocabulary and settings, not its scores or its averaged model
+            shutil.copytree(shorter, out, ignore=shutil.ignore_patterns(
+                "metrics.json", "predictions", "average.pt", "best.pt"))
         if name in INIT:
             start = Path(args.work) / INIT[name]
             if not (start / "metrics.json").is_file():
@@ -406,6 +428,8 @@ def plot(data: dict[str, Any], picture: Path) -> None:
                 "hard monotonic from the full model, latency loss 0.05, noise 4",
              **{f"monotonic-init-latency-noise{n:g}":
                 f"hard monotonic from the full model, latency loss, noise {n:g}" for n in MONOTONIC_NOISE},
+             "monotonic-init-latency-noise3.5-long":
+                "hard monotonic from the full model, latency loss, noise 3.5, twice the updates",
              **{f"mocha-init-w{w}": f"MoChA w={w} from the full model, latency loss, noise 3.5"
                 for w in MOCHA_CHUNKS}}
 

@@ -67,3 +67,22 @@ def test_train_only_trains_the_start_first_and_writes_nothing(tmp_path: Path) ->
     config = json.loads((tmp_path / "work" / "mocha-init-w2" / "config.json").read_text())
     assert config["model"]["cross_attention"] == "mocha" and config["model"]["chunk_size"] == 2
     assert not out.exists()
+
+
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs the shared Multi30k files")
+def test_a_longer_model_continues_a_copy_of_the_budgets_run(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    common = ["--part", "simultaneous", "--train-only", "--steps", "2", "--jobs", "1",
+              "--set", *TINY, f"data.mirror={MULTI30K}", f"data.cache_dir={tmp_path / 'cache'}",
+              "--work", str(work), "--out", str(tmp_path / "results.json"), "--models"]
+    with pytest.raises(SystemExit, match="continues monotonic-init-latency-noise3.5, which is not trained yet"):
+        bench.main([*common, "monotonic-init-latency-noise3.5-long"])
+    bench.main([*common, "full", "monotonic-init-latency-noise3.5", "monotonic-init-latency-noise3.5-long"])
+    shorter, longer = work / "monotonic-init-latency-noise3.5", work / "monotonic-init-latency-noise3.5-long"
+    assert json.loads((shorter / "metrics.json").read_text())["train_steps"] == 2
+    assert json.loads((longer / "metrics.json").read_text())["train_steps"] == 4
+    config = json.loads((longer / "config.json").read_text())
+    assert config["train"]["max_steps"] == 4 and config["model"]["monotonic_noise"] == 3.5
+    # the shorter run's own checkpoints were copied, not moved, and the longer one resumed from them
+    assert (shorter / "checkpoints" / "checkpoint_00000002.pt").is_file()
+    assert (longer / "checkpoints" / "checkpoint_00000004.pt").is_file()
