@@ -236,8 +236,9 @@ _POLICY = {"full": "full sentence (reads the whole source first)", "multi-k": "m
            "monotonic-init-latency": ("hard monotonic, T = 0.2, λ = 0.1, fine-tuned from the "
                                       "full-sentence model")}
 #: The noise variants of the sharpened monotonic head: monotonic-init-latency[WEIGHT]-noiseN
-#: (the weight 0.1 where none is named).
-_NOISE_VARIANT = re.compile(r"monotonic-init-latency(?P<weight>[\d.]*)-noise(?P<noise>[\d.]+)")
+#: (the weight 0.1 where none is named), -long where fine-tuned for twice the updates.
+_NOISE_VARIANT = re.compile(
+    r"monotonic-init-latency(?P<weight>[\d.]*)-noise(?P<noise>[\d.]+)(?P<long>-long)?")
 #: MoChA fine-tuned with the noise variants' recipe: mocha-init-wW
 _MOCHA_INIT = re.compile(r"mocha-init-w(?P<chunk>\d+)")
 
@@ -247,8 +248,9 @@ def _model_label(name: str) -> str:
         return f"MILk, λ = {name.removeprefix('milk-')}"
     variant = _NOISE_VARIANT.fullmatch(name)
     if variant:
+        longer = " for twice the updates" if variant["long"] else ""
         return (f"hard monotonic, T = 0.2, λ = {variant['weight'] or '0.1'}, noise {variant['noise']}, "
-                "fine-tuned from the full-sentence model")
+                f"fine-tuned from the full-sentence model{longer}")
     mocha = _MOCHA_INIT.fullmatch(name)
     if mocha:
         return (f"MoChA, w = {mocha['chunk']}, T = 0.2, λ = 0.1, noise 3.5, fine-tuned from the "

@@ -75,7 +75,7 @@ def test_a_longer_model_continues_a_copy_of_the_budgets_run(tmp_path: Path) -> N
     common = ["--part", "simultaneous", "--train-only", "--steps", "2", "--jobs", "1",
               "--set", *TINY, f"data.mirror={MULTI30K}", f"data.cache_dir={tmp_path / 'cache'}",
               "--work", str(work), "--out", str(tmp_path / "results.json"), "--models"]
-    with pytest.raises(SystemExit, match="continues monotonic-init-latency-noise3.5, which is not trained yet"):
+    with pytest.raises(SystemExit, match="continues monotonic-init-latency-noise3.5, which is not trained"):
         bench.main([*common, "monotonic-init-latency-noise3.5-long"])
     bench.main([*common, "full", "monotonic-init-latency-noise3.5", "monotonic-init-latency-noise3.5-long"])
     shorter, longer = work / "monotonic-init-latency-noise3.5", work / "monotonic-init-latency-noise3.5-long"
