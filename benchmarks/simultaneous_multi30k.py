@@ -136,6 +136,8 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
         # their control: multi-k wait-k fine-tuned from the full-sentence model for the same updates,
         # so that a policy started from ``full`` is compared with a wait-k curve of the same training
         "multi-k-init": [*CAUSAL, "model.multi_k=true"],
+        # and the control of the longer fine-tune (LONGER)
+        "multi-k-init-long": [*CAUSAL, "model.multi_k=true"],
         **{f"memory-content-{k}": [*CAUSAL, "model.cross_attention=memory", f"model.memory_slots={k}",
                                    "model.memory_positions=true", "model.memory_decoder_score=content"]
            for k in MEMORY_SLOTS},
@@ -156,13 +158,13 @@ INIT = {"mma-il-init": "full", "monotonic-init": "full", "monotonic-init-t0.2": 
         "monotonic-init-latency0.05-noise4": "full",
         **{f"monotonic-init-latency-noise{n:g}": "full" for n in MONOTONIC_NOISE},
         **{f"mocha-init-w{w}": "full" for w in MOCHA_CHUNKS},
-        "monotonic-init-latency-noise3.5-long": "full"}
+        "monotonic-init-latency-noise3.5-long": "full", "multi-k-init-long": "full"}
 
 #: Models trained for this many times the budget's updates (the warm-up and the checkpoints'
 #: spacing the budget's), each continuing a copy of the run of the same settings at the
 #: budget (named without ``-long``) from its last checkpoint: a resumed run takes the same
 #: updates as one trained from the start
-LONGER = {"monotonic-init-latency-noise3.5-long": 2}
+LONGER = {"monotonic-init-latency-noise3.5-long": 2, "multi-k-init-long": 2}
 
 
 def learned_policy(name: str) -> bool:
@@ -421,6 +423,7 @@ def plot(data: dict[str, Any], picture: Path) -> None:
              "mocha-0.1": "MoChA w=2 λ=0.1",
              "mma-il-init": "MMA-IL from the full model", "multi-k": "multi-k wait-k",
              "multi-k-init": "multi-k wait-k from the full model",
+             "multi-k-init-long": "multi-k wait-k from the full model, twice the updates",
              "monotonic-init": "hard monotonic from the full model",
              "monotonic-init-t0.2": "hard monotonic from the full model, T = 0.2",
              "monotonic-init-latency": "hard monotonic from the full model, latency loss",
@@ -554,7 +557,8 @@ def main(argv: list[str]) -> None:
     settings = models(args.latency_weights)
     # scaled-dot attention in the memory comparison is the full-sentence model
     memory_names = ["full", *(name for name in settings if name.startswith("memory"))]
-    lags = {name: {"multi-k": args.ks, "multi-k-init": args.ks, "wait-3": [3]}.get(name, [0])
+    lags = {name: {"multi-k": args.ks, "multi-k-init": args.ks, "multi-k-init-long": args.ks,
+                   "wait-3": [3]}.get(name, [0])
             for name in settings if name not in memory_names[1:]}
     chosen = [name for name in settings
               if args.part == "all" or name == "full"

@@ -228,6 +228,8 @@ def streaming_copy() -> str:
 
 _POLICY = {"full": "full sentence (reads the whole source first)", "multi-k": "multi-k wait-k",
            "multi-k-init": "multi-k wait-k, fine-tuned from the full-sentence model",
+           "multi-k-init-long": ("multi-k wait-k, fine-tuned from the full-sentence model for twice the "
+                                 "updates"),
            "wait-3": "wait-3 (trained at k = 3)", "monotonic": "hard monotonic (Raffel et al.)",
            "mma-il": "MMA-IL, λ_avg = 0.1", "mma-h": "MMA-H, λ_var = 0.1",
            "mma-il-init": "MMA-IL, λ_avg = 0.1, fine-tuned from the full-sentence model",
@@ -322,16 +324,19 @@ def _wait_k_at(curve: list[tuple[float, float]], al: float) -> float | None:
 
 def _against_wait_k(data: dict[str, Any]) -> str:
     """Each learned policy's BLEU against the wait-k curve of the same training (multi-k
-    from scratch, or fine-tuned from the same model as the policy), at the policy's AL."""
+    from scratch, or fine-tuned from the same model as the policy for as many updates), at
+    the policy's AL."""
     rows = data["simultaneous"]
     training = data["training"]
     curves = {name: [(r["stream_al"], r["bleu"]) for r in rows if r["model"] == name]
-              for name in ("multi-k", "multi-k-init")}
+              for name in ("multi-k", "multi-k-init", "multi-k-init-long")}
     out = []
     for r in rows:
         if r.get("threshold") is None:
             continue
         control = "multi-k-init" if training[r["model"]].get("init") else "multi-k"
+        if r["model"].endswith("-long") and curves["multi-k-init-long"]:
+            control = "multi-k-init-long"  # the same number of updates
         wait_k = _wait_k_at(curves[control], r["stream_al"]) if curves[control] else None
         if wait_k is not None:
             out.append([_policy(r), f"{r['stream_al']:.2f}", f"{r['bleu']:.2f}", control, f"{wait_k:.2f}",
