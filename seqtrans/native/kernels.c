@@ -50,7 +50,6 @@
 #endif
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #define LANES 16
 #define BLOCK 16 /* positions of one group's hypotheses read together */
@@ -952,15 +951,15 @@ static void wide_product(void *context, int64_t begin, int64_t end) {
     }
 }
 
-/* The rows widened to 16 bits, `padded` apart, and zero rows up to a whole tile's, or NULL
- * where there is no memory for them. Aligned to a cache line: at calloc's 16 bytes every
- * other 32-byte load of a row spans two lines. */
-static int16_t *widened(const uint8_t *x, int64_t rows, int64_t cols, int64_t padded) {
+/* The rows widened to 16 bits, `padded` apart, and zero rows up to a whole tile's, in
+ * *memory (to be freed), or NULL where there is no memory for them. Aligned to a cache
+ * line: at calloc's 16 bytes every other 32-byte load of a row spans two lines. Aligned by
+ * hand, as C99 can everywhere (posix_memalign is POSIX's, aligned_alloc C11's). */
+static int16_t *widened(const uint8_t *x, int64_t rows, int64_t cols, int64_t padded, void **memory) {
     const int64_t tiled = (rows + TILE_ROWS - 1) / TILE_ROWS * TILE_ROWS;
-    const size_t bytes = (size_t)(tiled * padded) * sizeof(int16_t);
-    void *memory = NULL;
-    if (posix_memalign(&memory, 64, bytes ? bytes : 64) != 0) return NULL;
-    int16_t *wide = (int16_t *)memset(memory, 0, bytes);
+    *memory = calloc((size_t)(tiled * padded) * sizeof(int16_t) + 64, 1);
+    if (*memory == NULL) return NULL;
+    int16_t *wide = (int16_t *)(((uintptr_t)*memory + 63) & ~(uintptr_t)63);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t k = 0; k < cols; k++) wide[r * padded + k] = (int16_t)x[r * cols + k];
     return wide;
@@ -986,9 +985,10 @@ void seqtrans_int8_product(const uint8_t *x, const int8_t *w, int32_t *out, int6
     if (rows * cols * outputs < 16 * SMALL_WORK) threads = 1;
 #if !(defined(__AVX512VNNI__) && defined(__AVX512BW__))
     c.padded = (cols + 15) & ~(int64_t)15;
-    if (rows >= MANY_ROWS && cols > 0 && (c.wide = widened(x, rows, cols, c.padded)) != NULL) {
+    void *memory = NULL;
+    if (rows >= MANY_ROWS && cols > 0 && (c.wide = widened(x, rows, cols, c.padded, &memory)) != NULL) {
         parallel(wide_product, &c, (outputs + TILE_OUTPUTS - 1) / TILE_OUTPUTS, threads);
-        free((void *)c.wide);
+        free(memory);
         return;
     } /* without the memory for the widened rows, the few rows' product: the same integers */
 #endif
