@@ -133,6 +133,9 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
         **{f"mocha-init-w{w}": [*CAUSAL, "model.cross_attention=mocha", f"model.chunk_size={w}",
                                 *SHARPENED, "train.latency_weight=0.1", "model.monotonic_noise=3.5"]
            for w in MOCHA_CHUNKS},
+        # and w = 2 fine-tuned for LONGER times the updates
+        "mocha-init-w2-long": [*CAUSAL, "model.cross_attention=mocha", "model.chunk_size=2", *SHARPENED,
+                               "train.latency_weight=0.1", "model.monotonic_noise=3.5"],
         # their control: multi-k wait-k fine-tuned from the full-sentence model for the same updates,
         # so that a policy started from ``full`` is compared with a wait-k curve of the same training
         "multi-k-init": [*CAUSAL, "model.multi_k=true"],
@@ -158,13 +161,14 @@ INIT = {"mma-il-init": "full", "monotonic-init": "full", "monotonic-init-t0.2": 
         "monotonic-init-latency0.05-noise4": "full",
         **{f"monotonic-init-latency-noise{n:g}": "full" for n in MONOTONIC_NOISE},
         **{f"mocha-init-w{w}": "full" for w in MOCHA_CHUNKS},
-        "monotonic-init-latency-noise3.5-long": "full", "multi-k-init-long": "full"}
+        "monotonic-init-latency-noise3.5-long": "full", "multi-k-init-long": "full",
+        "mocha-init-w2-long": "full"}
 
 #: Models trained for this many times the budget's updates (the warm-up and the checkpoints'
 #: spacing the budget's), each continuing a copy of the run of the same settings at the
 #: budget (named without ``-long``) from its last checkpoint: a resumed run takes the same
 #: updates as one trained from the start
-LONGER = {"monotonic-init-latency-noise3.5-long": 2, "multi-k-init-long": 2}
+LONGER = {"monotonic-init-latency-noise3.5-long": 2, "multi-k-init-long": 2, "mocha-init-w2-long": 2}
 
 
 def learned_policy(name: str) -> bool:
@@ -434,7 +438,9 @@ def plot(data: dict[str, Any], picture: Path) -> None:
              "monotonic-init-latency-noise3.5-long":
                 "hard monotonic from the full model, latency loss, noise 3.5, twice the updates",
              **{f"mocha-init-w{w}": f"MoChA w={w} from the full model, latency loss, noise 3.5"
-                for w in MOCHA_CHUNKS}}
+                for w in MOCHA_CHUNKS},
+             "mocha-init-w2-long": "MoChA w=2 from the full model, latency loss, noise 3.5, twice the "
+                                   "updates"}
 
     def label(name: str) -> str:
         return "MILk λ=" + name.removeprefix("milk-") if name.startswith("milk-") else names.get(name, name)

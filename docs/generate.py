@@ -241,8 +241,8 @@ _POLICY = {"full": "full sentence (reads the whole source first)", "multi-k": "m
 #: (the weight 0.1 where none is named), -long where fine-tuned for twice the updates.
 _NOISE_VARIANT = re.compile(
     r"monotonic-init-latency(?P<weight>[\d.]*)-noise(?P<noise>[\d.]+)(?P<long>-long)?")
-#: MoChA fine-tuned with the noise variants' recipe: mocha-init-wW
-_MOCHA_INIT = re.compile(r"mocha-init-w(?P<chunk>\d+)")
+#: MoChA fine-tuned with the noise variants' recipe: mocha-init-wW, -long for twice the updates
+_MOCHA_INIT = re.compile(r"mocha-init-w(?P<chunk>\d+)(?P<long>-long)?")
 
 
 def _model_label(name: str) -> str:
@@ -255,8 +255,9 @@ def _model_label(name: str) -> str:
                 f"fine-tuned from the full-sentence model{longer}")
     mocha = _MOCHA_INIT.fullmatch(name)
     if mocha:
+        longer = " for twice the updates" if mocha["long"] else ""
         return (f"MoChA, w = {mocha['chunk']}, T = 0.2, λ = 0.1, noise 3.5, fine-tuned from the "
-                "full-sentence model")
+                f"full-sentence model{longer}")
     return _POLICY.get(name, name)
 
 
