@@ -92,8 +92,9 @@ MOCHA_CHUNKS = (2, 4)
 
 
 def models(latency_weights: list[float]) -> dict[str, list[str]]:
-    """Each model's settings beyond the shared budget, by name (its run directory's)."""
-    return {
+    """Each model's settings beyond the shared budget, by name (its run directory's); each
+    of LONGER also as NAME-long, the same settings trained for LONGER_FACTOR times the updates."""
+    settings = {
         "full": CAUSAL,
         "multi-k": [*CAUSAL, "model.multi_k=true"],
         **{f"milk-{w:g}": [*CAUSAL, "model.cross_attention=milk", f"train.latency_weight={w:g}"]
@@ -123,24 +124,15 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
                                                    f"model.monotonic_noise={n:g}"] for n in MONOTONIC_NOISE},
         "monotonic-init-latency0.05-noise4": [*CAUSAL, *SHARP, "train.latency_weight=0.05",
                                               "model.monotonic_noise=4"],
-        # that recipe fine-tuned for LONGER times the updates: whether a longer fine-tune settles
-        # the first layer's undecided head
-        "monotonic-init-latency-noise3.5-long": [*CAUSAL, *SHARP, "train.latency_weight=0.1",
-                                                 "model.monotonic_noise=3.5"],
         # MoChA with that recipe (SHARPENED, the latency loss, noise 3.5), also from the full model:
         # the same read policy, attending a soft chunk of w positions ending where it stops
         # instead of that one position
         **{f"mocha-init-w{w}": [*CAUSAL, "model.cross_attention=mocha", f"model.chunk_size={w}",
                                 *SHARPENED, "train.latency_weight=0.1", "model.monotonic_noise=3.5"]
            for w in MOCHA_CHUNKS},
-        # and w = 2 fine-tuned for LONGER times the updates
-        "mocha-init-w2-long": [*CAUSAL, "model.cross_attention=mocha", "model.chunk_size=2", *SHARPENED,
-                               "train.latency_weight=0.1", "model.monotonic_noise=3.5"],
         # their control: multi-k wait-k fine-tuned from the full-sentence model for the same updates,
         # so that a policy started from ``full`` is compared with a wait-k curve of the same training
         "multi-k-init": [*CAUSAL, "model.multi_k=true"],
-        # and the control of the longer fine-tune (LONGER)
-        "multi-k-init-long": [*CAUSAL, "model.multi_k=true"],
         **{f"memory-content-{k}": [*CAUSAL, "model.cross_attention=memory", f"model.memory_slots={k}",
                                    "model.memory_positions=true", "model.memory_decoder_score=content"]
            for k in MEMORY_SLOTS},
@@ -152,6 +144,7 @@ def models(latency_weights: list[float]) -> dict[str, list[str]]:
                                        "model.memory_positions=true", "model.memory_decoder_score=content",
                                        *LOCAL],
     }
+    return {**settings, **{f"{name}-long": settings[name] for name in LONGER}}
 
 
 #: Models fine-tuned from another of the benchmark's models (``run --init``), which must be
@@ -160,15 +153,16 @@ INIT = {"mma-il-init": "full", "monotonic-init": "full", "monotonic-init-t0.2": 
         "monotonic-init-latency": "full", "multi-k-init": "full",
         "monotonic-init-latency0.05-noise4": "full",
         **{f"monotonic-init-latency-noise{n:g}": "full" for n in MONOTONIC_NOISE},
-        **{f"mocha-init-w{w}": "full" for w in MOCHA_CHUNKS},
-        "monotonic-init-latency-noise3.5-long": "full", "multi-k-init-long": "full",
-        "mocha-init-w2-long": "full"}
+        **{f"mocha-init-w{w}": "full" for w in MOCHA_CHUNKS}}
 
-#: Models trained for this many times the budget's updates (the warm-up and the checkpoints'
-#: spacing the budget's), each continuing a copy of the run of the same settings at the
-#: budget (named without ``-long``) from its last checkpoint: a resumed run takes the same
-#: updates as one trained from the start
-LONGER = {"monotonic-init-latency-noise3.5-long": 2, "multi-k-init-long": 2, "mocha-init-w2-long": 2}
+#: Models also trained for LONGER_FACTOR times the budget's updates, as NAME-long (the
+#: warm-up and the checkpoints' spacing the budget's): whether a longer fine-tune settles the
+#: single head's undecided first layer and MoChA's, against the wait-k control of as many
+#: updates. NAME-long continues a copy of NAME's run from its last checkpoint: a resumed run
+#: takes the updates one trained from the start would.
+LONGER = ("monotonic-init-latency-noise3.5", "mocha-init-w2", "multi-k-init")
+LONGER_FACTOR = 2
+INIT |= {f"{name}-long": INIT[name] for name in LONGER}
 
 
 def learned_policy(name: str) -> bool:
@@ -181,8 +175,9 @@ def train(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str
     torch.set_num_threads(args.threads)
     out = Path(args.work) / name
     shared = budget(args.steps, checkpoints=CHECKPOINTS)
-    if name in LONGER:
-        shared.append(f"train.max_steps={LONGER[name] * args.steps}")
+    shorter = name.removesuffix("-long") if name.endswith("-long") else None
+    if shorter:
+        shared.append(f"train.max_steps={LONGER_FACTOR * args.steps}")
     config = seqtrans.resolve_config("translation", preset="cpu", overrides=[*shared, *overrides, *args.set])
     done = out / "metrics.json"
     if done.is_file():
@@ -200,13 +195,12 @@ def train(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str
     else:
         logging.getLogger("seqtrans").setLevel(logging.WARNING)
         init = None
-        if name in LONGER and not out.exists():
-            shorter = Path(args.work) / name.removesuffix("-long")
-            if not (shorter / "metrics.json").is_file():
-                raise SystemExit(f"{name} continues {shorter.name}, which is not trained yet in {args.work}: "
-                                 f"run --models {shorter.name} first")
+        if shorter and not out.exists():
+            if not (Path(args.work) / shorter / "metrics.json").is_file():
+                raise SystemExit(f"{name} continues {shorter}, which is not trained yet in {args.work}: "
+                                 f"run --models {shorter} first")
             # its checkpoints, vocabulary and settings, not its scores or its averaged model
-            shutil.copytree(shorter, out, ignore=shutil.ignore_patterns(
+            shutil.copytree(Path(args.work) / shorter, out, ignore=shutil.ignore_patterns(
                 "metrics.json", "predictions", "average.pt", "best.pt"))
         if name in INIT:
             start = Path(args.work) / INIT[name]
@@ -427,7 +421,6 @@ def plot(data: dict[str, Any], picture: Path) -> None:
              "mocha-0.1": "MoChA w=2 λ=0.1",
              "mma-il-init": "MMA-IL from the full model", "multi-k": "multi-k wait-k",
              "multi-k-init": "multi-k wait-k from the full model",
-             "multi-k-init-long": "multi-k wait-k from the full model, twice the updates",
              "monotonic-init": "hard monotonic from the full model",
              "monotonic-init-t0.2": "hard monotonic from the full model, T = 0.2",
              "monotonic-init-latency": "hard monotonic from the full model, latency loss",
@@ -435,14 +428,12 @@ def plot(data: dict[str, Any], picture: Path) -> None:
                 "hard monotonic from the full model, latency loss 0.05, noise 4",
              **{f"monotonic-init-latency-noise{n:g}":
                 f"hard monotonic from the full model, latency loss, noise {n:g}" for n in MONOTONIC_NOISE},
-             "monotonic-init-latency-noise3.5-long":
-                "hard monotonic from the full model, latency loss, noise 3.5, twice the updates",
              **{f"mocha-init-w{w}": f"MoChA w={w} from the full model, latency loss, noise 3.5"
-                for w in MOCHA_CHUNKS},
-             "mocha-init-w2-long": "MoChA w=2 from the full model, latency loss, noise 3.5, twice the "
-                                   "updates"}
+                for w in MOCHA_CHUNKS}}
 
     def label(name: str) -> str:
+        if name.endswith("-long"):
+            return label(name.removesuffix("-long")) + f", {LONGER_FACTOR}x the updates"
         return "MILk λ=" + name.removeprefix("milk-") if name.startswith("milk-") else names.get(name, name)
 
     by_model: dict[str, list[dict[str, Any]]] = {}
@@ -563,8 +554,8 @@ def main(argv: list[str]) -> None:
     settings = models(args.latency_weights)
     # scaled-dot attention in the memory comparison is the full-sentence model
     memory_names = ["full", *(name for name in settings if name.startswith("memory"))]
-    lags = {name: {"multi-k": args.ks, "multi-k-init": args.ks, "multi-k-init-long": args.ks,
-                   "wait-3": [3]}.get(name, [0])
+    lags = {name: {"multi-k": args.ks, "multi-k-init": args.ks,
+                   "wait-3": [3]}.get(name.removesuffix("-long"), [0])
             for name in settings if name not in memory_names[1:]}
     chosen = [name for name in settings
               if args.part == "all" or name == "full"

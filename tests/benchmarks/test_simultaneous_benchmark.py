@@ -83,6 +83,10 @@ def test_a_longer_model_continues_a_copy_of_the_budgets_run(tmp_path: Path) -> N
     assert json.loads((longer / "metrics.json").read_text())["train_steps"] == 4
     config = json.loads((longer / "config.json").read_text())
     assert config["train"]["max_steps"] == 4 and config["model"]["monotonic_noise"] == 3.5
-    # the shorter run's own checkpoints were copied, not moved, and the longer one resumed from them
+    # the shorter run was copied, not moved, and the longer one continued it: its training log
+    # is the shorter's (timings and all, which a run from the start would not repeat) and more
     assert (shorter / "checkpoints" / "checkpoint_00000002.pt").is_file()
+    short_log = (shorter / "train.jsonl").read_text()
+    long_log = (longer / "train.jsonl").read_text()
+    assert short_log and long_log.startswith(short_log) and len(long_log) > len(short_log)
     assert (longer / "checkpoints" / "checkpoint_00000004.pt").is_file()
